@@ -1,0 +1,347 @@
+"""Finding telemetry files and reading them as clean lines, whatever shape they arrive in.
+
+Fleet logs come rotated (`x.log`, `x.log.1`, `x.log.2.gz`), gzipped, truncated mid-line or
+mid-gzip, with CRLF endings and stray non-UTF-8 bytes. A node's rotated siblings are read as one
+stream, oldest first. Damage becomes a counted drop with a reason, never an exception, and memory
+stays bounded by the block size however long a line is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import BinaryIO, Final, Literal
+
+from collector.events import parse_iso_time
+
+FileKind = Literal["log", "prom", "json"]
+
+BLOCK_SIZE: Final = 4 << 20
+MAX_LINE_BYTES: Final = 1 << 20
+
+_ROTATION = re.compile(
+    r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|[.-](?P<date>\d{4}-?\d\d-?\d\d(?:[T_-]?\d\d)?))$"
+)
+_SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
+_EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
+    (".server_info.json", "json"),
+    (".v1_models.json", "json"),
+    (".v1_loads.json", "json"),
+    (".metrics.prom", "prom"),
+    (".prom", "prom"),
+    (".metrics", "prom"),
+    (".json", "json"),
+    (".jsonl", "log"),
+    (".log", "log"),
+    (".txt", "log"),
+    (".out", "log"),
+    (".err", "log"),
+)
+_SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".zip", ".tar", ".pyc")
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryFile:
+    path: Path
+    node: str
+    kind: FileKind
+    order: tuple[int, str]  # sort key among a node's files: older first
+    snapshot_time: float | None = None
+
+
+@dataclass
+class ReadStats:
+    """What reading cost and what it could not use, by reason."""
+
+    bytes: int = 0
+    lines: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+def describe(path: Path) -> TelemetryFile | None:
+    """Node, kind and rotation order of one file; None for files that are not telemetry."""
+    name = path.name
+    if name.startswith(".") or name.endswith(_SKIP_SUFFIXES):
+        return None
+    compressed = name.endswith(".gz")
+    if compressed:
+        name = name[:-3]
+    rotation = 0
+    date_key = ""
+    m = _ROTATION.match(name)
+    if m and (m.group("num") or m.group("date")):
+        stem = m.group("base")
+        if any(stem.endswith(ext) for ext, _ in _EXTENSIONS) or "." not in stem:
+            name = stem
+            if m.group("num"):
+                rotation = int(m.group("num"))
+            else:
+                date_key = m.group("date")
+    kind: FileKind = "log"
+    for ext, ext_kind in _EXTENSIONS:
+        if name.endswith(ext):
+            name, kind = name[: -len(ext)], ext_kind
+            break
+    snapshot_time = None
+    stamp = _SNAPSHOT_TIME.search(name)
+    if stamp:
+        raw = stamp.group(1)
+        snapshot_time = parse_iso_time(
+            f"{raw[0:4]}-{raw[4:6]}-{raw[6:8]}T{raw[9:11]}:{raw[11:13]}:{raw[13:15]}Z"
+        )
+        name = name[: stamp.start()]
+    # Higher rotation numbers are older; dated rotations sort by date; the live file is newest.
+    order = (-rotation if rotation else 0, date_key or "~")
+    if snapshot_time is not None:
+        order = (0, stamp.group(1) if stamp else "")
+    return TelemetryFile(path, name or path.name, kind, order, snapshot_time)
+
+
+def discover(paths: Iterable[str | Path]) -> list[TelemetryFile]:
+    """Every telemetry file under the given files and folders, grouped by node, oldest first."""
+    found: list[TelemetryFile] = []
+    for raw in paths:
+        root = Path(raw)
+        candidates = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        for path in candidates:
+            described = describe(path)
+            if described is not None:
+                found.append(described)
+    found = _disambiguate_nodes(found)
+    found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
+    return found
+
+
+def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """Folder-per-host layouts (`prefill-0/sglang.log`, `decode-0/sglang.log`) name the node by
+    folder: when one file name stands in several folders, the folder becomes part of the node."""
+    parents: dict[str, set[Path]] = {}
+    for f in files:
+        parents.setdefault(f.node, set()).add(f.path.parent)
+    return [
+        replace(f, node=f"{f.path.parent.name}/{f.node}") if len(parents[f.node]) > 1 else f
+        for f in files
+    ]
+
+
+def is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def line_aligned_ranges(path: Path, target: int) -> list[tuple[int, int]]:
+    """Split a plain file into byte ranges of about `target` bytes, each ending after a newline,
+    so that workers can parse the pieces of one large file side by side."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return [(0, -1)]
+    if size <= target:
+        return [(0, size)]
+    bounds = [0]
+    with open(path, "rb") as handle:
+        while bounds[-1] + target < size:
+            handle.seek(bounds[-1] + target)
+            tail = handle.read(MAX_LINE_BYTES)
+            newline = tail.find(b"\n")
+            if newline < 0:
+                break
+            bounds.append(bounds[-1] + target + newline + 1)
+    bounds.append(size)
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def _open_blocks(
+    path: Path, stats: ReadStats, byte_range: tuple[int, int] | None = None
+) -> Iterator[bytes]:
+    """Yield the file's bytes in blocks, decompressing gzip (by magic, not by name).
+
+    `byte_range` restricts a plain file to [start, end): one worker's share of a large file.
+    """
+    if byte_range is not None:
+        yield from _range_blocks(path, stats, byte_range)
+        return
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed in finally below
+    except OSError:
+        stats.drop("unreadable_file")
+        return
+    try:
+        magic = handle.read(2)
+        handle.seek(0)
+        if magic == b"\x1f\x8b":
+            yield from _gunzip_blocks(handle, stats)
+        else:
+            while True:
+                block = handle.read(BLOCK_SIZE)
+                if not block:
+                    break
+                stats.bytes += len(block)
+                yield block
+    except OSError:
+        stats.drop("read_error")
+    finally:
+        handle.close()
+
+
+def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
+    """Stream-decompress gzip (multi-member too), yielding everything up to any damage.
+
+    `gzip.GzipFile` discards the last partial block when the file is cut short; a shipper killed
+    mid-write leaves exactly such files, and their readable part is evidence.
+    """
+    inflater = zlib.decompressobj(wbits=31)
+    member_open = False
+    while True:
+        compressed = handle.read(BLOCK_SIZE)
+        if not compressed:
+            break
+        while compressed:
+            member_open = True
+            try:
+                block = inflater.decompress(compressed)
+            except zlib.error:
+                stats.drop("corrupt_gzip")
+                return
+            if block:
+                stats.bytes += len(block)
+                yield block
+            if not inflater.eof:
+                break
+            compressed = inflater.unused_data
+            inflater = zlib.decompressobj(wbits=31)
+            member_open = False
+            if compressed and not compressed.startswith(b"\x1f\x8b"):
+                stats.drop("trailing_garbage_after_gzip")
+                return
+    if member_open:
+        tail = inflater.flush()
+        if tail:
+            stats.bytes += len(tail)
+            yield tail
+        stats.drop("truncated_gzip")
+
+
+def _range_blocks(path: Path, stats: ReadStats, byte_range: tuple[int, int]) -> Iterator[bytes]:
+    start, end = byte_range
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            remaining = end - start
+            while remaining > 0:
+                block = handle.read(min(BLOCK_SIZE, remaining))
+                if not block:
+                    break
+                remaining -= len(block)
+                stats.bytes += len(block)
+                yield block
+    except OSError:
+        stats.drop("read_error")
+
+
+def read_line_blocks(
+    path: Path, stats: ReadStats, byte_range: tuple[int, int] | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """(number of the first line, lines) per block read; CRLF, NULs, bad UTF-8, giant lines handled.
+
+    Decoding and splitting happen once per block, not once per line: this is the innermost loop
+    of forensics. Lines longer than MAX_LINE_BYTES are skipped (counted `line_too_long`) without
+    ever being held whole. Bytes that are not UTF-8 are replaced; lines that are mostly binary are
+    dropped (`binary`).
+    """
+    carry = b""
+    skipping = False
+    number = 0
+    for block in _open_blocks(path, stats, byte_range):
+        cut = block.rfind(b"\n")
+        if cut < 0:
+            carry += block
+            if len(carry) > MAX_LINE_BYTES:
+                carry = b""
+                skipping = True
+            continue
+        head, carry_next = block[: cut + 1], block[cut + 1 :]
+        if skipping:
+            first_end = head.find(b"\n")
+            head = head[first_end + 1 :]
+            number += 1
+            stats.drop("line_too_long")
+            skipping = False
+            payload = head
+        else:
+            payload = carry + head
+        carry = carry_next
+        if len(carry) > MAX_LINE_BYTES:
+            carry = b""
+            skipping = True
+        if not payload:
+            continue
+        lines = _decode_block(payload[:-1], stats)
+        first = number + 1
+        number += payload.count(b"\n")
+        if lines:
+            yield first, lines
+    if skipping:
+        number += 1
+        stats.drop("line_too_long")
+    elif carry:
+        lines = _decode_block(carry, stats)
+        if lines:
+            yield number + 1, lines
+        number += 1
+    stats.lines += number
+
+
+def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
+    """(line number, text) for every usable line; see `read_line_blocks`."""
+    for first, lines in read_line_blocks(path, stats):
+        for offset, line in enumerate(lines):
+            yield first + offset, line
+
+
+def _decode_block(payload: bytes, stats: ReadStats) -> list[str]:
+    """Lines of a block of whole lines. Damaged lines are blanked (keeping line numbers true)."""
+    text = payload.decode("utf-8", "replace")
+    lines = text.split("\n")
+    if "\r" in text:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    if "\x00" in text or "\ufffd" in text:
+        lines = [_clean(line, stats) for line in lines]
+    if len(payload) > MAX_LINE_BYTES and any(len(line) > MAX_LINE_BYTES for line in lines):
+        cleaned = []
+        for line in lines:
+            if len(line) > MAX_LINE_BYTES:
+                stats.drop("line_too_long")
+                line = ""
+            cleaned.append(line)
+        lines = cleaned
+    return lines
+
+
+def _clean(line: str, stats: ReadStats) -> str:
+    if "\x00" not in line and "\ufffd" not in line:
+        return line
+    junk = line.count("\x00") + line.count("\ufffd")
+    if junk * 4 > len(line):
+        stats.drop("binary")
+        return ""
+    if "\ufffd" in line:
+        stats.drop("non_utf8_line_repaired")
+    return line.replace("\x00", "")
+
+
+def file_time(path: Path) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None

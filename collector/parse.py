@@ -1,0 +1,219 @@
+"""Files and folders of telemetry → events, with an account of everything read.
+
+The same code feeds `kvwatch parse`, forensics and the evaluation harness. Each node's files are
+read in rotation order; `events_in_time_order` merges nodes into one timeline, which is what the
+detectors expect (the same order a live sidecar would see them in).
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collector.events import Event
+from collector.files import (
+    ReadStats,
+    TelemetryFile,
+    discover,
+    file_time,
+    read_line_blocks,
+    read_lines,
+)
+from collector.sglang.logs import NOISE_PREFIX, UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER, LineParser
+
+BLANK = NOISE_PREFIX + "blank"
+_HEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}(?: [A-Za-z][A-Za-z_-]{0,23})?")
+
+
+@dataclass
+class ParseStats:
+    """Counts by kind, noise and drops: what `--stats` prints and forensics reports as `input`."""
+
+    files: int = 0
+    bytes: int = 0
+    lines: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    noise: Counter[str] = field(default_factory=Counter)
+    unclassified_engine: int = 0
+    unclassified_other: int = 0
+    # First words of unclassified engine lines (at most two words of letters): enough to see which
+    # new message family appeared, never enough to carry user text.
+    unclassified_heads: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+
+    def count(self, bucket: str, message_head: str | None = None) -> None:
+        if bucket.startswith(NOISE_PREFIX):
+            self.noise[bucket[len(NOISE_PREFIX) :]] += 1
+        elif bucket == UNCLASSIFIED_ENGINE:
+            self.unclassified_engine += 1
+            if message_head is not None:
+                head = _HEAD_WORDS.match(message_head)
+                self.unclassified_heads[head.group(0) if head else "(non-text)"] += 1
+        elif bucket == UNCLASSIFIED_OTHER:
+            self.unclassified_other += 1
+        else:
+            self.events[bucket] += 1
+
+    def absorb(self, read: ReadStats) -> None:
+        self.bytes += read.bytes
+        self.lines += read.lines
+        self.dropped.update(read.dropped)
+
+    def merge(self, other: ParseStats) -> None:
+        self.files += other.files
+        self.bytes += other.bytes
+        self.lines += other.lines
+        self.events.update(other.events)
+        self.noise.update(other.noise)
+        self.unclassified_engine += other.unclassified_engine
+        self.unclassified_other += other.unclassified_other
+        self.unclassified_heads.update(other.unclassified_heads)
+        self.dropped.update(other.dropped)
+
+    @property
+    def elapsed(self) -> float:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        return max(end - self.started, 1e-9)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "lines": self.lines,
+            "events_by_kind": dict(sorted(self.events.items())),
+            "events": sum(self.events.values()),
+            "noise_by_category": dict(sorted(self.noise.items())),
+            "unclassified_engine_lines": self.unclassified_engine,
+            "unclassified_other_lines": self.unclassified_other,
+            "unclassified_heads": dict(self.unclassified_heads.most_common(20)),
+            "dropped_by_reason": dict(sorted(self.dropped.items())),
+            "seconds": round(self.elapsed, 3),
+            "mb_per_second": round(self.bytes / self.elapsed / 1e6, 1),
+            "lines_per_second": round(self.lines / self.elapsed),
+        }
+
+
+def file_events(
+    tf: TelemetryFile, stats: ParseStats, byte_range: tuple[int, int] | None = None
+) -> Iterator[Event]:
+    """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
+
+    With `byte_range`, only that line-aligned part of a plain log file (line numbers then count
+    from the start of the range).
+    """
+    if byte_range is None or byte_range[0] == 0:
+        stats.files += 1
+    read = ReadStats()
+    if tf.kind == "log":
+        parser = LineParser(tf.node)
+        prefix = f"{tf.path}:"
+        count = stats.count
+        parse = parser.parse
+        events = stats.events
+        try:
+            for first, lines in read_line_blocks(tf.path, read, byte_range):
+                for number, line in enumerate(lines, first):
+                    if not line:
+                        count(BLANK)
+                        continue
+                    bucket, event = parse(line, prefix + str(number))
+                    if event is not None:
+                        events[bucket] += 1
+                        yield event
+                    elif bucket == UNCLASSIFIED_ENGINE:
+                        count(bucket, parser_message_head(line))
+                    else:
+                        count(bucket)
+        finally:
+            stats.absorb(read)
+        return
+    yield from _document_events(tf, stats, read)
+
+
+def parser_message_head(line: str) -> str:
+    from collector.sglang.envelope import peel
+
+    return peel(line).message
+
+
+def _document_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
+    chunks: list[bytes] = []
+    size = 0
+    for number, line in read_lines(tf.path, read):
+        del number
+        encoded = line.encode()
+        size += len(encoded) + 1
+        if size > 64 << 20:
+            read.drop("document_too_large")
+            stats.absorb(read)
+            return
+        chunks.append(encoded)
+    stats.absorb(read)
+    payload = b"\n".join(chunks)
+    when = tf.snapshot_time if tf.snapshot_time is not None else file_time(tf.path)
+    outcome = _parse_document(tf, payload, when)
+    if outcome is None:
+        stats.dropped["parser_unavailable"] += 1
+        return
+    produced, dropped = outcome
+    stats.dropped.update(dropped)
+    for event in produced:
+        stats.events[event.kind] += 1
+        yield event
+
+
+def _parse_document(
+    tf: TelemetryFile, payload: bytes, when: float | None
+) -> tuple[list[Event], dict[str, int]] | None:
+    source = str(tf.path)
+    if tf.kind == "prom":
+        from collector.sglang.prometheus import parse_exposition
+
+        result = parse_exposition(payload, node=tf.node, source=source, time=when)
+    else:
+        from collector.sglang.server_info import parse_server_info
+
+        result = parse_server_info(payload, node=tf.node, source=source, time=when)
+    return result.events, dict(result.dropped)
+
+
+def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
+    """All events, node after node, each node's files oldest first."""
+    for tf in discover(paths):
+        yield from file_events(tf, stats)
+
+
+def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
+    """All events merged across nodes by time; each node's own order is preserved.
+
+    Events without a time inherit the last time seen on their node, so they stay next to their
+    neighbours instead of sinking to the front.
+    """
+    files = discover(paths)
+    streams: dict[str, list[TelemetryFile]] = {}
+    for tf in files:
+        streams.setdefault(tf.node, []).append(tf)
+
+    def keyed(
+        index: int, node_files: list[TelemetryFile]
+    ) -> Iterator[tuple[float, int, int, Event]]:
+        last = float("-inf")
+        seq = 0
+        for tf in node_files:
+            for event in file_events(tf, stats):
+                if event.time is not None and event.time >= last:
+                    last = event.time
+                seq += 1
+                yield (last, index, seq, event)
+
+    merged = heapq.merge(*(keyed(i, nf) for i, nf in enumerate(streams.values())))
+    for *_, event in merged:
+        yield event

@@ -1,0 +1,1 @@
+"""The SGLang adapter: every SGLang telemetry format turned into kvwatch events."""

@@ -1,0 +1,139 @@
+"""The envelope of a log line: timestamp, rank prefix and the message inside.
+
+SGLang's own prefix is `[YYYY-MM-DD HH:MM:SS(.mmm)? <ranks>] `, but the same message reaches us
+wrapped in other ways: time-only prefixes from 2024 builds, user dictConfig formats
+(`[ts][file:line][LEVEL]: msg`), wrappers that re-render records (`<ISO>Z  INFO mod.func: msg`)
+and log shippers that prepend `<epoch_ms>\\t<ISO>\\t`. Peeling the envelope here means the message
+classifiers never care how the line was delivered.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from collector.events import epoch_from_parts
+
+# `[2026-04-05 20:02:51.123 DP0 TP0 EP0] ` — the SGLang prefix. Ranks are `NAME<int>` tokens.
+_SGLANG = re.compile(
+    r"\[(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\]"
+)
+# `[16:43:29 TP0] ` — Oct 2024 builds printed the time of day only.
+_TIME_ONLY = re.compile(r"\[(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?")
+# `[ts][scheduler.py:123][INFO]: msg` or `[ts] [INFO] msg` — user dictConfig formats.
+_BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
+# `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo).
+_WRAPPER = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:[\w.<>-]+:\s)?"
+)
+# `1793614509118\t2026-11-02T10:15:09.118Z\t<line>` — log shipper prefix.
+_SHIPPER = re.compile(r"(\d{10,13})\t[^\t]{0,40}\t")
+_RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
+
+_RANK_NAMES: Final[dict[str, str]] = {
+    "DP": "dp",
+    "TP": "tp",
+    "PP": "pp",
+    "EP": "ep",
+    "ATTN_CP": "attn_cp",
+    "MOE_DP": "moe_dp",
+    "CP": "cp",
+}
+
+
+@dataclass(slots=True)
+class Envelope:
+    """What surrounds a message. `engine` is true when an engine-style prefix was recognised."""
+
+    time: float | None
+    time_of_day: float | None
+    ranks: dict[str, int]
+    message: str
+    engine: bool
+
+
+_rank_cache: dict[str, dict[str, int]] = {}
+_date_cache: dict[tuple[str, str, str], float] = {}
+
+
+def _ranks(text: str) -> dict[str, int]:
+    cached = _rank_cache.get(text)
+    if cached is None:
+        cached = {}
+        for name, value in _RANK.findall(text):
+            cached[_RANK_NAMES.get(name, name.lower())] = int(value)
+        if len(_rank_cache) < 4096:
+            _rank_cache[text] = cached
+    return cached
+
+
+def _day_epoch(year: str, month: str, day: str) -> float:
+    key = (year, month, day)
+    cached = _date_cache.get(key)
+    if cached is None:
+        cached = epoch_from_parts(int(year), int(month), int(day), 0, 0, 0)
+        if len(_date_cache) < 100_000:
+            _date_cache[key] = cached
+    return cached
+
+
+def _fraction(digits: str | None) -> float:
+    return int(digits) / 10 ** len(digits) if digits else 0.0
+
+
+_head_cache: dict[str, tuple[float, dict[str, int]]] = {}
+
+
+def peel(line: str) -> Envelope:
+    """Split a line into its envelope and message. Never raises.
+
+    The common SGLang prefix repeats for every line logged within the same second by the same
+    rank, so it is looked up in a small cache before any regex runs. `ranks` dicts are shared
+    between envelopes: treat them as read-only.
+    """
+    if line[:1] == "[":
+        close = line.find("] ", 20, 80)
+        if close > 0:
+            cached = _head_cache.get(line[:close])
+            if cached is not None:
+                return Envelope(cached[0], None, cached[1], line[close + 2 :], True)
+    shipper_time: float | None = None
+    shipped = _SHIPPER.match(line)
+    if shipped:
+        stamp = int(shipped.group(1))
+        shipper_time = stamp / 1000.0 if stamp > 10**11 else float(stamp)
+        line = line[shipped.end() :]
+    if line.startswith("["):
+        m = _SGLANG.match(line)
+        if m:
+            y, mo, d, hh, mm, ss, frac, ranks = m.groups()
+            when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            rest = line[m.end() :]
+            rank_map = _ranks(ranks) if ranks else {}
+            if rest[:1] == " ":
+                rest = rest[1:]
+                if not shipped:
+                    if len(_head_cache) > 50_000:
+                        _head_cache.clear()
+                    _head_cache[line[: m.end() - 1]] = (when, rank_map)
+            elif rest[:1] == "[":  # dictConfig style: `[ts][file:line][LEVEL]: msg`
+                tags = _BRACKETED_TAGS.match(rest)
+                if tags:
+                    rest = rest[tags.end() :]
+            return Envelope(when, None, rank_map, rest, True)
+        m = _TIME_ONLY.match(line)
+        if m:
+            hh, mm, ss, frac, ranks = m.groups()
+            tod = int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            return Envelope(
+                shipper_time, tod, _ranks(ranks) if ranks else {}, line[m.end() :], True
+            )
+    elif line[:1].isdigit():
+        m = _WRAPPER.match(line)
+        if m:
+            y, mo, d, hh, mm, ss, frac = m.groups()[:7]
+            when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            return Envelope(when, None, {}, line[m.end() :], True)
+    return Envelope(shipper_time, None, {}, line, False)

@@ -1,0 +1,282 @@
+"""SGLang log lines → events: the dispatch from a message's head to the parser for it.
+
+Every line ends in exactly one bucket: an event kind, a known-noise category (tracebacks, glog,
+startup chatter), or `unclassified`. Unclassified engine lines are counted, never dropped silently:
+that number is how drift in a new engine release shows up.
+
+Dispatch is by the message's first characters through one compiled alternation, because this is
+the hot loop of forensics over weeks of logs; the few lines that can hide inside other text (the
+capacity line glued to another line) get a second, substring-based look only when the head did
+not match.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from collector import events as ev
+from collector.events import parse_iso_time
+from collector.sglang import pd, refusals, request_log, startup
+from collector.sglang.batch import parse_batch_fields
+from collector.sglang.envelope import peel
+from collector.sglang.time_stats import parse_time_stats
+
+Fields = dict[str, Any]
+FieldParser = Callable[[str], Fields]
+# A handler returns the bucket and either the fields (decided eagerly), a parser to run later on
+# the message (the common case: classification is certain, extraction can wait), or None.
+Outcome = tuple[str, Fields | FieldParser | None]
+Handler = Callable[[str], Outcome]
+
+UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
+UNCLASSIFIED_OTHER: Final = "unclassified_other"
+NOISE_PREFIX: Final = "noise:"
+
+
+def _event(kind: str, parse: FieldParser) -> Handler:
+    outcome: Outcome = (kind, parse)
+    return lambda message: outcome
+
+
+def _noise(category: str) -> Handler:
+    outcome: Outcome = (NOISE_PREFIX + category, None)
+    return lambda message: outcome
+
+
+def _batch(kind: str, head_len: int) -> Handler:
+    return _event(kind, lambda message: parse_batch_fields(message[head_len:]))
+
+
+_ACCESS = re.compile(r"INFO:\s+(\S+) - \"(\S+) (\S+)(?: HTTP/[\d.]+)?\" (\d{3})")
+
+
+def _access_fields(message: str) -> Fields:
+    m = _ACCESS.match(message)
+    if m is None:
+        return {"client": None, "method": None, "path": None, "status": None}
+    client, method, path, status = m.groups()
+    query = path.find("?")
+    return {
+        "client": client,
+        "method": method,
+        "path": path[:query] if query >= 0 else path,
+        "status": int(status),
+    }
+
+
+def _uvicorn(message: str) -> Outcome:
+    if '" ' in message and ' - "' in message:
+        return ev.HTTP_ACCESS, _access_fields
+    return NOISE_PREFIX + "uvicorn", None
+
+
+def _request_head(message: str) -> Outcome:
+    """Messages starting `Request …`: capacity refusals or auto-truncation."""
+    if message.startswith("Request length is longer"):
+        return ev.AUTO_TRUNCATED, refusals.parse_auto_truncated
+    if message.startswith("Requested token count"):
+        return ev.REQUEST_REJECTED, refusals.parse_context_length
+    if "exceeds" in message or "requires too many" in message:
+        return ev.REQUEST_REJECTED, refusals.parse_request_exceeds
+    return UNCLASSIFIED_ENGINE, None
+
+
+def _json_record(message: str) -> Outcome:
+    parsed = request_log.parse_json_record(message)
+    if parsed is None:
+        return UNCLASSIFIED_ENGINE, None
+    return parsed
+
+
+def _warning(code: str) -> Handler:
+    return _event(ev.TRANSFER_WARNING, lambda message: pd.parse_transfer_warning(message, code))
+
+
+def _engine_error(code: str) -> Handler:
+    return _event(ev.ENGINE_ERROR, lambda message: {"error": code})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    head: str
+    handle: Handler
+
+
+RULES: Final[tuple[Rule, ...]] = (
+    # Ordered by how often each appears in a busy deployment; order only affects speed.
+    Rule("Decode batch", _batch(ev.DECODE_BATCH, len("Decode batch"))),
+    Rule("Prefill batch", _batch(ev.PREFILL_BATCH, len("Prefill batch"))),
+    Rule("Finish: ", _event(ev.REQUEST_FINISHED, request_log.parse_text_finish)),
+    Rule("Receive: ", _event(ev.REQUEST_RECEIVED, request_log.parse_text_receive)),
+    Rule("Receive OpenAI: ", _event(ev.REQUEST_RECEIVED, request_log.parse_text_receive)),
+    Rule("ReqTimeStats(", _event(ev.REQUEST_TIME_STATS, parse_time_stats)),
+    Rule("INFO:", _uvicorn),
+    Rule("{", _json_record),
+    Rule("Input length (", _event(ev.REQUEST_REJECTED, refusals.parse_input_too_long)),
+    Rule("Request ", _request_head),
+    Rule(
+        "Decode transfer failed",
+        _event(ev.TRANSFER_FAILED, lambda m: pd.parse_transfer_failed(m, "decode", "transfer")),
+    ),
+    Rule(
+        "Decode handshake failed",
+        _event(ev.TRANSFER_FAILED, lambda m: pd.parse_transfer_failed(m, "decode", "handshake")),
+    ),
+    Rule(
+        "Prefill bootstrap failed",
+        _event(ev.TRANSFER_FAILED, lambda m: pd.parse_transfer_failed(m, "prefill", "bootstrap")),
+    ),
+    Rule(
+        "Prefill transfer failed",
+        _event(ev.TRANSFER_FAILED, lambda m: pd.parse_transfer_failed(m, "prefill", "transfer")),
+    ),
+    Rule("KV checksum mismatch", _event(ev.CHECKSUM_MISMATCH, pd.parse_checksum_mismatch)),
+    Rule("KV checksum skipped", _event(ev.CHECKSUM_SKIPPED, pd.parse_checksum_skipped)),
+    Rule("Deferred KV release", _event(ev.DEFERRED_RELEASE, pd.parse_deferred_release)),
+    Rule(
+        "Context corruption detected", _event(ev.METADATA_CORRUPTION, pd.parse_metadata_corruption)
+    ),
+    Rule("Lost connection with prefill", _event(ev.LOST_CONNECTION, pd.parse_lost_connection)),
+    Rule("kv_canary violation:", _event(ev.KV_CANARY_VIOLATION, pd.parse_kv_canary)),
+    Rule("KV cache canary violation detected", _noise("kv_canary_detail")),
+    Rule("canary_kind:", _noise("kv_canary_detail")),
+    Rule("[canary] step=", _event(ev.KV_CANARY_STATS, pd.parse_canary_stats)),
+    Rule("[canary] sweep", _noise("kv_canary_detail")),
+    Rule(
+        "Some requests timed out when bootstrapping",
+        _event(ev.TIMEOUT_ADVICE, lambda m: {"stage": "bootstrap"}),
+    ),
+    Rule(
+        "Some requests fail to receive KV Cache transfer done",
+        _event(ev.TIMEOUT_ADVICE, lambda m: {"stage": "waiting"}),
+    ),
+    Rule("Metadata unexpectedly not ready", _warning("metadata_not_ready")),
+    Rule("Could not fetch prefill parallel info", _warning("prefill_info_unavailable")),
+    Rule("Generation-less ABORT_ACK", _warning("abort_ack_without_generation")),
+    Rule("Malformed ABORT", _warning("malformed_abort")),
+    Rule("Incomplete ABORT_ACK", _warning("incomplete_abort_ack")),
+    Rule("AUX_DATA length mismatch", _warning("aux_data_length_mismatch")),
+    Rule("NIXL transport error", _warning("nixl_transport_error")),
+    Rule("Session ", _warning("mooncake_session")),
+    Rule("Dropped blacklisted session", _warning("mooncake_session")),
+    Rule("Starting failed-session probe loop", _noise("startup")),
+    Rule(
+        "Invalid request: Disaggregated request received without bootstrap room",
+        _event(ev.REQUEST_REJECTED, refusals.parse_no_bootstrap_room),
+    ),
+    Rule("server_args=", _event(ev.SERVER_ARGS, startup.parse_server_args)),
+    Rule("max_total_num_tokens=", _event(ev.CAPACITY, startup.parse_capacity)),
+    Rule("KV pool holds", _event(ev.POOL_BELOW_CONTEXT_WARNING, startup.parse_pool_warning)),
+    Rule("KV Cache is allocated", _event(ev.KV_POOL_ALLOCATED, startup.parse_kv_allocated)),
+    Rule(
+        "KV cache pool is full. Retract requests",
+        _event(ev.RETRACTION, lambda m: parse_batch_fields(m[m.find(". #") + 1 :])),
+    ),
+    Rule("The server is fired up", _event(ev.SERVER_READY, lambda m: {})),
+    Rule("Scheduler hit an exception", _engine_error("scheduler_exception")),
+    Rule("TokenizerManager hit an exception", _engine_error("tokenizer_exception")),
+    Rule("Received sigquit", _engine_error("child_failed")),
+    Rule("Health check failed", _engine_error("health_check_failed")),
+    Rule("Load weight ", _noise("startup")),
+    Rule("Memory pool end", _noise("startup")),
+    Rule("Capture ", _noise("startup")),
+    Rule("CommonKVBootstrapServer started", _noise("startup")),
+    Rule("Start of pd disaggregation warmup", _noise("startup")),
+    Rule("Disaggregation warmup requests completed", _noise("startup")),
+    Rule("End of disaggregation warmup", _noise("startup")),
+    Rule("End of prefill disaggregation mode warmup", _noise("startup")),
+    Rule("NIXL KVManager initialized", _noise("startup")),
+    Rule("Traceback (most recent call last)", _noise("traceback")),
+    Rule('File "', _noise("traceback")),
+)
+
+_HEADS = re.compile("|".join(f"(?P<r{i}>{re.escape(rule.head)})" for i, rule in enumerate(RULES)))
+_HANDLERS: Final[dict[str, Handler]] = {f"r{i}": rule.handle for i, rule in enumerate(RULES)}
+
+# Second look, for lines whose head did not match (glued or wrapped lines).
+_CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
+    ("max_total_num_tokens=", _event(ev.CAPACITY, startup.parse_capacity)),
+    ("server_args=", _event(ev.SERVER_ARGS, startup.parse_server_args)),
+    (
+        "is longer than the model's context length",
+        _event(ev.REQUEST_REJECTED, refusals.parse_context_length),
+    ),
+    ("Requested token count exceeds", _event(ev.REQUEST_REJECTED, refusals.parse_context_length)),
+    ("watchdog timeout", _engine_error("watchdog_timeout")),
+    ("metadata buffers but this prefill has", _warning("checksum_one_side")),
+    ("KV checksum mismatch", _event(ev.CHECKSUM_MISMATCH, pd.parse_checksum_mismatch)),
+)
+_GLOG = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]")
+_EXCEPTION_TAIL = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$)")
+_PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
+
+
+def classify(message: str, engine: bool) -> Outcome:
+    """(kind, fields or field parser) for an event; (`noise:<category>`, None); or
+    (`unclassified_*`, None)."""
+    m = _HEADS.match(message)
+    head_outcome: Outcome | None = None
+    if m is not None:
+        head_outcome = _HANDLERS[m.lastgroup or ""](message)
+        if head_outcome[1] is not None:
+            return head_outcome
+    # A known-noise head can still carry a glued line (the capacity line after `Memory pool end`).
+    for needle, handler in _CONTAINS:
+        if needle in message:
+            return handler(message)
+    if head_outcome is not None and head_outcome[0] != UNCLASSIFIED_ENGINE:
+        return head_outcome
+    if not message.strip():
+        return NOISE_PREFIX + "blank", None
+    first = message[0]
+    if first in " \t":
+        return NOISE_PREFIX + "continuation", None
+    if _GLOG.match(message):
+        return NOISE_PREFIX + "glog", None
+    if _EXCEPTION_TAIL.match(message):
+        return NOISE_PREFIX + "traceback", None
+    if _PY_WARNING.match(message):
+        return NOISE_PREFIX + "python_warning", None
+    return (UNCLASSIFIED_ENGINE if engine else UNCLASSIFIED_OTHER), None
+
+
+class LineParser:
+    """Parses one stream of lines (one file, in order) for one node.
+
+    Holds the little context a line needs from its predecessors: the date, for 2024 builds that
+    printed only the time of day.
+    """
+
+    __slots__ = ("node", "_day", "_last_tod")
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._day: float | None = None
+        self._last_tod = 0.0
+
+    def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
+        """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
+        envelope = peel(line)
+        kind, payload = classify(envelope.message, envelope.engine)
+        if payload is None:
+            return kind, None
+        when = envelope.time
+        if when is not None and envelope.time_of_day is None:
+            self._day = when - when % 86400
+            self._last_tod = when % 86400
+        elif envelope.time_of_day is not None and self._day is not None and when is None:
+            if envelope.time_of_day + 43200 < self._last_tod:
+                self._day += 86400  # midnight passed
+            self._last_tod = envelope.time_of_day
+            when = self._day + envelope.time_of_day
+        if not isinstance(payload, dict):
+            return kind, ev.Event.deferred(
+                kind, self.node, when, source, payload, envelope.message, envelope.ranks
+            )
+        stamp = payload.pop("record_time", None)
+        if when is None and stamp is not None:
+            when = parse_iso_time(stamp)
+        return kind, ev.Event(kind, self.node, when, source, payload, envelope.ranks)

@@ -1,0 +1,83 @@
+"""Refusals: the scheduler or tokenizer declined a request (reference §2.8).
+
+In the incident these lines were the first tell: a refusal on prefill for a request that decode
+then answered. The rid is kept so the ledger can join the refusal to the request's bootstrap room.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_INPUT_TOO_LONG = re.compile(
+    r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
+)
+_SELF_RID = re.compile(r"rid='([^']*)'")
+_EXCEEDS = re.compile(r"Request (\S+) exceeds the maximum number of tokens: (\d+) > (\d+)")
+_SWA = re.compile(
+    r"Request (\S+) requires too many SWA KV tokens for decode preallocation: (\d+) > (\d+)"
+)
+_BUDGET = re.compile(r"Request (\S+) exceeds the unified FULL/SWA KV byte budget")
+_CONTEXT = re.compile(
+    r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)"
+)
+_REQUESTED = re.compile(
+    r"maximum context length of (\d+) tokens\. You requested a total of (\d+) tokens: (\d+) tokens"
+)
+_TRUNCATED = re.compile(r"len\(req\.origin_input_ids\)=(\d+), max_req_input_len=(\d+)")
+
+
+def _rejected(
+    rid: str | None, inputs: str | None, limit: str | None, reason: str
+) -> dict[str, Any]:
+    return {
+        "rid": rid,
+        "input_tokens": int(inputs) if inputs else None,
+        "limit_tokens": int(limit) if limit else None,
+        "reason": reason,
+    }
+
+
+def parse_input_too_long(message: str) -> dict[str, Any]:
+    m = _INPUT_TOO_LONG.search(message)
+    rid = _SELF_RID.search(message, m.end() if m else 0)
+    return _rejected(
+        rid.group(1) if rid else None,
+        m.group(1) if m else None,
+        m.group(2) if m else None,
+        "input_too_long",
+    )
+
+
+def parse_request_exceeds(message: str) -> dict[str, Any]:
+    m = _EXCEEDS.search(message)
+    if m:
+        return _rejected(m.group(1), m.group(2), m.group(3), "exceeds_max_tokens")
+    m = _SWA.search(message)
+    if m:
+        return _rejected(m.group(1), m.group(2), m.group(3), "exceeds_swa_tokens")
+    m = _BUDGET.search(message)
+    return _rejected(m.group(1) if m else None, None, None, "exceeds_kv_byte_budget")
+
+
+def parse_context_length(message: str) -> dict[str, Any]:
+    m = _CONTEXT.search(message)
+    if m:
+        return _rejected(None, m.group(1), m.group(2), "context_length")
+    m = _REQUESTED.search(message)
+    return _rejected(
+        None, m.group(3) if m else None, m.group(1) if m else None, "context_length_with_output"
+    )
+
+
+def parse_no_bootstrap_room(message: str) -> dict[str, Any]:
+    rid = _SELF_RID.search(message)
+    return _rejected(rid.group(1) if rid else None, None, None, "no_bootstrap_room")
+
+
+def parse_auto_truncated(message: str) -> dict[str, Any]:
+    m = _TRUNCATED.search(message)
+    return {
+        "input_tokens": int(m.group(1)) if m else None,
+        "limit_tokens": int(m.group(2)) if m else None,
+    }

@@ -1,0 +1,228 @@
+"""`--log-requests` records (text and JSON) reduced to metadata.
+
+These lines carry the users' prompts and replies. kvwatch keeps only ids, token counts, finish
+reasons and latencies: text never leaves this module. The text can also contain anything, including
+strings that look like our keys (`rid='...'`, `'prompt_tokens': 1`), so values are taken from the
+structural position where SGLang writes them, and when a key appears more than once the record is
+read with a string-literal-aware parser instead of a search.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from typing import Any
+
+from collector.sglang.values import as_float, as_int
+
+_META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
+_META_KEYS_FLOAT = (
+    "e2e_latency",
+    "first_token_latency",
+    "queue_time",
+    "forward_entry_time",
+    "prefill_finished_time",
+    "request_received_ts",
+    "response_sent_to_client_ts",
+    "request_finished_ts",
+    "inference_time",
+    "prefill_launch_latency",
+    "prefill_waiting_latency",
+)
+_META_SCALAR = re.compile(r"'(\w+)': (-?[\d.]+(?:e[-+]?\d+)?|None|True|False|'[0-9A-Za-z_.:-]*')")
+_FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
+_STATUS_CODE = re.compile(r"'status_code': (\d+)")
+_OBJ_RID = re.compile(r"\brid='([^'\\]{1,200})'")
+_OBJ_ROOM = re.compile(r"\bbootstrap_room=(\d+)")
+_STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+
+# Abort messages the engine writes itself, mapped to stable codes. Any other message is dropped:
+# an error message can echo user input, and kvwatch must not store that.
+_ABORT_CODES: tuple[tuple[str, str], ...] = (
+    ("exceeds the maximum allowed length", "input_too_long"),
+    ("exceeds the maximum number of tokens", "exceeds_max_tokens"),
+    ("longer than the model's context length", "context_length"),
+    ("maximum context length", "context_length"),
+    ("KV checksum mismatch", "checksum_mismatch"),
+    ("Metadata corruption", "metadata_corruption"),
+    ("running timeout", "running_timeout"),
+    ("waiting timeout", "waiting_timeout"),
+    ("bootstrap room", "no_bootstrap_room"),
+    ("KVTransferError", "transfer_failed"),
+    ("transfer failed", "transfer_failed"),
+    ("Abort", "aborted"),
+    ("abort", "aborted"),
+)
+
+
+def abort_code(message: str | None) -> str | None:
+    if not message:
+        return None
+    for needle, code in _ABORT_CODES:
+        if needle in message:
+            return code
+    return "other"
+
+
+def _obj_ids(obj_text: str) -> tuple[str | None, str | None]:
+    """rid and bootstrap_room from a `GenerateReqInput(...)` repr, safe against look-alike text."""
+    if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
+        obj_text = _STRING_LITERAL.sub(_keep_short_literal, obj_text)
+    rid = _OBJ_RID.search(obj_text)
+    room = _OBJ_ROOM.search(obj_text)
+    return (rid.group(1) if rid else None, room.group(1) if room else None)
+
+
+def _keep_short_literal(match: re.Match[str]) -> str:
+    """Keep id-like literals (`'4f1c…'`), blank everything else (user text)."""
+    literal = match.group(0)
+    body = literal[1:-1]
+    if len(body) <= 200 and body.replace("-", "").replace("_", "").isalnum():
+        return literal
+    return "''"
+
+
+def _meta_info_text(line: str) -> str | None:
+    start = line.rfind("'meta_info': {")
+    if start < 0:
+        return None
+    return line[start + len("'meta_info': ") :]
+
+
+def _meta_from_text(meta: str) -> dict[str, Any]:
+    pairs = _META_SCALAR.findall(meta)
+    seen: dict[str, str] = {}
+    ambiguous = False
+    for key, value in pairs:
+        if key in seen:
+            ambiguous = True
+            break
+        seen[key] = value
+    if ambiguous:
+        parsed = _literal_dict(meta)
+        if parsed is not None:
+            return parsed
+    result: dict[str, Any] = {}
+    for key, value in seen.items():
+        if value.startswith("'"):
+            result[key] = value[1:-1]
+        elif value in ("None", "True", "False"):
+            result[key] = {"None": None, "True": True, "False": False}[value]
+        else:
+            result[key] = value
+    reason = _FINISH_REASON.search(meta)
+    if reason:
+        if reason.group(1) == "None":
+            result["finish_reason"] = None
+        else:
+            finish: dict[str, Any] = {"type": reason.group(2)}
+            end = meta.find("}", reason.end())
+            segment = meta[reason.end() : end if end > 0 else len(meta)]
+            status = _STATUS_CODE.search(segment)
+            if status:
+                finish["status_code"] = int(status.group(1))
+            message_at = segment.find("'message': ")
+            if message_at >= 0:
+                finish["message"] = segment[message_at + 11 : message_at + 211]
+            result["finish_reason"] = finish
+    return result
+
+
+def _literal_dict(meta: str) -> dict[str, Any] | None:
+    """Slow, exact path: evaluate the meta_info dict literal, trimming trailing closers."""
+    text = meta.rstrip()
+    for _ in range(4):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            if not text.endswith("}"):
+                return None
+            text = text[:-1].rstrip()
+            continue
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None) -> dict[str, Any]:
+    finish = meta.get("finish_reason")
+    finish_type: str | None = None
+    status_code: int | None = None
+    message: str | None = None
+    if isinstance(finish, dict):
+        finish_type = str(finish.get("type")) if finish.get("type") is not None else None
+        status_code = as_int(str(finish["status_code"])) if finish.get("status_code") else None
+        raw_message = finish.get("message")
+        message = str(raw_message) if raw_message is not None else None
+    rid = meta.get("id") or obj_rid
+    fields: dict[str, Any] = {
+        "rid": str(rid) if rid is not None else None,
+        "bootstrap_room": room,
+        "prompt_tokens": None,
+        "cached_tokens": None,
+        "completion_tokens": None,
+        "finish_type": finish_type,
+        "status_code": status_code,
+        "abort_reason": abort_code(message) if finish_type == "abort" else None,
+        "e2e_latency": None,
+        "first_token_latency": None,
+    }
+    for key in _META_KEYS_INT:
+        if key in meta and meta[key] is not None:
+            fields[key] = as_int(str(meta[key]))
+    for key in _META_KEYS_FLOAT:
+        if key in meta and meta[key] is not None:
+            fields[key] = as_float(str(meta[key]))
+    retractions = meta.get("num_retractions", meta.get("total_retractions"))
+    if retractions is not None:
+        fields["num_retractions"] = as_int(str(retractions))
+    return fields
+
+
+def parse_text_receive(message: str) -> dict[str, Any]:
+    rid, room = _obj_ids(message)
+    return {"rid": rid, "bootstrap_room": room, "openai": message.startswith("Receive OpenAI")}
+
+
+def parse_text_finish(message: str) -> dict[str, Any]:
+    meta_text = _meta_info_text(message)
+    out_at = message.rfind(", out={")
+    obj_text = message[: out_at if out_at > 0 else len(message)]
+    rid, room = _obj_ids(obj_text)
+    meta = _meta_from_text(meta_text) if meta_text is not None else {}
+    return _finished_fields(meta, rid, room)
+
+
+def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
+    """A `--log-requests-format json` record → (kind, fields); None when it is not one."""
+    try:
+        record = json.loads(message)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    event = record.get("event")
+    if not isinstance(event, str) or not event.startswith("request."):
+        return None
+    obj = record.get("obj")
+    obj_dict = obj if isinstance(obj, dict) else {}
+    rid = record.get("rid") or obj_dict.get("rid")
+    raw_room = obj_dict.get("bootstrap_room")
+    room = str(raw_room) if isinstance(raw_room, int) else None
+    if isinstance(raw_room, str) and raw_room.isdigit():
+        room = raw_room
+    stamp = record.get("timestamp")
+    extra = {"record_time": stamp} if isinstance(stamp, str) else {}
+    if event == "request.finished":
+        out = record.get("out")
+        meta = out.get("meta_info") if isinstance(out, dict) else None
+        fields = _finished_fields(meta if isinstance(meta, dict) else {}, rid, room)
+        fields.update(extra)
+        return "request_finished", fields
+    fields = {
+        "rid": str(rid) if rid is not None else None,
+        "bootstrap_room": room,
+        "openai": event.endswith("openai"),
+    }
+    fields.update(extra)
+    return "request_received", fields

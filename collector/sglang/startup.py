@@ -1,0 +1,156 @@
+"""Startup lines: the effective server arguments and the capacity line.
+
+These decide every later verdict (pool vs context, PD role, checksum on/off), and a restart prints
+them again, so each occurrence is an event in the node's configuration timeline.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from collector.sglang.values import number
+
+# server_args keys kvwatch keeps, and the event field each becomes. Everything else (api keys,
+# paths with user names, ...) is deliberately dropped.
+_SERVER_ARG_FIELDS: dict[str, str] = {
+    "disaggregation_mode": "disaggregation_mode",
+    "disaggregation_transfer_backend": "transfer_backend",
+    "disaggregation_enable_kv_checksum": "kv_checksum",
+    "kv_canary": "kv_canary",
+    "context_length": "context_length",
+    "tp_size": "tp_size",
+    "dp_size": "dp_size",
+    "pp_size": "pp_size",
+    "ep_size": "ep_size",
+    "model_path": "model",
+    "served_model_name": "served_model_name",
+    "page_size": "page_size",
+    "max_total_tokens": "max_total_tokens",
+    "chunked_prefill_size": "chunked_prefill_size",
+    "max_prefill_tokens": "max_prefill_tokens",
+    "max_running_requests": "max_running_requests",
+    "mem_fraction_static": "mem_fraction_static",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "quantization": "quantization",
+    "disaggregation_bootstrap_port": "bootstrap_port",
+    "disaggregation_decode_enable_radix_cache": "decode_radix_cache",
+    "disable_radix_cache": "disable_radix_cache",
+    "allow_auto_truncate": "allow_auto_truncate",
+    "enable_metrics": "enable_metrics",
+    "enable_trace": "enable_trace",
+    "log_requests": "log_requests",
+    "log_requests_level": "log_requests_level",
+    "host": "host",
+    "port": "port",
+    "enable_pd_role_switch": "pd_role_switch",
+}
+_KWARG_START = re.compile(r"(?:^|[(,]\s*)(\w+)=")
+_SIMPLE_VALUE = re.compile(r"'([^'\\]*)'|\"([^\"\\]*)\"|(-?[\d.]+(?:e[-+]?\d+)?|None|True|False)")
+_CAPACITY_PAIR = re.compile(r"(\w+)=([^,\s]+)")
+
+
+def parse_server_args(message: str) -> dict[str, Any]:
+    """`server_args=ServerArgs(k=v, ...)` (older) or `server_args={'k': v, ...}` (0.5.23)."""
+    body = message[message.find("server_args=") + len("server_args=") :]
+    raw = _literal_args(body)
+    if raw is None:
+        raw = _scan_args(body)
+    fields: dict[str, Any] = {
+        "disaggregation_mode": None,
+        "transfer_backend": None,
+        "kv_checksum": None,
+        "kv_canary": None,
+        "context_length": None,
+        "tp_size": None,
+        "model": None,
+    }
+    for key, field in _SERVER_ARG_FIELDS.items():
+        if key in raw:
+            fields[field] = raw[key]
+    if fields["disaggregation_mode"] in ("null", ""):
+        fields["disaggregation_mode"] = None
+    if isinstance(fields["kv_canary"], str) and fields["kv_canary"] == "none":
+        fields["kv_canary"] = None
+    fields["args_format"] = "dict" if body.startswith("{") else "dataclass"
+    return fields
+
+
+def _literal_args(body: str) -> dict[str, Any] | None:
+    """Exact parse through the Python grammar; None when the text is not a complete literal."""
+    try:
+        if body.startswith("{"):
+            value = ast.literal_eval(body)
+            return value if isinstance(value, dict) else None
+        tree = ast.parse(body, mode="eval")
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    call = tree.body
+    if not isinstance(call, ast.Call):
+        return None
+    result: dict[str, Any] = {}
+    for keyword in call.keywords:
+        if keyword.arg is None:
+            continue
+        try:
+            result[keyword.arg] = ast.literal_eval(keyword.value)
+        except (ValueError, SyntaxError, TypeError, RecursionError):
+            continue
+    return result
+
+
+def _scan_args(body: str) -> dict[str, Any]:
+    """Tolerant fallback for truncated or non-literal reprs: `key=value` or `'key': value`."""
+    result: dict[str, Any] = {}
+    for key in _SERVER_ARG_FIELDS:
+        for pattern in (f"{key}=", f"'{key}': "):
+            at = body.find(pattern)
+            if at < 0:
+                continue
+            value = _SIMPLE_VALUE.match(body, at + len(pattern))
+            if value:
+                quoted = value.group(1) if value.group(1) is not None else value.group(2)
+                result[key] = quoted if quoted is not None else number(value.group(3))
+            break
+    return result
+
+
+def parse_capacity(message: str) -> dict[str, Any]:
+    """`max_total_num_tokens=…, chunked_prefill_size=…, …, context_len=…, available_gpu_mem=…`.
+
+    Searched anywhere in the message: interleaved process output glues it to other lines.
+    """
+    at = message.find("max_total_num_tokens=")
+    fields: dict[str, Any] = {
+        "max_total_num_tokens": None,
+        "context_len": None,
+        "chunked_prefill_size": None,
+        "max_prefill_tokens": None,
+        "max_running_requests": None,
+    }
+    for key, value in _CAPACITY_PAIR.findall(message, at):
+        fields[key] = number(value)
+    return fields
+
+
+_POOL_WARNING = re.compile(r"KV pool holds (\d+) tokens, fewer than --context-length (\d+)")
+_KV_ALLOCATED = re.compile(r"#tokens: (\d+)")
+_DTYPE = re.compile(r"dtype: ([\w.]+)")
+
+
+def parse_pool_warning(message: str) -> dict[str, Any]:
+    m = _POOL_WARNING.search(message)
+    return {
+        "pool_tokens": int(m.group(1)) if m else None,
+        "context_len": int(m.group(2)) if m else None,
+    }
+
+
+def parse_kv_allocated(message: str) -> dict[str, Any]:
+    tokens = _KV_ALLOCATED.search(message)
+    dtype = _DTYPE.search(message)
+    return {
+        "tokens": int(tokens.group(1)) if tokens else None,
+        "dtype": dtype.group(1) if dtype else None,
+    }

@@ -1,0 +1,96 @@
+"""Turning the textual values SGLang prints into numbers, booleans and normalised keys.
+
+Shared by every message parser so that `#new-token: 158`, `token usage: 0.08`, `cuda graph: True`
+and `cache hit rate: 12.5%` all come out typed the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_NON_ALNUM = re.compile(r"[^0-9a-z]+")
+_key_cache: dict[str, str] = {}
+
+
+def normalise_key(raw: str) -> str:
+    """`#new-token` → `new_token`, `input throughput (token/s)` → `input_throughput_token_s`.
+
+    Units stay in the key on purpose: two eras may print the same quantity in different units,
+    and silently merging them would be worse than keeping both names.
+    """
+    cached = _key_cache.get(raw)
+    if cached is None:
+        cached = _NON_ALNUM.sub("_", raw.lower()).strip("_")
+        if len(_key_cache) < 10_000:
+            _key_cache[raw] = cached
+    return cached
+
+
+def number(text: str) -> Any:
+    """Parse an int, float, bool, None or percentage; anything else stays a stripped string."""
+    text = text.strip()
+    if not text:
+        return text
+    first = text[0]
+    if first.isdigit() or first in "-+.":
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        if text.endswith("%"):
+            try:
+                return float(text[:-1]) / 100.0
+            except ValueError:
+                return text
+        return text
+    if text == "True":
+        return True
+    if text == "False":
+        return False
+    if text == "None" or text == "null":
+        return None
+    if text in ("nan", "NaN", "inf", "-inf"):
+        return float(text)
+    return text
+
+
+def as_int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return int(float(text))
+        except ValueError:
+            return None
+
+
+def as_float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def duration_seconds(text: str) -> float | None:
+    """`88.41ms` → 0.08841, `1.2s` → 1.2, `3.5` (taken as seconds) → 3.5."""
+    text = text.strip()
+    scale = 1.0
+    if text.endswith("ms"):
+        text, scale = text[:-2], 0.001
+    elif text.endswith("us"):
+        text, scale = text[:-2], 1e-6
+    elif text.endswith("s"):
+        text = text[:-1]
+    try:
+        return float(text) * scale
+    except ValueError:
+        return None

@@ -1,0 +1,1 @@
+"""Detectors: the detection logic, one code path for live monitoring and forensics."""

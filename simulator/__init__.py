@@ -1,0 +1,1 @@
+"""An SGLang prefill/decode deployment simulator whose paged KV pool really leaks."""

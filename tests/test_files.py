@@ -1,0 +1,125 @@
+"""Reading telemetry files the way fleets leave them: rotated, gzipped, damaged."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from collector.events import iso_time
+from collector.files import MAX_LINE_BYTES, ReadStats, describe, discover, read_lines
+from collector.parse import ParseStats, events_by_node, events_in_time_order
+
+DECODE = (
+    "Decode batch, #running-req: {n}, #token: 10, token usage: 0.00, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0"
+)
+
+
+def _line(second: int, n: int, ranks: str = " TP0") -> str:
+    return f"[2026-11-02 10:00:{second:02d}{ranks}] " + DECODE.format(n=n)
+
+
+def test_rotated_siblings_are_one_node_read_oldest_first(tmp_path: Path) -> None:
+    (tmp_path / "decode-0.log.2.gz").write_bytes(gzip.compress((_line(1, 1) + "\n").encode()))
+    (tmp_path / "decode-0.log.1").write_text(_line(2, 2) + "\n")
+    (tmp_path / "decode-0.log").write_text(_line(3, 3) + "\n")
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    assert [e.node for e in events] == ["decode-0"] * 3
+    assert [e.fields["running_req"] for e in events] == [1, 2, 3]
+    assert stats.files == 3
+
+
+def test_describe_names_nodes_and_kinds() -> None:
+    cases = {
+        "prefill-0.log": ("prefill-0", "log"),
+        "prefill-0.log.12": ("prefill-0", "log"),
+        "prefill-0.log.3.gz": ("prefill-0", "log"),
+        "node1.example.com.log": ("node1.example.com", "log"),
+        "decode-1@20260827T100000Z.prom": ("decode-1", "prom"),
+        "decode-1@20260827T100000Z.server_info.json": ("decode-1", "json"),
+        "host_0.log.2026-09-01": ("host_0", "log"),
+    }
+    for name, (node, kind) in cases.items():
+        described = describe(Path(name))
+        assert described is not None, name
+        assert (described.node, described.kind) == (node, kind), name
+    snapshot = describe(Path("decode-1@20260827T100000Z.prom"))
+    assert snapshot is not None and iso_time(snapshot.snapshot_time) == "2026-08-27T10:00:00.000Z"
+    assert describe(Path("report.html")) is None
+
+
+def test_folder_per_host_layout_names_nodes_by_folder(tmp_path: Path) -> None:
+    for host in ("prefill-0", "decode-0"):
+        (tmp_path / host).mkdir()
+        (tmp_path / host / "sglang.log").write_text(_line(1, 1) + "\n")
+    nodes = sorted({f.node for f in discover([tmp_path])})
+    assert nodes == ["decode-0/sglang", "prefill-0/sglang"]
+
+
+def test_truncated_gzip_keeps_what_was_readable_and_counts_the_damage(tmp_path: Path) -> None:
+    body = "".join(_line(s % 60, s) + "\n" for s in range(2000)).encode()
+    blob = gzip.compress(body)
+    path = tmp_path / "x.log.1.gz"
+    path.write_bytes(blob[: len(blob) // 2])
+    read = ReadStats()
+    lines = list(read_lines(path, read))
+    assert read.dropped.get("truncated_gzip") == 1
+    assert 0 < len(lines) < 2000
+
+
+def test_crlf_partial_last_line_and_bad_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(
+        (_line(1, 1) + "\r\n").encode()
+        + b"[2026-11-02 10:00:02 TP0] Decode batch, #running-req: \xff\xfe7, #token: 1\r\n"
+        + b"\x00\x01\x02\x03\x00\x00\x00\x00\x00\x00\n"
+        + _line(3, 3).encode()  # no trailing newline: the writer was cut off
+    )
+    read = ReadStats()
+    lines = list(read_lines(path, read))
+    numbers = [n for n, _ in lines]
+    texts = [t for _, t in lines]
+    assert numbers == [1, 2, 3, 4]
+    assert not any(t.endswith("\r") for t in texts)
+    assert texts[2] == ""  # binary junk blanked, line numbering kept
+    assert read.dropped == {"non_utf8_line_repaired": 1, "binary": 1}
+    stats = ParseStats()
+    events = list(events_by_node([path], stats))
+    assert [e.fields["running_req"] for e in events][0] == 1
+    assert events[-1].fields["running_req"] == 3
+    assert read.lines == 4
+
+
+def test_huge_line_is_skipped_without_being_held(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    with open(path, "wb") as handle:
+        handle.write((_line(1, 1) + "\n").encode())
+        handle.write(b"A" * (MAX_LINE_BYTES * 5) + b"\n")
+        handle.write((_line(2, 2) + "\n").encode())
+    read = ReadStats()
+    lines = list(read_lines(path, read))
+    assert [n for n, _ in lines] == [1, 3]
+    assert read.dropped == {"line_too_long": 1}
+
+
+def test_nodes_merge_into_one_timeline(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(_line(1, 1) + "\n" + _line(5, 5) + "\n")
+    (tmp_path / "b.log").write_text(
+        _line(3, 3) + "\n" + "Decode batch, #running-req: 4\n" + _line(7, 7) + "\n"
+    )
+    events = list(events_in_time_order([tmp_path], ParseStats()))
+    assert [e.fields["running_req"] for e in events] == [1, 3, 4, 5, 7]
+
+
+def test_unreadable_file_is_counted_not_raised(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_text(_line(1, 1) + "\n")
+    os.chmod(path, 0)
+    read = ReadStats()
+    lines = list(read_lines(path, read))
+    if os.geteuid() != 0:  # root reads anything; then the file is simply read
+        assert lines == [] and read.dropped == {"unreadable_file": 1}
+    else:
+        assert len(lines) == 1
