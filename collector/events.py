@@ -106,7 +106,7 @@ class Event:
         self.source = source
         self.ranks: dict[str, int] = ranks if ranks is not None else {}
         self._fields: dict[str, Any] | None = fields if fields is not None else {}
-        self._pending: tuple[Callable[[str], dict[str, Any]], str] | None = None
+        self._pending: tuple[Callable[[str], dict[str, Any]], str, int] | None = None
 
     @classmethod
     def deferred(
@@ -118,8 +118,9 @@ class Event:
         parse: Callable[[str], dict[str, Any]],
         text: str,
         ranks: dict[str, int] | None = None,
+        offset: int = 0,
     ) -> Event:
-        """An event whose fields are `parse(text)`, computed on first access."""
+        """An event whose fields are `parse(text[offset:])`, computed on first access."""
         event = cls.__new__(cls)
         event.kind = kind
         event.node = node
@@ -127,7 +128,7 @@ class Event:
         event.source = source
         event.ranks = ranks if ranks is not None else {}
         event._fields = None
-        event._pending = (parse, text)
+        event._pending = (parse, text, offset)
         return event
 
     @property
@@ -135,7 +136,11 @@ class Event:
         if self._fields is None:
             pending = self._pending
             self._pending = None
-            self._fields = pending[0](pending[1]) if pending is not None else {}
+            if pending is None:
+                self._fields = {}
+            else:
+                parse, text, offset = pending
+                self._fields = parse(text[offset:] if offset else text)
         return self._fields
 
     @fields.setter

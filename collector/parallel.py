@@ -16,7 +16,7 @@ from pathlib import Path
 from collector.files import TelemetryFile, discover, is_gzip, line_aligned_ranges
 from collector.parse import ParseStats, file_events
 
-CHUNK_BYTES = 64 << 20
+CHUNK_BYTES = 16 << 20
 
 Task = tuple[TelemetryFile, tuple[int, int] | None]
 

@@ -86,6 +86,20 @@ def _fraction(digits: str | None) -> float:
 _head_cache: dict[str, tuple[float, dict[str, int]]] = {}
 
 
+def cached_head(line: str) -> tuple[float, dict[str, int], int] | None:
+    """(time, ranks, message offset) when the line's SGLang prefix was seen before, else None.
+
+    The hot path of forensics: no regex, no copy of the (often kilobytes long) message.
+    """
+    if line[:1] == "[":
+        close = line.find("] ", 20, 80)
+        if close > 0:
+            cached = _head_cache.get(line[:close])
+            if cached is not None:
+                return cached[0], cached[1], close + 2
+    return None
+
+
 def peel(line: str) -> Envelope:
     """Split a line into its envelope and message. Never raises.
 
@@ -93,12 +107,9 @@ def peel(line: str) -> Envelope:
     rank, so it is looked up in a small cache before any regex runs. `ranks` dicts are shared
     between envelopes: treat them as read-only.
     """
-    if line[:1] == "[":
-        close = line.find("] ", 20, 80)
-        if close > 0:
-            cached = _head_cache.get(line[:close])
-            if cached is not None:
-                return Envelope(cached[0], None, cached[1], line[close + 2 :], True)
+    hit = cached_head(line)
+    if hit is not None:
+        return Envelope(hit[0], None, hit[1], line[hit[2] :], True)
     shipper_time: float | None = None
     shipped = _SHIPPER.match(line)
     if shipped:

@@ -21,7 +21,7 @@ from collector import events as ev
 from collector.events import parse_iso_time
 from collector.sglang import pd, refusals, request_log, startup
 from collector.sglang.batch import parse_batch_fields
-from collector.sglang.envelope import peel
+from collector.sglang.envelope import cached_head, peel
 from collector.sglang.time_stats import parse_time_stats
 
 Fields = dict[str, Any]
@@ -36,9 +36,22 @@ UNCLASSIFIED_OTHER: Final = "unclassified_other"
 NOISE_PREFIX: Final = "noise:"
 
 
+class _Static:
+    """A handler whose outcome does not depend on the message: classification by head alone.
+
+    The parser can then skip slicing the message out of the line until fields are wanted."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, kind: str, parse: FieldParser) -> None:
+        self.outcome: Outcome = (kind, parse)
+
+    def __call__(self, message: str) -> Outcome:
+        return self.outcome
+
+
 def _event(kind: str, parse: FieldParser) -> Handler:
-    outcome: Outcome = (kind, parse)
-    return lambda message: outcome
+    return _Static(kind, parse)
 
 
 def _noise(category: str) -> Handler:
@@ -195,6 +208,11 @@ RULES: Final[tuple[Rule, ...]] = (
 
 _HEADS = re.compile("|".join(f"(?P<r{i}>{re.escape(rule.head)})" for i, rule in enumerate(RULES)))
 _HANDLERS: Final[dict[str, Handler]] = {f"r{i}": rule.handle for i, rule in enumerate(RULES)}
+_STATIC: Final[dict[str, tuple[str, FieldParser]]] = {
+    f"r{i}": rule.handle.outcome  # type: ignore[misc]
+    for i, rule in enumerate(RULES)
+    if isinstance(rule.handle, _Static)
+}
 
 # Second look, for lines whose head did not match (glued or wrapped lines).
 _CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
@@ -259,15 +277,31 @@ class LineParser:
 
     def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
+        hit = cached_head(line)
+        if hit is not None:  # fast path: a known prefix and a head that decides the kind
+            when, ranks, start = hit
+            self._last_tod = when % 86400
+            self._day = when - self._last_tod
+            m = _HEADS.match(line, start)
+            if m is not None:
+                static = _STATIC.get(m.lastgroup or "")
+                if static is not None:
+                    kind, parse = static
+                    return kind, ev.Event.deferred(
+                        kind, self.node, when, source, parse, line, ranks, start
+                    )
+        return self._parse_general(line, source)
+
+    def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         envelope = peel(line)
         kind, payload = classify(envelope.message, envelope.engine)
-        if payload is None:
-            return kind, None
         when = envelope.time
         if when is not None and envelope.time_of_day is None:
-            self._day = when - when % 86400
             self._last_tod = when % 86400
-        elif envelope.time_of_day is not None and self._day is not None and when is None:
+            self._day = when - self._last_tod
+        if payload is None:
+            return kind, None
+        if envelope.time_of_day is not None and self._day is not None and when is None:
             if envelope.time_of_day + 43200 < self._last_tod:
                 self._day += 86400  # midnight passed
             self._last_tod = envelope.time_of_day
