@@ -26,6 +26,7 @@ MAX_LINE_BYTES: Final = 1 << 20
 _ROTATION = re.compile(
     r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|[.-](?P<date>\d{4}-?\d\d-?\d\d(?:[T_-]?\d\d)?))$"
 )
+_HOURLY_SUFFIX = re.compile(r"[-_.](\d{8}(?:[_T-]?\d\d)?)$")
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
 _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".server_info.json", "json"),
@@ -89,6 +90,10 @@ def describe(path: Path) -> TelemetryFile | None:
         if name.endswith(ext):
             name, kind = name[: -len(ext)], ext_kind
             break
+    hourly = _HOURLY_SUFFIX.search(name)
+    if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
+        date_key = hourly.group(1)
+        name = name[: hourly.start()]
     snapshot_time = None
     stamp = _SNAPSHOT_TIME.search(name)
     if stamp:

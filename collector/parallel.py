@@ -52,10 +52,12 @@ def _count(task: Task) -> ParseStats:
     return stats
 
 
-def count_events(paths: Iterable[str | Path], workers: int | None = None) -> ParseStats:
+def count_events(
+    paths: Iterable[str | Path], workers: int | None = None, chunk_bytes: int = CHUNK_BYTES
+) -> ParseStats:
     """ParseStats over all files, computed by `workers` processes (default: all cores)."""
     total = ParseStats()
-    tasks = plan(paths)
+    tasks = plan(paths, chunk_bytes)
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:

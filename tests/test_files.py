@@ -40,6 +40,7 @@ def test_describe_names_nodes_and_kinds() -> None:
         "decode-1@20260827T100000Z.prom": ("decode-1", "prom"),
         "decode-1@20260827T100000Z.server_info.json": ("decode-1", "json"),
         "host_0.log.2026-09-01": ("host_0", "log"),
+        "sglang-request-metrics-20260827_10.log": ("sglang-request-metrics", "log"),
     }
     for name, (node, kind) in cases.items():
         described = describe(Path(name))

@@ -193,6 +193,25 @@ def parse_text_finish(message: str) -> dict[str, Any]:
     return _finished_fields(meta, rid, room)
 
 
+def _exported_metrics_record(record: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """`--export-metrics-to-file` records: meta_info nested or flattened, plus request parameters.
+
+    Only the metadata is read; `request_parameters` (which can hold the prompt) is ignored.
+    """
+    meta = record.get("meta_info")
+    if not isinstance(meta, dict):
+        meta = record if "prompt_tokens" in record and "id" in record else None
+    if meta is None:
+        return None
+    raw_room = record.get("bootstrap_room", meta.get("bootstrap_room"))
+    room = str(raw_room) if isinstance(raw_room, int) or str(raw_room).isdigit() else None
+    fields = _finished_fields(meta, None, room)
+    stamp = record.get("timestamp") or record.get("time")
+    if isinstance(stamp, str):
+        fields["record_time"] = stamp
+    return "request_finished", fields
+
+
 def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     """A `--log-requests-format json` record → (kind, fields); None when it is not one."""
     try:
@@ -203,7 +222,7 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
         return None
     event = record.get("event")
     if not isinstance(event, str) or not event.startswith("request."):
-        return None
+        return _exported_metrics_record(record)
     obj = record.get("obj")
     obj_dict = obj if isinstance(obj, dict) else {}
     rid = record.get("rid") or obj_dict.get("rid")

@@ -1,0 +1,88 @@
+"""`kvwatch parse` end to end, through the installed console script."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from collector.parallel import count_events, plan
+from tests.golden import GOLDEN
+
+KVWATCH = [sys.executable, "-m", "collector.cli"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KVWATCH, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_jsonl_output_follows_the_event_contract(tmp_path: Path) -> None:
+    done = _run("parse", str(GOLDEN / "logs" / "pd.log"), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(events) == 24  # 25 lines, the glog line is noise
+    for event in events:
+        assert {"kind", "node", "time", "source"} <= set(event)
+        assert event["node"] == "pd"
+        assert event["source"].startswith(str(GOLDEN / "logs" / "pd.log") + ":")
+    mismatch = next(e for e in events if e["kind"] == "checksum_mismatch")
+    assert mismatch["bootstrap_room"] == "2170015846053279415"
+    assert mismatch["dp"] == 1 and mismatch["tp"] == 1 and mismatch["ep"] == 1
+    assert mismatch["time"] == "2026-11-02T10:16:40.000Z"
+
+
+def test_stats_on_a_mixed_log_has_no_unclassified_documented_lines(tmp_path: Path) -> None:
+    # Every golden family except the one that plants deliberately unknown lines.
+    mixed = tmp_path / "mixed.log"
+    with open(mixed, "w") as out:
+        for path in sorted((GOLDEN / "logs").glob("*.log")):
+            if path.name != "canary_noise.log":
+                out.write(path.read_text())
+    done = _run("parse", str(mixed), "--stats-json")
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(done.stdout)
+    assert stats["unclassified_engine_lines"] == 0
+    assert stats["unclassified_other_lines"] == 0
+    assert stats["events_by_kind"]["request_finished"] == 7
+    assert stats["events_by_kind"]["transfer_failed"] == 7
+    assert stats["lines"] == sum(
+        len(p.read_text().splitlines())
+        for p in (GOLDEN / "logs").glob("*.log")
+        if p.name != "canary_noise.log"
+    )
+
+
+def test_stats_count_drift_as_unclassified_heads(tmp_path: Path) -> None:
+    shutil.copy(GOLDEN / "logs" / "canary_noise.log", tmp_path / "n.log")
+    done = _run("parse", str(tmp_path), "--stats-json", "--workers", "1")
+    stats = json.loads(done.stdout)
+    assert stats["unclassified_engine_lines"] == 1
+    assert stats["unclassified_heads"] == {"Totally new": 1}
+    assert stats["unclassified_other_lines"] == 1
+
+
+def test_parallel_and_serial_counts_agree(tmp_path: Path) -> None:
+    body = "".join(p.read_text() for p in sorted((GOLDEN / "logs").glob("*.log")))
+    (tmp_path / "big.log").write_text(body * 300)
+    (tmp_path / "old.log.1.gz").write_bytes(gzip.compress(body.encode()))
+    serial = json.loads(_run("parse", str(tmp_path), "--stats-json", "--workers", "1").stdout)
+    # Small chunks, so that the big file really is split between workers mid-file.
+    parallel = count_events([tmp_path], workers=2, chunk_bytes=64 << 10).to_json_dict()
+    assert len(plan([tmp_path], 64 << 10)) > 50
+    for key in (
+        "lines",
+        "bytes",
+        "events_by_kind",
+        "noise_by_category",
+        "unclassified_engine_lines",
+    ):
+        assert serial[key] == parallel[key], key
+
+
+def test_no_files_is_a_clear_error(tmp_path: Path) -> None:
+    done = _run("parse", str(tmp_path), "--stats")
+    assert done.returncode == 2
+    assert "no telemetry files" in done.stderr
