@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import TextIO
@@ -37,7 +38,13 @@ def run_parse(
         dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
         write = out.write
         for event in source(paths, stats):
-            write(dumps(event.to_json_dict()))
+            record = event.to_json_dict()
+            value = record.get("value")
+            if isinstance(value, float) and not math.isfinite(value):
+                # Valid Prometheus samples, but bare NaN/Infinity is not JSON: use the
+                # exposition's own spelling as a string.
+                record["value"] = "NaN" if value != value else ("+Inf" if value > 0 else "-Inf")
+            write(dumps(record))
             write("\n")
     else:
         for _ in source(paths, stats):

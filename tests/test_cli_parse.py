@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from collector.parallel import count_events, plan
 from tests.golden import GOLDEN
 
@@ -86,3 +88,22 @@ def test_no_files_is_a_clear_error(tmp_path: Path) -> None:
     done = _run("parse", str(tmp_path), "--stats")
     assert done.returncode == 2
     assert "no telemetry files" in done.stderr
+
+
+def test_jsonl_is_strict_json_even_for_nan_samples(tmp_path: Path) -> None:
+    (tmp_path / "decode-0.prom").write_text(
+        "# TYPE sglang:fwd_occupancy gauge\n"
+        'sglang:fwd_occupancy{engine_type="decode",model_name="m"} NaN\n'
+        'sglang:max_total_num_tokens{engine_type="decode",model_name="m"} 360072.0\n'
+    )
+    done = _run("parse", str(tmp_path), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    events = [
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))
+        for line in done.stdout.splitlines()
+    ]
+    by_name = {e["name"]: e for e in events}
+    assert by_name["sglang:fwd_occupancy"]["value"] == "NaN"
+    assert by_name["sglang:max_total_num_tokens"]["value"] == 360072.0
+    assert by_name["sglang:max_total_num_tokens"]["signal"] == "pool_tokens"
+    assert by_name["sglang:max_total_num_tokens"]["node"] == "decode-0"

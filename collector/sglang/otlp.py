@@ -1,0 +1,448 @@
+"""OTLP traces (protobuf or OTLP/JSON) → one `request_trace` event per SGLang request span.
+
+SGLang's request root span (`"{role} Req {rid[:8]}"`, `module=sglang::request`) carries what
+the timing detector needs — prompt and cached tokens, time to first token, prefill time — and
+`bootstrap_room`, which joins a prefill request to its decode twin. The thread spans under it
+mark aborts (status ERROR), and the slice spans (`prefill_forward`,
+`prefill_transfer_kv_cache`, ...) give per-stage durations when they arrive in the same export.
+
+Both encodings go through one `ExportTraceServiceRequest`: OTLP/JSON differs from protobuf's
+canonical JSON only in hex (not base64) trace and span ids, which are rewritten before
+`json_format.ParseDict`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+
+from collector.events import REQUEST_TRACE, Event
+from collector.sglang.outcome import (
+    MALFORMED_OTLP_JSON,
+    MISSING_FIELD,
+    NOT_JSON,
+    NOT_JSON_OBJECT,
+    NOT_PROTOBUF,
+    ParseOutcome,
+)
+
+# Stats keys: every span is counted under exactly one of these, or dropped.
+SPANS: Final = "spans"
+REQUEST_SPANS: Final = "request_spans"
+THREAD_SPANS: Final = "thread_spans"
+SLICE_SPANS: Final = "slice_spans"
+ROUTER_SPANS: Final = "router_spans"
+OTHER_SPANS: Final = "other_spans"
+BAD_BOOTSTRAP_ROOM: Final = "bad_bootstrap_room"
+
+REQUEST_MODULE: Final = "sglang::request"
+# Slice span names documented for 0.5.23; unknown names under a request are kept too.
+SLICE_NAMES: Final = frozenset(
+    {
+        "tokenize",
+        "api_server_dispatch",
+        "dpc_dispatch",
+        "request_process",
+        "prefill_waiting",
+        "prefill_forward",
+        "chunked_prefill",
+        "decode_forward",
+        "decode_loop",
+        "mm_encode",
+        "prefill_prepare",
+        "prefill_bootstrap",
+        "prefill_transfer_kv_cache",
+        "decode_prepare",
+        "decode_bootstrap",
+        "decode_waiting",
+        "decode_transferred",
+        "fake_output",
+        "quick_finish",
+        "spec_draft",
+        "spec_verify",
+        "run_batch_cpu",
+        "mooncake_send",
+        "mooncake_recv",
+        "mooncake_worker_send",
+        "mooncake_worker_send_session",
+        "mooncake_worker_recv",
+    }
+)
+
+_ROOT_NAME: Final = re.compile(r"(\w*) ?Req \S+")
+_THREAD_NAME: Final = re.compile(r".*\(host:[^|]*\| pid:\d+\)")
+_HEX: Final = re.compile(r"[0-9a-fA-F]+")
+_JSON_TYPES: Final = ("application/json", "text/json")
+_PROTOBUF_TYPES: Final = ("application/x-protobuf", "application/protobuf")
+_MAX_DEPTH: Final = 64
+_UINT64: Final = 1 << 64
+_NS: Final = 1_000_000_000  # int / int divides with correct rounding; int / 1e9 may not
+
+
+def parse_otlp_traces(
+    payload: bytes | str,
+    *,
+    content_type: str,
+    node: str | None = None,
+    source: str = "otlp",
+) -> ParseOutcome:
+    """Parse one OTLP/HTTP trace export body.
+
+    `content_type` picks the decoder (`application/x-protobuf` or `application/json`;
+    anything else is sniffed). `node` overrides the node name, which is otherwise
+    `service.name` (plus `@host` when the resource or a thread span names a host).
+    Drops: `not_protobuf`, `not_json`, `not_json_object`, `malformed_otlp_json` (whole
+    payload) and `missing_field` (a request span without `rid`).
+    """
+    out = ParseOutcome()
+    data = payload.encode("utf-8", "replace") if isinstance(payload, str) else bytes(payload)
+    request = _decode(data, content_type, out)
+    if request is None:
+        return out
+    spans = list(_spans(request))
+    out.note(SPANS, len(spans))
+    by_id = {(s.span.trace_id, s.span.span_id): s for s in spans if s.span.span_id}
+    roots: list[_SpanRef] = []
+    for ref in spans:
+        ref.kind = _classify(ref)
+        if ref.kind == REQUEST_SPANS:
+            roots.append(ref)
+    for ref in spans:
+        if ref.kind in (REQUEST_SPANS, ROUTER_SPANS):
+            continue
+        root = _find_root(ref, by_id)
+        if ref.kind == THREAD_SPANS:
+            if root is not None:
+                root.threads.append(ref)
+            continue
+        if root is not None or ref.span.name in SLICE_NAMES:
+            ref.kind = SLICE_SPANS
+            if root is not None:
+                seconds = _duration(ref.span)
+                root.stages[ref.span.name] = root.stages.get(ref.span.name, 0.0) + seconds
+        else:
+            ref.kind = OTHER_SPANS
+    for ref in spans:
+        if ref.kind != REQUEST_SPANS:
+            out.note(ref.kind)
+    for root in roots:
+        event = _request_event(root, node, source, out)
+        if event is None:
+            out.drop(MISSING_FIELD)
+        else:
+            out.note(REQUEST_SPANS)
+            out.events.append(event)
+    return out
+
+
+@dataclass(slots=True, eq=False)
+class _SpanRef:
+    span: Span
+    resource: dict[str, Any]
+    attributes: dict[str, Any]
+    kind: str = OTHER_SPANS
+    threads: list[_SpanRef] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def _decode(
+    payload: bytes, content_type: str, out: ParseOutcome
+) -> ExportTraceServiceRequest | None:
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media in _JSON_TYPES or media.endswith("+json"):
+        as_json = True
+    elif media in _PROTOBUF_TYPES:
+        as_json = False
+    else:
+        as_json = payload.lstrip()[:1] in (b"{", b"[")
+    request = ExportTraceServiceRequest()
+    if not as_json:
+        try:
+            request.ParseFromString(payload)
+        except (DecodeError, RecursionError, ValueError):
+            out.drop(NOT_PROTOBUF)
+            return None
+        return request
+    try:
+        doc = json.loads(payload)
+    except (ValueError, RecursionError):
+        out.drop(NOT_JSON)
+        return None
+    if not isinstance(doc, dict):
+        out.drop(NOT_JSON_OBJECT)
+        return None
+    try:
+        _otlp_json_ids(doc)
+        json_format.ParseDict(doc, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError):
+        out.drop(MALFORMED_OTLP_JSON)
+        return None
+    return request
+
+
+def _otlp_json_ids(doc: dict[str, Any]) -> None:
+    """OTLP/JSON → protobuf JSON: hex ids to base64, pre-1.0 `instrumentationLibrary*` keys."""
+    for resource_spans in _items(doc.get("resourceSpans", doc.get("resource_spans"))):
+        if not isinstance(resource_spans, dict):
+            continue
+        legacy = resource_spans.pop("instrumentationLibrarySpans", None)
+        if legacy is not None and "scopeSpans" not in resource_spans:
+            resource_spans["scopeSpans"] = legacy
+        scopes = resource_spans.get("scopeSpans", resource_spans.get("scope_spans"))
+        for scope_spans in _items(scopes):
+            if not isinstance(scope_spans, dict):
+                continue
+            library = scope_spans.pop("instrumentationLibrary", None)
+            if library is not None and "scope" not in scope_spans:
+                scope_spans["scope"] = library
+            for span in _items(scope_spans.get("spans")):
+                if isinstance(span, dict):
+                    _rewrite_ids(span)
+                    for link in _items(span.get("links")):
+                        if isinstance(link, dict):
+                            _rewrite_ids(link)
+
+
+def _rewrite_ids(obj: dict[str, Any]) -> None:
+    for camel, snake, size in (
+        ("traceId", "trace_id", 32),
+        ("spanId", "span_id", 16),
+        ("parentSpanId", "parent_span_id", 16),
+    ):
+        for key in (camel, snake):
+            value = obj.get(key)
+            if isinstance(value, str) and len(value) == size and _HEX.fullmatch(value):
+                obj[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _spans(request: ExportTraceServiceRequest) -> Iterable[_SpanRef]:
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                yield _SpanRef(span, resource, _attributes(span.attributes))
+
+
+def _classify(ref: _SpanRef) -> str:
+    name = ref.span.name
+    attrs = ref.attributes
+    if "thread_label" in attrs or _THREAD_NAME.fullmatch(name):
+        return THREAD_SPANS
+    if name == "http_request" or attrs.get("module") == "smg":
+        return ROUTER_SPANS
+    if _ROOT_NAME.fullmatch(name) and (attrs.get("module") == REQUEST_MODULE or "rid" in attrs):
+        return REQUEST_SPANS
+    return OTHER_SPANS
+
+
+def _find_root(ref: _SpanRef, by_id: dict[tuple[bytes, bytes], _SpanRef]) -> _SpanRef | None:
+    span = ref.span
+    for _ in range(_MAX_DEPTH):
+        if not span.parent_span_id:
+            return None
+        parent = by_id.get((span.trace_id, span.parent_span_id))
+        if parent is None:
+            return None
+        if parent.kind == REQUEST_SPANS:
+            return parent
+        span = parent.span
+    return None
+
+
+def _request_event(
+    root: _SpanRef, node: str | None, source: str, out: ParseOutcome
+) -> Event | None:
+    attrs = root.attributes
+    span = root.span
+    rid = _text(attrs.get("rid")) or _text(attrs.get("gen_ai.request.id"))
+    if rid is None:
+        return None
+    match = _ROOT_NAME.fullmatch(span.name)
+    role = (match.group(1) if match else "") or "unified"
+    room_raw = attrs.get("bootstrap_room")
+    room = room_to_decimal(room_raw)
+    if room_raw is not None and room is None:
+        out.note(BAD_BOOTSTRAP_ROOM)
+    status, reason = _status(root)
+    service = _text(root.resource.get("service.name"))
+    start = span.start_time_unix_nano / _NS if span.start_time_unix_nano else None
+    end = span.end_time_unix_nano / _NS if span.end_time_unix_nano else None
+    fields: dict[str, Any] = {
+        "rid": rid,
+        "bootstrap_room": room,
+        "role": role,
+        "prompt_tokens": _int(attrs.get("gen_ai.usage.prompt_tokens")),
+        "completion_tokens": _int(attrs.get("gen_ai.usage.completion_tokens")),
+        "cached_tokens": _int(attrs.get("gen_ai.usage.cached_tokens")),
+        "ttft": _float(attrs.get("gen_ai.latency.time_to_first_token")),
+        "e2e": _float(attrs.get("gen_ai.latency.e2e")),
+        "time_in_model_prefill": _float(attrs.get("gen_ai.latency.time_in_model_prefill")),
+        "time_in_model_decode": _float(attrs.get("gen_ai.latency.time_in_model_decode")),
+        "time_in_model_inference": _float(attrs.get("gen_ai.latency.time_in_model_inference")),
+        "finish_reasons": _finish_reasons(attrs.get("gen_ai.response.finish_reasons")),
+        "status": status,
+        "error_reason": reason,
+        "service": service,
+        "model": _text(attrs.get("gen_ai.response.model")),
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "start": start,
+        "end": end,
+    }
+    if root.stages:
+        fields["stage_seconds"] = dict(root.stages)
+    ranks: dict[str, int] = {}
+    for thread in root.threads:
+        dp = _int(thread.attributes.get("dp_rank"))
+        if dp is not None:
+            ranks["dp"] = dp
+            break
+    return Event(REQUEST_TRACE, node or _node_name(root), end, source, fields, ranks)
+
+
+def _status(root: _SpanRef) -> tuple[str, str | None]:
+    """`error` when the request span or any of its thread spans has status ERROR."""
+    for ref in [root, *root.threads]:
+        if ref.span.status.code == Status.STATUS_CODE_ERROR:
+            reason = _text(ref.attributes.get("reason")) or _text(ref.span.status.message)
+            return "error", reason
+    return "ok", None
+
+
+def _node_name(root: _SpanRef) -> str:
+    service = _text(root.resource.get("service.name")) or "otlp"
+    host = _text(root.resource.get("host.name")) or _text(root.resource.get("host.id"))
+    if host is None:
+        for thread in root.threads:
+            host = _text(thread.attributes.get("host_id"))
+            if host is not None:
+                break
+    return f"{service}@{host}" if host else service
+
+
+def room_to_decimal(value: Any) -> str | None:
+    """A trace's `bootstrap_room` (hex string, `0x` optional; or an int) → decimal string.
+
+    Negative ints are uint64 rooms that overflowed OTLP's int64. A prefix-less string of more
+    than 16 digits cannot be a uint64 in hex, so it is taken as already decimal.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value % _UINT64)
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            return str(int(value) % _UINT64)
+        return None
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    prefixed = text[:2].lower() == "0x"
+    digits = text[2:] if prefixed else text
+    if not digits or not digits.isascii():
+        return None
+    if not prefixed and len(digits) > 16 and digits.isdigit():
+        return str(int(digits))
+    if len(digits) > 16 or _HEX.fullmatch(digits) is None:
+        return None
+    return str(int(digits, 16))
+
+
+def _finish_reasons(value: Any) -> list[Any] | None:
+    """The JSON list of finish reasons, without stop strings (request text) in them."""
+    if value is None:
+        return None
+    parsed: Any = value
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return [value]
+    if not isinstance(parsed, list):
+        parsed = [parsed]
+    return [_without_matched(item) for item in parsed]
+
+
+def _without_matched(item: Any) -> Any:
+    if isinstance(item, dict) and isinstance(item.get("matched"), str):
+        return {k: v for k, v in item.items() if k != "matched"}
+    return item
+
+
+def _duration(span: Span) -> float:
+    if not span.start_time_unix_nano or span.end_time_unix_nano < span.start_time_unix_nano:
+        return 0.0
+    return (span.end_time_unix_nano - span.start_time_unix_nano) / _NS
+
+
+def _attributes(pairs: Iterable[KeyValue]) -> dict[str, Any]:
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+def _value(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "array_value":
+        return [_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if which == "bytes_value":
+        return value.bytes_value.hex()
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.lstrip("-").isdigit():
+            return int(text)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    """A finite number of seconds; NaN/Inf latencies mean nothing and are read as absent."""
+    if isinstance(value, bool):
+        return None
+    number: float
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None

@@ -1,0 +1,64 @@
+"""What a non-log parser hands back: the events it read and what it had to drop, by reason.
+
+Parsers of scraped or pushed documents (Prometheus expositions, `/server_info` JSON, OTLP
+payloads) never raise on bad input; they count it here instead, so a malformed scrape shows up
+as a number on kvwatch's own metrics rather than as a crashed sidecar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from collector.events import Event
+
+# Drop reasons shared by the parsers (each parser documents which ones it uses).
+MALFORMED_EXPOSITION = "malformed_exposition"
+NOT_UTF8 = "not_utf8"
+NOT_JSON = "not_json"
+NOT_JSON_OBJECT = "not_json_object"
+NOT_PROTOBUF = "not_protobuf"
+MALFORMED_OTLP_JSON = "malformed_otlp_json"
+MISSING_FIELD = "missing_field"
+UNRECOGNISED_DOCUMENT = "unrecognised_document"
+UNKNOWN_ENDPOINT = "unknown_endpoint"
+
+
+@dataclass(slots=True)
+class ParseOutcome:
+    """Events read plus counts of what was dropped (reason -> count).
+
+    `stats` counts input that was understood but is not an event (metadata lines, thread
+    spans): it is neither data nor loss, and keeping it separate lets a caller check that
+    every piece of input was accounted for.
+    """
+
+    events: list[Event] = field(default_factory=list)
+    dropped: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, reason: str, count: int = 1) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+    def note(self, key: str, count: int = 1) -> None:
+        self.stats[key] = self.stats.get(key, 0) + count
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def merge(self, other: ParseOutcome) -> ParseOutcome:
+        """Fold `other` into this outcome (in place) and return self, for chaining."""
+        self.events.extend(other.events)
+        for reason, count in other.dropped.items():
+            self.drop(reason, count)
+        for key, count in other.stats.items():
+            self.note(key, count)
+        return self
+
+    @classmethod
+    def combine(cls, outcomes: Iterable[ParseOutcome]) -> ParseOutcome:
+        total = cls()
+        for outcome in outcomes:
+            total.merge(outcome)
+        return total

@@ -1,0 +1,340 @@
+"""`/server_info`, `/v1/models`, `/v1/loads` (and `/model_info`) JSON → one `server_info` event.
+
+These documents are where a running engine states its version and the two numbers the
+pool-below-context check compares, but each endpoint holds a different part: the pool is in
+`/server_info` and `/v1/loads` (per DP rank), the *effective* context only in `/v1/models`
+(`max_model_len`; `/server_info`'s `context_length` is the flag, often null). Each document
+gives one event with the same field set (null where that endpoint says nothing), so a
+consumer can merge the endpoints of one node field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+from collector.events import SERVER_INFO, Event, parse_iso_time
+from collector.sglang.outcome import (
+    MISSING_FIELD,
+    NOT_JSON,
+    NOT_JSON_OBJECT,
+    UNKNOWN_ENDPOINT,
+    UNRECOGNISED_DOCUMENT,
+    ParseOutcome,
+)
+
+SERVER_INFO_ENDPOINT: Final = "server_info"
+V1_MODELS: Final = "v1_models"
+V1_LOADS: Final = "v1_loads"
+MODEL_INFO: Final = "model_info"
+
+# Fields every server_info event carries (null when the endpoint does not say).
+FIELDS: Final = (
+    "endpoint",
+    "version",
+    "model",
+    "disaggregation_mode",
+    "role",
+    "transfer_backend",
+    "kv_checksum",
+    "kv_canary",
+    "max_total_num_tokens",
+    "max_req_input_len",
+    "context_len",
+    "page_size",
+    "tp_size",
+    "dp_size",
+)
+
+# Where the deferred-release switch may appear (a server arg in some builds, an env var
+# echoed under an env mapping in others); absent from stock 0.5.23 `/server_info`.
+_DEFERRED_KEYS: Final = (
+    "disaggregation_deferred_decode_kv_release",
+    "deferred_decode_kv_release",
+    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE",
+)
+_DEFERRED_TIMEOUT_KEYS: Final = (
+    "disaggregation_deferred_decode_kv_release_timeout",
+    "deferred_decode_kv_release_timeout",
+    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT",
+)
+_ENV_CONTAINERS: Final = ("environ", "env", "envs", "environment")
+
+
+def parse_server_info(
+    doc: str | bytes | dict[str, Any],
+    *,
+    node: str,
+    source: str,
+    time: float | None,
+    endpoint: str | None = None,
+) -> ParseOutcome:
+    """Read one saved or fetched document; `endpoint` (name or URL path) skips auto-detection.
+
+    Drops (never raises): `not_json`, `not_json_object`, `unknown_endpoint`,
+    `unrecognised_document` (auto-detection failed), `missing_field` (the endpoint's defining
+    field is absent, e.g. `/v1/loads` without `loads`).
+    """
+    out = ParseOutcome()
+    if isinstance(doc, dict):
+        data: Any = doc
+    else:
+        try:
+            data = json.loads(doc)
+        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
+            out.drop(NOT_JSON)
+            return out
+    if not isinstance(data, dict):
+        out.drop(NOT_JSON_OBJECT)
+        return out
+    if endpoint is None:
+        kind = detect_endpoint(data)
+        if kind is None:
+            out.drop(UNRECOGNISED_DOCUMENT)
+            return out
+    else:
+        found = normalise_endpoint(endpoint)
+        if found is None:
+            out.drop(UNKNOWN_ENDPOINT)
+            return out
+        kind = found
+    fields = _EXTRACTORS[kind](data)
+    if fields is None:
+        out.drop(MISSING_FIELD)
+        return out
+    record: dict[str, Any] = dict.fromkeys(FIELDS)
+    record.update(fields)
+    record["endpoint"] = kind
+    if time is None and kind == V1_LOADS:
+        time = _timestamp(data.get("timestamp"))
+    out.events.append(Event(SERVER_INFO, node, time, source, record))
+    return out
+
+
+def normalise_endpoint(endpoint: str) -> str | None:
+    """`/v1/loads?format=json`, `v1_loads`, `/get_server_info`, ... -> the endpoint's key."""
+    path = endpoint.split("?", 1)[0].strip().rstrip("/")
+    if "://" in path:
+        path = "/" + path.split("://", 1)[1].partition("/")[2]
+    key = path.lstrip("/").replace("/", "_")
+    if key in (SERVER_INFO_ENDPOINT, "get_server_info"):
+        return SERVER_INFO_ENDPOINT
+    if key == V1_MODELS or key.startswith("v1_models_"):
+        return V1_MODELS
+    if key == V1_LOADS:
+        return V1_LOADS
+    if key in (MODEL_INFO, "get_model_info"):
+        return MODEL_INFO
+    return None
+
+
+def detect_endpoint(data: dict[str, Any]) -> str | None:
+    """Which endpoint produced `data`, judged by the keys only that endpoint has."""
+    if isinstance(data.get("loads"), list):
+        return V1_LOADS
+    if data.get("object") == "list" and isinstance(data.get("data"), list):
+        return V1_MODELS
+    if data.get("object") == "model" and "id" in data:
+        return V1_MODELS
+    if any(key in data for key in ("internal_states", "max_total_num_tokens", "tp_size")):
+        return SERVER_INFO_ENDPOINT
+    if "is_generation" in data or "served_model_name" in data:
+        return MODEL_INFO
+    if "version" in data and "disaggregation_mode" in data:
+        return SERVER_INFO_ENDPOINT
+    return None
+
+
+def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
+    states = [s for s in _list(data.get("internal_states")) if isinstance(s, dict)]
+    by_rank: dict[str, int] = {}
+    for index, state in enumerate(states):
+        capacity = _int(_dict(state.get("memory_usage")).get("token_capacity"))
+        if capacity is not None:
+            dp_rank = _int(state.get("dp_rank"))
+            by_rank[str(index if dp_rank is None else dp_rank)] = capacity
+    pool = _int(data.get("max_total_num_tokens"))
+    if pool is None and by_rank:
+        pool = min(by_rank.values())
+    first_state = states[0] if states else {}
+    mode_raw = data["disaggregation_mode"] if "disaggregation_mode" in data else None
+    if mode_raw is None:
+        mode_raw = first_state.get("disaggregation_mode")
+    mode = _mode(mode_raw)
+    known_mode = "disaggregation_mode" in data or "disaggregation_mode" in first_state
+    fields: dict[str, Any] = {
+        "version": _str(data.get("version")),
+        "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
+        "disaggregation_mode": mode,
+        "role": mode if mode is not None else ("unified" if known_mode else None),
+        "transfer_backend": _str(data.get("disaggregation_transfer_backend")),
+        "kv_checksum": _bool(data.get("disaggregation_enable_kv_checksum")),
+        "kv_canary": _str(data.get("kv_canary")),
+        "max_total_num_tokens": pool,
+        "max_req_input_len": _int(data.get("max_req_input_len")),
+        "context_len": _int(data.get("context_length")),
+        "page_size": _int(data.get("page_size")),
+        "tp_size": _int(data.get("tp_size")),
+        "dp_size": _int(data.get("dp_size")),
+    }
+    if by_rank:
+        fields["max_total_num_tokens_by_dp_rank"] = by_rank
+    fields.update(_deferred(data))
+    return fields
+
+
+def _v1_models(data: dict[str, Any]) -> dict[str, Any] | None:
+    if data.get("object") == "model":
+        cards = [data]
+    else:
+        cards = [c for c in _list(data.get("data")) if isinstance(c, dict)]
+    if not cards:
+        return None
+    with_len = [c for c in cards if _int(c.get("max_model_len")) is not None]
+    card = with_len[0] if with_len else cards[0]
+    return {"model": _str(card.get("id")), "context_len": _int(card.get("max_model_len"))}
+
+
+def _v1_loads(data: dict[str, Any]) -> dict[str, Any] | None:
+    loads = data.get("loads")
+    if not isinstance(loads, list):
+        return None
+    entries = [e for e in loads if isinstance(e, dict)]
+    by_rank: dict[str, int] = {}
+    top_capacity = _int(_dict(data.get("memory")).get("token_capacity"))
+    for index, entry in enumerate(entries):
+        pool = _int(entry.get("max_total_num_tokens"))
+        if pool is None:
+            pool = _int(_dict(entry.get("memory")).get("token_capacity"))
+        if pool is not None:
+            dp_rank = _int(entry.get("dp_rank"))
+            by_rank[str(index if dp_rank is None else dp_rank)] = pool
+    if not by_rank and top_capacity is not None:
+        by_rank["0"] = top_capacity
+    mode_raw: Any = _dict(data.get("disaggregation")).get("mode")
+    known_mode = "mode" in _dict(data.get("disaggregation"))
+    for entry in entries:
+        if mode_raw is not None:
+            break
+        section = _dict(entry.get("disaggregation"))
+        mode_raw = section.get("mode")
+        known_mode = known_mode or "mode" in section
+    mode = _mode(mode_raw)
+    fields: dict[str, Any] = {
+        "version": _str(data.get("version")),
+        "disaggregation_mode": mode,
+        "role": mode if mode is not None else ("unified" if known_mode else None),
+        "max_total_num_tokens": min(by_rank.values()) if by_rank else None,
+        "max_total_num_tokens_by_dp_rank": by_rank,
+    }
+    return fields
+
+
+def _model_info(data: dict[str, Any]) -> dict[str, Any] | None:
+    mode = _mode(data.get("disaggregation_mode"))
+    return {
+        "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
+        "disaggregation_mode": mode,
+        "role": mode
+        if mode is not None
+        else ("unified" if "disaggregation_mode" in data else None),
+    }
+
+
+_EXTRACTORS: Final[dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]]] = {
+    SERVER_INFO_ENDPOINT: _server_info,
+    V1_MODELS: _v1_models,
+    V1_LOADS: _v1_loads,
+    MODEL_INFO: _model_info,
+}
+
+
+def _deferred(data: dict[str, Any]) -> dict[str, Any]:
+    containers = [data] + [_dict(data.get(name)) for name in _ENV_CONTAINERS]
+    found: dict[str, Any] = {}
+    for container in containers:
+        for key in _DEFERRED_KEYS:
+            if "deferred_release" not in found and key in container:
+                found["deferred_release"] = _bool(container[key])
+        for key in _DEFERRED_TIMEOUT_KEYS:
+            if "deferred_release_timeout" not in found and key in container:
+                found["deferred_release_timeout"] = _float(container[key])
+    return found
+
+
+def _mode(value: Any) -> str | None:
+    """`"null"`, `"none"`, `""` and JSON null all mean: not disaggregated."""
+    text = _str(value)
+    if text is None or text.lower() in ("null", "none"):
+        return None
+    return text.lower()
+
+
+def _str(value: Any) -> str | None:
+    if isinstance(value, str) and value.strip():
+        return value
+    return None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.isdigit():
+            return int(text)
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):  # JSON ints are unbounded
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+    return None
+
+
+def _timestamp(value: Any) -> float | None:
+    number = _float(value)
+    if number is not None:
+        seconds = number / 1000.0 if abs(number) > 1e11 else number
+        return seconds if abs(seconds) < 1e11 else None
+    if isinstance(value, str):
+        try:
+            parsed = parse_iso_time(value)
+        except (OverflowError, ValueError, OSError):
+            return None
+        return parsed if parsed is not None and abs(parsed) < 1e11 else None
+    return None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,526 @@
+"""OTLP traces → request_trace events, from spans made by the real OpenTelemetry SDK."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.trace import Status, StatusCode
+
+from collector.sglang.otlp import parse_otlp_traces, room_to_decimal
+from collector.sglang.outcome import ParseOutcome
+
+GOLDEN = Path(__file__).parent / "testdata" / "golden" / "otlp"
+T0 = 1_793_000_000_000_000_000  # 2026-10-26T07:33:20Z in nanoseconds
+MS = 1_000_000
+PROTOBUF = "application/x-protobuf"
+
+
+class _EncodingExporter(SpanExporter):
+    """Keeps every export as the protobuf bytes an OTLP exporter would send."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+        self.payloads: list[bytes] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        self.payloads.append(encode_spans(spans).SerializeToString())
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+    def batch(self) -> bytes:
+        """All spans seen so far in one export, as a batching processor would send them."""
+        return encode_spans(self.spans).SerializeToString()
+
+
+def _tracer(exporter: SpanExporter, attributes: dict[str, str]) -> trace.Tracer:
+    provider = TracerProvider(resource=Resource(attributes))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider.get_tracer("sglang server")
+
+
+class _Deployment:
+    """A PD request through the router, plus a unified request aborted by its client."""
+
+    def __init__(self) -> None:
+        self.exporter = _EncodingExporter()
+        router = _tracer(self.exporter, {"service.name": "smg"})
+        prefill = _tracer(self.exporter, {"service.name": "sglang-prefill", "host.name": "p-0"})
+        decode = _tracer(self.exporter, {"service.name": "sglang-decode"})
+        unified = _tracer(self.exporter, {"service.name": "sglang", "host.name": "u-0"})
+
+        http = router.start_span(
+            "http_request",
+            attributes={"module": "smg", "method": "POST", "uri": "/generate"},
+            start_time=T0,
+        )
+        parent = trace.set_span_in_context(http)
+
+        self.prefill = prefill.start_span(
+            "prefill Req 9c8b7a65",
+            context=parent,
+            attributes={
+                "rid": "9c8b7a6554433221100ffeeddccbbaa9",
+                "module": "sglang::request",
+                "bootstrap_room": "0x4287a5227ac148a4",
+            },
+            start_time=T0,
+        )
+        thread = prefill.start_span(
+            "Prefill Scheduler [TP 0]  [PP 0]  [DP 3] (host:ab12cd34 | pid:4242)",
+            context=trace.set_span_in_context(self.prefill),
+            attributes={
+                "thread_label": "Prefill Scheduler",
+                "tp_rank": 0,
+                "pp_rank": 0,
+                "dp_rank": 3,
+                "host_id": "ab12cd34",
+                "pid": 4242,
+            },
+            start_time=T0,
+        )
+        in_thread = trace.set_span_in_context(thread)
+        for name, start, end in (
+            ("prefill_forward", 0, 500),
+            ("prefill_forward", 500, 750),
+            ("prefill_transfer_kv_cache", 750, 875),
+        ):
+            prefill.start_span(name, context=in_thread, start_time=T0 + start * MS).end(
+                T0 + end * MS
+            )
+        thread.end(T0 + 875 * MS)
+        self.prefill.set_attributes(
+            {
+                "gen_ai.usage.prompt_tokens": 900000,
+                "gen_ai.usage.cached_tokens": 65536,
+                "gen_ai.latency.time_in_model_prefill": 0.75,
+            }
+        )
+        self.prefill.end(T0 + 1000 * MS)
+
+        self.decode = decode.start_span(
+            "decode Req 9c8b7a65",
+            context=parent,
+            attributes={
+                "rid": "9c8b7a6554433221100ffeeddccbbaa9",
+                "module": "sglang::request",
+                "bootstrap_room": 4793981895866140836,
+            },
+            start_time=T0,
+        )
+        self.decode.set_attributes(
+            {
+                "gen_ai.usage.prompt_tokens": 900000,
+                "gen_ai.usage.completion_tokens": 16,
+                "gen_ai.usage.cached_tokens": 0,
+                "gen_ai.response.model": "glm-5.3",
+                "gen_ai.response.finish_reasons": '[{"type": "stop", "matched": "</answer>"}]',
+                "gen_ai.latency.time_to_first_token": 1.25,
+                "gen_ai.latency.e2e": 3.0,
+                "gen_ai.latency.time_in_model_decode": 1.5,
+                "gen_ai.latency.time_in_model_inference": 2.25,
+            }
+        )
+        self.decode.end(T0 + 3000 * MS)
+        http.end(T0 + 3010 * MS)
+
+        self.unified = unified.start_span(
+            " Req 1f2e3d4c",
+            attributes={"rid": "1f2e3d4c5b6a79881726354433221100", "module": "sglang::request"},
+            start_time=T0 + 5000 * MS,
+        )
+        self.unified.set_attributes(
+            {
+                "gen_ai.usage.prompt_tokens": 4096,
+                "gen_ai.usage.completion_tokens": 3,
+                "gen_ai.response.finish_reasons": '[{"type": "abort"}]',
+            }
+        )
+        self.unified.set_status(Status(StatusCode.ERROR, "Abort by client"))
+        self.unified.end(T0 + 5500 * MS)
+
+
+@pytest.fixture
+def deployment() -> _Deployment:
+    return _Deployment()
+
+
+def _ids(span: trace.Span) -> dict[str, str]:
+    context = span.get_span_context()
+    return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+
+def test_sdk_protobuf_batch(deployment: _Deployment) -> None:
+    out = parse_otlp_traces(deployment.exporter.batch(), content_type=PROTOBUF)
+    assert out.dropped == {}
+    assert out.stats == {
+        "spans": 8,
+        "request_spans": 3,
+        "thread_spans": 1,
+        "slice_spans": 3,
+        "router_spans": 1,
+    }
+    by_role = {event.fields["role"]: event for event in out.events}
+    assert set(by_role) == {"prefill", "decode", "unified"}
+
+    prefill = by_role["prefill"]
+    assert (prefill.node, prefill.time, prefill.source, prefill.ranks) == (
+        "sglang-prefill@p-0",
+        1793000001.0,
+        "otlp",
+        {"dp": 3},
+    )
+    assert prefill.fields == {
+        "rid": "9c8b7a6554433221100ffeeddccbbaa9",
+        "bootstrap_room": "4793981895866140836",
+        "role": "prefill",
+        "prompt_tokens": 900000,
+        "completion_tokens": None,
+        "cached_tokens": 65536,
+        "ttft": None,
+        "e2e": None,
+        "time_in_model_prefill": 0.75,
+        "time_in_model_decode": None,
+        "time_in_model_inference": None,
+        "finish_reasons": None,
+        "status": "ok",
+        "error_reason": None,
+        "service": "sglang-prefill",
+        "model": None,
+        **_ids(deployment.prefill),
+        "start": 1793000000.0,
+        "end": 1793000001.0,
+        "stage_seconds": {"prefill_forward": 0.75, "prefill_transfer_kv_cache": 0.125},
+    }
+
+    decode = by_role["decode"]
+    assert (decode.node, decode.time, decode.ranks) == ("sglang-decode", 1793000003.0, {})
+    assert decode.fields == {
+        "rid": "9c8b7a6554433221100ffeeddccbbaa9",
+        "bootstrap_room": "4793981895866140836",
+        "role": "decode",
+        "prompt_tokens": 900000,
+        "completion_tokens": 16,
+        "cached_tokens": 0,
+        "ttft": 1.25,
+        "e2e": 3.0,
+        "time_in_model_prefill": None,
+        "time_in_model_decode": 1.5,
+        "time_in_model_inference": 2.25,
+        "finish_reasons": [{"type": "stop"}],  # the stop string is request text: dropped
+        "status": "ok",
+        "error_reason": None,
+        "service": "sglang-decode",
+        "model": "glm-5.3",
+        **_ids(deployment.decode),
+        "start": 1793000000.0,
+        "end": 1793000003.0,
+    }
+    # Prefill and decode are siblings under the router's span: one trace, one room.
+    assert prefill.fields["trace_id"] == decode.fields["trace_id"]
+
+    unified = by_role["unified"]
+    assert unified.node == "sglang@u-0"
+    assert unified.fields["rid"] == "1f2e3d4c5b6a79881726354433221100"
+    assert unified.fields["bootstrap_room"] is None
+    assert (unified.fields["status"], unified.fields["error_reason"]) == (
+        "error",
+        "Abort by client",
+    )
+    assert unified.fields["finish_reasons"] == [{"type": "abort"}]
+    assert (unified.fields["start"], unified.fields["end"]) == (1793000005.0, 1793000005.5)
+    assert "stage_seconds" not in unified.fields
+
+
+def test_sdk_one_payload_per_span_still_gives_each_request(deployment: _Deployment) -> None:
+    """SimpleSpanProcessor exports each span alone: requests survive, stages need the batch."""
+    events = []
+    for payload in deployment.exporter.payloads:
+        out = parse_otlp_traces(payload, content_type=PROTOBUF, node="pinned")
+        assert out.dropped == {}
+        events.extend(out.events)
+    assert sorted(e.fields["role"] for e in events) == ["decode", "prefill", "unified"]
+    assert all(e.node == "pinned" and "stage_seconds" not in e.fields for e in events)
+    assert len(deployment.exporter.payloads) == 8
+
+
+def test_protobuf_canonical_json_parses_like_protobuf(deployment: _Deployment) -> None:
+    """Base64 ids (protobuf's JSON mapping) are left alone; hex ids are OTLP/JSON's."""
+    batch = deployment.exporter.batch()
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(batch)
+    as_json = json_format.MessageToJson(request).encode()
+    from_json = parse_otlp_traces(as_json, content_type="application/json; charset=utf-8")
+    from_protobuf = parse_otlp_traces(batch, content_type=PROTOBUF)
+    assert [e.to_json_dict() for e in from_json.events] == [
+        e.to_json_dict() for e in from_protobuf.events
+    ]
+
+
+def test_hand_written_otlp_json_golden() -> None:
+    golden = json.loads((GOLDEN / "pd_requests.expected.json").read_text())
+    payload = (GOLDEN / "pd_requests.otlp.json").read_bytes()
+    out = parse_otlp_traces(payload, content_type=golden["content_type"])
+    assert [e.to_json_dict() for e in out.events] == golden["events"]
+    assert out.dropped == golden["dropped"]
+    assert out.stats == golden["stats"]
+    # Sniffed when the content type says nothing useful.
+    sniffed = parse_otlp_traces(payload, content_type="")
+    assert [e.to_json_dict() for e in sniffed.events] == golden["events"]
+
+
+# --- real OTLP/HTTP export ---------------------------------------------------------------
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[tuple[str, bytes]]
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.received.append((self.headers.get("Content-Type", ""), body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    received: list[tuple[str, bytes]] = []
+    handler = type("Handler", (_Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_otlp_http_exporter_body_parses(receiver: tuple[str, list[tuple[str, bytes]]]) -> None:
+    url, received = receiver
+    provider = TracerProvider(resource=Resource({"service.name": "sglang-decode"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url, timeout=5)))
+    span = provider.get_tracer("sglang server").start_span(
+        "decode Req 78fde411",
+        attributes={
+            "rid": "78fde411d57a4d7791b63963eac74968",
+            "module": "sglang::request",
+            "bootstrap_room": "4287a5227ac148a4",
+            "gen_ai.usage.prompt_tokens": 712000,
+        },
+        start_time=T0,
+    )
+    span.end(T0 + 250 * MS)
+    provider.shutdown()
+    assert len(received) == 1
+    content_type, body = received[0]
+    out = parse_otlp_traces(body, content_type=content_type)
+    (event,) = out.events
+    assert event.fields["bootstrap_room"] == "4793981895866140836"
+    assert event.fields["prompt_tokens"] == 712000
+    assert event.node == "sglang-decode"
+    assert event.time == 1793000000.25
+
+
+# --- pieces ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "decimal"),
+    [
+        ("0x4287a5227ac148a4", "4793981895866140836"),
+        ("4287a5227ac148a4", "4793981895866140836"),
+        ("0X4287A5227AC148A4", "4793981895866140836"),
+        (" 0x1f ", "31"),
+        ("0", "0"),
+        (4793981895866140836, "4793981895866140836"),
+        (-1, "18446744073709551615"),
+        (31.0, "31"),
+        ("4793981895866140836", "4793981895866140836"),
+        ("0x", None),
+        ("zz", None),
+        ("0x11112222333344445", None),
+        (True, None),
+        (1.5, None),
+        (None, None),
+    ],
+)
+def test_room_to_decimal(value: Any, decimal: str | None) -> None:
+    assert room_to_decimal(value) == decimal
+
+
+@pytest.mark.parametrize(
+    ("payload", "content_type", "reason"),
+    [
+        (b"\xff\xff\xff", PROTOBUF, "not_protobuf"),
+        (b"{not json", "application/json", "not_json"),
+        (b"[]", "application/json", "not_json_object"),
+        (b'{"resourceSpans": 5}', "application/json", "malformed_otlp_json"),
+        (
+            b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 7}]}]}]}',
+            "text/json",
+            "malformed_otlp_json",
+        ),
+    ],
+)
+def test_bad_payloads_are_counted_drops(payload: bytes, content_type: str, reason: str) -> None:
+    out = parse_otlp_traces(payload, content_type=content_type)
+    assert out.events == [] and out.dropped == {reason: 1}
+
+
+def test_empty_export_is_valid_and_empty() -> None:
+    out = parse_otlp_traces(b"", content_type=PROTOBUF)
+    assert (out.events, out.dropped, out.stats) == ([], {}, {"spans": 0})
+
+
+# --- properties ----------------------------------------------------------------------------
+
+
+def _accounted(out: ParseOutcome) -> bool:
+    if not out.stats:  # the payload itself was refused
+        return out.dropped_total == 1 and out.events == []
+    categorised = sum(v for k, v in out.stats.items() if k.endswith("_spans"))
+    return bool(
+        out.stats["spans"] == categorised + out.dropped.get("missing_field", 0)
+        and out.stats.get("request_spans", 0) == len(out.events)
+    )
+
+
+_TYPES = st.sampled_from([PROTOBUF, "application/json", "application/octet-stream", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(), _TYPES)
+def test_random_bytes_never_raise(payload: bytes, content_type: str) -> None:
+    assert _accounted(parse_otlp_traces(payload, content_type=content_type))
+
+
+_KEYS = st.sampled_from(
+    [
+        "resourceSpans",
+        "scopeSpans",
+        "instrumentationLibrarySpans",
+        "spans",
+        "traceId",
+        "spanId",
+        "parentSpanId",
+        "name",
+        "attributes",
+        "key",
+        "value",
+        "stringValue",
+        "intValue",
+        "status",
+        "code",
+        "resource",
+        "links",
+    ]
+)
+_OTLP_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.sampled_from(["4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", "decode Req x", ""]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_KEYS, children, max_size=4),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OTLP_JSON)
+def test_otlp_shaped_json_never_raises(doc: Any) -> None:
+    payload = json.dumps(doc).encode()
+    assert _accounted(parse_otlp_traces(payload, content_type="application/json"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_corrupted_sdk_payloads_never_raise(data: st.DataObject) -> None:
+    payload = bytearray(_Deployment().exporter.batch())
+    cut = data.draw(st.integers(0, len(payload)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(payload) - 1), st.integers(0, 255))))
+    for index, byte in flips:
+        payload[index] = byte
+    assert _accounted(parse_otlp_traces(bytes(payload[:cut]), content_type=PROTOBUF))
+
+
+_ATTRIBUTE_KEYS = [
+    "rid",
+    "bootstrap_room",
+    "module",
+    "gen_ai.usage.prompt_tokens",
+    "gen_ai.usage.cached_tokens",
+    "gen_ai.latency.time_to_first_token",
+    "gen_ai.latency.e2e",
+    "gen_ai.response.finish_reasons",
+    "gen_ai.response.model",
+    "reason",
+    "dp_rank",
+    "thread_label",
+    "host_id",
+]
+_ATTRIBUTE_VALUES = (
+    st.text(max_size=20)
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats()
+    | st.booleans()
+    | st.lists(st.integers(-5, 5), max_size=3)
+    | st.sampled_from(["0x4287a5227ac148a4", '[{"type": "stop"}]', "[", "{}", "nan"])
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
+    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
+    st.sampled_from(["decode Req 1", " Req 2", "prefill Req 3", "Scheduler (host:a | pid:1)"]),
+    st.booleans(),
+)
+def test_sdk_spans_with_any_attribute_types_never_raise(
+    root_attrs: dict[str, Any], thread_attrs: dict[str, Any], name: str, error: bool
+) -> None:
+    exporter = _EncodingExporter()
+    tracer = _tracer(exporter, {"service.name": "fuzz"})
+    root = tracer.start_span(name, attributes={"module": "sglang::request", **root_attrs})
+    thread = tracer.start_span(
+        "Scheduler (host:ab | pid:2)",
+        context=trace.set_span_in_context(root),
+        attributes=thread_attrs,
+    )
+    if error:
+        thread.set_status(Status(StatusCode.ERROR, "x"))
+    thread.end()
+    root.end()
+    out = parse_otlp_traces(exporter.batch(), content_type=PROTOBUF)
+    assert _accounted(out)
+    for event in out.events:
+        json.dumps(event.to_json_dict())
+        assert event.fields["status"] == ("error" if error else "ok")

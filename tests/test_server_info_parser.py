@@ -1,0 +1,278 @@
+"""`/server_info`, `/v1/models`, `/v1/loads`, `/model_info` JSON → one server_info event."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.events import parse_iso_time
+from collector.sglang.outcome import ParseOutcome
+from collector.sglang.server_info import detect_endpoint, normalise_endpoint, parse_server_info
+
+GOLDEN = Path(__file__).parent / "testdata" / "golden" / "server_info"
+CASES = sorted(p.name.removesuffix(".expected.json") for p in GOLDEN.glob("*.expected.json"))
+
+
+def _load(case: str) -> tuple[bytes, dict[str, Any]]:
+    return (GOLDEN / f"{case}.json").read_bytes(), json.loads(
+        (GOLDEN / f"{case}.expected.json").read_text()
+    )
+
+
+def test_every_endpoint_has_a_golden() -> None:
+    assert {
+        "server_info_prefill_0_5_19",
+        "server_info_unified_fallback",
+        "server_info_decode_0_5_23",
+        "v1_models",
+        "v1_loads",
+        "model_info",
+    } <= set(CASES)
+
+
+def _expected(golden: dict[str, Any]) -> list[dict[str, Any]]:
+    event_time = golden.get("event_time", golden["time"])
+    return [
+        {
+            "kind": "server_info",
+            "node": golden["node"],
+            "time": event_time,
+            "source": golden["source"],
+            **entry,
+        }
+        for entry in golden["events"]
+    ]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("named", [False, True], ids=["detected", "named"])
+def test_golden(case: str, named: bool) -> None:
+    doc, golden = _load(case)
+    out = parse_server_info(
+        doc,
+        node=golden["node"],
+        source=golden["source"],
+        time=parse_iso_time(golden["time"]),
+        endpoint=golden["endpoint"] if named else None,
+    )
+    assert [e.to_json_dict() for e in out.events] == _expected(golden)
+    assert out.dropped == golden["dropped"]
+
+
+def test_str_bytes_and_dict_inputs_agree() -> None:
+    doc, _ = _load("v1_loads")
+    results = [
+        parse_server_info(form, node="n", source="s", time=1.0).events[0].fields
+        for form in (doc, doc.decode(), json.loads(doc))
+    ]
+    assert results[0] == results[1] == results[2]
+    assert results[0]["max_total_num_tokens"] == 679936
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "key"),
+    [
+        ("/server_info", "server_info"),
+        ("/get_server_info", "server_info"),
+        ("server_info", "server_info"),
+        ("/v1/models", "v1_models"),
+        ("/v1/models/glm-5.3", "v1_models"),
+        ("http://decode-0:30000/v1/loads?format=json&include=core", "v1_loads"),
+        ("/v1/loads/", "v1_loads"),
+        ("/get_model_info", "model_info"),
+        ("/metrics", None),
+        ("", None),
+    ],
+)
+def test_normalise_endpoint(endpoint: str, key: str | None) -> None:
+    assert normalise_endpoint(endpoint) == key
+
+
+@pytest.mark.parametrize(
+    ("doc", "endpoint", "reason"),
+    [
+        (b"# TYPE sglang_num_running_reqs gauge\n", None, "not_json"),
+        (b"\xff\xfe{", None, "not_json"),
+        ("[1, 2]", None, "not_json_object"),
+        ('"server_info"', None, "not_json_object"),
+        ("{}", None, "unrecognised_document"),
+        ('{"hello": "world"}', None, "unrecognised_document"),
+        ('{"version": "0.5.23"}', "/metrics", "unknown_endpoint"),
+        ('{"version": "0.5.23"}', "/v1/loads", "missing_field"),
+        ('{"object": "list", "data": []}', None, "missing_field"),
+        ('{"object": "list", "data": [1, "x"]}', "/v1/models", "missing_field"),
+    ],
+)
+def test_bad_documents_are_counted_drops(
+    doc: str | bytes, endpoint: str | None, reason: str
+) -> None:
+    out = parse_server_info(doc, node="n", source="s", time=None, endpoint=endpoint)
+    assert out.events == []
+    assert out.dropped == {reason: 1}
+
+
+def test_wrong_types_read_as_unknown_not_as_errors() -> None:
+    doc = {
+        "max_total_num_tokens": "681280",
+        "context_length": 1.5,
+        "tp_size": True,
+        "page_size": float("nan"),
+        "dp_size": 10**400,
+        "disaggregation_mode": "None",
+        "disaggregation_enable_kv_checksum": "yes",
+        "version": 5,
+        "internal_states": "not a list",
+    }
+    (event,) = parse_server_info(doc, node="n", source="s", time=None).events
+    assert event.fields["max_total_num_tokens"] == 681280
+    assert event.fields["context_len"] is None
+    assert event.fields["tp_size"] is None
+    assert event.fields["page_size"] is None
+    assert event.fields["dp_size"] == 10**400
+    assert event.fields["disaggregation_mode"] is None
+    assert event.fields["role"] == "unified"
+    assert event.fields["kv_checksum"] is True
+    assert event.fields["version"] is None
+
+
+def test_detect_endpoint() -> None:
+    assert detect_endpoint({"loads": []}) == "v1_loads"
+    assert detect_endpoint({"object": "model", "id": "m", "max_model_len": 8}) == "v1_models"
+    assert detect_endpoint({"internal_states": []}) == "server_info"
+    assert detect_endpoint({"is_generation": True}) == "model_info"
+    assert detect_endpoint({"version": "0.5.23", "disaggregation_mode": "null"}) == "server_info"
+    assert detect_endpoint({"version": "0.5.23"}) is None
+
+
+# --- fetched over real HTTP --------------------------------------------------------------
+
+
+class _Engine(BaseHTTPRequestHandler):
+    """Serves the golden documents at the paths SGLang serves them."""
+
+    routes = {
+        "/server_info": "server_info_prefill_0_5_19",
+        "/v1/models": "v1_models",
+        "/v1/loads": "v1_loads",
+    }
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        case = self.routes.get(self.path.split("?", 1)[0])
+        if case is None:
+            self.send_error(404)
+            return
+        body = (GOLDEN / f"{case}.json").read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+@pytest.fixture
+def engine_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetched_documents_merge_into_pool_versus_context(engine_url: str) -> None:
+    merged: dict[str, Any] = {}
+    with httpx.Client(timeout=5.0) as client:
+        for path in ("/server_info", "/v1/models", "/v1/loads?include=core,disagg"):
+            url = engine_url + path
+            response = client.get(url)
+            response.raise_for_status()
+            out = parse_server_info(
+                response.content, node="prefill-0", source=url, time=1793000000.0, endpoint=url
+            )
+            assert out.dropped == {}
+            for key, value in out.events[0].fields.items():
+                if value is not None and key != "endpoint":
+                    merged.setdefault(key, value)
+    assert merged["version"] == "0.5.19"
+    assert merged["role"] == "prefill"
+    assert merged["max_total_num_tokens"] == 681280
+    assert merged["context_len"] == 1048576
+    assert merged["max_total_num_tokens"] < merged["context_len"]
+
+
+# --- properties ----------------------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+_KEYS = st.sampled_from(
+    [
+        "loads",
+        "object",
+        "data",
+        "id",
+        "max_model_len",
+        "internal_states",
+        "memory_usage",
+        "token_capacity",
+        "max_total_num_tokens",
+        "version",
+        "disaggregation_mode",
+        "disaggregation",
+        "mode",
+        "dp_rank",
+        "memory",
+        "timestamp",
+        "environ",
+        "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT",
+        "is_generation",
+        "tp_size",
+    ]
+)
+_SHAPED = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from(["list", "model"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_KEYS, children, max_size=5),
+    max_leaves=25,
+)
+_ENDPOINTS = st.sampled_from([None, "/server_info", "/v1/models", "/v1/loads", "/model_info", "x"])
+
+
+def _one_outcome(out: ParseOutcome) -> bool:
+    return len(out.events) + out.dropped_total == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text() | st.binary(), _ENDPOINTS)
+def test_random_text_and_bytes_never_raise(doc: str | bytes, endpoint: str | None) -> None:
+    assert _one_outcome(parse_server_info(doc, node="n", source="s", time=None, endpoint=endpoint))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON | _SHAPED, _ENDPOINTS)
+def test_random_json_never_raises(value: Any, endpoint: str | None) -> None:
+    doc = json.dumps(value)
+    out = parse_server_info(doc, node="n", source="s", time=None, endpoint=endpoint)
+    assert _one_outcome(out)
+    if isinstance(value, dict):
+        out = parse_server_info(value, node="n", source="s", time=None, endpoint=endpoint)
+        assert _one_outcome(out)
+    for event in out.events:
+        json.dumps(event.to_json_dict())
