@@ -126,12 +126,16 @@ def discover(paths: Iterable[str | Path]) -> list[TelemetryFile]:
 
 def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """Folder-per-host layouts (`prefill-0/sglang.log`, `decode-0/sglang.log`) name the node by
-    folder: when one file name stands in several folders, the folder becomes part of the node."""
-    parents: dict[str, set[Path]] = {}
+    folder: when one file name of one kind stands in several folders, the folder becomes part of
+    the node. Different kinds for one name in different folders (`logs/prefill-0.log` beside
+    `snapshots/prefill-0@….prom`) are the same node seen through different sources."""
+    parents: dict[tuple[str, FileKind], set[Path]] = {}
     for f in files:
-        parents.setdefault(f.node, set()).add(f.path.parent)
+        parents.setdefault((f.node, f.kind), set()).add(f.path.parent)
     return [
-        replace(f, node=f"{f.path.parent.name}/{f.node}") if len(parents[f.node]) > 1 else f
+        replace(f, node=f"{f.path.parent.name}/{f.node}")
+        if len(parents[(f.node, f.kind)]) > 1
+        else f
         for f in files
     ]
 

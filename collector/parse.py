@@ -200,7 +200,10 @@ def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iter
     files = discover(paths)
     streams: dict[str, list[TelemetryFile]] = {}
     for tf in files:
-        streams.setdefault(tf.node, []).append(tf)
+        # A snapshot (.prom, saved /server_info) is one moment: its own stream, so the merge
+        # places it at its time instead of before or after all of its node's log lines.
+        key = tf.node if tf.kind == "log" else f"{tf.node}\0{tf.path}"
+        streams.setdefault(key, []).append(tf)
 
     def keyed(
         index: int, node_files: list[TelemetryFile]

@@ -124,3 +124,22 @@ def test_unreadable_file_is_counted_not_raised(tmp_path: Path) -> None:
         assert lines == [] and read.dropped == {"unreadable_file": 1}
     else:
         assert len(lines) == 1
+
+
+def test_one_node_seen_through_logs_and_snapshot_folders(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / "logs" / "prefill-0.log").write_text(_line(1, 1) + "\n")
+    (tmp_path / "snapshots" / "prefill-0@20261102T100002Z.prom").write_text(
+        'sglang:max_total_num_tokens{engine_type="prefill",model_name="m"} 681280\n'
+    )
+    assert {f.node for f in discover([tmp_path])} == {"prefill-0"}
+
+
+def test_snapshots_are_placed_by_their_time_in_the_timeline(tmp_path: Path) -> None:
+    (tmp_path / "decode-0.log").write_text(_line(1, 1) + "\n" + _line(5, 5) + "\n")
+    (tmp_path / "decode-0@20261102T100003Z.prom").write_text(
+        'sglang:max_total_num_tokens{engine_type="decode",model_name="m"} 1000\n'
+    )
+    kinds = [e.kind for e in events_in_time_order([tmp_path], ParseStats())]
+    assert kinds == ["decode_batch", "metric", "decode_batch"]
