@@ -1,0 +1,1 @@
+"""What the simulated engine emits: log lines, Prometheus metrics, server info, OTLP spans."""
