@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
         mb = result.log_bytes / 1e6
         out.write(
             f"scenario {scenario.name}: {result.requests} requests, "
-            f"{result.exposed} exposed, {result.caught} caught by checksum\n"
+            f"{result.exposed} exposed, {result.caught} corruptions caught by the engine\n"
             f"wrote {result.files} files, {result.bytes_on_disk / 1e6:.1f} MB on disk "
             f"({mb:.1f} MB of log text) to {args.out} in {result.seconds:.1f} s "
             f"({mb / max(result.seconds, 1e-9):.1f} MB/s)\n"
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> int:
     truth = live.dep.truth
     out.write(
         f"served {truth.requests_total} requests, {len(truth.exposed)} exposed, "
-        f"{len(truth.caught)} caught by checksum\n"
+        f"{len(truth.caught)} corruptions caught by the engine\n"
     )
     return 0
 

@@ -135,6 +135,7 @@ class DecodeNode(EngineNode):
             other = self.last_room or self.dep.ids.getrandbits(63)
             idx = req.serial % self.spec.max_running_requests
             self.log(t, self.fmt.metadata_corruption(t, req.d_rid, req.room, other, idx))
+            self.dep.record_caught(req, t, cause="metadata_corruption")
             self._fail_held(
                 t, req, "Metadata corruption detected - bootstrap_room mismatch", hold=False
             )

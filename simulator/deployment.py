@@ -18,7 +18,7 @@ from typing import Any
 from simulator.clock import EventQueue
 from simulator.content import PromptSpec, marker_for
 from simulator.decode import DecodeNode
-from simulator.ground_truth import GroundTruth
+from simulator.ground_truth import Cause, GroundTruth
 from simulator.latency import LatencyModel
 from simulator.node import EngineNode
 from simulator.prefill import PrefillNode
@@ -421,7 +421,9 @@ class Deployment:
             del self.rooms[req.room]
 
     # -- ground truth ---------------------------------------------------------------------
-    def _entry(self, req: SimRequest, t: float, cause: str, status: int, n: int) -> dict[str, Any]:
+    def _entry(
+        self, req: SimRequest, t: float, cause: Cause, status: int, n: int
+    ) -> dict[str, Any]:
         d = req.d_node
         return self.truth.response(
             rid=req.d_rid,
@@ -429,17 +431,18 @@ class Deployment:
             node=d.name if d is not None else "",
             t=t,
             prompt_tokens=req.tokens,
-            cause="over_length_stub" if cause == "over_length_stub" else "late_write",
+            cause=cause,
             http_status=status,
             foreign_marker_count=n,
         )
 
     def record_exposed(self, req: SimRequest, t: float, foreign_markers: int) -> None:
-        cause = "over_length_stub" if req.stub else "late_write"
+        cause: Cause = "over_length_stub" if req.stub else "late_write"
         self.truth.exposed.append(self._entry(req, t, cause, 200, foreign_markers))
 
-    def record_caught(self, req: SimRequest, t: float) -> None:
-        self.truth.caught.append(self._entry(req, t, "late_write", 500, 0))
+    def record_caught(self, req: SimRequest, t: float, cause: Cause = "late_write") -> None:
+        """A corruption the engine itself caught (the client got HTTP 500, not foreign data)."""
+        self.truth.caught.append(self._entry(req, t, cause, 500, 0))
 
     def record_stub_without_foreign(self, req: SimRequest, t: float) -> None:
         entry = self._entry(req, t, "over_length_stub", 200, 0)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from simulator.telemetry.logfmt import iso_utc
 
-Cause = Literal["over_length_stub", "late_write"]
+Cause = Literal["over_length_stub", "late_write", "metadata_corruption"]
 
 
 @dataclass(slots=True)
