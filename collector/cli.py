@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from collector import __version__
 
@@ -57,8 +58,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parse.set_defaults(func=_parse_command)
 
+    audit = sub.add_parser(
+        "audit", help="pre-rollout gate: pool vs context, engine version, KV checksum per node"
+    )
+    from collector.audit import add_audit_arguments
+
+    add_audit_arguments(audit)
+    audit.set_defaults(func=_audit)
+
+    forensics = sub.add_parser(
+        "forensics", help="find every exposed response in historical logs; write a report"
+    )
+    from collector.forensics.command import add_forensics_arguments
+
+    add_forensics_arguments(forensics)
+    forensics.set_defaults(func=_forensics)
+
+    evaluate = sub.add_parser(
+        "eval", help="simulate a scenario, run forensics, score against its ground truth"
+    )
+    evaluate.add_argument("--scenario", required=True, help="bundled name or YAML path")
+    evaluate.add_argument("--seed", type=int, default=None)
+    evaluate.add_argument("--json", type=Path, default=None, dest="json_path")
+    evaluate.add_argument(
+        "--min-precision",
+        type=float,
+        default=None,
+        help="exit 1 when exposure precision is below this",
+    )
+    evaluate.add_argument(
+        "--min-recall", type=float, default=None, help="exit 1 when exposure recall is below this"
+    )
+    evaluate.set_defaults(func=_eval)
+
     demo = sub.add_parser("demo", help="run the main job on the bundled default and explain it")
-    demo.set_defaults(func=lambda a: _demo())
+    demo.add_argument("--out", type=Path, default=Path("demo-out"), help="where to write")
+    demo.add_argument("--scale", type=float, default=0.02, help="background traffic scale")
+    demo.set_defaults(func=lambda a: _demo(a.out, a.scale))
 
     simulate = sub.add_parser(
         "simulate", help="run the SGLang PD simulator (live or offline)", add_help=False
@@ -68,10 +104,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _demo() -> int:
+def _audit(args: argparse.Namespace) -> int:
+    from collector.audit import run_audit
+
+    return run_audit(args, sys.stdout, sys.stderr)
+
+
+def _forensics(args: argparse.Namespace) -> int:
+    from collector.forensics.command import run_forensics_command
+
+    return run_forensics_command(args, sys.stdout, sys.stderr)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from detectors.evaluation import run_eval_command
+
+    return run_eval_command(
+        args.scenario,
+        seed=args.seed,
+        json_path=args.json_path,
+        min_precision=args.min_precision,
+        min_recall=args.min_recall,
+        out=sys.stdout,
+    )
+
+
+def _demo(out: Path, scale: float) -> int:
     from collector.demo import run_demo
 
-    return run_demo()
+    return run_demo(workdir=out, scale=scale)
 
 
 def _simulate(rest: list[str]) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
@@ -20,7 +20,9 @@ from collector.events import parse_iso_time
 
 FileKind = Literal["log", "prom", "json"]
 
-BLOCK_SIZE: Final = 4 << 20
+# Memory per open stream is about a block and its decoded lines; forensics keeps one stream
+# open per node, so the block stays modest.
+BLOCK_SIZE: Final = 1 << 20
 MAX_LINE_BYTES: Final = 1 << 20
 
 _ROTATION = re.compile(
@@ -61,6 +63,13 @@ class ReadStats:
     bytes: int = 0
     lines: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    # Told of every block read (bytes), for progress bars.
+    progress: Callable[[int], None] | None = None
+
+    def count_bytes(self, n: int) -> None:
+        self.bytes += n
+        if self.progress is not None:
+            self.progress(n)
 
     def drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
@@ -195,7 +204,7 @@ def _open_blocks(
                 block = handle.read(BLOCK_SIZE)
                 if not block:
                     break
-                stats.bytes += len(block)
+                stats.count_bytes(len(block))
                 yield block
     except OSError:
         stats.drop("read_error")
@@ -223,7 +232,7 @@ def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
                 stats.drop("corrupt_gzip")
                 return
             if block:
-                stats.bytes += len(block)
+                stats.count_bytes(len(block))
                 yield block
             if not inflater.eof:
                 break
@@ -236,7 +245,7 @@ def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
     if member_open:
         tail = inflater.flush()
         if tail:
-            stats.bytes += len(tail)
+            stats.count_bytes(len(tail))
             yield tail
         stats.drop("truncated_gzip")
 
@@ -252,7 +261,7 @@ def _range_blocks(path: Path, stats: ReadStats, byte_range: tuple[int, int]) -> 
                 if not block:
                     break
                 remaining -= len(block)
-                stats.bytes += len(block)
+                stats.count_bytes(len(block))
                 yield block
     except OSError:
         stats.drop("read_error")

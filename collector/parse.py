@@ -11,7 +11,7 @@ import heapq
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,8 @@ class ParseStats:
     dropped: Counter[str] = field(default_factory=Counter)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
+    # Told of every block read (bytes), for progress bars; not part of the account.
+    progress: Callable[[int], None] | None = field(default=None, repr=False, compare=False)
 
     def count(self, bucket: str, message_head: str | None = None) -> None:
         if bucket.startswith(NOISE_PREFIX):
@@ -111,7 +113,7 @@ def file_events(
     """
     if byte_range is None or byte_range[0] == 0:
         stats.files += 1
-    read = ReadStats()
+    read = ReadStats(progress=stats.progress)
     if tf.kind == "log":
         parser = LineParser(tf.node)
         prefix = f"{tf.path}:"
@@ -198,12 +200,13 @@ def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iter
     neighbours instead of sinking to the front.
     """
     files = discover(paths)
-    streams: dict[str, list[TelemetryFile]] = {}
+    streams: dict[tuple[str, str], list[TelemetryFile]] = {}
     for tf in files:
-        # A snapshot (.prom, saved /server_info) is one moment: its own stream, so the merge
-        # places it at its time instead of before or after all of its node's log lines.
-        key = tf.node if tf.kind == "log" else f"{tf.node}\0{tf.path}"
-        streams.setdefault(key, []).append(tf)
+        # A node's snapshots (.prom, saved /server_info) form their own stream, in snapshot-time
+        # order, so the merge places each at its moment instead of before or after all of the
+        # node's log lines. One stream per node and kind (not per file) keeps memory bounded:
+        # the merge holds one pending item per stream.
+        streams.setdefault((tf.node, tf.kind), []).append(tf)
 
     def keyed(
         index: int, node_files: list[TelemetryFile]

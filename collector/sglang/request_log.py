@@ -33,8 +33,8 @@ _META_KEYS_FLOAT = (
 _META_SCALAR = re.compile(r"'(\w+)': (-?[\d.]+(?:e[-+]?\d+)?|None|True|False|'[0-9A-Za-z_.:-]*')")
 _FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
 _STATUS_CODE = re.compile(r"'status_code': (\d+)")
-_OBJ_RID = re.compile(r"\brid='([^'\\]{1,200})'")
-_OBJ_ROOM = re.compile(r"\bbootstrap_room=(\d+)")
+_OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
+_OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
 _STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 
 # Abort messages the engine writes itself, mapped to stable codes. Any other message is dropped:
@@ -69,9 +69,19 @@ def _obj_ids(obj_text: str) -> tuple[str | None, str | None]:
     """rid and bootstrap_room from a `GenerateReqInput(...)` repr, safe against look-alike text."""
     if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
         obj_text = _STRING_LITERAL.sub(_keep_short_literal, obj_text)
-    rid = _OBJ_RID.search(obj_text)
-    room = _OBJ_ROOM.search(obj_text)
-    return (rid.group(1) if rid else None, room.group(1) if room else None)
+    # str.find, not a regex search: these lines carry kilobytes of prompt text, and a pattern
+    # with no literal prefix makes `re` try every position.
+    rid = None
+    at = obj_text.find("rid='")
+    if at >= 0:
+        m = _OBJ_RID.match(obj_text, at)
+        rid = m.group(1) if m else None
+    room = None
+    at = obj_text.find("bootstrap_room=")
+    if at >= 0:
+        m = _OBJ_ROOM.match(obj_text, at)
+        room = m.group(1) if m else None
+    return rid, room
 
 
 def _keep_short_literal(match: re.Match[str]) -> str:

@@ -1,0 +1,145 @@
+"""Forensics throughput end to end: `kvwatch forensics` against `grep -c ''` on the same files.
+
+Writes a simulator scenario offline (default: the full incident replay at a traffic scale that
+gives at least 1 GB of logs, rotated and gzipped as a shipper leaves them), then times
+`grep -c ''` over the uncompressed bytes (`zcat -f` for the gzipped siblings, counted the same
+way) and `kvwatch forensics` over the folder, interleaved, and prints MB/s of log text, the
+ratio, and the peak memory of each forensics run. A smaller run is measured too, so memory
+growth with input size is visible.
+
+    python bench/forensics_bench.py [--scenario incident-replay] [--scale 0.25]
+        [--small-scale 0.05] [--runs 2] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _timed(cmd: list[str], shell: bool = False) -> tuple[float, int]:
+    """(wall seconds, peak RSS in KiB of the largest process of the command)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd if not shell else ["sh", "-c", cmd[0]],
+        stdout=subprocess.PIPE,  # not /dev/null: GNU grep would stop at the first match
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{cmd} failed")
+    return wall, usage.ru_maxrss
+
+
+def _log_text_bytes(folder: Path) -> int:
+    total = 0
+    for path in sorted((folder / "logs").iterdir()):
+        if path.suffix == ".gz":
+            done = subprocess.run(
+                f"zcat '{path}' | wc -c", shell=True, capture_output=True, text=True, check=True
+            )
+            total += int(done.stdout)
+        else:
+            total += path.stat().st_size
+    return total
+
+
+def measure(folder: Path, runs: int, kvwatch: str) -> dict[str, float]:
+    text_bytes = _log_text_bytes(folder)
+    logs = folder / "logs"
+    plain = [str(p) for p in sorted(logs.iterdir()) if p.suffix != ".gz"]
+    gz = [str(p) for p in sorted(logs.iterdir()) if p.suffix == ".gz"]
+    grep_cmd = "grep -c '' " + " ".join(f"'{p}'" for p in plain)
+    if gz:
+        grep_cmd = f"{grep_cmd}; zcat {' '.join(repr(p) for p in gz)} | grep -c ''"
+    grep_times, kv_times, kv_rss = [], [], []
+    out = folder / "forensics-out"
+    for _ in range(runs):
+        grep_times.append(_timed([grep_cmd], shell=True)[0])
+        wall, rss = _timed(
+            [
+                kvwatch,
+                "forensics",
+                str(logs),
+                str(folder / "snapshots"),
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        kv_times.append(wall)
+        kv_rss.append(rss)
+    grep_s, kv_s = statistics.median(grep_times), statistics.median(kv_times)
+    return {
+        "mb": text_bytes / 1e6,
+        "grep_mb_s": text_bytes / grep_s / 1e6,
+        "kv_mb_s": text_bytes / kv_s / 1e6,
+        "kv_seconds": kv_s,
+        "ratio": grep_s / kv_s,
+        "peak_mib": max(kv_rss) / 1024,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", default="incident-replay")
+    parser.add_argument("--scale", type=float, default=0.25)
+    parser.add_argument("--small-scale", type=float, default=0.05)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--keep", type=Path, default=None)
+    args = parser.parse_args()
+    kvwatch = shutil.which("kvwatch") or str(Path(sys.executable).parent / "kvwatch")
+    base = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-fbench-"))
+    try:
+        rows = []
+        for scale in (args.small_scale, args.scale):
+            folder = base / f"{args.scenario}-x{scale}"
+            if not (folder / "ground_truth.json").exists():
+                subprocess.run(
+                    [
+                        kvwatch,
+                        "simulate",
+                        "logs",
+                        "--scenario",
+                        args.scenario,
+                        "--out",
+                        str(folder),
+                        "--scale",
+                        str(scale),
+                    ],
+                    check=True,
+                )
+            row = measure(folder, args.runs, kvwatch)
+            row["scale"] = scale
+            rows.append(row)
+        print(
+            f"{'scale':>6} {'log MB':>8} {'grep MB/s':>10} {'forensics MB/s':>15} "
+            f"{'seconds':>8} {'ratio':>7} {'peak MiB':>9}"
+        )
+        for r in rows:
+            print(
+                f"{r['scale']:6.2f} {r['mb']:8.0f} {r['grep_mb_s']:10.0f} {r['kv_mb_s']:15.1f} "
+                f"{r['kv_seconds']:8.1f} {r['ratio']:7.3f} {r['peak_mib']:9.0f}"
+            )
+        print(
+            f"cores: {os.cpu_count()}; ratio = forensics speed / grep -c '' speed over the same "
+            f"log text (median of {args.runs} interleaved runs, page cache warm)"
+        )
+    finally:
+        if args.keep is None:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

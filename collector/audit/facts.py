@@ -1,0 +1,134 @@
+"""What the audit knows about one node: the configuration in force, and what its logs showed.
+
+Both sources of an audit (files and live endpoints) reduce to these facts, and one policy judges
+them, so a node reads the same whether its numbers came from a startup line or `/server_info`.
+`None` always means "not stated by any source", never a default: the audit reports unknowns
+instead of guessing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.events import iso_time
+
+
+@dataclass
+class ChecksumEvidence:
+    """KV-checksum behaviour seen in one node's logs during one configuration."""
+
+    # `KV checksum skipped: ... admitted unverified` lines (decode logs them once per signature).
+    skipped: int = 0
+    # (prefill signature, decode signature) pairs named by those lines, first seen first.
+    skipped_signatures: list[tuple[str | None, str | None]] = field(default_factory=list)
+    skipped_source: str | None = None
+    # `Decode ... registered N metadata buffers but this prefill has M` (checksum on one side).
+    one_side: int = 0
+    one_side_source: str | None = None
+    # `KV checksum mismatch` lines: the checksum verified and caught corrupted transfers.
+    mismatches: int = 0
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "checksum_skipped": self.skipped,
+            "skipped_signatures": [{"prefill": p, "decode": d} for p, d in self.skipped_signatures],
+            "skipped_source": self.skipped_source,
+            "checksum_one_side": self.one_side,
+            "one_side_source": self.one_side_source,
+            "checksum_mismatches": self.mismatches,
+        }
+
+
+@dataclass
+class NodeFacts:
+    """One node's configuration (one generation of it) plus the evidence gathered while it ran.
+
+    `stale_version` holds a version reported before the node's last restart: it may no longer be
+    true (the incident's engine was replaced at such a restart), so it is not judged, only named.
+    """
+
+    node: str
+    role: str | None = None
+    version: str | None = None
+    stale_version: str | None = None
+    pool_tokens: int | None = None
+    context_len: int | None = None
+    transfer_backend: str | None = None
+    kv_checksum: bool | None = None
+    generation: int = 0
+    since: float | None = None
+    until: float | None = None
+    evidence: ChecksumEvidence = field(default_factory=ChecksumEvidence)
+    sources: list[str] = field(default_factory=list)
+    # Set when the facts came (at least partly) from live endpoints.
+    live: bool = False
+    # Set when the node's own log files were read (only logs show whether the checksum verifies).
+    logs_read: bool = False
+    # Live only: why the node could not be read at all.
+    unreachable: str | None = None
+    # Live only: endpoints that answered with an error or nothing usable, endpoint -> reason.
+    endpoint_errors: dict[str, str] = field(default_factory=dict)
+
+    def config_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "since": iso_time(self.since),
+            "until": iso_time(self.until),
+            "role": self.role,
+            "version": self.version,
+            "stale_version": self.stale_version,
+            "max_total_num_tokens": self.pool_tokens,
+            "context_len": self.context_len,
+            "transfer_backend": self.transfer_backend,
+            "kv_checksum": self.kv_checksum,
+            "evidence": self.evidence.to_json_dict(),
+            "sources": list(self.sources),
+            "live": self.live,
+            "logs_read": self.logs_read,
+            "endpoint_errors": dict(self.endpoint_errors),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """What a node is judged against besides itself.
+
+    `advertised_context` is the largest context any node reports (capacity line,
+    `sglang:context_len`, `/v1/models` `max_model_len`): in PD the router admits prompts up to
+    it, so every prefill pool must hold it.
+    """
+
+    pd: bool
+    advertised_context: int | None
+    advertised_by: str | None
+    checksum_on: tuple[str, ...] = ()
+    checksum_off: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, nodes: list[NodeFacts]) -> Deployment:
+        reachable = [n for n in nodes if n.unreachable is None]
+        pd = any(n.role in ("prefill", "decode") for n in reachable)
+        best: NodeFacts | None = None
+        for facts in sorted(reachable, key=lambda n: n.node):
+            if facts.context_len is not None and (
+                best is None or best.context_len is None or facts.context_len > best.context_len
+            ):
+                best = facts
+        pd_nodes = [n for n in reachable if n.role in ("prefill", "decode")]
+        return cls(
+            pd=pd,
+            advertised_context=best.context_len if best else None,
+            advertised_by=best.node if best else None,
+            checksum_on=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is True)),
+            checksum_off=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is False)),
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "pd": self.pd,
+            "advertised_context": self.advertised_context,
+            "advertised_by": self.advertised_by,
+            "kv_checksum_on": list(self.checksum_on),
+            "kv_checksum_off": list(self.checksum_off),
+        }

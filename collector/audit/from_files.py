@@ -1,0 +1,248 @@
+"""Facts for the audit from files: logs, `.prom` snapshots and saved `/server_info` JSON.
+
+The node configuration timeline (`collector.state.config_timeline`) splits each node's history
+into generations (startups); the audit judges the last one and names earlier ones that failed.
+Two things are added here:
+
+* Snapshots are placed in time among the node's log lines. Discovery yields a node's JSON and
+  `.prom` files as whole streams before or after its logs, which would fold a snapshot taken
+  after a restart into the first startup; here they are read first (they are small) and fed in
+  at their own time.
+* A snapshot that merely states the version of the generation already running is not a new
+  startup. The timeline starts a generation whenever a reported version differs from the one it
+  carried over from before a restart; the audit keeps such a generation together with the one
+  the logs started, so the restart's pool and context stay with the version that ran them.
+
+Only a version stated during a generation counts for it: one carried over a restart is
+"stale" (the incident's engine was replaced at exactly such a restart).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts
+from collector.events import Event
+from collector.files import TelemetryFile, discover
+from collector.parse import ParseStats, file_events
+from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
+
+_CONFIG_KINDS: Final = frozenset(
+    {"server_args", "capacity", "pool_below_context_warning", "server_info", "metric"}
+)
+# Kinds the timeline reads only to guess a role; once a node is known PD they change nothing.
+_ROLE_HINT_KINDS: Final = frozenset(
+    {"prefill_batch", "decode_batch", "request_time_stats", "request_trace"}
+)
+_MERGED_FIELDS: Final = ("role", "pool_tokens", "context_len", "transfer_backend", "kv_checksum")
+_MAX_SOURCES: Final = 8
+
+
+@dataclass
+class _Generation:
+    """One audit generation: the timeline generations that belong to one startup."""
+
+    timeline_gens: list[int] = field(default_factory=list)
+    version: str | None = None
+    evidence: ChecksumEvidence = field(default_factory=ChecksumEvidence)
+    mismatch_keys: set[str] = field(default_factory=set)
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Gathered:
+    """Per node, the configuration in force at the end, and the earlier ones with the
+    deployment as it stood when each ended."""
+
+    nodes: list[NodeFacts]
+    earlier: dict[str, list[tuple[NodeFacts, Deployment]]]
+    ignored_nodes: list[str]
+    timeline: ConfigTimeline
+
+
+class _Tracker:
+    def __init__(self) -> None:
+        self.timeline = ConfigTimeline()
+        self.generations: dict[str, list[_Generation]] = defaultdict(list)
+        self.seen_nodes: set[str] = set()
+
+    def feed(self, event: Event) -> None:
+        kind = event.kind
+        self.seen_nodes.add(event.node)
+        if kind in _ROLE_HINT_KINDS:
+            current = self.timeline.current(event.node)
+            if current is None or current.role not in PD_ROLES:
+                self._update(event)
+        elif kind in _CONFIG_KINDS:
+            self._update(_without_unknown_mode(event) if kind == "server_info" else event)
+        elif kind == "checksum_skipped":
+            gen = self._generation(event.node)
+            seen = gen.evidence
+            pair = (_text(event.get("prefill_signature")), _text(event.get("decode_signature")))
+            seen.skipped += 1
+            if pair not in seen.skipped_signatures:
+                seen.skipped_signatures.append(pair)
+            if seen.skipped_source is None:
+                seen.skipped_source = event.source
+        elif kind == "transfer_warning" and event.get("warning") == "checksum_one_side":
+            gen = self._generation(event.node)
+            gen.evidence.one_side += 1
+            if gen.evidence.one_side_source is None:
+                gen.evidence.one_side_source = event.source
+        elif kind == "checksum_mismatch":
+            # Every TP rank may log the same mismatch; count requests, not lines.
+            gen = self._generation(event.node)
+            room = event.get("bootstrap_room") or event.get("rid") or event.source
+            gen.mismatch_keys.add(str(room))
+            gen.evidence.mismatches = len(gen.mismatch_keys)
+
+    def _generation(self, node: str) -> _Generation:
+        gens = self.generations[node]
+        if not gens:
+            gens.append(_Generation())
+        return gens[-1]
+
+    def _update(self, event: Event) -> None:
+        node = event.node
+        before = self.timeline.current(node)
+        self.timeline.update(event)
+        after = self.timeline.current(node)
+        if after is None:
+            return
+        gens = self.generations[node]
+        if before is None or after.generation != before.generation:
+            if gens and (not gens[-1].timeline_gens or _same_startup(gens[-1], before, event)):
+                gens[-1].timeline_gens.append(after.generation)
+            else:
+                gens.append(_Generation(timeline_gens=[after.generation]))
+        gen = gens[-1]
+        if event.kind == "server_info" and event.get("version") is not None:
+            gen.version = str(event.get("version"))
+        path = event.source.rsplit(":", 1)[0] if event.kind != "server_info" else event.source
+        if path not in gen.sources and len(gen.sources) < _MAX_SOURCES:
+            gen.sources.append(path)
+
+
+def _same_startup(gen: _Generation, before: NodeConfig | None, event: Event) -> bool:
+    """A snapshot that only states the version of a generation whose version was carried over
+    (not stated since its startup) continues that generation."""
+    if before is None or event.kind != "server_info" or gen.version is not None:
+        return False
+    pool = event.get("max_total_num_tokens")
+    return pool is None or before.pool_tokens is None or pool == before.pool_tokens
+
+
+def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
+    """Read every telemetry file under `paths` and reduce it to per-node facts."""
+    files = discover(paths)
+    documents: dict[str, list[Event]] = defaultdict(list)
+    logs: dict[str, list[TelemetryFile]] = defaultdict(list)
+    for tf in files:
+        if tf.kind == "log":
+            logs[tf.node].append(tf)
+        else:
+            documents[tf.node].extend(file_events(tf, stats))
+    tracker = _Tracker()
+    for node in sorted(set(documents) | set(logs)):
+        pending = sorted(documents.get(node, []), key=_time_key)
+        index = 0
+        for tf in logs.get(node, []):
+            for event in file_events(tf, stats):
+                if event.time is not None:
+                    while index < len(pending) and _time_key(pending[index]) <= event.time:
+                        tracker.feed(pending[index])
+                        index += 1
+                tracker.feed(event)
+        for event in pending[index:]:
+            tracker.feed(event)
+    return _facts(tracker, logged=frozenset(logs))
+
+
+def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
+    by_node: dict[str, list[NodeFacts]] = {}
+    for node in sorted(tracker.generations):
+        history = tracker.timeline.history(node)
+        facts_list: list[NodeFacts] = []
+        for number, gen in enumerate(tracker.generations[node]):
+            configs = [history[g] for g in gen.timeline_gens if g < len(history)]
+            facts = _node_facts(node, number, gen, configs)
+            facts.logs_read = node in logged
+            facts_list.append(facts)
+        for current, following in zip(facts_list, facts_list[1:], strict=False):
+            current.until = following.since
+        by_node[node] = facts_list
+    final = [facts_list[-1] for facts_list in by_node.values()]
+    earlier: dict[str, list[tuple[NodeFacts, Deployment]]] = {}
+    for node, facts_list in by_node.items():
+        earlier[node] = [
+            (facts, _deployment_at(by_node, _end_of(facts))) for facts in facts_list[:-1]
+        ]
+    ignored = sorted(tracker.seen_nodes - set(by_node))
+    return Gathered(final, earlier, ignored, tracker.timeline)
+
+
+def _node_facts(node: str, number: int, gen: _Generation, configs: list[NodeConfig]) -> NodeFacts:
+    merged: dict[str, Any] = dict.fromkeys(_MERGED_FIELDS)
+    carried_version: str | None = None
+    for config in configs:
+        for name in _MERGED_FIELDS:
+            value = getattr(config, name)
+            if value is not None:
+                merged[name] = value
+        if config.version is not None:
+            carried_version = config.version
+    since = configs[0].since if configs else None
+    return NodeFacts(
+        node=node,
+        version=gen.version,
+        stale_version=carried_version if gen.version is None else None,
+        generation=number,
+        since=since,
+        evidence=dataclasses.replace(gen.evidence),
+        sources=list(gen.sources),
+        **merged,
+    )
+
+
+def _end_of(facts: NodeFacts) -> float | None:
+    if facts.until is not None:
+        return facts.until - 1e-3
+    return facts.since
+
+
+def _deployment_at(by_node: dict[str, list[NodeFacts]], when: float | None) -> Deployment:
+    """The deployment as it stood at `when`: each node's configuration in force then (before a
+    node's first startup, its first one, as the timeline does)."""
+    in_force: list[NodeFacts] = []
+    for facts_list in by_node.values():
+        chosen = facts_list[0]
+        if when is not None:
+            for facts in facts_list:
+                if facts.since is not None and facts.since <= when:
+                    chosen = facts
+        in_force.append(chosen)
+    return Deployment.of(in_force)
+
+
+def _without_unknown_mode(event: Event) -> Event:
+    """`/v1/models` (and `/v1/loads` without a disaggregation block) say nothing about the
+    mode, yet their events carry `disaggregation_mode: null`, which the timeline reads as
+    "not disaggregated". The parser's `role` is None exactly when the endpoint did not say;
+    then the mode key is dropped so a model card cannot turn a prefill node unified."""
+    if event.get("role") is not None or "disaggregation_mode" not in event.fields:
+        return event
+    fields = {k: v for k, v in event.fields.items() if k != "disaggregation_mode"}
+    return Event(event.kind, event.node, event.time, event.source, fields, event.ranks)
+
+
+def _time_key(event: Event) -> float:
+    return event.time if event.time is not None else float("-inf")
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

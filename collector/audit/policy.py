@@ -1,0 +1,399 @@
+"""The pre-rollout gate's rules: pool against context, engine version, KV checksum.
+
+These are the checks the post-mortems asked operators to run by hand (incident.md, "What
+operators were told to do"), made strict enough to block a rollout: in PD, a prefill or decode
+pool below the advertised context fails, an engine below 0.5.21 fails (MORI below 0.5.22),
+below 0.5.22 (NIXL/MORI below 0.5.23) warns, the KV checksum must be on on both sides and the
+logs must not show requests admitted unverified. What cannot be known is reported as UNKNOWN,
+never passed: logs do not carry the engine version.
+
+The thresholds differ on purpose from the unsafe-engine-version detector's severities (which
+page only below 0.5.20): a gate decides what may ship, a detector what wakes someone up. Version
+parsing and ordering are the detector's (`detectors.engine_version`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from collector.audit.facts import Deployment, NodeFacts
+from collector.events import iso_time
+from detectors.engine_version import is_below, parse_version
+
+Status = Literal["PASS", "WARN", "UNKNOWN", "FAIL"]
+# UNKNOWN ranks above WARN: a node that could not be checked may be a FAIL.
+STATUS_RANK: Final[dict[str, int]] = {"PASS": 0, "WARN": 1, "UNKNOWN": 2, "FAIL": 3}
+PD_ROLES: Final = frozenset({"prefill", "decode"})
+ROLE_ORDER: Final[dict[str, int]] = {"prefill": 0, "decode": 1, "unified": 2}
+
+
+class AuditPolicy(BaseModel):
+    """Thresholds of the gate; the defaults are the post-mortems'."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Below this a PD prefill leaks over-length prompts (PR 36988); named in the failure.
+    leak_fixed: str = "0.5.20"
+    # PD deployments below this fail: abort race open, deferred release off by default.
+    pd_minimum: str = "0.5.21"
+    # PD deployments below this warn (failed Mooncake sends confirmed as drained).
+    recommended: str = "0.5.22"
+    # MORI below this fails: the abort-race fixes did not cover it.
+    mori_minimum: str = "0.5.22"
+    # NIXL and MORI below this warn: failed sends confirmed as drained (PR 45973).
+    nixl_mori_recommended: str = "0.5.23"
+    # First engine with the KV checksum: below it the checksum check is left to the version.
+    checksum_since: str = "0.5.21"
+    # Outcome for a PD node running with the checksum off (WARN where the model is not covered).
+    checksum_off: Literal["FAIL", "WARN"] = "FAIL"
+
+    @field_validator(
+        "leak_fixed",
+        "pd_minimum",
+        "recommended",
+        "mori_minimum",
+        "nixl_mori_recommended",
+        "checksum_since",
+    )
+    @classmethod
+    def _is_version(cls, value: str) -> str:
+        if parse_version(value) is None:
+            raise ValueError(f"not a version: {value!r}")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check on one node: its outcome, the sentence a person reads, the numbers behind it."""
+
+    check: str
+    status: Status
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "check": self.check,
+            "status": self.status,
+            "reason": self.reason,
+            "evidence": dict(self.evidence),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NodeResult:
+    node: str
+    role: str | None
+    status: Status
+    checks: tuple[CheckResult, ...]
+    notes: tuple[str, ...]
+    facts: NodeFacts
+    earlier: tuple[NodeResult, ...] = ()
+
+    @property
+    def reasons(self) -> list[str]:
+        """What the node's line says: the non-passing checks, or every check when all pass."""
+        if self.status == "PASS":
+            picked = [c.reason for c in self.checks]
+        else:
+            picked = [c.reason for c in self.checks if c.status != "PASS"]
+        return picked + list(self.notes)
+
+
+def worst(statuses: list[Status]) -> Status:
+    return max(statuses, key=STATUS_RANK.__getitem__, default="PASS")
+
+
+def judge_node(
+    facts: NodeFacts,
+    deployment: Deployment,
+    policy: AuditPolicy,
+    earlier: list[tuple[NodeFacts, Deployment]] | None = None,
+) -> NodeResult:
+    """All checks for one node's configuration in force; `earlier` configurations are judged
+    too, and a failing one is named in a note (it no longer decides the status)."""
+    if facts.unreachable is not None:
+        check = CheckResult("reachable", "FAIL", f"unreachable: {facts.unreachable}")
+        return NodeResult(facts.node, facts.role, "FAIL", (check,), (), facts)
+    checks = _checks(facts, deployment, policy)
+    judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))
+    notes: list[str] = []
+    failed = [r for r in judged_earlier if r.status == "FAIL"]
+    if failed:
+        last = failed[-1]
+        why = ", ".join(c.reason for c in last.checks if c.status == "FAIL")
+        when = f"generation {last.facts.generation}"
+        if last.facts.until is not None:
+            when += f", until {human_time(last.facts.until)}"
+        more = f" ({len(failed) - 1} more before it)" if len(failed) > 1 else ""
+        notes.append(f"earlier config failed ({when}): {why}{more}")
+    status = worst([c.status for c in checks])
+    return NodeResult(
+        facts.node, facts.role, status, tuple(checks), tuple(notes), facts, judged_earlier
+    )
+
+
+def _checks(facts: NodeFacts, deployment: Deployment, policy: AuditPolicy) -> list[CheckResult]:
+    checks: list[CheckResult] = []
+    role = facts.role
+    if role is None:
+        # A node whose role no source states is judged as PD, the strictest case.
+        checks.append(
+            CheckResult(
+                "role",
+                "UNKNOWN",
+                "role unknown (no server_args, PD batch fields, engine_type label or "
+                "/server_info): judged as PD",
+            )
+        )
+    pd = role in PD_ROLES or role is None
+    checks.append(pool_check(facts, deployment, pd=pd))
+    engine = engine_check(facts, policy, pd=pd)
+    if engine is not None:
+        checks.append(engine)
+    if pd:
+        checks.extend(checksum_checks(facts, deployment, policy))
+    return checks
+
+
+def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckResult:
+    """PD: the node's pool against the context the deployment advertises; otherwise its own."""
+    pool = facts.pool_tokens
+    if pd:
+        reference, by = deployment.advertised_context, deployment.advertised_by
+    else:
+        reference, by = facts.context_len, facts.node
+        if reference is None:
+            reference, by = deployment.advertised_context, deployment.advertised_by
+    if reference is not None and facts.context_len == reference:
+        by = facts.node
+    evidence: dict[str, Any] = {
+        "pool_tokens": pool,
+        "context_len": reference,
+        "node_context_len": facts.context_len,
+        "context_from": by,
+    }
+    if pool is None:
+        return CheckResult(
+            "pool",
+            "UNKNOWN",
+            "pool unknown (no capacity line, sglang:max_total_num_tokens or /server_info)",
+            evidence,
+        )
+    if reference is None:
+        return CheckResult(
+            "pool",
+            "UNKNOWN",
+            f"pool {pool:,}, context unknown (no capacity line, sglang:context_len or "
+            f"/v1/models max_model_len)",
+            evidence,
+        )
+    where = f" advertised by {by}" if by is not None and by != facts.node else ""
+    if pool >= reference:
+        return CheckResult("pool", "PASS", f"pool {pool:,} >= context {reference:,}", evidence)
+    gap = reference - pool
+    evidence["gap_tokens"] = gap
+    evidence["gap_fraction"] = round(gap / reference, 4)
+    reason = f"pool {pool:,} < context {reference:,}{where} ({_share(gap, reference)} of the window"
+    if pd:
+        return CheckResult("pool", "FAIL", reason + " cannot fit)", evidence)
+    return CheckResult("pool", "WARN", reason + " cannot fit; not PD: refused)", evidence)
+
+
+def engine_check(facts: NodeFacts, policy: AuditPolicy, *, pd: bool) -> CheckResult | None:
+    """The post-mortems' version policy; applies to PD only (the bugs are in the PD path)."""
+    version = facts.version
+    backend = _backend(facts.transfer_backend)
+    evidence: dict[str, Any] = {"version": version, "transfer_backend": backend}
+    if not pd:
+        if version is None:
+            return None
+        return CheckResult("engine", "PASS", f"engine {version}", evidence)
+    if version is None:
+        if facts.stale_version is not None:
+            evidence["stale_version"] = facts.stale_version
+            since = f" at {human_time(facts.since)}" if facts.since is not None else ""
+            reason = (
+                f"engine version unknown since the restart{since} "
+                f"({facts.stale_version} was reported before it)"
+            )
+        elif facts.live:
+            reason = "engine version unknown (/server_info and /v1/loads gave none)"
+        else:
+            reason = (
+                "engine version unknown (logs do not carry it: save /server_info next to the "
+                "logs or audit with --endpoint)"
+            )
+        return CheckResult("engine", "UNKNOWN", reason, evidence)
+    if parse_version(version) is None:
+        return CheckResult(
+            "engine", "UNKNOWN", f"engine version {version!r} not understood", evidence
+        )
+    label = {"mori": "MORI", "nixl": "NIXL"}.get(backend, backend)
+    if is_below(version, policy.leak_fixed):
+        return CheckResult(
+            "engine",
+            "FAIL",
+            f"engine {version} < {policy.pd_minimum} (over-length leak path open)",
+            evidence,
+        )
+    if is_below(version, policy.pd_minimum):
+        return CheckResult(
+            "engine",
+            "FAIL",
+            f"engine {version} < {policy.pd_minimum} (abort race open, deferred KV release off "
+            f"by default)",
+            evidence,
+        )
+    if backend == "mori" and is_below(version, policy.mori_minimum):
+        return CheckResult(
+            "engine",
+            "FAIL",
+            f"engine {version} < {policy.mori_minimum} with MORI (abort race open on MORI)",
+            evidence,
+        )
+    if backend in ("nixl", "mori") and is_below(version, policy.nixl_mori_recommended):
+        return CheckResult(
+            "engine",
+            "WARN",
+            f"engine {version} < {policy.nixl_mori_recommended} with {label} (failed sends can "
+            f"be confirmed as drained)",
+            evidence,
+        )
+    if is_below(version, policy.recommended):
+        why = (
+            "failed Mooncake sends confirmed as drained"
+            if backend == "mooncake"
+            else "release metrics and failed-send fixes"
+        )
+        return CheckResult(
+            "engine",
+            "WARN",
+            f"engine {version} < {policy.recommended} recommended ({why})",
+            evidence,
+        )
+    return CheckResult("engine", "PASS", f"engine {version}", evidence)
+
+
+def checksum_checks(
+    facts: NodeFacts, deployment: Deployment, policy: AuditPolicy
+) -> list[CheckResult]:
+    """Enabled on both sides, and verifying: the logs must not say requests went unverified."""
+    seen = facts.evidence
+    on = facts.kv_checksum
+    evidence: dict[str, Any] = {"kv_checksum": on, **seen.to_json_dict()}
+    results: list[CheckResult] = []
+    old_engine = facts.version is not None and is_below(facts.version, policy.checksum_since)
+    nothing_seen = not (seen.skipped or seen.one_side or seen.mismatches)
+    if old_engine and on is not True and nothing_seen:
+        return []  # no checksum before 0.5.21: the engine check already fails the node
+    if seen.one_side:
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum on one side only ({_times(seen.one_side, 'metadata-buffer error')}"
+                f" in the logs: transfers unverified)",
+                evidence,
+            )
+        )
+    peers_off = [n for n in deployment.checksum_off if n != facts.node]
+    peers_on = [n for n in deployment.checksum_on if n != facts.node]
+    if on is True and peers_off and not seen.one_side:
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum on here, off for {', '.join(peers_off)} (one side only: "
+                f"transfers unverified)",
+                evidence,
+            )
+        )
+    if seen.skipped:
+        layouts = len(seen.skipped_signatures) or seen.skipped
+        first = seen.skipped_signatures[0] if seen.skipped_signatures else (None, None)
+        pair = f" ({first[0]} vs this decode's {first[1]})" if first[0] or first[1] else ""
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum skipped for {_times(layouts, 'prefill layout')}{pair}: requests "
+                f"admitted unverified",
+                evidence,
+            )
+        )
+    if on is False:
+        if peers_on and not seen.one_side:
+            results.append(
+                CheckResult(
+                    "checksum",
+                    "FAIL",
+                    f"KV checksum off here, on for {', '.join(peers_on)} (one side only: "
+                    f"transfers unverified)",
+                    evidence,
+                )
+            )
+        elif not peers_on:
+            results.append(
+                CheckResult(
+                    "checksum",
+                    policy.checksum_off,
+                    "KV checksum off (--disaggregation-enable-kv-checksum not set)",
+                    evidence,
+                )
+            )
+    if on is None and not seen.skipped and not seen.one_side:
+        results.append(
+            CheckResult(
+                "checksum",
+                "UNKNOWN",
+                f"KV checksum setting unknown (not stated by server_args or /server_info; "
+                f"engines before {policy.checksum_since} have none)",
+                evidence,
+            )
+        )
+    if seen.mismatches:
+        results.append(
+            CheckResult(
+                "checksum",
+                "WARN",
+                f"{_times(seen.mismatches, 'KV checksum mismatch', 'es')} caught (corrupted "
+                f"transfers: run kvwatch forensics)",
+                evidence,
+            )
+        )
+    if not results:
+        if facts.logs_read:
+            reason = "KV checksum on, no skips in the logs"
+        else:
+            reason = "KV checksum on (verification shows only in the logs: audit them too)"
+        results.append(CheckResult("checksum", "PASS", reason, evidence))
+    return results
+
+
+def human_time(epoch: float | None) -> str:
+    """`2026-09-09 19:40:00 UTC`: the form a person compares against a post-mortem timeline."""
+    text = iso_time(epoch)
+    if text is None:
+        return "an unknown time"
+    return text[:19].replace("T", " ") + " UTC"
+
+
+def _backend(name: str | None) -> str:
+    """The transfer backend, with SGLang's default (mooncake) when none is stated."""
+    text = (name or "mooncake").strip().lower()
+    return "mooncake" if text == "mooncake_tcp" else text
+
+
+def _share(part: int, whole: int) -> str:
+    fraction = part / whole
+    if 0 < fraction < 0.01:
+        return "<1%"
+    return f"{fraction:.0%}"
+
+
+def _times(count: int, noun: str, plural: str = "s") -> str:
+    return f"{count:,} {noun}" + ("" if count == 1 else plural)

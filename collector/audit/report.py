@@ -1,0 +1,116 @@
+"""The audit's answer: one line per node a person can read, a verdict, and the exit status.
+
+The line carries the numbers that decided it (`pool 681,280 < context 1,048,576`), because the
+person reading it is deciding whether a rollout goes ahead, and the JSON form carries every
+check with its evidence for the machine that gates the pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from collector.audit.facts import Deployment
+from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeResult, Status, worst
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2  # usage and input errors (`command.EXIT_USAGE` is the same number)
+
+
+@dataclass
+class AuditReport:
+    results: list[NodeResult]
+    deployment: Deployment
+    policy: AuditPolicy
+    strict: bool = False
+    input: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.results = sorted(self.results, key=lambda r: (ROLE_ORDER.get(r.role or "", 3), r.node))
+
+    @property
+    def status(self) -> Status:
+        return worst([r.status for r in self.results])
+
+    @property
+    def exit_status(self) -> int:
+        """1 on any FAIL; with `strict`, on any WARN or UNKNOWN too; else 0."""
+        threshold = STATUS_RANK["WARN"] if self.strict else STATUS_RANK["FAIL"]
+        return EXIT_FAIL if STATUS_RANK[self.status] >= threshold else EXIT_PASS
+
+    def lines(self) -> list[str]:
+        rows = [(r.node, r.role or "unknown", r.status, "; ".join(r.reasons)) for r in self.results]
+        if not rows:
+            return []
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        return [
+            f"{node:<{widths[0]}}  {role:<{widths[1]}}  {status:<{widths[2]}}  {why}".rstrip()
+            for node, role, status, why in rows
+        ]
+
+    def verdict(self) -> str:
+        by: dict[str, list[str]] = {s: [] for s in STATUS_RANK}
+        for result in self.results:
+            by[result.status].append(result.node)
+        total = len(self.results)
+        fail, unknown, warn = by["FAIL"], by["UNKNOWN"], by["WARN"]
+        if fail:
+            text = f"verdict: FAIL - {_of(fail, total)} failed ({', '.join(fail)})"
+            text += _also(unknown, "unknown") + _also(warn, "warned") + "; do not roll out"
+        elif unknown:
+            text = (
+                f"verdict: UNKNOWN - no check failed, but {_of(unknown, total)} could not be "
+                f"fully checked ({', '.join(unknown)})"
+            )
+            text += _also(warn, "warned") + "; confirm before rolling out"
+        elif warn:
+            text = f"verdict: WARN - no check failed; {_of(warn, total)} warned ({', '.join(warn)})"
+        else:
+            passed = "1 node passed" if total == 1 else f"all {total} nodes passed"
+            text = f"verdict: PASS - {passed}"
+        if self.strict and self.status in ("WARN", "UNKNOWN"):
+            text += " (--strict: exit 1)"
+        return text
+
+    def text(self) -> str:
+        return "\n".join([*self.lines(), self.verdict()]) + "\n"
+
+    def to_json_dict(self) -> dict[str, Any]:
+        lines = self.lines()
+        return {
+            "verdict": self.status,
+            "summary": self.verdict(),
+            "exit_status": self.exit_status,
+            "strict": self.strict,
+            "policy": self.policy.model_dump(),
+            "deployment": self.deployment.to_json_dict(),
+            "nodes": [
+                _node_json(result, line) for result, line in zip(self.results, lines, strict=True)
+            ],
+            "input": self.input,
+        }
+
+
+def _node_json(result: NodeResult, line: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "node": result.node,
+        "role": result.role,
+        "status": result.status,
+        "reasons": result.reasons,
+        "checks": [c.to_json_dict() for c in result.checks],
+        "notes": list(result.notes),
+        "config": result.facts.config_json(),
+        "earlier": [_node_json(r, None) for r in result.earlier],
+    }
+    if line is not None:
+        out["line"] = line
+    return out
+
+
+def _of(nodes: list[str], total: int) -> str:
+    return f"{len(nodes)} of {total} node{'s' if total != 1 else ''}"
+
+
+def _also(nodes: list[str], what: str) -> str:
+    return f", {len(nodes)} {what} ({', '.join(nodes)})" if nodes else ""

@@ -1,0 +1,79 @@
+"""One audit: gather facts from files and/or live endpoints, judge every node, report.
+
+When a node is given both ways, the live answer is the configuration in force now and wins
+field by field; what its logs showed (checksum skips, one-sided checksum) still counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import httpx
+
+from collector.audit.facts import Deployment, NodeFacts
+from collector.audit.from_files import gather
+from collector.audit.live import Target, fetch_facts
+from collector.audit.policy import AuditPolicy, judge_node
+from collector.audit.report import AuditReport
+from collector.parse import ParseStats
+
+_LIVE_FIELDS = ("role", "version", "pool_tokens", "context_len", "transfer_backend", "kv_checksum")
+
+
+def audit(
+    paths: Sequence[str | Path] = (),
+    targets: Sequence[Target] = (),
+    *,
+    policy: AuditPolicy | None = None,
+    strict: bool = False,
+    timeout: float = 5.0,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], float] = time.time,
+) -> AuditReport:
+    """Audit the nodes found under `paths` and behind `targets`.
+
+    `report.input["files"]` is the parse account (files, lines, events by kind, drops) when
+    paths were given; `report.input["endpoints"]` maps node to URL when targets were.
+    """
+    rules = policy if policy is not None else AuditPolicy()
+    facts: dict[str, NodeFacts] = {}
+    earlier: dict[str, list[tuple[NodeFacts, Deployment]]] = {}
+    account: dict[str, object] = {}
+    if paths:
+        stats = ParseStats()
+        gathered = gather(paths, stats)
+        stats.finished = time.perf_counter()
+        facts.update((f.node, f) for f in gathered.nodes)
+        earlier = gathered.earlier
+        account["files"] = stats.to_json_dict()
+        account["ignored_nodes"] = gathered.ignored_nodes
+    if targets:
+        for live in fetch_facts(targets, timeout=timeout, transport=transport, clock=clock):
+            facts[live.node] = overlay(facts.get(live.node), live)
+        account["endpoints"] = {t.node: t.url for t in targets}
+    nodes = list(facts.values())
+    deployment = Deployment.of(nodes)
+    results = [judge_node(f, deployment, rules, earlier.get(f.node)) for f in nodes]
+    return AuditReport(results, deployment, rules, strict=strict, input=account)
+
+
+def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
+    """Live facts over the same node's facts from files (live wins where it states a value)."""
+    if base is None or live.unreachable is not None:
+        return live
+    merged = dataclasses.replace(
+        base,
+        live=True,
+        sources=[*base.sources, *live.sources],
+        endpoint_errors=dict(live.endpoint_errors),
+    )
+    for name in _LIVE_FIELDS:
+        value = getattr(live, name)
+        if value is not None:
+            setattr(merged, name, value)
+    if live.version is not None:
+        merged.stale_version = None
+    return merged

@@ -1,0 +1,1 @@
+"""Forensics: the detection pipeline over historical telemetry, ending in a report."""

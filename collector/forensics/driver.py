@@ -1,0 +1,380 @@
+"""`kvwatch forensics`: the live pipeline fed from files, ending in a report instead of pages.
+
+Events come from `events_in_time_order` (every node merged into one timeline, as a sidecar would
+see them) and go through the same `DetectionPipeline` the sidecar runs. Alongside, the driver
+keeps only what the report needs, in bounded memory: the findings, the exposed requests, a capped
+sample of request timings for the prefill-speed plot, hourly deferred-release outcomes, and the
+joined requests streamed to Parquet in batches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from collector import __version__
+from collector.events import Event, iso_time
+from collector.forensics.parquet import RequestParquetWriter
+from collector.forensics.plots import PlotData, TimingPoint
+from collector.forensics.progress import Progress
+from collector.forensics.report import write_findings_csv, write_html, write_markdown
+from collector.parse import ParseStats, events_in_time_order
+from collector.state.request_record import RequestRecord
+from detectors.finding import SEVERITY_RANK, Finding
+from detectors.pipeline import DetectionPipeline, PipelineConfig
+
+SCHEMA_PATH = Path(__file__).with_name("schema.json")
+MAX_TIMING_POINTS = 20_000
+MAX_FINDINGS_KEPT = 200_000
+
+
+@dataclass
+class ExposedRequest:
+    rid: str | None
+    bootstrap_room: str | None
+    node: str | None
+    time: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None = None
+    prefill_node: str | None = None
+    prefill_rid: str | None = None
+    evidence: list[str] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "rid": self.rid,
+            "bootstrap_room": self.bootstrap_room,
+            "node": self.node,
+            "time": iso_time(self.time),
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "prefill_node": self.prefill_node,
+            "prefill_rid": self.prefill_rid,
+            "evidence": sorted(set(self.evidence)),
+        }
+
+
+class _Evidence:
+    """What the driver keeps besides the pipeline: bounded, report-shaped."""
+
+    def __init__(self, parquet: RequestParquetWriter | None) -> None:
+        self.findings: list[Finding] = []
+        self.findings_dropped: Counter[str] = Counter()
+        self.exposed: dict[str, ExposedRequest] = {}
+        self.timing: list[TimingPoint] = []
+        self._timing_stride = 1
+        self._timing_seen = 0
+        self.deferred: dict[float, Counter[str]] = {}
+        self.parquet = parquet
+        self.records = 0
+
+    def finding(self, finding: Finding) -> None:
+        if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
+            self.findings.append(finding)
+        else:
+            self.findings_dropped[finding.detector] += 1
+        if finding.exposure:
+            key = finding.bootstrap_room or f"rid:{finding.node}:{finding.rid}"
+            entry = self.exposed.get(key)
+            if entry is None:
+                entry = ExposedRequest(
+                    finding.rid,
+                    finding.bootstrap_room,
+                    finding.node,
+                    finding.time,
+                    _int(finding.evidence.get("prompt_tokens")),
+                )
+                self.exposed[key] = entry
+            entry.evidence.append(finding.detector)
+
+    def record(self, record: RequestRecord, findings: list[Finding]) -> None:
+        self.records += 1
+        exposed_by = [f.detector for f in findings if f.exposure]
+        serving = record.serving
+        prefill = record.prefill
+        key = record.bootstrap_room or (f"rid:{serving.node}:{serving.rid}" if serving else None)
+        if exposed_by and key is not None and key in self.exposed:
+            entry = self.exposed[key]
+            if serving is not None:
+                entry.rid, entry.node = serving.rid, serving.node
+                entry.time = serving.finished_time or entry.time
+            entry.prompt_tokens = record.prompt_tokens or entry.prompt_tokens
+            entry.cached_tokens = record.cached_tokens
+            if prefill is not None:
+                entry.prefill_node, entry.prefill_rid = prefill.node, prefill.rid
+        self._sample_timing(record, bool(exposed_by))
+        if self.parquet is not None:
+            self.parquet.add(record, exposed_by)
+
+    def _sample_timing(self, record: RequestRecord, exposed: bool) -> None:
+        prompt = record.prompt_tokens
+        serving = record.serving
+        if not prompt or serving is None:
+            return
+        seconds = serving.first_token_latency
+        if seconds is None:
+            seconds = serving.e2e_latency
+        if seconds is None or seconds <= 0:
+            return
+        uncached = max(prompt - (record.cached_tokens or 0), 1)
+        point = TimingPoint(prompt, uncached, seconds / uncached, exposed)
+        if exposed:
+            self.timing.append(point)
+            return
+        self._timing_seen += 1
+        if self._timing_seen % self._timing_stride:
+            return
+        self.timing.append(point)
+        if len(self.timing) > MAX_TIMING_POINTS:
+            # Halve the honest sample and take every other point from now on: bounded, even.
+            self._timing_stride *= 2
+            self.timing = [p for i, p in enumerate(self.timing) if p.exposed or i % 2 == 0]
+
+    def deferred_release(self, event: Event) -> None:
+        if event.time is None:
+            return
+        hour = event.time - event.time % 3600
+        self.deferred.setdefault(hour, Counter())[str(event.get("outcome"))] += 1
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class ForensicsResult:
+    summary: dict[str, Any]
+    outputs: dict[str, Path]
+    seconds: float
+
+
+def _total_bytes(paths: Iterable[str]) -> int:
+    total = 0
+    for raw in paths:
+        root = Path(raw)
+        files = root.rglob("*") if root.is_dir() else [root]
+        for path in files:
+            try:
+                if path.is_file():
+                    total += path.stat().st_size
+            except OSError:
+                continue
+    return total
+
+
+def run_forensics(
+    paths: list[str],
+    out_dir: Path,
+    *,
+    json_path: Path | None = None,
+    config: PipelineConfig | None = None,
+    progress_stream: TextIO | None = None,
+    write_parquet: bool = True,
+) -> ForensicsResult:
+    """Read everything under `paths`, judge it, write the reports into `out_dir`."""
+    started = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs: dict[str, Path] = {}
+    parquet = RequestParquetWriter(out_dir / "requests.parquet") if write_parquet else None
+    evidence = _Evidence(parquet)
+    pipeline = DetectionPipeline(config, on_record=evidence.record)
+    stats = ParseStats()
+    progress = Progress(_total_bytes(paths), progress_stream)
+    stats.progress = progress.advance
+    process = pipeline.process
+    note_finding = evidence.finding
+    try:
+        for event in events_in_time_order(paths, stats):
+            if event.kind == "deferred_release":
+                evidence.deferred_release(event)
+            for finding in process(event):
+                note_finding(finding)
+        for finding in pipeline.finish():
+            note_finding(finding)
+    finally:
+        progress.close()
+        if parquet is not None:
+            parquet.close()
+    stats.finished = time.perf_counter()
+    if parquet is not None:
+        outputs["parquet"] = parquet.path
+    summary = build_summary(paths, stats, pipeline, evidence)
+    summary["outputs"] = {}
+    plot_data = _plot_data(pipeline, evidence, summary)
+    outputs["html"] = out_dir / "report.html"
+    outputs["markdown"] = out_dir / "report.md"
+    outputs["csv"] = out_dir / "findings.csv"
+    outputs["json"] = json_path or (out_dir / "forensics.json")
+    summary["outputs"] = {name: str(path) for name, path in outputs.items()}
+    write_html(outputs["html"], summary, plot_data)
+    write_markdown(outputs["markdown"], summary)
+    write_findings_csv(outputs["csv"], summary["findings"])
+    outputs["json"].parent.mkdir(parents=True, exist_ok=True)
+    outputs["json"].write_text(
+        json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
+    )
+    return ForensicsResult(summary, outputs, time.perf_counter() - started)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return str(value)
+
+
+def _clean(value: Any) -> Any:
+    """Evidence values that JSON cannot carry (NaN, inf) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build_summary(
+    paths: list[str], stats: ParseStats, pipeline: DetectionPipeline, evidence: _Evidence
+) -> dict[str, Any]:
+    exposed = sorted(evidence.exposed.values(), key=lambda e: (e.time or 0.0, e.rid or ""))
+    times = [e.time for e in exposed if e.time is not None]
+    findings = sorted(
+        evidence.findings, key=lambda f: (f.time if f.time is not None else -1.0, f.detector)
+    )
+    by_severity: Counter[str] = Counter(f.severity for f in findings)
+    nodes: dict[str, Any] = {}
+    for node in pipeline.timeline.nodes():
+        history = pipeline.timeline.history(node)
+        role = next((c.role for c in reversed(history) if c.role), None)
+        nodes[node] = {
+            "role": role,
+            "config": [
+                {
+                    "time": iso_time(c.since),
+                    "max_total_num_tokens": c.pool_tokens,
+                    "context_len": c.context_len,
+                    "role": c.role,
+                    "version": c.version,
+                    "kv_checksum": c.kv_checksum,
+                    "transfer_backend": c.transfer_backend,
+                }
+                for c in history
+            ],
+        }
+    read = stats.to_json_dict()
+    return {
+        "schema_version": 1,
+        "generated_by": f"kvwatch {__version__} forensics",
+        "exposure": {
+            "requests": [e.to_json_dict() for e in exposed],
+            "first": iso_time(min(times)) if times else None,
+            "last": iso_time(max(times)) if times else None,
+            "count": len(exposed),
+        },
+        "findings": [_clean(f.to_json_dict()) for f in findings],
+        "findings_by_severity": {s: by_severity.get(s, 0) for s in SEVERITY_RANK},
+        "nodes": nodes,
+        "input": {
+            "paths": [str(p) for p in paths],
+            "files": read["files"],
+            "bytes": read["bytes"],
+            "lines": read["lines"],
+            "events_by_kind": read["events_by_kind"],
+            "unclassified_engine_lines": read["unclassified_engine_lines"],
+            "unclassified_other_lines": read["unclassified_other_lines"],
+            "dropped_by_reason": read["dropped_by_reason"],
+            "seconds": read["seconds"],
+            "mb_per_second": read["mb_per_second"],
+        },
+        "requests": {
+            "total": evidence.records,
+            "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
+        },
+    }
+
+
+def _plot_data(
+    pipeline: DetectionPipeline, evidence: _Evidence, summary: dict[str, Any]
+) -> PlotData:
+    floor = None
+    for det in pipeline.detectors:
+        physical = getattr(det, "physical_floor", None)
+        if callable(physical):
+            tokens = 1_000_000
+            floor = float(physical(tokens, 8)) / tokens
+    pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
+    for node in pipeline.timeline.nodes():
+        for config in pipeline.timeline.history(node):
+            if config.since is not None:
+                pools.setdefault(node, []).append(
+                    (config.since, config.pool_tokens, config.context_len)
+                )
+    exposure = summary["exposure"]
+    window = None
+    times = [e.time for e in evidence.exposed.values() if e.time is not None]
+    if exposure["count"] and times:
+        window = (min(times), max(times))
+    return PlotData(
+        timing=evidence.timing,
+        floor_seconds_per_token=floor,
+        findings=[(f.time, f.severity, f.detector) for f in evidence.findings if f.time],
+        deferred_outcomes={h: dict(c) for h, c in evidence.deferred.items()},
+        pools=pools,
+        exposure_window=window,
+    )
+
+
+def print_outcome(result: ForensicsResult, out: TextIO) -> None:
+    """The terminal summary: what was found, the window, the config gap, where the report is."""
+    summary = result.summary
+    exposure = summary["exposure"]
+    severities: dict[str, int] = dict(summary["findings_by_severity"])
+    data = summary["input"]
+    out.write(
+        f"read {data['files']:,} files, {data['bytes'] / 1e6:,.1f} MB, {data['lines']:,} lines "
+        f"in {result.seconds:.1f} s ({data['bytes'] / 1e6 / max(result.seconds, 1e-9):,.0f} MB/s)"
+        "\n"
+    )
+    if exposure["count"]:
+        out.write(
+            f"EXPOSED: {exposure['count']:,} responses probably carried another request's data, "
+            f"{exposure['first']} .. {exposure['last']}\n"
+        )
+        for req in exposure["requests"][:5]:
+            out.write(
+                f"  {req['time']}  {req['node']}  rid={req['rid']}  room={req['bootstrap_room']}  "
+                f"prompt={req['prompt_tokens']}  [{', '.join(req['evidence'])}]\n"
+            )
+        if exposure["count"] > 5:
+            out.write(f"  ... {exposure['count'] - 5:,} more in the report\n")
+    else:
+        out.write("no exposed responses found\n")
+    out.write(
+        f"findings: {severities.get('critical', 0):,} critical, "
+        f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
+    )
+    for node, info in sorted(summary["nodes"].items()):
+        for point in info["config"]:
+            pool, context = point["max_total_num_tokens"], point["context_len"]
+            if pool is not None and context is not None and pool < context:
+                out.write(
+                    f"config gap: {node} ({info['role']}) pool {pool:,} < context {context:,} "
+                    f"since {point['time']}\n"
+                )
+    for name, path in result.outputs.items():
+        out.write(f"{name:>8}: {path}\n")
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"

@@ -1,0 +1,100 @@
+"""The joined requests as Parquet, written in batches so memory stays flat over weeks of logs.
+
+One row per request as the deployment saw it (prefill and decode sides joined by bootstrap room):
+ids, nodes, token counts, latencies, outcome, and which detectors called it an exposure. Metadata
+only: no text ever reaches a `RequestRecord`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collector.state.request_record import RequestRecord
+
+BATCH_ROWS = 50_000
+
+SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("bootstrap_room", pa.string()),
+        ("serving_node", pa.string()),
+        ("serving_rid", pa.string()),
+        ("prefill_node", pa.string()),
+        ("prefill_rid", pa.string()),
+        ("start", pa.timestamp("ms", tz="UTC")),
+        ("end", pa.timestamp("ms", tz="UTC")),
+        ("prompt_tokens", pa.int64()),
+        ("cached_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("finish_type", pa.string()),
+        ("status_code", pa.int64()),
+        ("e2e_latency", pa.float64()),
+        ("first_token_latency", pa.float64()),
+        ("prefill_forward_seconds", pa.float64()),
+        ("prefill_refused", pa.bool_()),
+        ("served", pa.bool_()),
+        ("exposed_by", pa.list_(pa.string())),
+    ]
+)
+
+
+def _ms(epoch: float | None) -> int | None:
+    return int(epoch * 1000) if epoch is not None else None
+
+
+class RequestParquetWriter:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def add(self, record: RequestRecord, exposed_by: list[str]) -> None:
+        serving = record.serving
+        prefill = record.prefill
+        rows = self._rows
+        rows["key"].append(record.key)
+        rows["bootstrap_room"].append(record.bootstrap_room)
+        rows["serving_node"].append(serving.node if serving else None)
+        rows["serving_rid"].append(serving.rid if serving else None)
+        rows["prefill_node"].append(prefill.node if prefill else None)
+        rows["prefill_rid"].append(prefill.rid if prefill else None)
+        starts = [s.first_time for s in record.sides if s.first_time is not None]
+        ends = [s.last_time for s in record.sides if s.last_time is not None]
+        rows["start"].append(_ms(min(starts)) if starts else None)
+        rows["end"].append(_ms(max(ends)) if ends else None)
+        rows["prompt_tokens"].append(record.prompt_tokens)
+        rows["cached_tokens"].append(record.cached_tokens)
+        rows["completion_tokens"].append(serving.completion_tokens if serving else None)
+        rows["finish_type"].append(serving.finish_type if serving else None)
+        rows["status_code"].append(serving.status_code if serving else None)
+        rows["e2e_latency"].append(serving.e2e_latency if serving else None)
+        rows["first_token_latency"].append(serving.first_token_latency if serving else None)
+        rows["prefill_forward_seconds"].append(
+            prefill.durations.get("forward_duration") if prefill else None
+        )
+        rows["prefill_refused"].append(record.prefill_refused)
+        rows["served"].append(record.served)
+        rows["exposed_by"].append(sorted(set(exposed_by)))
+        self.rows += 1
+        if len(rows["key"]) >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows["key"]:
+            return
+        table = pa.Table.from_pydict(self._rows, schema=SCHEMA)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+        self._writer.write_table(table)
+        self._rows = {name: [] for name in SCHEMA.names}
+
+    def close(self) -> None:
+        self._flush()
+        if self._writer is None:  # no requests at all: still an empty, valid file
+            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+        self._writer.close()

@@ -1,0 +1,205 @@
+"""Writing the forensics outputs a responder reads: `report.html`, `report.md`, `findings.csv`.
+
+The HTML is self-contained (plots inlined as PNG data URIs, no scripts, no external requests), so
+it can be attached to an incident ticket or opened on an air-gapped laptop. Tables are capped;
+the JSON summary and the CSV carry everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from collector.forensics.plots import PlotData, render_all
+
+TABLE_ROWS = 200
+
+
+def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
+    columns = [
+        "time",
+        "severity",
+        "detector",
+        "node",
+        "rid",
+        "bootstrap_room",
+        "summary",
+        "runbook",
+        "dedup_key",
+        "evidence",
+    ]
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for finding in findings:
+            row = [finding.get(c) for c in columns[:-1]]
+            evidence = finding.get("evidence") or {}
+            row.append(";".join(f"{k}={v}" for k, v in sorted(evidence.items())))
+            writer.writerow(["" if v is None else v for v in row])
+
+
+def _headline(summary: dict[str, Any]) -> list[str]:
+    exposure = summary["exposure"]
+    counts = Counter(f["severity"] for f in summary["findings"])
+    lines = []
+    if exposure["count"]:
+        lines.append(
+            f"{exposure['count']:,} client responses probably carried another request's data, "
+            f"between {exposure['first']} and {exposure['last']}."
+        )
+    else:
+        lines.append("No client response was found to carry another request's data.")
+    lines.append(
+        f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
+        f"{counts.get('info', 0):,} info."
+    )
+    for node, info in sorted(summary["nodes"].items()):
+        for point in info.get("config", []):
+            pool, context = point.get("max_total_num_tokens"), point.get("context_len")
+            if pool is not None and context is not None and pool < context:
+                lines.append(
+                    f"{node} ({info.get('role') or 'role unknown'}): pool {pool:,} tokens below "
+                    f"context {context:,} from {point['time']}."
+                )
+    return lines
+
+
+def write_markdown(path: Path, summary: dict[str, Any]) -> None:
+    out = ["# kvwatch forensics report", ""]
+    out += [f"- {line}" for line in _headline(summary)]
+    exposure = summary["exposure"]
+    out += ["", "## Exposed responses", ""]
+    if exposure["requests"]:
+        out.append("| time | node | rid | bootstrap_room | prompt tokens | evidence |")
+        out.append("|---|---|---|---|---|---|")
+        for req in exposure["requests"][:TABLE_ROWS]:
+            out.append(
+                f"| {req['time']} | {req['node']} | {req['rid']} | {req['bootstrap_room']} | "
+                f"{req['prompt_tokens']} | {', '.join(req['evidence'])} |"
+            )
+        if len(exposure["requests"]) > TABLE_ROWS:
+            out.append(f"\n({len(exposure['requests']) - TABLE_ROWS:,} more in the JSON summary)")
+    else:
+        out.append("None.")
+    out += ["", "## Findings (critical and warning)", ""]
+    serious = [f for f in summary["findings"] if f["severity"] != "info"]
+    for finding in serious[:TABLE_ROWS]:
+        out.append(
+            f"- **{finding['severity']}** {finding['time']} `{finding['detector']}` "
+            f"{finding['node'] or ''}: {finding['summary']}"
+        )
+    if not serious:
+        out.append("None.")
+    out += ["", "## Nodes", ""]
+    for node, info in sorted(summary["nodes"].items()):
+        out.append(f"- **{node}** ({info.get('role') or 'role unknown'})")
+        for point in info.get("config", []):
+            out.append(
+                f"  - {point['time']}: pool {point.get('max_total_num_tokens')}, "
+                f"context {point.get('context_len')}, version {point.get('version') or '?'}"
+            )
+    data = summary["input"]
+    out += [
+        "",
+        "## Input",
+        "",
+        f"{data['files']:,} files, {data['bytes']:,} bytes, {data['lines']:,} lines; "
+        f"{data['unclassified_engine_lines']:,} unclassified engine lines.",
+        "",
+    ]
+    path.write_text("\n".join(out))
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
+max-width:1100px;color:#222;padding:0 1rem}h1{margin-bottom:.2rem}
+.verdict{border-left:6px solid #c0392b;
+background:#fdf2f0;padding:.6rem 1rem}.verdict.ok{border-color:#27ae60;background:#f0fbf4}
+table{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0 1.5rem}
+th,td{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f6f6}.critical{color:#c0392b;font-weight:600}.warning{color:#d35400}
+.info{color:#7f8c8d}figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
+code{font-size:.85rem}.muted{color:#777;font-size:.85rem}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None:
+    images = render_all(plot_data)
+    exposure = summary["exposure"]
+    verdict_class = "verdict" if exposure["count"] else "verdict ok"
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>kvwatch forensics report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>kvwatch forensics report</h1>",
+        f"<p class='muted'>{_e(summary.get('generated_by', 'kvwatch'))}</p>",
+        f"<div class='{verdict_class}'>",
+        *(f"<p>{_e(line)}</p>" for line in _headline(summary)),
+        "</div>",
+    ]
+    captions = {
+        "timing": "Time to first token per uncached prompt token, against prompt length.",
+        "findings": "Findings over time (the exposure window is shaded).",
+        "deferred": "Deferred KV releases per hour by outcome.",
+        "pools": "Each node's KV pool against the context length, over time.",
+    }
+    for name, png in images.items():
+        data = base64.b64encode(png).decode()
+        parts.append(
+            f"<figure id='plot-{name}'><img alt='{_e(captions[name])}' "
+            f"src='data:image/png;base64,{data}'><figcaption>{_e(captions[name])}</figcaption>"
+            "</figure>"
+        )
+    parts.append(f"<h2>Exposed responses ({exposure['count']:,})</h2>")
+    if exposure["requests"]:
+        parts.append(
+            "<table><tr><th>time</th><th>node</th><th>rid</th><th>bootstrap_room</th>"
+            "<th>prompt tokens</th><th>evidence</th></tr>"
+        )
+        for req in exposure["requests"][:TABLE_ROWS]:
+            parts.append(
+                f"<tr><td>{_e(req['time'])}</td><td>{_e(req['node'])}</td><td><code>"
+                f"{_e(req['rid'])}</code></td><td><code>{_e(req['bootstrap_room'])}</code></td>"
+                f"<td>{_e(req['prompt_tokens'])}</td><td>{_e(', '.join(req['evidence']))}</td></tr>"
+            )
+        parts.append("</table>")
+        if len(exposure["requests"]) > TABLE_ROWS:
+            parts.append(
+                f"<p class='muted'>{len(exposure['requests']) - TABLE_ROWS:,} more in the JSON.</p>"
+            )
+    parts.append("<h2>Findings</h2><table><tr><th>time</th><th>severity</th><th>detector</th>")
+    parts.append("<th>node</th><th>summary</th></tr>")
+    ordered = sorted(
+        summary["findings"],
+        key=lambda f: ({"critical": 0, "warning": 1, "info": 2}[f["severity"]], f["time"] or ""),
+    )
+    for finding in ordered[:TABLE_ROWS]:
+        parts.append(
+            f"<tr><td>{_e(finding['time'])}</td><td class='{_e(finding['severity'])}'>"
+            f"{_e(finding['severity'])}</td><td>{_e(finding['detector'])}</td>"
+            f"<td>{_e(finding['node'])}</td><td>{_e(finding['summary'])}</td></tr>"
+        )
+    parts.append("</table><h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>since</th>")
+    parts.append("<th>pool</th><th>context</th><th>version</th></tr>")
+    for node, info in sorted(summary["nodes"].items()):
+        for point in info.get("config", []):
+            parts.append(
+                f"<tr><td>{_e(node)}</td><td>{_e(info.get('role'))}</td><td>{_e(point['time'])}"
+                f"</td><td>{_e(point.get('max_total_num_tokens'))}</td>"
+                f"<td>{_e(point.get('context_len'))}</td><td>{_e(point.get('version'))}</td></tr>"
+            )
+    data = summary["input"]
+    parts.append(
+        f"</table><h2>Input</h2><p>{data['files']:,} files, {data['bytes']:,} bytes, "
+        f"{data['lines']:,} lines, {data['unclassified_engine_lines']:,} unclassified engine "
+        "lines.</p></body></html>"
+    )
+    path.write_text("".join(parts))

@@ -1,0 +1,629 @@
+"""Each node's configuration over time, so a request is judged by the config in force when it ran.
+
+The incident turned on one number (the prefill pool) against another (the advertised context),
+and it ended with a restart that changed the first. A verdict on a request must therefore use
+the configuration of the node's *generation* (one startup) that served it, not the latest one.
+
+A generation starts at a node's first event, and again whenever a new startup is seen: a second
+`server_args` line, a second `capacity` line from the same rank, or a constant (pool, context,
+version) reported with a different value. A generation's facts are filled in as they arrive
+(server args first, capacity a minute later, `/server_info` whenever it is polled); the values
+of a generation apply to its whole lifetime. Facts that a new startup restates (pool, context,
+input limit) are not carried over; everything else (role, version, backend, checksum) is, until
+restated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from collector.events import Event
+
+Role = Literal["prefill", "decode", "unified"]
+PD_ROLES: Final = frozenset({"prefill", "decode"})
+
+
+# Batch-line fields that only PD servers print (see sglang-telemetry.md §2.3, §2.4).
+_PD_PREFILL_BATCH_KEYS: Final = frozenset(
+    {"bootstrap_req", "prealloc_req", "unbootstrapped_req", "inflight_req", "optimistic_req"}
+)
+_PD_DECODE_BATCH_KEYS: Final = frozenset(
+    {"prealloc_req", "transfer_req", "retracted_req", "pre_allocated_usage"}
+)
+# Canonical metric signals that carry configuration constants.
+_METRIC_POOL: Final = frozenset({"pool_tokens", "max_total_num_tokens"})
+_METRIC_CONTEXT: Final = frozenset({"context_len"})
+_METRIC_NAME_SIGNAL: Final = {
+    "sglang:max_total_num_tokens": "pool_tokens",
+    "sglang_max_total_num_tokens": "pool_tokens",
+    "sglang:context_len": "context_len",
+    "sglang_context_len": "context_len",
+}
+
+# Server args this close to a capacity line belong to the same startup (same-second disorder).
+_SAME_STARTUP_SECONDS: Final = 2.0
+
+# How sure we are of a role: a weak guess from log shape never overrides a stated mode.
+_STRONG: Final = 2
+_WEAK: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """One generation (startup) of one node: the configuration in force while it ran."""
+
+    node: str
+    generation: int
+    since: float | None
+    role: Role | None = None
+    version: str | None = None
+    pool_tokens: int | None = None
+    context_len: int | None = None
+    max_req_input_len: int | None = None
+    transfer_backend: str | None = None
+    kv_checksum: bool | None = None
+    kv_canary: str | None = None
+    deferred_release: bool | None = None
+    model: str | None = None
+    tp_size: int | None = None
+    page_size: int | None = None
+    source: str = ""
+
+    @property
+    def is_pd(self) -> bool:
+        return self.role in PD_ROLES
+
+    @property
+    def pool_below_context(self) -> bool:
+        return (
+            self.pool_tokens is not None
+            and self.context_len is not None
+            and self.pool_tokens < self.context_len
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        from collector.events import iso_time
+
+        out = dataclasses.asdict(self)
+        out["time"] = iso_time(self.since)
+        out["max_total_num_tokens"] = out.pop("pool_tokens")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """What one event changed: `restart` when it began a new generation."""
+
+    node: str
+    config: NodeConfig
+    changed: frozenset[str]
+    restart: bool
+
+
+class _NodeHistory:
+    """Generations of one node plus the bookkeeping that detects a new startup."""
+
+    __slots__ = (
+        "node",
+        "generations",
+        "starts",
+        "role_strength",
+        "has_server_args",
+        "capacity_ranks",
+        "rank_pools",
+        "capacity_time",
+        "stated",
+    )
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.generations: list[NodeConfig] = []
+        self.starts: list[float] = []
+        self.role_strength = 0
+        self.has_server_args = False
+        self.capacity_ranks: set[tuple[tuple[str, int], ...]] = set()
+        self.rank_pools: dict[tuple[tuple[str, int], ...], int] = {}
+        self.capacity_time: float | None = None
+        # Fields this generation's own events stated (the rest were carried over).
+        self.stated: set[str] = set()
+
+    @property
+    def current(self) -> NodeConfig | None:
+        return self.generations[-1] if self.generations else None
+
+    def start(self, time: float | None, source: str) -> NodeConfig:
+        previous = self.current
+        if previous is None:
+            config = NodeConfig(node=self.node, generation=0, since=time, source=source)
+        else:
+            config = dataclasses.replace(
+                previous,
+                generation=previous.generation + 1,
+                since=time if time is not None else previous.since,
+                source=source,
+                pool_tokens=None,
+                context_len=None,
+                max_req_input_len=None,
+            )
+        self.generations.append(config)
+        start = config.since if config.since is not None else float("-inf")
+        if self.starts and start < self.starts[-1]:
+            start = self.starts[-1]
+        self.starts.append(start)
+        self.has_server_args = False
+        self.capacity_ranks = set()
+        self.rank_pools = {}
+        self.capacity_time = None
+        self.stated = set()
+        if previous is not None and self.role_strength == _WEAK:
+            self.role_strength = 0
+        return config
+
+    def replace_current(self, **changes: Any) -> NodeConfig:
+        config = dataclasses.replace(self.generations[-1], **changes)
+        self.generations[-1] = config
+        self.stated.update(k for k in changes if k != "source")
+        return config
+
+    def is_stated(self, field: str) -> bool:
+        return field in self.stated and getattr(self.generations[-1], field) is not None
+
+
+class ConfigTimeline:
+    """Per-node configuration generations, fed in time order, queried by time.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> tl = ConfigTimeline()
+    >>> _ = tl.update(Event("server_args", "p0", 100.0, "p0.log:1",
+    ...                     {"disaggregation_mode": "prefill"}))
+    >>> _ = tl.update(Event("capacity", "p0", 160.0, "p0.log:9",
+    ...                     {"max_total_num_tokens": 681280, "context_len": 1048576}))
+    >>> _ = tl.update(Event("server_args", "p0", 9000.0, "p0.log:500",
+    ...                     {"disaggregation_mode": "prefill"}))
+    >>> _ = tl.update(Event("capacity", "p0", 9060.0, "p0.log:509",
+    ...                     {"max_total_num_tokens": 2040000, "context_len": 1048576}))
+    >>> tl.config_at("p0", 5000.0).pool_tokens, tl.config_at("p0", 9500.0).pool_tokens
+    (681280, 2040000)
+    >>> tl.prefill_pools_at(9500.0)
+    {'p0': 2040000}
+    """
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, _NodeHistory] = {}
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def update(self, event: Event) -> ConfigChange | None:
+        """Apply one event; return what changed (None when the event says nothing new)."""
+        handler = _HANDLERS.get(event.kind)
+        if handler is None:
+            return None
+        history = self._nodes.get(event.node)
+        if history is None:
+            history = self._nodes[event.node] = _NodeHistory(event.node)
+        before = history.current
+        if (
+            before is not None
+            and event.time is not None
+            and before.since is not None
+            and event.time < before.since - _SAME_STARTUP_SECONDS
+        ):
+            return _late_fill(history, event)
+        restart = handler(history, event)
+        after = history.current
+        if after is None or (after is before and not restart):
+            return None
+        changed = _diff(before, after) if not restart else frozenset(_fields_set(after))
+        if not changed and not restart:
+            return None
+        return ConfigChange(event.node, after, changed, restart)
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def nodes(self) -> list[str]:
+        return sorted(self._nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._nodes
+
+    def current(self, node: str) -> NodeConfig | None:
+        history = self._nodes.get(node)
+        return history.current if history else None
+
+    def history(self, node: str) -> list[NodeConfig]:
+        history = self._nodes.get(node)
+        return list(history.generations) if history else []
+
+    def config_at(self, node: str, time: float | None) -> NodeConfig | None:
+        """The generation in force at `time` (before the first startup: the first one)."""
+        history = self._nodes.get(node)
+        if history is None or not history.generations:
+            return None
+        if time is None:
+            return history.generations[-1]
+        index = bisect.bisect_right(history.starts, time) - 1
+        return history.generations[max(index, 0)]
+
+    def role_at(self, node: str, time: float | None = None) -> Role | None:
+        config = self.config_at(node, time)
+        return config.role if config else None
+
+    def configs_at(self, time: float | None, model: str | None = None) -> Iterator[NodeConfig]:
+        """Every node's configuration in force at `time`.
+
+        With `model`, only the nodes of that deployment: the same served model, or a model not
+        known (a forensics run may hold several deployments' logs side by side).
+        """
+        for node in sorted(self._nodes):
+            config = self.config_at(node, time)
+            if config is None:
+                continue
+            if model is not None and config.model is not None and config.model != model:
+                continue
+            yield config
+
+    def advertised_context(self, time: float | None, model: str | None = None) -> int | None:
+        """The context the deployment advertises: the largest any of its nodes serves."""
+        values = [c.context_len for c in self.configs_at(time, model) if c.context_len is not None]
+        return max(values) if values else None
+
+    def prefill_pools_at(self, time: float | None, model: str | None = None) -> dict[str, int]:
+        """Pools of the deployment's PD prefill nodes in force at `time`."""
+        return {
+            c.node: c.pool_tokens
+            for c in self.configs_at(time, model)
+            if c.role == "prefill" and c.pool_tokens is not None
+        }
+
+    def is_pd(self, time: float | None = None) -> bool:
+        return any(c.is_pd for c in self.configs_at(time))
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The forensics `nodes` block: role and configuration timeline per node."""
+        out: dict[str, Any] = {}
+        for node in sorted(self._nodes):
+            gens = self._nodes[node].generations
+            out[node] = {
+                "role": gens[-1].role if gens else None,
+                "timeline": [g.to_json_dict() for g in gens],
+            }
+        return out
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            node: {
+                "generations": [dataclasses.asdict(g) for g in h.generations],
+                "role_strength": h.role_strength,
+                "has_server_args": h.has_server_args,
+                "capacity_ranks": [list(map(list, r)) for r in sorted(h.capacity_ranks)],
+                "rank_pools": [[list(map(list, r)), p] for r, p in sorted(h.rank_pools.items())],
+                "capacity_time": h.capacity_time,
+                "stated": sorted(h.stated),
+            }
+            for node, h in self._nodes.items()
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> ConfigTimeline:
+        timeline = cls()
+        for node, data in state.items():
+            history = _NodeHistory(node)
+            for raw in data["generations"]:
+                config = NodeConfig(**raw)
+                history.generations.append(config)
+                start = config.since if config.since is not None else float("-inf")
+                if history.starts and start < history.starts[-1]:
+                    start = history.starts[-1]
+                history.starts.append(start)
+            history.role_strength = int(data["role_strength"])
+            history.has_server_args = bool(data["has_server_args"])
+            history.capacity_ranks = {_rank_key(r) for r in data["capacity_ranks"]}
+            history.rank_pools = {_rank_key(r): int(p) for r, p in data["rank_pools"]}
+            history.capacity_time = data.get("capacity_time")
+            history.stated = set(data.get("stated", []))
+            timeline._nodes[node] = history
+        return timeline
+
+
+# -- event handlers: each returns True when the event began a new generation ------------------
+
+
+def _on_server_args(history: _NodeHistory, event: Event) -> bool:
+    # A startup prints server args long before its capacity line; server args at (about) the
+    # capacity line's time are the same startup's lines, merely out of order.
+    after_capacity = bool(history.capacity_ranks) and (
+        event.time is None
+        or history.capacity_time is None
+        or event.time - history.capacity_time > _SAME_STARTUP_SECONDS
+    )
+    restart = history.current is None or history.has_server_args or after_capacity
+    if restart:
+        history.start(event.time, event.source)
+    history.has_server_args = True
+    changes: dict[str, Any] = {"source": event.source}
+    role = _role_from_mode(
+        event.get("disaggregation_mode"), mode_present="disaggregation_mode" in event.fields
+    )
+    if role is not None:
+        changes["role"] = role
+        history.role_strength = _STRONG
+    for field, key in (
+        ("transfer_backend", "transfer_backend"),
+        ("kv_canary", "kv_canary"),
+        ("model", "model"),
+    ):
+        value = event.get(key)
+        if value is not None:
+            changes[field] = str(value)
+    for field, key in (("kv_checksum", "kv_checksum"), ("deferred_release", "deferred_release")):
+        value = event.get(key)
+        if isinstance(value, bool):
+            changes[field] = value
+    for field, key in (("tp_size", "tp_size"), ("page_size", "page_size")):
+        value = _as_int(event.get(key))
+        if value is not None:
+            changes[field] = value
+    context = _as_int(event.get("context_length"))
+    if context is not None and history.generations[-1].context_len is None:
+        changes["context_len"] = context
+    history.replace_current(**changes)
+    return restart
+
+
+def _on_capacity(history: _NodeHistory, event: Event) -> bool:
+    rank = _rank_key(event.ranks)
+    pool = _as_int(event.get("max_total_num_tokens"))
+    current = history.current
+    repeat = (
+        rank in history.capacity_ranks
+        and event.time == history.capacity_time
+        and current is not None
+        and history.rank_pools.get(rank) == pool
+    )
+    if repeat:
+        return False
+    restart = current is None or rank in history.capacity_ranks
+    if restart:
+        history.start(event.time, event.source)
+    history.capacity_ranks.add(rank)
+    if event.time is not None:
+        history.capacity_time = event.time
+    changes: dict[str, Any] = {"source": event.source}
+    if pool is not None:
+        history.rank_pools[rank] = pool
+        # Ranks normally agree; if they do not, the smallest pool is the one that can overflow.
+        changes["pool_tokens"] = min(history.rank_pools.values())
+    context = _as_int(event.get("context_len"))
+    if context is not None:
+        changes["context_len"] = context
+    history.replace_current(**changes)
+    return restart
+
+
+def _on_pool_warning(history: _NodeHistory, event: Event) -> bool:
+    restart = history.current is None
+    if restart:
+        history.start(event.time, event.source)
+    current = history.generations[-1]
+    changes: dict[str, Any] = {}
+    pool = _as_int(event.get("pool_tokens"))
+    context = _as_int(event.get("context_len"))
+    if pool is not None and current.pool_tokens is None:
+        changes["pool_tokens"] = pool
+    if context is not None and current.context_len is None:
+        changes["context_len"] = context
+    if changes:
+        history.replace_current(source=event.source, **changes)
+    return restart
+
+
+def _on_server_info(history: _NodeHistory, event: Event) -> bool:
+    pool = _as_int(event.get("max_total_num_tokens"))
+    version = event.get("version")
+    version = str(version) if version is not None else None
+    current = history.current
+    # A different pool or version than this generation stated means a new startup; a version
+    # carried over from the previous generation is simply corrected.
+    restart = current is None or (
+        (pool is not None and history.is_stated("pool_tokens") and pool != current.pool_tokens)
+        or (version is not None and history.is_stated("version") and version != current.version)
+    )
+    if restart:
+        history.start(event.time, event.source)
+    changes: dict[str, Any] = {"source": event.source}
+    if version is not None:
+        changes["version"] = version
+    if pool is not None:
+        changes["pool_tokens"] = pool
+    for field in ("context_len", "max_req_input_len"):
+        value = _as_int(event.get(field))
+        if value is not None:
+            changes[field] = value
+    if "disaggregation_mode" in event.fields:
+        role = _role_from_mode(event.get("disaggregation_mode"), mode_present=True)
+        if role is not None:
+            changes["role"] = role
+            history.role_strength = _STRONG
+    backend = event.get("transfer_backend")
+    if backend is not None:
+        changes["transfer_backend"] = str(backend)
+    checksum = event.get("kv_checksum")
+    if isinstance(checksum, bool):
+        changes["kv_checksum"] = checksum
+    history.replace_current(**changes)
+    return restart
+
+
+def _on_metric(history: _NodeHistory, event: Event) -> bool:
+    signal = event.get("signal") or _METRIC_NAME_SIGNAL.get(str(event.get("name")))
+    role = _role_from_mode(event.get("role"), mode_present=False)
+    if signal not in _METRIC_POOL and signal not in _METRIC_CONTEXT:
+        if role is not None and history.role_strength < _STRONG:
+            if history.current is None:
+                history.start(event.time, event.source)
+            history.role_strength = _STRONG
+            history.replace_current(role=role)
+        return False
+    value = _as_int(event.get("value"))
+    if value is None:
+        return False
+    field = "pool_tokens" if signal in _METRIC_POOL else "context_len"
+    current = history.current
+    known = getattr(current, field) if current is not None else None
+    restart = current is None or (history.is_stated(field) and known != value)
+    if restart:
+        history.start(event.time, event.source)
+    changes: dict[str, Any] = {field: value}
+    if role is not None and history.role_strength < _STRONG:
+        changes["role"] = role
+        history.role_strength = _STRONG
+    if known != value or restart:
+        changes["source"] = event.source
+    history.replace_current(**changes)
+    return restart
+
+
+def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
+    role: Role | None = None
+    strength = _STRONG
+    if event.kind in ("request_time_stats", "request_trace"):
+        role = _role_from_mode(event.get("role"), mode_present=False)
+    elif event.kind == "prefill_batch":
+        keys = set(event.fields)
+        role = "prefill" if keys & _PD_PREFILL_BATCH_KEYS else "unified"
+        strength = _STRONG if role == "prefill" else _WEAK
+    elif event.kind == "decode_batch":
+        keys = set(event.fields)
+        role = "decode" if keys & _PD_DECODE_BATCH_KEYS else "unified"
+        strength = _STRONG if role == "decode" else _WEAK
+    if role is None or strength <= history.role_strength:
+        return False
+    restart = history.current is None
+    if restart:
+        history.start(event.time, event.source)
+    if history.generations[-1].role != role:
+        history.replace_current(role=role)
+    history.role_strength = strength
+    return restart
+
+
+_HANDLERS: Final = {
+    "server_args": _on_server_args,
+    "capacity": _on_capacity,
+    "pool_below_context_warning": _on_pool_warning,
+    "server_info": _on_server_info,
+    "metric": _on_metric,
+    "prefill_batch": _on_role_hint,
+    "decode_batch": _on_role_hint,
+    "request_time_stats": _on_role_hint,
+    "request_trace": _on_role_hint,
+}
+
+
+def _late_fill(history: _NodeHistory, event: Event) -> ConfigChange | None:
+    """A fact older than the current generation (files read out of order) fills the generation
+    in force at its time where that generation did not know it; it never starts a generation."""
+    index = max(bisect.bisect_right(history.starts, event.time or 0.0) - 1, 0)
+    config = history.generations[index]
+    facts = {k: v for k, v in _facts(event).items() if getattr(config, k) is None}
+    if not facts:
+        return None
+    updated = dataclasses.replace(config, **facts)
+    history.generations[index] = updated
+    return ConfigChange(history.node, updated, frozenset(facts), False)
+
+
+def _facts(event: Event) -> dict[str, Any]:
+    """The configuration facts an event states, by NodeConfig field."""
+    get = event.get
+    facts: dict[str, Any] = {}
+    kind = event.kind
+    if kind in ("capacity", "server_info"):
+        facts["pool_tokens"] = _as_int(get("max_total_num_tokens"))
+        facts["context_len"] = _as_int(get("context_len"))
+    if kind == "pool_below_context_warning":
+        facts["pool_tokens"] = _as_int(get("pool_tokens"))
+        facts["context_len"] = _as_int(get("context_len"))
+    if kind == "server_info":
+        facts["version"] = str(get("version")) if get("version") is not None else None
+        facts["max_req_input_len"] = _as_int(get("max_req_input_len"))
+    if kind in ("server_args", "server_info"):
+        mode_present = "disaggregation_mode" in event.fields
+        facts["role"] = _role_from_mode(get("disaggregation_mode"), mode_present=mode_present)
+        backend = get("transfer_backend")
+        facts["transfer_backend"] = str(backend) if backend is not None else None
+        checksum = get("kv_checksum")
+        facts["kv_checksum"] = checksum if isinstance(checksum, bool) else None
+    if kind == "server_args":
+        facts["tp_size"] = _as_int(get("tp_size"))
+        facts["page_size"] = _as_int(get("page_size"))
+        for field in ("kv_canary", "model"):
+            facts[field] = str(get(field)) if get(field) is not None else None
+    if kind == "metric":
+        signal = get("signal") or _METRIC_NAME_SIGNAL.get(str(get("name")))
+        if signal in _METRIC_POOL:
+            facts["pool_tokens"] = _as_int(get("value"))
+        elif signal in _METRIC_CONTEXT:
+            facts["context_len"] = _as_int(get("value"))
+        facts["role"] = _role_from_mode(get("role"), mode_present=False)
+    if kind in ("request_time_stats", "request_trace"):
+        facts["role"] = _role_from_mode(get("role"), mode_present=False)
+    return {k: v for k, v in facts.items() if v is not None}
+
+
+def _role_from_mode(value: Any, *, mode_present: bool) -> Role | None:
+    """`disaggregation_mode` / `engine_type` / `role` value to a role; absent mode is unified."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "null", "none")):
+        return "unified" if mode_present else None
+    text = str(value).strip().lower()
+    if text in ("prefill", "decode", "unified"):
+        return text  # type: ignore[return-value]
+    return None
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if number != number or number in (float("inf"), float("-inf")):
+        return None
+    return int(number)
+
+
+def _rank_key(ranks: Any) -> tuple[tuple[str, int], ...]:
+    if isinstance(ranks, dict):
+        return tuple(sorted((str(k), int(v)) for k, v in ranks.items()))
+    return tuple(sorted((str(k), int(v)) for k, v in ranks))
+
+
+def _fields_set(config: NodeConfig) -> list[str]:
+    skip = {"node", "generation", "since", "source"}
+    return [
+        f.name
+        for f in dataclasses.fields(config)
+        if f.name not in skip and getattr(config, f.name) is not None
+    ]
+
+
+def _diff(before: NodeConfig | None, after: NodeConfig) -> frozenset[str]:
+    if before is None:
+        return frozenset(_fields_set(after))
+    skip = {"source"}
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(after)
+        if f.name not in skip and getattr(before, f.name) != getattr(after, f.name)
+    )

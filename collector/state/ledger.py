@@ -1,0 +1,515 @@
+"""The request ledger: prefill and decode records joined by `bootstrap_room`, in bounded memory.
+
+Events about one request arrive from two nodes, in either order, spread over seconds or
+minutes, interleaved with millions of others. The ledger keeps only requests still in flight:
+an entry is emitted as a `RequestRecord` once both halves are done (plus a short settle time for
+trailing lines such as time stats), or once one half is done and the other has not shown up
+within the join window, or once it has been idle for `max_open_seconds`. Emission is driven by
+event time (`advance(now)`), so a week of logs streams through in memory proportional to the
+requests active in any join window, and the live sidecar and forensics behave the same.
+
+Rejections carry a rid but no room; they are joined through the same node's other events for
+that rid (receive, finish or time stats), whichever comes first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from collector.events import Event
+from collector.state.request_record import RequestRecord, SideRecord
+
+RoleOf = Callable[[str, float | None], str | None]
+
+LEDGER_KINDS: Final = frozenset(
+    {
+        "request_received",
+        "request_finished",
+        "request_time_stats",
+        "request_rejected",
+        "transfer_failed",
+        "checksum_mismatch",
+        "metadata_corruption",
+        "request_trace",
+    }
+)
+_HEALTH_PREFIX: Final = "HEALTH_CHECK"
+_MAX_MESSAGE: Final = 200
+
+
+class LedgerConfig(BaseModel):
+    """How long the ledger waits, and how much it may hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # After one half is done, wait this long (event time) for the other half.
+    join_window_seconds: float = Field(default=300.0, gt=0)
+    # After both halves are done, wait for trailing lines (time stats follow finishes).
+    settle_seconds: float = Field(default=5.0, ge=0)
+    # Emit a request that has been idle this long without finishing (crash, lost logs).
+    max_open_seconds: float = Field(default=7200.0, gt=0)
+    # Hard cap on requests held at once; the oldest is emitted early when it is reached.
+    max_entries: int = Field(default=1_000_000, gt=0)
+    # Emitted keys remembered, so lines arriving after emission are counted, not rejoined.
+    late_memory: int = Field(default=100_000, ge=0)
+
+
+@dataclass(slots=True)
+class LedgerStats:
+    """Counters a driver can export (received, dropped with reason)."""
+
+    events: int = 0
+    emitted: int = 0
+    emitted_complete: int = 0
+    emitted_partial: int = 0
+    late_events: int = 0
+    evicted: int = 0
+    expired_open: int = 0
+    unjoined_rejections: int = 0
+    health_checks: int = 0
+    unkeyed: int = 0
+
+
+class _Entry:
+    __slots__ = ("key", "room", "sides", "last_time", "deadline")
+
+    def __init__(self, key: str, room: str | None) -> None:
+        self.key = key
+        self.room = room
+        self.sides: dict[tuple[str, str], SideRecord] = {}
+        self.last_time: float | None = None
+        self.deadline = float("inf")
+
+
+class RequestLedger:
+    """Joins per-node request events into `RequestRecord`s.
+
+    Parameters
+    ----------
+    config : LedgerConfig, optional
+        Windows and caps.
+    role_of : callable, optional
+        `(node, time) -> role`, usually `ConfigTimeline.role_at`; used to tell when both halves
+        are in and to label sides.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> ledger = RequestLedger(role_of=lambda node, t: node.split("-")[0])
+    >>> ledger.add(Event("request_finished", "decode-0", 20.0, "d.log:7",
+    ...     {"rid": "d1", "bootstrap_room": "42", "prompt_tokens": 700000,
+    ...      "finish_type": "stop", "completion_tokens": 200}))
+    True
+    >>> ledger.add(Event("request_rejected", "prefill-0", 10.0, "p.log:3",
+    ...     {"rid": "p1", "input_tokens": 700000, "limit_tokens": 681274}))
+    True
+    >>> ledger.add(Event("request_finished", "prefill-0", 10.1, "p.log:4",
+    ...     {"rid": "p1", "bootstrap_room": "42", "prompt_tokens": 1, "finish_type": "abort"}))
+    True
+    >>> [r.bootstrap_room for r in ledger.advance(20.0)]
+    []
+    >>> (record,) = ledger.advance(25.0)
+    >>> record.prefill_refused, record.served, record.prompt_tokens
+    (True, True, 700000)
+    """
+
+    def __init__(self, config: LedgerConfig | None = None, *, role_of: RoleOf | None = None):
+        self.config = config if config is not None else LedgerConfig()
+        self._role_of = role_of
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._rid_index: dict[tuple[str, str], str] = {}
+        self._pending: OrderedDict[tuple[str, str], tuple[float | None, dict[str, Any], str]] = (
+            OrderedDict()
+        )
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = 0
+        self._forced: list[RequestRecord] = []
+        self._now: float | None = None
+        self.stats = LedgerStats()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def pending_rejections(self) -> int:
+        return len(self._pending)
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def add(self, event: Event) -> bool:
+        """Take one event; False when the ledger has no use for it."""
+        if event.kind not in LEDGER_KINDS:
+            return False
+        self.stats.events += 1
+        time = event.time if event.time is not None else self._now
+        if time is not None and (self._now is None or time > self._now):
+            self._now = time
+        fields = event.fields
+        rid = _text(fields.get("rid"))
+        if rid is not None and rid.startswith(_HEALTH_PREFIX):
+            self.stats.health_checks += 1
+            return False
+        room = _text(fields.get("bootstrap_room"))
+        node = event.node
+        if room is None and rid is not None:
+            known = self._rid_index.get((node, rid))
+            if known is None and event.kind == "request_rejected":
+                self._pending[(node, rid)] = (time, dict(event.fields), event.source)
+                return True
+            key = known if known is not None else f"{node}|{rid}"
+        elif room is not None:
+            key = room
+            self._merge_rid_entry(node, rid, room)
+        else:
+            self.stats.unkeyed += 1
+            return False
+        entry = self._entries.get(key)
+        if entry is None:
+            if key in self._recent:
+                self.stats.late_events += 1
+                return False
+            entry = self._new_entry(key, room)
+        side = self._side_for(entry, event, rid)
+        _apply(side, event, time)
+        if rid is not None:
+            self._rid_index[(node, rid)] = key
+            pending = self._pending.pop((node, rid), None)
+            if pending is not None:
+                _apply_rejection(side, pending[1], pending[0], pending[2])
+        if time is not None and (entry.last_time is None or time > entry.last_time):
+            entry.last_time = time
+        self._schedule(entry)
+        return True
+
+    def advance(self, now: float) -> list[RequestRecord]:
+        """Emit every request whose wait is over at event time `now`."""
+        if self._now is None or now > self._now:
+            self._now = now
+        out = self._forced
+        self._forced = []
+        while self._heap and self._heap[0][0] <= now:
+            deadline, _, key = heapq.heappop(self._heap)
+            entry = self._entries.get(key)
+            if entry is None or entry.deadline != deadline:
+                continue
+            out.append(self._emit(entry))
+        horizon = now - self.config.join_window_seconds
+        while self._pending:
+            (node_rid, (time, _, _)) = next(iter(self._pending.items()))
+            if time is not None and time > horizon:
+                break
+            del self._pending[node_rid]
+            self.stats.unjoined_rejections += 1
+        return out
+
+    def drain(self) -> list[RequestRecord]:
+        """End of input: emit everything still held, oldest deadline first."""
+        out = self._forced
+        self._forced = []
+        for entry in sorted(self._entries.values(), key=lambda e: e.deadline):
+            out.append(self._emit(entry))
+        self.stats.unjoined_rejections += len(self._pending)
+        self._pending.clear()
+        self._heap.clear()
+        return out
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _new_entry(self, key: str, room: str | None) -> _Entry:
+        if len(self._entries) >= self.config.max_entries:
+            _, oldest = next(iter(self._entries.items()))
+            self.stats.evicted += 1
+            self._forced.append(self._emit(oldest))
+        entry = _Entry(key, room)
+        self._entries[key] = entry
+        return entry
+
+    def _merge_rid_entry(self, node: str, rid: str | None, room: str) -> None:
+        """A node's earlier room-less lines for this rid belong to the room's entry."""
+        if rid is None:
+            return
+        known = self._rid_index.get((node, rid))
+        if known is None or known == room:
+            return
+        orphan = self._entries.pop(known, None)
+        if orphan is None:
+            return
+        target = self._entries.get(room)
+        if target is None:
+            target = self._new_entry(room, room)
+        for side_key, side in orphan.sides.items():
+            if side_key not in target.sides:
+                target.sides[side_key] = side
+            if side.rid is not None:
+                self._rid_index[(side.node, side.rid)] = room
+        if orphan.last_time is not None and (
+            target.last_time is None or orphan.last_time > target.last_time
+        ):
+            target.last_time = orphan.last_time
+
+    def _side_for(self, entry: _Entry, event: Event, rid: str | None) -> SideRecord:
+        if event.kind == "request_trace" and rid is not None:
+            for existing in entry.sides.values():
+                if existing.rid == rid:
+                    return existing
+        side_key = (event.node, rid or "")
+        found = entry.sides.get(side_key)
+        if found is not None:
+            return found
+        side = SideRecord(node=event.node, rid=rid)
+        entry.sides[side_key] = side
+        return side
+
+    def _role(self, side: SideRecord) -> str | None:
+        if side.role_hint is not None:
+            return side.role_hint
+        if side.role is not None:
+            return side.role  # resolved earlier for this request
+        if self._role_of is None:
+            return None
+        when = side.end_time if side.end_time is not None else side.first_time
+        side.role = self._role_of(side.node, when)
+        return side.role
+
+    def _complete(self, entry: _Entry) -> bool:
+        done = [s for s in entry.sides.values() if s.terminal]
+        if not done:
+            return False
+        if entry.room is None:
+            return True
+        roles = {self._role(s) for s in done}
+        if "unified" in roles or {"prefill", "decode"} <= roles:
+            return True
+        if roles == {None}:
+            return len({s.node for s in done}) >= 2
+        return False
+
+    def _schedule(self, entry: _Entry) -> None:
+        cfg = self.config
+        last = entry.last_time if entry.last_time is not None else (self._now or 0.0)
+        done_times = [s.last_time for s in entry.sides.values() if s.terminal and s.last_time]
+        if not done_times:
+            deadline = last + cfg.max_open_seconds
+        elif self._complete(entry):
+            deadline = last + cfg.settle_seconds
+        else:
+            deadline = max(min(done_times) + cfg.join_window_seconds, last + cfg.settle_seconds)
+        if deadline != entry.deadline:
+            entry.deadline = deadline
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline, self._seq, entry.key))
+
+    def _emit(self, entry: _Entry) -> RequestRecord:
+        self._entries.pop(entry.key, None)
+        for side in entry.sides.values():
+            if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
+                del self._rid_index[(side.node, side.rid)]
+        if self.config.late_memory:
+            self._recent[entry.key] = None
+            while len(self._recent) > self.config.late_memory:
+                self._recent.popitem(last=False)
+        complete = self._complete(entry)
+        sides = list(entry.sides.values())
+        if not any(s.terminal for s in sides):
+            self.stats.expired_open += 1
+        self._resolve_roles(entry.room, sides)
+        sides.sort(key=lambda s: (s.end_time is None, s.end_time or 0.0, s.node))
+        self.stats.emitted += 1
+        if complete:
+            self.stats.emitted_complete += 1
+        else:
+            self.stats.emitted_partial += 1
+        return RequestRecord(entry.key, entry.room, sides, complete)
+
+    def _resolve_roles(self, room: str | None, sides: list[SideRecord]) -> None:
+        for side in sides:
+            side.role = self._role(side)
+        if room is None:
+            for side in sides:
+                if side.role is None:
+                    side.role = "unified"
+            return
+        known = {s.role for s in sides if s.role is not None}
+        unknown = [s for s in sides if s.role is None]
+        if not unknown:
+            return
+        if known == {"prefill"}:
+            for side in unknown:
+                side.role = "decode"
+        elif known == {"decode"}:
+            for side in unknown:
+                side.role = "prefill"
+        elif not known and len(unknown) == 2:
+            # Prefill is done (or refused) before decode answers.
+            first, second = sorted(
+                unknown, key=lambda s: (not s.refused, s.end_time if s.end_time else 0.0)
+            )
+            first.role, second.role = "prefill", "decode"
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        """JSON-able snapshot of everything in flight, so a restarted sidecar resumes joins."""
+        return {
+            "now": self._now,
+            "entries": [
+                {
+                    "key": e.key,
+                    "room": e.room,
+                    "last_time": e.last_time,
+                    "sides": [asdict(s) for s in e.sides.values()],
+                }
+                for e in self._entries.values()
+            ],
+            "pending": [
+                [node, rid, time, fields, source]
+                for (node, rid), (time, fields, source) in self._pending.items()
+            ],
+            "recent": list(self._recent),
+            "stats": asdict(self.stats),
+        }
+
+    @classmethod
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        config: LedgerConfig | None = None,
+        *,
+        role_of: RoleOf | None = None,
+    ) -> RequestLedger:
+        ledger = cls(config, role_of=role_of)
+        ledger._now = state.get("now")
+        for raw in state.get("entries", []):
+            entry = _Entry(raw["key"], raw["room"])
+            entry.last_time = raw["last_time"]
+            for side_raw in raw["sides"]:
+                side = SideRecord.from_json_dict(dict(side_raw))
+                entry.sides[(side.node, side.rid or "")] = side
+                if side.rid:
+                    ledger._rid_index[(side.node, side.rid)] = entry.key
+            ledger._entries[entry.key] = entry
+            ledger._schedule(entry)
+        for node, rid, time, fields, source in state.get("pending", []):
+            ledger._pending[(node, rid)] = (time, dict(fields), source)
+        for key in state.get("recent", []):
+            ledger._recent[key] = None
+        ledger.stats = LedgerStats(**state.get("stats", {}))
+        return ledger
+
+
+# -- applying one event to one side ------------------------------------------------------------
+
+
+def _apply(side: SideRecord, event: Event, time: float | None) -> None:
+    side.touch(time)
+    if len(side.sources) < 6:
+        side.note_source(event.source)
+    kind = event.kind
+    fields = event.fields
+    if kind == "request_received":
+        if time is not None and (side.received_time is None or time < side.received_time):
+            side.received_time = time
+    elif kind == "request_finished":
+        side.finished_time = time if time is not None else side.last_time
+        side.prompt_tokens = _int(fields.get("prompt_tokens"), side.prompt_tokens)
+        side.cached_tokens = _int(fields.get("cached_tokens"), side.cached_tokens)
+        side.completion_tokens = _int(fields.get("completion_tokens"), side.completion_tokens)
+        finish = fields.get("finish_type")
+        side.finish_type = str(finish) if finish is not None else None
+        side.status_code = _int(fields.get("status_code"), None)
+        message = fields.get("finish_message")
+        side.finish_message = str(message)[:_MAX_MESSAGE] if message is not None else None
+        side.e2e_latency = _float(fields.get("e2e_latency"), side.e2e_latency)
+        side.first_token_latency = _float(
+            fields.get("first_token_latency"), side.first_token_latency
+        )
+    elif kind == "request_time_stats":
+        side.has_stats = True
+        role = _text(fields.get("role"))
+        if role in ("prefill", "decode", "unified"):
+            side.role_hint = role
+        side.input_len = _int(fields.get("input_len"), side.input_len)
+        side.cached_input_len = _int(fields.get("cached_input_len"), side.cached_input_len)
+        side.output_len = _int(fields.get("output_len"), side.output_len)
+        side.entry_time = _float(fields.get("entry_time"), side.entry_time)
+        for key, value in fields.items():
+            if key.endswith("_duration"):
+                number = _float(value, None)
+                if number is not None:
+                    side.durations[key] = number
+    elif kind == "request_rejected":
+        _apply_rejection(side, fields, time, event.source)
+    elif kind == "transfer_failed":
+        side.transfer_failures += 1
+        if side.transfer_reason is None and fields.get("reason") is not None:
+            side.transfer_reason = str(fields.get("reason"))[:_MAX_MESSAGE]
+    elif kind == "checksum_mismatch":
+        side.checksum_mismatch = True
+    elif kind == "metadata_corruption":
+        side.metadata_corruption = True
+    elif kind == "request_trace":
+        side.has_trace = True
+        role = _text(fields.get("role"))
+        if role in ("prefill", "decode", "unified"):
+            side.role_hint = role
+        side.trace_status = _text(fields.get("status"))
+        side.trace_ttft = _float(fields.get("ttft"), side.trace_ttft)
+        side.trace_e2e = _float(fields.get("e2e"), side.trace_e2e)
+        side.trace_prefill_seconds = _float(
+            fields.get("time_in_model_prefill"), side.trace_prefill_seconds
+        )
+        side.trace_prompt_tokens = _int(fields.get("prompt_tokens"), side.trace_prompt_tokens)
+        side.trace_cached_tokens = _int(fields.get("cached_tokens"), side.trace_cached_tokens)
+        side.trace_completion_tokens = _int(
+            fields.get("completion_tokens"), side.trace_completion_tokens
+        )
+        start = _float(fields.get("start"), None)
+        if start is not None and side.received_time is None:
+            side.received_time = start
+
+
+def _apply_rejection(
+    side: SideRecord, fields: dict[str, Any], time: float | None, source: str
+) -> None:
+    side.touch(time)
+    side.note_source(source)
+    side.rejected = True
+    reason = fields.get("reason")
+    side.reject_reason = str(reason) if reason is not None else side.reject_reason
+    side.reject_input_tokens = _int(fields.get("input_tokens"), side.reject_input_tokens)
+    side.reject_limit_tokens = _int(fields.get("limit_tokens"), side.reject_limit_tokens)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _int(value: Any, default: int | None) -> int | None:
+    if value is None or isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def _float(value: Any, default: float | None) -> float | None:
+    if value is None or isinstance(value, bool):
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if number == number else default

@@ -1,0 +1,263 @@
+"""One request as the deployment saw it: the prefill half and the decode half, joined.
+
+In PD serving the prefill node and the decode node give the same client request different ids;
+only `bootstrap_room` ties them together. Each node's view is a `SideRecord` (everything that
+node logged about the request); a `RequestRecord` holds the sides of one room. The derived
+properties answer the questions detectors ask: how long was the prompt really, how much of it
+was cached, did the serving node answer with success, did prefill refuse it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+SUCCESS_FINISH: Final = frozenset({"stop", "length"})
+_MAX_SOURCES: Final = 6
+
+
+@dataclass(slots=True)
+class SideRecord:
+    """What one node logged about one request (metadata only, never text)."""
+
+    node: str
+    rid: str | None
+    role_hint: str | None = None
+    role: str | None = None
+    first_time: float | None = None
+    last_time: float | None = None
+    received_time: float | None = None
+    finished_time: float | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_type: str | None = None
+    status_code: int | None = None
+    finish_message: str | None = None
+    e2e_latency: float | None = None
+    first_token_latency: float | None = None
+    has_stats: bool = False
+    input_len: int | None = None
+    cached_input_len: int | None = None
+    output_len: int | None = None
+    entry_time: float | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    rejected: bool = False
+    reject_reason: str | None = None
+    reject_input_tokens: int | None = None
+    reject_limit_tokens: int | None = None
+    transfer_failures: int = 0
+    transfer_reason: str | None = None
+    checksum_mismatch: bool = False
+    metadata_corruption: bool = False
+    has_trace: bool = False
+    trace_status: str | None = None
+    trace_ttft: float | None = None
+    trace_e2e: float | None = None
+    trace_prefill_seconds: float | None = None
+    trace_prompt_tokens: int | None = None
+    trace_cached_tokens: int | None = None
+    trace_completion_tokens: int | None = None
+    sources: list[str] = field(default_factory=list)
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_time is not None
+
+    @property
+    def terminal(self) -> bool:
+        """The node is done with the request: it finished, refused it, logged its stats, or hit
+        a failure that aborts it (transfer failure, checksum mismatch, metadata corruption)."""
+        return (
+            self.finished
+            or self.rejected
+            or self.has_stats
+            or self.has_trace
+            or self.transfer_failures > 0
+            or self.checksum_mismatch
+            or self.metadata_corruption
+        )
+
+    @property
+    def failed(self) -> bool:
+        """Any sign the node did not answer normally."""
+        if self.finish_type == "abort":
+            return True
+        if self.status_code is not None and self.status_code >= 400:
+            return True
+        if self.trace_status is not None and self.trace_status.upper() == "ERROR":
+            return True
+        return self.rejected or self.checksum_mismatch or self.metadata_corruption
+
+    @property
+    def succeeded(self) -> bool:
+        """The node answered the client with success (tokens, no error)."""
+        if self.failed:
+            return False
+        if self.finished:
+            if self.finish_type in SUCCESS_FINISH:
+                return True
+            return self.finish_type is None and (self.completion_tokens or 0) > 0
+        if self.has_trace:
+            return (self.trace_completion_tokens or 0) > 0
+        if self.has_stats:
+            return self.transfer_failures == 0 and (self.output_len or 0) > 0
+        return False
+
+    @property
+    def stub_abort(self) -> bool:
+        """An aborted finish with a one-token prompt: a refused request's stub (old engines)."""
+        return self.finish_type == "abort" and self.prompt_tokens == 1
+
+    @property
+    def refused(self) -> bool:
+        return self.rejected or self.stub_abort
+
+    @property
+    def prompt_length(self) -> int | None:
+        """The longest prompt length any source reports (a refusal stub shrinks it to one)."""
+        values = [
+            v
+            for v in (
+                self.prompt_tokens,
+                self.input_len,
+                self.trace_prompt_tokens,
+                self.reject_input_tokens,
+            )
+            if v is not None
+        ]
+        return max(values) if values else None
+
+    @property
+    def cached_length(self) -> int | None:
+        values = [
+            v
+            for v in (self.cached_tokens, self.cached_input_len, self.trace_cached_tokens)
+            if v is not None
+        ]
+        return max(values) if values else None
+
+    @property
+    def end_time(self) -> float | None:
+        return self.finished_time if self.finished_time is not None else self.last_time
+
+    @property
+    def start_time(self) -> float | None:
+        if self.received_time is not None:
+            return self.received_time
+        if self.entry_time is not None:
+            return self.entry_time
+        if self.finished_time is not None and self.e2e_latency is not None:
+            return self.finished_time - self.e2e_latency
+        return self.first_time
+
+    def note_source(self, source: str) -> None:
+        if len(self.sources) < _MAX_SOURCES and source not in self.sources:
+            self.sources.append(source)
+
+    def touch(self, time: float | None) -> None:
+        if time is None:
+            return
+        if self.first_time is None or time < self.first_time:
+            self.first_time = time
+        if self.last_time is None or time > self.last_time:
+            self.last_time = time
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json_dict(cls, data: dict[str, Any]) -> SideRecord:
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """The sides of one request, joined by `bootstrap_room` (or one side, outside PD)."""
+
+    key: str
+    bootstrap_room: str | None
+    sides: list[SideRecord]
+    complete: bool
+
+    def sides_with_role(self, role: str) -> list[SideRecord]:
+        return [s for s in self.sides if s.role == role]
+
+    @property
+    def prefill(self) -> SideRecord | None:
+        sides = self.sides_with_role("prefill")
+        return sides[0] if sides else None
+
+    @property
+    def serving(self) -> SideRecord | None:
+        """The side that answered the client: decode in PD, the only node otherwise."""
+        for role in ("decode", "unified"):
+            sides = self.sides_with_role(role)
+            if sides:
+                for side in sides:
+                    if side.succeeded:
+                        return side
+                return sides[0]
+        return None
+
+    @property
+    def served(self) -> bool:
+        side = self.serving
+        return side is not None and side.succeeded
+
+    @property
+    def is_pd(self) -> bool:
+        return self.bootstrap_room is not None or any(
+            s.role in ("prefill", "decode") for s in self.sides
+        )
+
+    @property
+    def prefill_refused(self) -> bool:
+        """Prefill refused the request, and no other prefill attempt for the room succeeded."""
+        prefills = self.sides_with_role("prefill")
+        if not any(s.refused for s in prefills):
+            return False
+        return not any(s.succeeded and not s.refused for s in prefills)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        values = [v for v in (s.prompt_length for s in self.sides) if v is not None]
+        return max(values) if values else None
+
+    @property
+    def cached_tokens(self) -> int | None:
+        values = [v for v in (s.cached_length for s in self.sides) if v is not None]
+        return max(values) if values else None
+
+    @property
+    def uncached_tokens(self) -> int | None:
+        prompt = self.prompt_tokens
+        if prompt is None:
+            return None
+        return max(prompt - (self.cached_tokens or 0), 0)
+
+    @property
+    def time(self) -> float | None:
+        """When the client got its answer (the serving side's finish), else the latest event."""
+        serving = self.serving
+        if serving is not None and serving.end_time is not None:
+            return serving.end_time
+        times = [s.end_time for s in self.sides if s.end_time is not None]
+        return max(times) if times else None
+
+    @property
+    def start_time(self) -> float | None:
+        """When the request began: the earliest start any side reports."""
+        times = [s.start_time for s in self.sides if s.start_time is not None]
+        return min(times) if times else None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "bootstrap_room": self.bootstrap_room,
+            "complete": self.complete,
+            "sides": [s.to_json_dict() for s in self.sides],
+        }

@@ -1,0 +1,161 @@
+"""Unverified KV admission: the checksum is on, yet requests are admitted without verifying it.
+
+Feeds the alert `KVWatchKVChecksumUnverified`.
+
+The operators' third instruction was to turn on the KV checksum *and confirm requests are
+actually verified*. Decode says when it cannot (`KV checksum skipped: prefill layout signature
+... differs ...; its requests are admitted unverified.`): every request from that prefill
+layout goes unchecked. That is a warning per (node, signature pair). The checksum enabled on
+some PD nodes and not on others is the same gap by configuration (a warning), judged
+`one_sided_grace_seconds` after a configuration change so that a rolling restart (one node
+already restarted with the new setting, its peer not yet) is not reported; a PD node on an
+engine that has the checksum but runs with it off is `info`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from collector.events import Event
+from collector.state.config_timeline import ConfigChange, NodeConfig
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.engine_version import is_below
+from detectors.finding import Finding
+
+
+class ChecksumUnverifiedConfig(DetectorConfig):
+    # The first engine with the KV checksum; PD nodes at or above it with it off are noted.
+    checksum_since_version: str = "0.5.21"
+    # Report PD nodes with the checksum off (severity info).
+    note_disabled: bool = True
+    # Judge "enabled on some nodes only" this long after a configuration change (rolling
+    # restarts take a few minutes).
+    one_sided_grace_seconds: float = Field(default=300.0, ge=0)
+
+
+class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
+    """Warning when requests are admitted without KV verification; feeds
+    `KVWatchKVChecksumUnverified`.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> from detectors.context import DetectionContext
+    >>> (f,) = ChecksumUnverified().observe(Event("checksum_skipped", "decode-0", 5.0,
+    ...     "d.log:3", {"prefill_signature": "0x1f", "decode_signature": "0x2e"}),
+    ...     DetectionContext())
+    >>> f.severity, f.runbook
+    ('warning', 'KVWatchKVChecksumUnverified')
+    """
+
+    name: ClassVar[str] = "checksum_unverified"
+    alert: ClassVar[str] = "KVWatchKVChecksumUnverified"
+    config_class: ClassVar[type[DetectorConfig]] = ChecksumUnverifiedConfig
+    event_kinds: ClassVar[frozenset[str]] = frozenset({"checksum_skipped"})
+    wants_config: ClassVar[bool] = True
+    windowed: ClassVar[bool] = True
+
+    def _init_learned(self) -> None:
+        self.check_at_: float | None = None
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {"check_at_": self.check_at_}
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        self.check_at_ = state.get("check_at_")
+
+    def due_at(self) -> float:
+        check_at = self.__dict__.get("check_at_")
+        return math.inf if check_at is None else float(check_at)
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        prefill_sig = event.get("prefill_signature")
+        decode_sig = event.get("decode_signature")
+        summary = (
+            f"Decode {event.node} admits requests from prefill layout {prefill_sig} without "
+            f"KV checksum verification (its layout is {decode_sig}): align TP width, PP stage "
+            f"and page size between prefill and decode"
+        )
+        return [
+            self._finding(
+                "warning",
+                time=event.time,
+                node=event.node,
+                summary=summary,
+                subject=f"skipped:{event.node}:{prefill_sig}:{decode_sig}",
+                evidence={
+                    "prefill_signature": prefill_sig,
+                    "decode_signature": decode_sig,
+                    "source": event.source,
+                },
+            )
+        ]
+
+    def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
+        if not ({"kv_checksum", "role", "version"} & change.changed) and not change.restart:
+            return []
+        if self.check_at_ is None:
+            now = ctx.now if ctx.now is not None else change.config.since or 0.0
+            self.check_at_ = now + self.config.one_sided_grace_seconds
+        config = change.config
+        if (
+            self.config.note_disabled
+            and config.is_pd
+            and config.kv_checksum is False
+            and config.version is not None
+            and not is_below(config.version, self.config.checksum_since_version)
+        ):
+            return [
+                self._finding(
+                    "info",
+                    time=ctx.now,
+                    node=config.node,
+                    summary=(
+                        f"{config.node} ({config.role}, SGLang {config.version}) runs with the "
+                        f"KV checksum off; enable --disaggregation-enable-kv-checksum on both "
+                        f"sides where the model is covered"
+                    ),
+                    subject=f"off:{config.node}:{config.version}",
+                    evidence={"version": config.version, "generation": config.generation},
+                )
+            ]
+        return []
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        if self.check_at_ is None or now < self.check_at_:
+            return []
+        at = self.check_at_
+        self.check_at_ = None
+        deployments: dict[str | None, list[NodeConfig]] = {}
+        for config in ctx.timeline.configs_at(at):
+            if config.is_pd:
+                deployments.setdefault(config.model, []).append(config)
+        findings = []
+        for model, configs in sorted(deployments.items(), key=lambda kv: str(kv[0])):
+            on = sorted(c.node for c in configs if c.kv_checksum is True)
+            off = sorted(c.node for c in configs if c.kv_checksum is False)
+            if not (on and off):
+                continue
+            findings.append(
+                self._finding(
+                    "warning",
+                    time=at,
+                    node=None,
+                    summary=(
+                        f"KV checksum is enabled on {', '.join(on)} but not on "
+                        f"{', '.join(off)}: it must be set on both prefill and decode, or "
+                        f"transfers go unverified"
+                    ),
+                    subject=f"one-sided:{','.join(on)}|{','.join(off)}",
+                    evidence={
+                        "enabled_nodes": len(on),
+                        "disabled_nodes": len(off),
+                        "model": model,
+                    },
+                )
+            )
+        return findings

@@ -1,0 +1,23 @@
+"""What a detector may read besides the event in hand: the configuration timeline and the clock.
+
+The pipeline owns one context and passes it to every detector call, so live monitoring and
+forensics give detectors the same view: configuration *in force at a time*, and `now`, the
+event-time watermark (the latest event time seen), never the wall clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from collector.state.config_timeline import ConfigTimeline, NodeConfig
+
+
+@dataclass(slots=True)
+class DetectionContext:
+    """Shared, read-only for detectors: `timeline` is fed by the pipeline, `now` is event time."""
+
+    timeline: ConfigTimeline = field(default_factory=ConfigTimeline)
+    now: float | None = None
+
+    def config_at(self, node: str, time: float | None) -> NodeConfig | None:
+        return self.timeline.config_at(node, time if time is not None else self.now)

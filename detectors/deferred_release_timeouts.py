@@ -1,0 +1,318 @@
+"""Deferred KV releases timing out well above the deployment's own normal.
+
+Feeds the alert `KVWatchDeferredReleaseTimeouts`.
+
+When a request is aborted mid-transfer, decode holds its pages until prefill confirms the
+transfer drained, or until a timeout (30 s by default); a late RDMA write after the timeout can
+still corrupt re-let pages. Lost drain acks make `timeout` routine on some deployments (open
+upstream PR), so one timeout means little: the signal is the timeout count or share of
+releases, or the held gauge, rising well above the deployment's own baseline with enough
+volume to mean it. Per window (event time) the score is the largest of
+
+* timeouts / (`ratio` x baseline timeouts), when timeouts >= `min_timeouts`;
+* timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
+  the `outcome` counter, which also counts `drained`);
+* held / (`held_ratio` x baseline held), when held >= `min_held`;
+
+and a window scoring at or above `threshold` raises a warning, critical when KV checksum
+mismatches or metadata corruption occur in the same or the previous window. Windows that fire
+do not enter the baseline. A storm lasting several windows is one finding (re-raised only if
+it turns critical). Log lines are counted per room (every TP rank may log the same release);
+counters are taken per node as the largest increase across TP ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from collector.events import Event
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding, Severity
+from detectors.windows import Baseline, CounterDeltas, WindowClock, series_key
+
+_RELEASE_SIGNALS = frozenset({"deferred_release_total"})
+_HELD_SIGNALS = frozenset({"deferred_release_held"})
+_NAME_SIGNAL = {
+    "sglang:decode_deferred_kv_release_total": "deferred_release_total",
+    "sglang:num_decode_deferred_kv_release_reqs": "deferred_release_held",
+}
+
+
+class DeferredReleaseTimeoutsConfig(DetectorConfig):
+    # Window length (seconds of event time).
+    window_seconds: float = Field(default=300.0, gt=0)
+    # Normal windows remembered for the baseline.
+    baseline_windows: int = Field(default=48, ge=1)
+    # Baseline floors, so an empty history does not make one timeout a storm.
+    prior_timeouts: float = Field(default=1.0, gt=0)
+    prior_held: float = Field(default=1.0, gt=0)
+    # "Well above": multiples of the baseline, and the share increase.
+    ratio: float = Field(default=4.0, gt=1)
+    held_ratio: float = Field(default=4.0, gt=1)
+    share_margin: float = Field(default=0.25, gt=0, lt=1)
+    # Volume floors.
+    min_timeouts: int = Field(default=5, ge=1)
+    min_releases: int = Field(default=20, ge=1)
+    min_held: float = Field(default=8.0, gt=0)
+    # Score at or above which a window fires.
+    threshold: float = Field(default=1.0, gt=0)
+    # Mismatches in this many previous windows (plus the current one) make it critical.
+    mismatch_lookback_windows: int = Field(default=1, ge=0)
+
+
+class _Window:
+    __slots__ = ("timeout_rooms", "error_rooms", "metric", "held", "mismatches")
+
+    def __init__(self) -> None:
+        self.timeout_rooms: dict[str, set[str]] = {}
+        self.error_rooms: dict[str, set[str]] = {}
+        # node -> outcome -> dp_rank -> largest counter increase across the other labels
+        self.metric: dict[str, dict[str, dict[str, float]]] = {}
+        self.held: dict[str, float] = {}
+        self.mismatches = 0
+
+    def outcome_count(self, node: str, outcome: str) -> float:
+        rooms = (self.timeout_rooms if outcome == "timeout" else self.error_rooms).get(node, ())
+        by_dp = self.metric.get(node, {}).get(outcome, {})
+        return max(float(len(rooms)), sum(by_dp.values()))
+
+    def nodes(self) -> set[str]:
+        return set(self.timeout_rooms) | set(self.error_rooms) | set(self.metric)
+
+    def has_data(self) -> bool:
+        return bool(self.nodes() or self.held or self.mismatches)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "timeout_rooms": {k: sorted(v) for k, v in self.timeout_rooms.items()},
+            "error_rooms": {k: sorted(v) for k, v in self.error_rooms.items()},
+            "metric": self.metric,
+            "held": self.held,
+            "mismatches": self.mismatches,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _Window:
+        window = cls()
+        window.timeout_rooms = {k: set(v) for k, v in state["timeout_rooms"].items()}
+        window.error_rooms = {k: set(v) for k, v in state["error_rooms"].items()}
+        window.metric = {
+            node: {outcome: dict(by_dp) for outcome, by_dp in per.items()}
+            for node, per in state["metric"].items()
+        }
+        window.held = dict(state["held"])
+        window.mismatches = int(state["mismatches"])
+        return window
+
+
+class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
+    """Deferred-release timeouts or holds far above baseline; feeds
+    `KVWatchDeferredReleaseTimeouts`.
+
+    Examples
+    --------
+    >>> from detectors.examples import deferred_timeout_events
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> quiet = deferred_timeout_events(storm=False)
+    >>> list(DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(quiet))
+    []
+    >>> stormy = deferred_timeout_events(storm=True)
+    >>> [f.severity for f in DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(stormy)]
+    ['warning']
+    """
+
+    name: ClassVar[str] = "deferred_release_timeouts"
+    alert: ClassVar[str] = "KVWatchDeferredReleaseTimeouts"
+    config_class: ClassVar[type[DetectorConfig]] = DeferredReleaseTimeoutsConfig
+    event_kinds: ClassVar[frozenset[str]] = frozenset(
+        {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption"}
+    )
+    windowed: ClassVar[bool] = True
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {"window_seconds": 60.0, "baseline_windows": 10}
+
+    def _init_learned(self) -> None:
+        cfg = self.config
+        self.clock_ = WindowClock(cfg.window_seconds)
+        self.window_ = _Window()
+        self.counters_ = CounterDeltas()
+        self.held_now_: dict[str, dict[str, float]] = {}
+        self.baseline_timeouts_ = Baseline(cfg.baseline_windows)
+        self.baseline_share_ = Baseline(cfg.baseline_windows)
+        self.baseline_held_ = Baseline(cfg.baseline_windows)
+        self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
+        self.episode_: float | None = None
+        self.episode_severity_: str | None = None
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {
+            "clock_start": self.clock_.start,
+            "window": self.window_.to_state(),
+            "counters": self.counters_.to_state(),
+            "held_now": {k: dict(v) for k, v in self.held_now_.items()},
+            "baseline_timeouts": self.baseline_timeouts_.to_list(),
+            "baseline_share": self.baseline_share_.to_list(),
+            "baseline_held": self.baseline_held_.to_list(),
+            "recent_mismatches": list(self.recent_mismatches_),
+            "episode": self.episode_,
+            "episode_severity": self.episode_severity_,
+        }
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        cfg = self.config
+        self.clock_ = WindowClock(cfg.window_seconds, state.get("clock_start"))
+        self.window_ = _Window.from_state(state["window"])
+        self.counters_ = CounterDeltas(state.get("counters"))
+        self.held_now_ = {k: dict(v) for k, v in (state.get("held_now") or {}).items()}
+        self.baseline_timeouts_ = Baseline(cfg.baseline_windows, state["baseline_timeouts"])
+        self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
+        self.baseline_held_ = Baseline(cfg.baseline_windows, state["baseline_held"])
+        self.recent_mismatches_ = deque(
+            state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
+        )
+        self.episode_ = state.get("episode")
+        self.episode_severity_ = state.get("episode_severity")
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        findings: list[Finding] = []
+        if event.time is not None:
+            self.clock_.place(event.time)
+            findings = self._on_flush(ctx, event.time)
+        window = self.window_
+        if event.kind == "deferred_release":
+            outcome = str(event.get("outcome") or "")
+            room = str(event.get("bootstrap_room") or event.source)
+            if outcome == "timeout":
+                window.timeout_rooms.setdefault(event.node, set()).add(room)
+            elif outcome == "error":
+                window.error_rooms.setdefault(event.node, set()).add(room)
+        elif event.kind in ("checksum_mismatch", "metadata_corruption"):
+            window.mismatches += 1
+        elif event.kind == "metric":
+            self._on_metric(event)
+        return findings
+
+    def _on_metric(self, event: Event) -> None:
+        signal = event.get("signal") or _NAME_SIGNAL.get(str(event.get("name")))
+        labels = event.get("labels") or {}
+        value = event.get("value")
+        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+            return
+        if signal in _RELEASE_SIGNALS:
+            outcome = str(labels.get("outcome", ""))
+            delta = self.counters_.in_window(
+                series_key(event.node, event.fields),
+                float(value),
+                event.time,
+                self.config.window_seconds,
+            )
+            dp = str(labels.get("dp_rank", ""))
+            by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
+            by_dp[dp] = max(by_dp.get(dp, 0.0), delta)
+        elif signal in _HELD_SIGNALS:
+            dp = str(labels.get("dp_rank", ""))
+            per_dp = self.held_now_.setdefault(event.node, {})
+            per_dp[dp] = float(value)
+            total = sum(sum(v.values()) for v in self.held_now_.values())
+            node_total = sum(per_dp.values())
+            window = self.window_
+            window.held[event.node] = max(window.held.get(event.node, 0.0), node_total)
+            window.held["*"] = max(window.held.get("*", 0.0), total)
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        findings: list[Finding] = []
+        if math.isinf(now) and self.clock_.start is None and self.window_.has_data():
+            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
+        for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
+            finding = self._close(start, ctx)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    # -- judging one window --------------------------------------------------------------------
+
+    def _close(self, start: float, ctx: DetectionContext) -> Finding | None:
+        cfg = self.config
+        window, self.window_ = self.window_, _Window()
+        nodes = window.nodes()
+        timeouts = sum(window.outcome_count(n, "timeout") for n in nodes)
+        errors = sum(window.outcome_count(n, "error") for n in nodes)
+        drained = sum(sum(window.metric.get(n, {}).get("drained", {}).values()) for n in nodes)
+        releases = timeouts + errors + drained
+        share = timeouts / releases if drained > 0 and releases > 0 else None
+        held = window.held.get("*", 0.0)
+
+        base_timeouts = self.baseline_timeouts_.level(cfg.prior_timeouts)
+        base_share = self.baseline_share_.level(0.0)
+        base_held = self.baseline_held_.level(cfg.prior_held)
+        scores = {"timeouts": 0.0, "share": 0.0, "held": 0.0}
+        if timeouts >= cfg.min_timeouts:
+            scores["timeouts"] = timeouts / (cfg.ratio * base_timeouts)
+        if share is not None and releases >= cfg.min_releases:
+            scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
+        if held >= cfg.min_held:
+            scores["held"] = held / (cfg.held_ratio * base_held)
+        rule = max(scores, key=lambda k: scores[k])
+        score = scores[rule]
+        mismatches = window.mismatches + sum(self.recent_mismatches_)
+        if cfg.mismatch_lookback_windows:
+            self.recent_mismatches_.append(window.mismatches)
+
+        if score < cfg.threshold:
+            self.baseline_timeouts_.add(timeouts)
+            if share is not None:
+                self.baseline_share_.add(share)
+            self.baseline_held_.add(held)
+            self.episode_ = None
+            self.episode_severity_ = None
+            return None
+
+        severity: Severity = "critical" if mismatches > 0 else "warning"
+        if self.episode_ is None:
+            self.episode_ = start
+        elif self.episode_severity_ == "critical" or severity == self.episode_severity_:
+            return None
+        self.episode_severity_ = severity
+        worst = max(sorted(nodes), key=lambda n: window.outcome_count(n, "timeout"), default=None)
+        share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
+        held_text = f", up to {held:.0f} held" if held else ""
+        extra = f"; {mismatches} KV checksum/metadata mismatches alongside" if mismatches else ""
+        summary = (
+            f"Deferred KV releases timing out: {timeouts:.0f} timeouts{share_text}{held_text} "
+            f"in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}{extra}: "
+            f"late RDMA writes can corrupt re-let pages; raise the release timeout and find "
+            f"the aborts"
+        )
+        return self._finding(
+            severity,
+            time=start + cfg.window_seconds,
+            node=worst,
+            summary=summary,
+            subject=f"episode:{self.episode_}:{severity}",
+            evidence={
+                "window_start": start,
+                "window_seconds": cfg.window_seconds,
+                "timeouts": timeouts,
+                "errors": errors,
+                "drained": drained,
+                "timeout_share": share,
+                "held": held,
+                "baseline_timeouts": base_timeouts,
+                "baseline_share": base_share,
+                "baseline_held": base_held,
+                "mismatches": mismatches,
+                "nodes": len(nodes),
+                "rule": rule,
+                "score": round(score, 6),
+                "threshold": cfg.threshold,
+            },
+        )

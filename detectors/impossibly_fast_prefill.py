@@ -1,0 +1,380 @@
+"""Prefill faster than the hardware can read the prompt: the timing tell of the incident.
+
+Feeds the alert `KVWatchImpossiblyFastPrefill`.
+
+A leaked answer skips the prefill: one token was computed instead of hundreds of thousands, so
+the first token arrives far sooner than reading such a prompt can take. Time is judged per
+*uncached* prompt token (`prompt_tokens - cached_tokens`): a prefix-cache hit legitimately
+skips work and is never an anomaly. Every timing a request carries is an upper bound on its
+prefill compute (prefill `forward_duration`, the OTLP prefill time or TTFT, decode
+`first_token_latency`, `e2e_latency`), so if *any* of them is below a floor, the prefill did
+not happen as claimed. Two floors:
+
+* physical: about `2 x active parameters` FLOPs per uncached token at the GPUs' peak
+  (`model_active_params`, `gpu_peak_flops`, GPUs = `gpus_per_node` or the prefill node's
+  `tp_size`). Attention's quadratic cost is left out, which keeps the floor conservative. The
+  default model size (1B active parameters) is deliberately low; configure yours.
+* learned: a low quantile regression (scikit-learn `QuantileRegressor`) of each node's own
+  timings on uncached tokens, divided by `safety_factor`. It learns only from requests that
+  cannot be the leak (prompt within the pool in force, not refused, not already too fast), so
+  the leak does not teach it that leaks are normal. Time to first token moves with load (a
+  storm inflates it, a quiet minute after a restart deflates it), so the learned floor is
+  conservative (2% quantile, divided by 8), judges only long prompts
+  (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly measures
+  the answer's length.
+
+The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
+request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
+uncached tokens are critical (and an exposure); shorter ones down to `min_uncached_tokens`
+are warnings, below that fixed overheads dominate and nothing is judged.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+import numpy as np
+from pydantic import Field
+from sklearn.linear_model import QuantileRegressor
+
+from collector.state.request_record import RequestRecord
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding, Severity
+from detectors.pool_in_force import pool_in_force
+
+SOURCES: Final = (
+    "prefill_forward",
+    "trace_prefill",
+    "trace_ttft",
+    "first_token_latency",
+    "e2e_latency",
+)
+_MIN_SECONDS: Final = 1e-6
+
+
+class ImpossiblyFastPrefillConfig(DetectorConfig):
+    # Physical floor. Active parameters per token (MoE: active, not total). Default is low on
+    # purpose so an unconfigured deployment gets a floor no real prefill can beat.
+    model_active_params: float = Field(default=1.0e9, gt=0)
+    # Peak dense FLOP/s of one GPU (H100 SXM BF16: 989 TFLOP/s).
+    gpu_peak_flops: float = Field(default=9.89e14, gt=0)
+    # GPUs that prefill one request; None uses the prefill node's tp_size, else default_gpus.
+    gpus_per_node: int | None = Field(default=None, gt=0)
+    default_gpus: int = Field(default=8, gt=0)
+    # Best achievable fraction of peak; 1.0 makes the floor a hard physical bound.
+    max_mfu: float = Field(default=1.0, gt=0, le=1)
+    # Learned floor: low quantile of the node's own timings, divided by safety_factor.
+    learn: bool = True
+    quantile: float = Field(default=0.02, gt=0, lt=0.5)
+    safety_factor: float = Field(default=8.0, ge=1)
+    # The learned floor judges only prompts with at least this many uncached tokens.
+    learned_min_uncached_tokens: int = Field(default=32768, ge=1)
+    # Timing sources the floor is learned for (e2e mostly measures the answer's length).
+    learn_sources: tuple[str, ...] = (
+        "prefill_forward",
+        "trace_prefill",
+        "trace_ttft",
+        "first_token_latency",
+    )
+    min_history: int = Field(default=50, ge=5)
+    max_history: int = Field(default=512, ge=10)
+    refit_every: int = Field(default=64, ge=1)
+    # After the first few fits, refit at most this often (event time).
+    refit_interval_seconds: float = Field(default=10800.0, ge=0)
+    learn_min_uncached_tokens: int = Field(default=256, ge=1)
+    # Decision: score = floor / observed seconds; at or above threshold it was too fast.
+    threshold: float = Field(default=1.0, gt=0)
+    min_uncached_tokens: int = Field(default=4096, ge=1)
+    critical_min_uncached_tokens: int = Field(default=32768, ge=1)
+    # Timing sources considered (any subset of SOURCES).
+    sources: tuple[str, ...] = SOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """One timing of one request: `seconds` spent on `uncached_tokens`, reported by `node`."""
+
+    source: str
+    node: str
+    seconds: float
+    uncached_tokens: int
+    gpus: int
+
+
+class FloorModel:
+    """Low-quantile regression of seconds on uncached tokens over a sliding window of samples."""
+
+    __slots__ = ("samples", "coef", "since_fit", "last_fit", "fits")
+
+    def __init__(self, max_history: int) -> None:
+        self.samples: deque[tuple[float, float]] = deque(maxlen=max_history)
+        self.coef: tuple[float, float] | None = None
+        self.since_fit = 0
+        self.last_fit: float | None = None
+        self.fits = 0
+
+    def floor(self, tokens: float, safety_factor: float) -> float | None:
+        if self.coef is None:
+            return None
+        intercept, slope = self.coef
+        return max(intercept + slope * tokens, 0.0) / safety_factor
+
+    def add(self, tokens: float, seconds: float, now: float | None, cfg: Any) -> None:
+        self.samples.append((float(tokens), float(seconds)))
+        self.since_fit += 1
+        if len(self.samples) < cfg.min_history:
+            return
+        due = self.coef is None or (
+            self.since_fit >= cfg.refit_every
+            and (
+                self.fits < 4
+                or now is None
+                or self.last_fit is None
+                or now - self.last_fit >= cfg.refit_interval_seconds
+            )
+        )
+        if due:
+            self.refit(cfg.quantile, now)
+
+    def refit(self, quantile: float, now: float | None) -> None:
+        data = np.asarray(self.samples, dtype=float)
+        model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(data[:, :1], data[:, 1])
+        self.coef = (float(model.intercept_), float(model.coef_[0]))
+        self.since_fit = 0
+        self.last_fit = now
+        self.fits += 1
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "samples": [list(s) for s in self.samples],
+            "coef": list(self.coef) if self.coef is not None else None,
+            "since_fit": self.since_fit,
+            "last_fit": self.last_fit,
+            "fits": self.fits,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], max_history: int) -> FloorModel:
+        model = cls(max_history)
+        model.samples.extend((float(a), float(b)) for a, b in state["samples"])
+        coef = state.get("coef")
+        model.coef = (float(coef[0]), float(coef[1])) if coef is not None else None
+        model.since_fit = int(state.get("since_fit", 0))
+        model.last_fit = state.get("last_fit")
+        model.fits = int(state.get("fits", 0))
+        return model
+
+
+class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
+    """Time per uncached prompt token below a physical or learned floor; feeds
+    `KVWatchImpossiblyFastPrefill`.
+
+    Parameters
+    ----------
+    config : ImpossiblyFastPrefillConfig or mapping
+        Floors and thresholds (see the config's comments).
+
+    Examples
+    --------
+    >>> det = ImpossiblyFastPrefill(model_active_params=3.2e10)
+    >>> honest = {"node": "decode-0", "source": "first_token_latency",
+    ...           "uncached_tokens": 700_000, "seconds": 42.0, "gpus": 8}
+    >>> stub = dict(honest, seconds=0.3)
+    >>> det.score_one(honest) < 1.0 <= det.score_one(stub)
+    True
+    >>> from detectors.examples import cached_long_prompt_events
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> list(DetectionPipeline(detectors=[det]).run(cached_long_prompt_events()))
+    []
+    """
+
+    name: ClassVar[str] = "impossibly_fast_prefill"
+    alert: ClassVar[str] = "KVWatchImpossiblyFastPrefill"
+    config_class: ClassVar[type[DetectorConfig]] = ImpossiblyFastPrefillConfig
+    wants_requests: ClassVar[bool] = True
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {
+            "min_history": 5,
+            "refit_every": 5,
+            "model_active_params": 3.2e10,
+            "learned_min_uncached_tokens": 4096,
+        }
+
+    def _init_learned(self) -> None:
+        self.models_: dict[str, FloorModel] = {}
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {"models_": {k: m.to_state() for k, m in sorted(self.models_.items())}}
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        raw = state.get("models_") or {}
+        self.models_ = {
+            key: FloorModel.from_state(value, self.config.max_history) for key, value in raw.items()
+        }
+
+    # -- floors and scores ---------------------------------------------------------------------
+
+    def physical_floor(self, uncached_tokens: int, gpus: int) -> float:
+        cfg = self.config
+        flops = 2.0 * cfg.model_active_params * uncached_tokens
+        return flops / (cfg.gpu_peak_flops * gpus * cfg.max_mfu)
+
+    def learned_floor(self, timing: Timing) -> float | None:
+        model = self.models_.get(f"{timing.node}|{timing.source}")
+        if model is None:
+            return None
+        return model.floor(timing.uncached_tokens, self.config.safety_factor)
+
+    def _score(self, timing: Timing) -> tuple[float, float, float | None]:
+        seconds = max(timing.seconds, _MIN_SECONDS)
+        physical = self.physical_floor(timing.uncached_tokens, timing.gpus)
+        learned = None
+        if timing.uncached_tokens >= self.config.learned_min_uncached_tokens:
+            learned = self.learned_floor(timing)
+        score = physical / seconds
+        if learned is not None:
+            score = max(score, learned / seconds)
+        return score, physical, learned
+
+    def score_one(self, x: dict[str, Any]) -> float:
+        """Score one timing `{node, source, uncached_tokens, seconds[, gpus]}`."""
+        self._ensure()
+        return self._score(_timing_from(x, self.config.default_gpus))[0]
+
+    def learn_one(self, x: dict[str, Any], now: float | None = None) -> None:
+        """Add one healthy timing to its node's history."""
+        self._ensure()
+        self._learn(_timing_from(x, self.config.default_gpus), now)
+
+    def _learn(self, timing: Timing, now: float | None) -> None:
+        if timing.source not in self.config.learn_sources:
+            return
+        key = f"{timing.node}|{timing.source}"
+        model = self.models_.get(key)
+        if model is None:
+            model = self.models_[key] = FloorModel(self.config.max_history)
+        model.add(timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS), now, self.config)
+
+    # -- the request hook ----------------------------------------------------------------------
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        serving = record.serving
+        uncached = record.uncached_tokens
+        if serving is None or not serving.succeeded or uncached is None or uncached < 1:
+            return []
+        timings = self._timings(record, uncached, ctx)
+        if not timings:
+            return []
+        scored = [(self._score(t), t) for t in timings]
+        (score, physical, learned), worst = max(scored, key=lambda item: item[0][0])
+        cfg = self.config
+        if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and score < cfg.threshold:
+            if self._may_learn(record, ctx):
+                for _, timing in scored:
+                    self._learn(timing, ctx.now)
+        if score < cfg.threshold or uncached < cfg.min_uncached_tokens:
+            return []
+        critical = uncached >= cfg.critical_min_uncached_tokens
+        severity: Severity = "critical" if critical else "warning"
+        prompt = record.prompt_tokens or uncached
+        floor = max(physical, learned or 0.0)
+        kind = "learned" if learned is not None and learned > physical else "physical"
+        consequence = (
+            "the prompt was probably not prefilled; the answer likely came from other requests' KV"
+            if critical
+            else "check this node's timing and cache accounting"
+        )
+        summary = (
+            f"{serving.node} answered a {prompt:,}-token prompt ({uncached:,} uncached) after "
+            f"{worst.seconds:.3f}s of {worst.source} on {worst.node}, below the {kind} floor "
+            f"of {floor:.3f}s ({score:.1f}x too fast): {consequence}"
+        )
+        room = record.bootstrap_room
+        model = self.models_.get(f"{worst.node}|{worst.source}")
+        return [
+            self._finding(
+                severity,
+                time=record.time,
+                node=serving.node,
+                summary=summary,
+                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
+                evidence={
+                    "prompt_tokens": prompt,
+                    "cached_tokens": record.cached_tokens,
+                    "uncached_tokens": uncached,
+                    "seconds": worst.seconds,
+                    "source": worst.source,
+                    "timing_node": worst.node,
+                    "seconds_per_uncached_token": worst.seconds / uncached,
+                    "physical_floor_seconds": physical,
+                    "learned_floor_seconds": learned,
+                    "history": len(model.samples) if model is not None else 0,
+                    "score": round(score, 6),
+                    "threshold": cfg.threshold,
+                },
+                rid=serving.rid,
+                bootstrap_room=room,
+                exposure=critical,
+            )
+        ]
+
+    def _timings(self, record: RequestRecord, uncached: int, ctx: DetectionContext) -> list[Timing]:
+        serving = record.serving
+        prefill = record.prefill
+        compute_node = prefill.node if prefill is not None else (serving.node if serving else "")
+        gpus = self._gpus(compute_node, record, ctx)
+        wanted = set(self.config.sources)
+        out: list[Timing] = []
+
+        def add(source: str, node: str, seconds: float | None) -> None:
+            if source in wanted and seconds is not None and math.isfinite(seconds):
+                out.append(Timing(source, node, seconds, uncached, gpus))
+
+        for side in record.sides:
+            if side.role == "prefill" or (side.role == "unified" and side is serving):
+                if side.role == "prefill":
+                    add("prefill_forward", side.node, side.durations.get("forward_duration"))
+                add("trace_prefill", side.node, side.trace_prefill_seconds)
+        if serving is not None:
+            add("trace_ttft", serving.node, serving.trace_ttft)
+            add("first_token_latency", serving.node, serving.first_token_latency)
+            add("e2e_latency", serving.node, serving.e2e_latency)
+        return out
+
+    def _gpus(self, node: str, record: RequestRecord, ctx: DetectionContext) -> int:
+        if self.config.gpus_per_node is not None:
+            return self.config.gpus_per_node
+        config = ctx.config_at(node, record.start_time)
+        if config is not None and config.tp_size:
+            return config.tp_size
+        return self.config.default_gpus
+
+    def _may_learn(self, record: RequestRecord, ctx: DetectionContext) -> bool:
+        """Only requests that cannot be the leak teach the floor."""
+        if record.prefill_refused:
+            return False
+        if any(s.transfer_failures or s.checksum_mismatch for s in record.sides):
+            return False
+        prompt = record.prompt_tokens
+        pool = pool_in_force(record, ctx)
+        return pool is None or prompt is None or prompt <= pool.tokens
+
+
+def _timing_from(x: dict[str, Any], default_gpus: int) -> Timing:
+    return Timing(
+        source=str(x["source"]),
+        node=str(x["node"]),
+        seconds=float(x["seconds"]),
+        uncached_tokens=int(x["uncached_tokens"]),
+        gpus=int(x.get("gpus") or default_gpus),
+    )

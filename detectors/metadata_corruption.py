@@ -1,0 +1,68 @@
+"""Metadata corruption: decode received another request's metadata (a buffer index collision).
+
+Feeds the alert `KVWatchMetadataCorruption`.
+
+Decode checks that the metadata it received carries the request's own `bootstrap_room`
+(`Context corruption detected: ... received metadata from bootstrap_room=...`). A mismatch
+means two requests shared a metadata buffer slot: the same class of slot reuse that exposes
+KV. The request is aborted (HTTP 500); the finding is critical and names both rooms.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from collector.events import Event
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding
+
+
+class MetadataCorruptionConfig(DetectorConfig):
+    """No knobs: every corruption is critical."""
+
+
+class MetadataCorruption(Detector[MetadataCorruptionConfig]):
+    """Critical finding per metadata corruption; feeds `KVWatchMetadataCorruption`.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> from detectors.context import DetectionContext
+    >>> (f,) = MetadataCorruption().observe(Event("metadata_corruption", "decode-0", 5.0,
+    ...     "d.log:3", {"rid": "r1", "bootstrap_room": "11", "actual_room": "12"}),
+    ...     DetectionContext())
+    >>> f.severity, f.bootstrap_room, f.evidence["actual_room"]
+    ('critical', '11', '12')
+    """
+
+    name: ClassVar[str] = "metadata_corruption"
+    alert: ClassVar[str] = "KVWatchMetadataCorruption"
+    config_class: ClassVar[type[DetectorConfig]] = MetadataCorruptionConfig
+    event_kinds: ClassVar[frozenset[str]] = frozenset({"metadata_corruption"})
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        room = _text(event.get("bootstrap_room"))
+        actual = _text(event.get("actual_room"))
+        rid = _text(event.get("rid"))
+        summary = (
+            f"Decode {event.node} received metadata of bootstrap_room {actual} for request "
+            f"{rid} (bootstrap_room {room}): metadata buffer index collision between requests"
+        )
+        subject = f"room:{room}" if room else f"{event.node}:{rid}:{event.time}"
+        return [
+            self._finding(
+                "critical",
+                time=event.time,
+                node=event.node,
+                summary=summary,
+                subject=subject,
+                evidence={"actual_room": actual, "source": event.source},
+                rid=rid,
+                bootstrap_room=room,
+            )
+        ]
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,91 @@
+"""Over-length prompts answered with success: the incident's exposed responses, by arithmetic.
+
+Feeds the alert `KVWatchOverLengthAnswered`.
+
+A prompt longer than the prefill KV pool cannot have been prefilled: its KV does not fit. If
+decode nevertheless answered it with success, the answer was computed over pages that held
+other requests' KV (incident.md, "The mechanism"). The pool is the one *in force* when the
+request ran (see `detectors.pool_in_force`): after a restart with a bigger pool, the same
+lengths are served honestly and are not flagged. In PD this is critical and an exposure;
+outside PD (where over-length prompts are refused or truncated, not leaked) a warning.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from collector.state.request_record import RequestRecord
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding
+from detectors.pool_in_force import pool_in_force
+
+
+class OverLengthAnsweredConfig(DetectorConfig):
+    # Tokens a prompt may exceed the pool by before it counts (0: any excess).
+    margin_tokens: int = Field(default=0, ge=0)
+
+
+class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
+    """Prompt longer than the prefill pool in force, answered with success; feeds
+    `KVWatchOverLengthAnswered`.
+
+    Examples
+    --------
+    >>> from detectors.examples import incident_events
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> pipe = DetectionPipeline(detectors=[OverLengthAnswered()])
+    >>> findings = list(pipe.run(incident_events()))
+    >>> [(f.bootstrap_room, f.severity, f.exposure) for f in findings]
+    [('1001', 'critical', True)]
+    """
+
+    name: ClassVar[str] = "over_length_answered"
+    alert: ClassVar[str] = "KVWatchOverLengthAnswered"
+    config_class: ClassVar[type[DetectorConfig]] = OverLengthAnsweredConfig
+    wants_requests: ClassVar[bool] = True
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        serving = record.serving
+        prompt = record.prompt_tokens
+        if serving is None or not serving.succeeded or prompt is None:
+            return []
+        pool = pool_in_force(record, ctx)
+        if pool is None or prompt <= pool.tokens + self.config.margin_tokens:
+            return []
+        pd = serving.role == "decode"
+        room = record.bootstrap_room
+        if pd:
+            consequence = "the answer was probably generated from other requests' KV"
+        else:
+            consequence = "the prompt was probably truncated"
+        summary = (
+            f"{serving.node} answered a {prompt:,}-token prompt with success "
+            f"({serving.finish_type or 'no error'}) although the prefill pool in force was "
+            f"{pool.tokens:,} tokens ({pool.node}): {consequence}"
+        )
+        return [
+            self._finding(
+                "critical" if pd else "warning",
+                time=record.time,
+                node=serving.node,
+                summary=summary,
+                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
+                evidence={
+                    "prompt_tokens": prompt,
+                    "cached_tokens": record.cached_tokens,
+                    "completion_tokens": serving.completion_tokens,
+                    "pool_tokens": pool.tokens,
+                    "pool_node": pool.node,
+                    "pool_generation": pool.generation,
+                    "pool_basis": pool.basis,
+                    "excess_tokens": prompt - pool.tokens,
+                    "finish_type": serving.finish_type,
+                },
+                rid=serving.rid,
+                bootstrap_room=room,
+                exposure=pd,
+            )
+        ]

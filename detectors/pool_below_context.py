@@ -1,0 +1,150 @@
+"""A KV pool smaller than the context the deployment advertises: the incident's precondition.
+
+Feeds the alert `KVWatchPoolBelowContext`.
+
+Every prompt longer than the pool but within the advertised context is admitted and cannot fit
+(in the incident: a 681,280-token prefill pool under a 1,048,576-token context, 35% of the
+window). In PD serving the pool that matters is the *prefill* pool, compared with the largest
+context any node of the deployment (nodes serving the same model) serves. On engines before
+0.5.20 such a prompt is refused by prefill yet answered by decode from stale pages, so a prefill
+node in that state is critical; when the version is unknown, refusals on that node (the
+over-length path being hit) make it critical too. Otherwise (fixed engine, decode nodes, non-PD
+nodes) the gap means long prompts are refused: a warning. One finding per node and condition; a
+restart with a different pool or context raises it again.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from collector.events import Event
+from collector.state.config_timeline import ConfigChange, NodeConfig
+from collector.state.request_record import RequestRecord
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.engine_version import is_below
+from detectors.finding import Finding, Severity
+
+
+class PoolBelowContextConfig(DetectorConfig):
+    # First engine where prefill retires a refused request instead of leaking (PR 36988).
+    leak_fixed_version: str = "0.5.20"
+    # Rejection reasons that show the over-length path being hit on a prefill node.
+    refusal_reasons: tuple[str, ...] = (
+        "input_too_long",
+        "exceeds_max_tokens",
+        "context_length",
+    )
+
+
+class PoolBelowContext(Detector[PoolBelowContextConfig]):
+    """Pool below the advertised context; feeds `KVWatchPoolBelowContext`.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> pipe = DetectionPipeline(detectors=[PoolBelowContext()])
+    >>> _ = pipe.process(Event("server_args", "p0", 1.0, "p:1", {"disaggregation_mode": "prefill"}))
+    >>> _ = pipe.process(Event("server_info", "p0", 2.0, "p.json", {"version": "0.5.19"}))
+    >>> (f,) = pipe.process(Event("capacity", "p0", 3.0, "p:2",
+    ...     {"max_total_num_tokens": 681280, "context_len": 1048576}))
+    >>> f.severity, f.evidence["gap_tokens"]
+    ('critical', 367296)
+    """
+
+    name: ClassVar[str] = "pool_below_context"
+    alert: ClassVar[str] = "KVWatchPoolBelowContext"
+    config_class: ClassVar[type[DetectorConfig]] = PoolBelowContextConfig
+    event_kinds: ClassVar[frozenset[str]] = frozenset({"request_rejected"})
+    wants_config: ClassVar[bool] = True
+    wants_requests: ClassVar[bool] = True
+
+    def _init_learned(self) -> None:
+        self.refusals_: dict[str, int] = {}
+
+    def _learned_state(self) -> dict[str, object]:
+        return {"refusals_": dict(self.refusals_)}
+
+    def _load_learned(self, state: dict[str, object]) -> None:
+        raw = state.get("refusals_")
+        if isinstance(raw, dict):
+            self.refusals_ = {str(k): int(v) for k, v in raw.items()}
+
+    def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
+        return self._evaluate_all(ctx)
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        reason = event.get("reason")
+        if reason is not None and str(reason) not in self.config.refusal_reasons:
+            return []
+        return self._note_refusal(event.node, ctx)
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        prefill = record.prefill
+        if prefill is None or not prefill.stub_abort:
+            return []
+        return self._note_refusal(prefill.node, ctx)
+
+    def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
+        first = node not in self.refusals_
+        self.refusals_[node] = self.refusals_.get(node, 0) + 1
+        return self._evaluate_all(ctx) if first else []
+
+    def _evaluate_all(self, ctx: DetectionContext) -> list[Finding]:
+        findings = []
+        for config in ctx.timeline.configs_at(ctx.now):
+            advertised = ctx.timeline.advertised_context(ctx.now, config.model)
+            finding = self._evaluate(config, advertised, ctx)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    def _evaluate(
+        self, config: NodeConfig, advertised: int | None, ctx: DetectionContext
+    ) -> Finding | None:
+        pool = config.pool_tokens
+        reference = advertised if config.is_pd else config.context_len
+        if pool is None or reference is None or pool >= reference:
+            return None
+        severity: Severity = "warning"
+        why = "prompts longer than the pool will be refused"
+        if config.role == "prefill":
+            version = config.version
+            if version is not None and is_below(version, self.config.leak_fixed_version):
+                severity = "critical"
+                why = (
+                    f"SGLang {version} < {self.config.leak_fixed_version} admits them and "
+                    f"decode answers from other requests' KV"
+                )
+            elif version is None and self.refusals_.get(config.node, 0) > 0:
+                severity = "critical"
+                why = (
+                    "the node refuses over-length prompts and its engine version is unknown: "
+                    "on engines < 0.5.20 decode answers them from other requests' KV"
+                )
+        gap = reference - pool
+        role = config.role or "unknown role"
+        summary = (
+            f"{config.node} ({role}) KV pool {pool:,} tokens < context {reference:,} "
+            f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
+            f"raise the pool or lower --context-length"
+        )
+        return self._finding(
+            severity,
+            time=ctx.now if ctx.now is not None else config.since,
+            node=config.node,
+            summary=summary,
+            subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}",
+            evidence={
+                "pool_tokens": pool,
+                "context_len": reference,
+                "node_context_len": config.context_len,
+                "gap_tokens": gap,
+                "gap_fraction": round(gap / reference, 4),
+                "role": config.role,
+                "version": config.version,
+                "generation": config.generation,
+                "refusals": self.refusals_.get(config.node, 0),
+            },
+        )

@@ -1,0 +1,49 @@
+"""Which prefill pool a request met: the one in force on its prefill node when it ran.
+
+Both the over-length verdict and the learning guard of the timing detector need it. The
+room's own prefill node is used when the ledger saw it; otherwise the largest prefill pool of
+the serving node's deployment (same model) in force at the request's time (the most lenient
+choice: a prompt longer than every prefill pool cannot have fit anywhere); outside PD, the
+serving node's own pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from collector.state.request_record import RequestRecord
+from detectors.context import DetectionContext
+
+
+@dataclass(frozen=True, slots=True)
+class PoolInForce:
+    tokens: int
+    node: str
+    generation: int
+    basis: str
+
+
+def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
+    when = record.start_time if record.start_time is not None else record.time
+    prefill = record.prefill
+    if prefill is not None:
+        at = prefill.start_time if prefill.start_time is not None else when
+        config = ctx.config_at(prefill.node, at)
+        if config is not None and config.pool_tokens is not None:
+            return PoolInForce(config.pool_tokens, prefill.node, config.generation, "prefill node")
+    serving = record.serving
+    model = None
+    if serving is not None:
+        serving_config = ctx.config_at(serving.node, when)
+        model = serving_config.model if serving_config is not None else None
+    pools = ctx.timeline.prefill_pools_at(when, model)
+    if pools:
+        node = max(sorted(pools), key=lambda n: pools[n])
+        config = ctx.config_at(node, when)
+        generation = config.generation if config is not None else 0
+        return PoolInForce(pools[node], node, generation, "largest prefill pool in force")
+    if serving is not None and serving.role == "unified":
+        config = ctx.config_at(serving.node, when)
+        if config is not None and config.pool_tokens is not None:
+            return PoolInForce(config.pool_tokens, serving.node, config.generation, "node pool")
+    return None

@@ -1,0 +1,99 @@
+"""Rejected by prefill, answered by decode: the refusal that did not stop the answer.
+
+Feeds the alert `KVWatchRejectedThenServed`.
+
+Engines before 0.5.20 refused an over-length prompt on prefill (`Input length (N tokens)
+exceeds the maximum allowed length` / `Request ... exceeds the maximum number of tokens`),
+swapped it for a one-token stub and still sent that stub's KV to decode, which answered from
+the rest of its reserved pages: other requests' KV. In the logs this is a refusal on prefill
+(a `request_rejected`, or an aborted finish with `prompt_tokens: 1`) and a successful finish
+of the same `bootstrap_room` on decode. Critical and an exposure. If another prefill attempt
+for the room succeeded, decode had real KV and nothing is raised.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from collector.state.request_record import RequestRecord
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding
+
+
+class RejectedThenServedConfig(DetectorConfig):
+    # Count an aborted prefill finish with a one-token prompt as a refusal (old engines log
+    # only that stub when the refusal line is missing).
+    count_stub_aborts: bool = True
+
+
+class RejectedThenServed(Detector[RejectedThenServedConfig]):
+    """Prefill refusal followed by a decode success for the same room; feeds
+    `KVWatchRejectedThenServed`.
+
+    Examples
+    --------
+    >>> from detectors.examples import incident_events
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> pipe = DetectionPipeline(detectors=[RejectedThenServed()])
+    >>> [(f.bootstrap_room, f.node, f.exposure) for f in pipe.run(incident_events())]
+    [('1001', 'decode-0', True)]
+    """
+
+    name: ClassVar[str] = "rejected_then_served"
+    alert: ClassVar[str] = "KVWatchRejectedThenServed"
+    config_class: ClassVar[type[DetectorConfig]] = RejectedThenServedConfig
+    wants_requests: ClassVar[bool] = True
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        serving = record.serving
+        if serving is None or serving.role != "decode" or not serving.succeeded:
+            return []
+        prefills = record.sides_with_role("prefill")
+        refusals = [
+            s for s in prefills if s.rejected or (self.config.count_stub_aborts and s.stub_abort)
+        ]
+        if not refusals or any(s.succeeded and not s.refused for s in prefills):
+            return []
+        refusal = next((s for s in refusals if s.rejected), refusals[0])
+        prompt = record.prompt_tokens
+        if not refusal.rejected and (prompt is None or prompt <= 1):
+            return []
+        room = record.bootstrap_room
+        if refusal.rejected:
+            limit = refusal.reject_limit_tokens
+            what = f"refused it ({refusal.reject_reason or 'rejected'}"
+            what += (
+                f", {refusal.reject_input_tokens:,} > {limit:,} tokens)"
+                if (refusal.reject_input_tokens is not None and limit is not None)
+                else ")"
+            )
+        else:
+            what = "aborted it as a one-token stub"
+        summary = (
+            f"Prefill {refusal.node} {what} but decode {serving.node} answered bootstrap_room "
+            f"{room} with success: the answer was generated without the prompt's KV"
+        )
+        return [
+            self._finding(
+                "critical",
+                time=record.time,
+                node=serving.node,
+                summary=summary,
+                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
+                evidence={
+                    "prompt_tokens": prompt,
+                    "completion_tokens": serving.completion_tokens,
+                    "refusal": "rejected" if refusal.rejected else "stub_abort",
+                    "reject_reason": refusal.reject_reason,
+                    "reject_input_tokens": refusal.reject_input_tokens,
+                    "reject_limit_tokens": refusal.reject_limit_tokens,
+                    "prefill_node": refusal.node,
+                    "prefill_rid": refusal.rid,
+                    "finish_type": serving.finish_type,
+                },
+                rid=serving.rid,
+                bootstrap_room=room,
+                exposure=True,
+            )
+        ]

@@ -1,0 +1,348 @@
+"""Multivariate window anomalies in a node's rates and latencies, for dashboards only.
+
+Feeds the alert `KVWatchTelemetryAnomaly` (severity `info`: never routed, never paged).
+
+The specific detectors know the mechanisms; this one knows only the node's normal. Per node
+and window (event time) it builds a small feature vector (finished, aborted, rejected and
+failed-transfer counts, deferred-release timeouts, mean token usage, peak queue, mean
+generation throughput, mean TTFT, batch-line count; counts as log1p), standardises it with
+the training windows' mean and spread (never below `min_scale`), and scores it with a
+scikit-learn `LocalOutlierFactor` (novelty mode) fitted on that node's earlier windows.
+
+Why LOF and not an IsolationForest: a window far *outside* everything seen (the storm) lands in
+the same leaf as the most extreme training windows of each random split, so a forest scores it
+only a little above normal; the local density ratio of LOF grows with the distance. Sign:
+scikit-learn's `score_samples` is higher for normal points; the score here is its negation, the
+LOF itself (about 1 for ordinary windows, higher is more anomalous). Windows scoring at or above
+`threshold` are kept out of the training buffer; the first of an unusual stretch raises an
+`info` finding.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import deque
+from typing import Any, ClassVar, Final, TypeGuard
+
+import numpy as np
+from pydantic import Field
+from sklearn.neighbors import LocalOutlierFactor
+
+from collector.events import Event
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding
+from detectors.windows import WindowClock
+
+FEATURES: Final = (
+    "finished",
+    "aborted",
+    "rejected",
+    "transfer_failed",
+    "deferred_timeouts",
+    "token_usage",
+    "queue_max",
+    "gen_throughput",
+    "ttft",
+    "batches",
+)
+_LOG_FEATURES: Final = frozenset(
+    {
+        "finished",
+        "aborted",
+        "rejected",
+        "transfer_failed",
+        "deferred_timeouts",
+        "queue_max",
+        "gen_throughput",
+        "ttft",
+        "batches",
+    }
+)
+
+
+class TelemetryAnomalyConfig(DetectorConfig):
+    # Window length (seconds of event time).
+    window_seconds: float = Field(default=300.0, gt=0)
+    # Normal windows a node needs before it is scored.
+    min_windows: int = Field(default=24, ge=4)
+    # Training buffer per node (most recent normal windows).
+    max_windows: int = Field(default=512, ge=8)
+    # Retrain after this many new windows.
+    refit_every: int = Field(default=48, ge=1)
+    # Neighbours of the local outlier factor (capped by the training windows available).
+    n_neighbors: int = Field(default=20, ge=2)
+    # Smallest per-feature spread used to standardise (log1p units): a perfectly steady
+    # feature must not turn a tiny wobble into a huge distance.
+    min_scale: float = Field(default=0.1, gt=0)
+    # Noise (in standardised units) added to training rows, seeded: identical windows would
+    # otherwise have zero neighbour distances.
+    jitter: float = Field(default=0.01, ge=0)
+    random_state: int = 0
+    # Local outlier factor at or above which a window is reported (info).
+    threshold: float = Field(default=3.0, gt=1)
+
+
+class _NodeWindow:
+    """Running sums for one node and window (bounded, JSON-able)."""
+
+    __slots__ = ("counts", "sums", "queue_max")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.sums: dict[str, float] = {}
+        self.queue_max = 0.0
+
+    def add(self, key: str, value: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value
+        self.counts[f"n_{key}"] = self.counts.get(f"n_{key}", 0) + 1
+
+    def mean(self, key: str) -> float:
+        n = self.counts.get(f"n_{key}", 0)
+        return self.sums.get(key, 0.0) / n if n else 0.0
+
+    def vector(self) -> list[float]:
+        raw = {
+            "finished": float(self.counts.get("finished", 0)),
+            "aborted": float(self.counts.get("aborted", 0)),
+            "rejected": float(self.counts.get("rejected", 0)),
+            "transfer_failed": float(self.counts.get("transfer_failed", 0)),
+            "deferred_timeouts": float(self.counts.get("deferred_timeouts", 0)),
+            "token_usage": self.mean("token_usage"),
+            "queue_max": self.queue_max,
+            "gen_throughput": self.mean("gen_throughput"),
+            "ttft": self.mean("ttft"),
+            "batches": float(self.counts.get("batches", 0)),
+        }
+        return [math.log1p(max(raw[k], 0.0)) if k in _LOG_FEATURES else raw[k] for k in FEATURES]
+
+    def to_state(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "sums": dict(self.sums), "queue_max": self.queue_max}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> _NodeWindow:
+        window = cls()
+        window.counts = {str(k): int(v) for k, v in state["counts"].items()}
+        window.sums = {str(k): float(v) for k, v in state["sums"].items()}
+        window.queue_max = float(state["queue_max"])
+        return window
+
+
+class _NodeModel:
+    __slots__ = ("buffer", "fit_rows", "lof", "center", "scale", "since_fit")
+
+    def __init__(self, size: int) -> None:
+        self.buffer: deque[list[float]] = deque(maxlen=size)
+        self.fit_rows: list[list[float]] = []
+        self.lof: LocalOutlierFactor | None = None
+        self.center = np.zeros(len(FEATURES))
+        self.scale = np.ones(len(FEATURES))
+        self.since_fit = 0
+
+
+class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
+    """Local outlier factor over per-node window features, `info` only; feeds
+    `KVWatchTelemetryAnomaly`.
+
+    Examples
+    --------
+    >>> det = TelemetryAnomaly(min_windows=8, refit_every=8, n_neighbors=5)
+    >>> normal = [[float(i % 3), 0, 0, 0, 0, 0.5, 1, 7.0, 0.3, 4] for i in range(16)]
+    >>> for x in normal:
+    ...     det.learn_one({"node": "decode-0", "features": x})
+    >>> odd = [9.0, 6, 5, 7, 6, 0.99, 9, 0.1, 6.0, 0]
+    >>> det.score_one({"node": "decode-0", "features": odd}) > det.score_one(
+    ...     {"node": "decode-0", "features": normal[0]})
+    True
+    """
+
+    name: ClassVar[str] = "telemetry_anomaly"
+    alert: ClassVar[str] = "KVWatchTelemetryAnomaly"
+    config_class: ClassVar[type[DetectorConfig]] = TelemetryAnomalyConfig
+    event_kinds: ClassVar[frozenset[str]] = frozenset(
+        {
+            "request_finished",
+            "request_rejected",
+            "transfer_failed",
+            "deferred_release",
+            "prefill_batch",
+            "decode_batch",
+        }
+    )
+    windowed: ClassVar[bool] = True
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {"window_seconds": 60.0, "min_windows": 4, "refit_every": 4, "n_neighbors": 3}
+
+    def _init_learned(self) -> None:
+        self.clock_ = WindowClock(self.config.window_seconds)
+        self.windows_: dict[str, _NodeWindow] = {}
+        self.models_: dict[str, _NodeModel] = {}
+        # node -> start of the unusual stretch it is in (one finding per stretch)
+        self.unusual_: dict[str, float] = {}
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {
+            "clock_start": self.clock_.start,
+            "unusual": dict(self.unusual_),
+            "windows": {node: w.to_state() for node, w in sorted(self.windows_.items())},
+            "models": {
+                node: {
+                    "buffer": [list(r) for r in m.buffer],
+                    "fit_rows": [list(r) for r in m.fit_rows],
+                    "since_fit": m.since_fit,
+                }
+                for node, m in sorted(self.models_.items())
+            },
+        }
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        self.clock_ = WindowClock(self.config.window_seconds, state.get("clock_start"))
+        self.unusual_ = {str(k): float(v) for k, v in (state.get("unusual") or {}).items()}
+        self.windows_ = {
+            node: _NodeWindow.from_state(raw) for node, raw in (state.get("windows") or {}).items()
+        }
+        self.models_ = {}
+        for node, raw in (state.get("models") or {}).items():
+            model = _NodeModel(self.config.max_windows)
+            model.buffer.extend([float(v) for v in row] for row in raw["buffer"])
+            model.since_fit = int(raw["since_fit"])
+            if raw["fit_rows"]:
+                self._fit(model, [[float(v) for v in row] for row in raw["fit_rows"]])
+                model.since_fit = int(raw["since_fit"])
+            self.models_[node] = model
+
+    # -- streaming API -------------------------------------------------------------------------
+
+    def learn_one(self, x: dict[str, Any]) -> None:
+        """Add one normal window `{node, features}` to the node's training buffer."""
+        self._ensure()
+        self._learn(str(x["node"]), [float(v) for v in x["features"]])
+
+    def score_one(self, x: dict[str, Any]) -> float:
+        """Score one window `{node, features}`; 0.0 while the node has no model yet."""
+        self._ensure()
+        model = self.models_.get(str(x["node"]))
+        if model is None or model.lof is None:
+            return 0.0
+        row = (np.asarray([[float(v) for v in x["features"]]]) - model.center) / model.scale
+        return float(-model.lof.score_samples(row)[0])
+
+    def _learn(self, node: str, row: list[float]) -> None:
+        model = self.models_.get(node)
+        if model is None:
+            model = self.models_[node] = _NodeModel(self.config.max_windows)
+        model.buffer.append(row)
+        model.since_fit += 1
+        if len(model.buffer) >= self.config.min_windows and (
+            model.lof is None or model.since_fit >= self.config.refit_every
+        ):
+            self._fit(model, [list(r) for r in model.buffer])
+
+    def _fit(self, model: _NodeModel, rows: list[list[float]]) -> None:
+        cfg = self.config
+        data = np.asarray(rows, dtype=float)
+        model.center = data.mean(axis=0)
+        model.scale = np.maximum(data.std(axis=0), cfg.min_scale)
+        scaled = (data - model.center) / model.scale
+        if cfg.jitter:
+            rng = np.random.default_rng(cfg.random_state)
+            scaled = scaled + rng.normal(0.0, cfg.jitter, size=scaled.shape)
+        lof = LocalOutlierFactor(
+            n_neighbors=min(cfg.n_neighbors, len(rows) - 1), novelty=True, algorithm="ball_tree"
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lof.fit(scaled)
+        model.lof = lof
+        model.fit_rows = rows
+        model.since_fit = 0
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        findings: list[Finding] = []
+        if event.time is not None:
+            clock = self.clock_
+            if clock.start is None:
+                clock.place(event.time)
+            elif event.time >= clock.start + clock.width:
+                findings = self._on_flush(ctx, event.time)
+        window = self.windows_.get(event.node)
+        if window is None:
+            window = self.windows_[event.node] = _NodeWindow()
+        kind = event.kind
+        fields = event.fields
+        counts = window.counts
+        if kind == "request_finished":
+            counts["finished"] = counts.get("finished", 0) + 1
+            if fields.get("finish_type") == "abort":
+                counts["aborted"] = counts.get("aborted", 0) + 1
+            ttft = fields.get("first_token_latency")
+            if _is_number(ttft):
+                window.add("ttft", float(ttft))
+        elif kind == "request_rejected":
+            counts["rejected"] = counts.get("rejected", 0) + 1
+        elif kind == "transfer_failed":
+            counts["transfer_failed"] = counts.get("transfer_failed", 0) + 1
+        elif kind == "deferred_release":
+            if fields.get("outcome") == "timeout":
+                counts["deferred_timeouts"] = counts.get("deferred_timeouts", 0) + 1
+        else:
+            counts["batches"] = counts.get("batches", 0) + 1
+            usage = fields.get("token_usage")
+            if _is_number(usage):
+                window.add("token_usage", float(usage))
+            queue = fields.get("queue_req")
+            if _is_number(queue) and queue > window.queue_max:
+                window.queue_max = float(queue)
+            throughput = fields.get("gen_throughput")
+            if _is_number(throughput):
+                window.add("gen_throughput", float(throughput))
+        return findings
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        if math.isinf(now) and self.clock_.start is None and self.windows_:
+            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
+        findings: list[Finding] = []
+        for start in self.clock_.due(now, max_windows=4):
+            windows, self.windows_ = self.windows_, {}
+            for node in sorted(windows):
+                finding = self._close(node, windows[node].vector(), start)
+                if finding is not None:
+                    findings.append(finding)
+        return findings
+
+    def _close(self, node: str, row: list[float], start: float) -> Finding | None:
+        score = self.score_one({"node": node, "features": row})
+        if score < self.config.threshold:
+            self._learn(node, row)
+            self.unusual_.pop(node, None)
+            return None
+        if node in self.unusual_:
+            return None  # the same unusual stretch: reported at its first window
+        self.unusual_[node] = start
+        named = dict(zip(FEATURES, row, strict=True))
+        top = ", ".join(f"{k}={v:.2f}" for k, v in named.items() if v)
+        return self._finding(
+            "info",
+            time=start + self.config.window_seconds,
+            node=node,
+            summary=(
+                f"{node}: unusual {self.config.window_seconds:.0f}s window of telemetry "
+                f"(score {score:.2f}; {top})"
+            ),
+            subject=f"{node}:{start}",
+            evidence={
+                "window_start": start,
+                **{k: round(v, 6) for k, v in named.items()},
+                "score": round(score, 6),
+                "threshold": self.config.threshold,
+            },
+        )
+
+
+def _is_number(value: Any) -> TypeGuard[float]:
+    return type(value) is float or type(value) is int

@@ -1,0 +1,105 @@
+"""Engine versions with known KV-exposure bugs in PD serving.
+
+Feeds the alert `KVWatchUnsafeEngineVersion`.
+
+Advisory databases list nothing for these versions, so dependency scanners stay silent on an
+engine pinned below the fixes. The policy (see `detectors.engine_version`): PD below 0.5.20 is
+critical (the over-length leak path is open); below 0.5.21 a warning (abort race open, deferred
+release off by default); MORI below 0.5.22 and NIXL/MORI below 0.5.23 warnings. Versions come
+from `/server_info` (SGLang does not log its version), so this detector fires when a node's
+version becomes known or changes; one finding per node, version, backend and severity.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from collector.state.config_timeline import ConfigChange
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.engine_version import VersionPolicy, version_verdict
+from detectors.finding import Finding
+
+
+class UnsafeEngineVersionConfig(DetectorConfig):
+    # Below this, PD prefill leaks over-length prompts (critical).
+    leak_fixed: str = "0.5.20"
+    # Below this, the abort race is open and deferred release is off by default.
+    abort_race_fixed: str = "0.5.21"
+    # Below this, the MORI backend is not covered by the abort-race fixes.
+    mori_fixed: str = "0.5.22"
+    # Below this, NIXL and MORI can confirm failed sends as drained.
+    nixl_mori_failed_send_fixed: str = "0.5.23"
+    # The version operators are told to run (named in summaries).
+    recommended: str = "0.5.22"
+
+    def policy(self) -> VersionPolicy:
+        return VersionPolicy(
+            leak_fixed=self.leak_fixed,
+            abort_race_fixed=self.abort_race_fixed,
+            mori_fixed=self.mori_fixed,
+            nixl_mori_failed_send_fixed=self.nixl_mori_failed_send_fixed,
+        )
+
+
+class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
+    """PD node on an engine version with known exposure bugs; feeds
+    `KVWatchUnsafeEngineVersion`.
+
+    Examples
+    --------
+    >>> from collector.events import Event
+    >>> from detectors.pipeline import DetectionPipeline
+    >>> pipe = DetectionPipeline(detectors=[UnsafeEngineVersion()])
+    >>> (f,) = pipe.process(Event("server_info", "decode-0", 1.0, "d.json",
+    ...     {"version": "0.5.20", "disaggregation_mode": "decode",
+    ...      "transfer_backend": "mooncake"}))
+    >>> f.severity, f.evidence["version"]
+    ('warning', '0.5.20')
+    """
+
+    name: ClassVar[str] = "unsafe_engine_version"
+    alert: ClassVar[str] = "KVWatchUnsafeEngineVersion"
+    config_class: ClassVar[type[DetectorConfig]] = UnsafeEngineVersionConfig
+    wants_config: ClassVar[bool] = True
+
+    def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
+        config = change.config
+        if config.version is None:
+            return []
+        if not ({"version", "role", "transfer_backend"} & change.changed or change.restart):
+            return []
+        pd = config.is_pd or (config.role is None and ctx.timeline.is_pd(ctx.now))
+        verdict = version_verdict(
+            config.version, pd=pd, backend=config.transfer_backend, policy=self.config.policy()
+        )
+        if verdict.severity is None:
+            return []
+        backend = config.transfer_backend or "unknown backend"
+        mitigation = ""
+        if config.deferred_release is True:
+            mitigation = " (deferred release explicitly enabled)"
+        want = self.config.recommended
+        if (config.transfer_backend or "").lower() in ("nixl", "mori"):
+            want = self.config.nixl_mori_failed_send_fixed
+        summary = (
+            f"{config.node} ({config.role or 'PD'}, {backend}) runs SGLang {config.version}: "
+            f"{'; '.join(verdict.reasons)}{mitigation}; upgrade to {want} or later"
+        )
+        return [
+            self._finding(
+                verdict.severity,
+                time=ctx.now if ctx.now is not None else config.since,
+                node=config.node,
+                summary=summary,
+                subject=f"{config.node}:{config.version}:{backend}:{verdict.severity}",
+                evidence={
+                    "version": config.version,
+                    "role": config.role,
+                    "transfer_backend": config.transfer_backend,
+                    "deferred_release": config.deferred_release,
+                    "reasons": len(verdict.reasons),
+                    "generation": config.generation,
+                },
+            )
+        ]

@@ -1,0 +1,151 @@
+"""Event-time windows, counter deltas and baselines shared by the rate detectors.
+
+Storm detectors judge a window against the deployment's own past windows, not against a fixed
+number: a healthy deployment with lossy drain acks times out deferred releases routinely, and
+that is its normal. Windows are tumbling and driven by event time, so a replay of last month's
+logs and the live stream close the same windows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class WindowClock:
+    """Tumbling windows of `width` seconds aligned to the epoch.
+
+    Examples
+    --------
+    >>> clock = WindowClock(60.0)
+    >>> clock.place(130.0)
+    >>> clock.start
+    120.0
+    >>> clock.due(250.0, max_windows=100)
+    [120.0, 180.0]
+    >>> clock.start
+    240.0
+    """
+
+    __slots__ = ("width", "start")
+
+    def __init__(self, width: float, start: float | None = None) -> None:
+        self.width = float(width)
+        self.start = start
+
+    def align(self, time: float) -> float:
+        return math.floor(time / self.width) * self.width
+
+    def place(self, time: float) -> None:
+        """Open the first window at the first event's time."""
+        if self.start is None:
+            self.start = self.align(time)
+
+    def due(self, now: float, *, max_windows: int) -> list[float]:
+        """Starts of the windows that have ended by `now`; the clock moves past them.
+
+        `now=inf` ends the open window (end of input). A gap longer than `max_windows` windows
+        yields only that many (they are empty anyway) and jumps to the window holding `now`.
+        """
+        if self.start is None:
+            return []
+        if math.isinf(now):
+            start, self.start = self.start, None
+            return [start]
+        out: list[float] = []
+        while now >= self.start + self.width:
+            out.append(self.start)
+            self.start += self.width
+            if len(out) >= max_windows and now >= self.start + self.width:
+                self.start = self.align(now)
+                break
+        return out
+
+
+class CounterDeltas:
+    """Increments of Prometheus counters between scrapes, tolerant of resets (restarts).
+
+    A saved `.prom` snapshot may come hours after the previous one; its whole increase does
+    not belong to the window it lands in. `in_window` spreads an increase evenly over the time
+    since the previous sample and returns the share of one window.
+
+    Examples
+    --------
+    >>> deltas = CounterDeltas()
+    >>> deltas.in_window("s", 10.0, 0.0, 300.0)
+    0.0
+    >>> deltas.in_window("s", 70.0, 3600.0, 300.0)  # 60 over an hour: 5 per 5 minutes
+    5.0
+    >>> deltas.in_window("s", 4.0, 3660.0, 300.0)  # restarted and counted 4 since
+    4.0
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self, last: Mapping[str, Any] | None = None) -> None:
+        self.last: dict[str, tuple[float, float | None]] = {}
+        for series, raw in (last or {}).items():
+            if isinstance(raw, list | tuple):
+                self.last[series] = (float(raw[0]), None if raw[1] is None else float(raw[1]))
+            else:
+                self.last[series] = (float(raw), None)
+
+    def delta(self, series: str, value: float, time: float | None = None) -> float:
+        """The increase since this series' previous sample; 0 for the first sample."""
+        previous = self.last.get(series)
+        self.last[series] = (value, time)
+        if previous is None:
+            return 0.0
+        if value < previous[0]:
+            return value
+        return value - previous[0]
+
+    def in_window(self, series: str, value: float, time: float | None, window: float) -> float:
+        """The increase attributable to one window ending at `time`."""
+        previous = self.last.get(series)
+        increase = self.delta(series, value, time)
+        if previous is None or previous[1] is None or time is None:
+            return increase
+        elapsed = time - previous[1]
+        if elapsed <= window:
+            return increase
+        return increase * window / elapsed
+
+    def to_state(self) -> dict[str, list[float | None]]:
+        return {series: [value, time] for series, (value, time) in self.last.items()}
+
+
+class Baseline:
+    """The mean of the last `size` normal windows, never below a prior floor.
+
+    Windows that raised a finding are not added, so a long storm does not become normal.
+    """
+
+    __slots__ = ("values",)
+
+    def __init__(self, size: int, values: Iterable[float] = ()) -> None:
+        self.values: deque[float] = deque(values, maxlen=size)
+
+    def add(self, value: float) -> None:
+        self.values.append(float(value))
+
+    def level(self, floor: float) -> float:
+        if not self.values:
+            return floor
+        return max(floor, sum(self.values) / len(self.values))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def to_list(self) -> list[float]:
+        return list(self.values)
+
+
+def series_key(node: str, event_fields: Mapping[str, Any], *extra: str) -> str:
+    """One key per counter series: node, the canonical signal or name, and all labels."""
+    labels = event_fields.get("labels") or {}
+    parts = [node, str(event_fields.get("signal") or event_fields.get("name")), *extra]
+    parts.extend(f"{k}={labels[k]}" for k in sorted(labels))
+    return "|".join(parts)

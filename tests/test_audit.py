@@ -1,0 +1,493 @@
+"""`kvwatch audit`: the pre-rollout gate, over hand-written logs and snapshots and live engines.
+
+Expected lines are written by hand from the incident's numbers and the gate's policy
+(pool 681,280 < context 1,048,576 is 367,296 tokens, 35% of the window; PD below 0.5.21 fails).
+Live engines are real HTTP servers on 127.0.0.1 serving saved documents; the hanging target is
+a real socket that accepts and never answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collector.audit import (
+    AuditPolicy,
+    Deployment,
+    NodeFacts,
+    Target,
+    add_audit_arguments,
+    audit,
+    parse_target,
+    run_audit,
+)
+from collector.audit.policy import engine_check
+
+DATA = Path(__file__).parent / "testdata" / "audit"
+
+VERSION_UNKNOWN_LOGS = (
+    "engine version unknown (logs do not carry it: save /server_info next to the logs or audit "
+    "with --endpoint)"
+)
+CHECKSUM_UNKNOWN = (
+    "KV checksum setting unknown (not stated by server_args or /server_info; engines before "
+    "0.5.21 have none)"
+)
+EARLIER_PREFILL = (
+    "earlier config failed (generation 0, until 2026-09-09 19:40:00 UTC): pool 681,280 < "
+    "context 1,048,576 (35% of the window cannot fit), engine 0.5.19 < 0.5.21 (over-length "
+    "leak path open)"
+)
+EARLIER_DECODE = (
+    "earlier config failed (generation 0, until 2026-09-09 19:40:03 UTC): engine 0.5.19 < "
+    "0.5.21 (over-length leak path open)"
+)
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="kvwatch audit")
+    add_audit_arguments(parser)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_audit(parser.parse_args(list(argv)), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+# --- logs and snapshots ---------------------------------------------------------------------
+
+
+def test_incident_pair_fails_with_the_numbers() -> None:
+    code, out, err = run(str(DATA / "incident"))
+    assert lines(out) == [
+        "prefill-0  prefill  FAIL  pool 681,280 < context 1,048,576 (35% of the window cannot "
+        "fit); engine 0.5.19 < 0.5.21 (over-length leak path open)",
+        "decode-0   decode   FAIL  engine 0.5.19 < 0.5.21 (over-length leak path open)",
+        "verdict: FAIL - 2 of 2 nodes failed (prefill-0, decode-0); do not roll out",
+    ]
+    assert code == 1
+    assert err == ""
+
+
+def test_logs_alone_say_the_version_is_unknown() -> None:
+    logs = sorted(str(p) for p in (DATA / "incident").glob("*.log"))
+    code, out, _ = run(*logs)
+    assert lines(out) == [
+        "prefill-0  prefill  FAIL     pool 681,280 < context 1,048,576 (35% of the window "
+        f"cannot fit); {VERSION_UNKNOWN_LOGS}; {CHECKSUM_UNKNOWN}",
+        f"decode-0   decode   UNKNOWN  {VERSION_UNKNOWN_LOGS}; {CHECKSUM_UNKNOWN}",
+        "verdict: FAIL - 1 of 2 nodes failed (prefill-0), 1 unknown (decode-0); do not roll out",
+    ]
+    assert code == 1
+
+
+def test_healthy_long_context_deployment_passes() -> None:
+    code, out, _ = run(str(DATA / "healthy"))
+    assert lines(out) == [
+        "prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; "
+        "KV checksum on, no skips in the logs",
+        "decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; "
+        "KV checksum on, no skips in the logs",
+        "verdict: PASS - all 2 nodes passed",
+    ]
+    assert code == 0
+    # --strict changes nothing when everything passes.
+    assert run("--strict", str(DATA / "healthy"))[0] == 0
+
+
+def test_checksum_on_but_skipped_fails_the_decode_node() -> None:
+    code, out, _ = run(str(DATA / "checksum_skipped"))
+    assert lines(out) == [
+        "prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; "
+        "KV checksum on, no skips in the logs",
+        "decode-0   decode   FAIL  KV checksum skipped for 1 prefill layout (0x9c1d44e2 vs this "
+        "decode's 0x3b7a0f15): requests admitted unverified",
+        "verdict: FAIL - 1 of 2 nodes failed (decode-0); do not roll out",
+    ]
+    assert code == 1
+
+
+def test_checksum_on_one_side_only_fails_both_sides() -> None:
+    code, out, _ = run(str(DATA / "one_side"))
+    assert lines(out) == [
+        "prefill-0  prefill  FAIL  KV checksum on one side only (1 metadata-buffer error in the "
+        "logs: transfers unverified)",
+        "decode-0   decode   FAIL  KV checksum off here, on for prefill-0 (one side only: "
+        "transfers unverified)",
+        "verdict: FAIL - 2 of 2 nodes failed (prefill-0, decode-0); do not roll out",
+    ]
+    assert code == 1
+
+
+def test_restart_with_bigger_pool_is_judged_on_the_latest_config() -> None:
+    code, out, _ = run(str(DATA / "restart"))
+    assert lines(out) == [
+        "prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; "
+        f"KV checksum on, no skips in the logs; {EARLIER_PREFILL}",
+        "decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; "
+        f"KV checksum on, no skips in the logs; {EARLIER_DECODE}",
+        "verdict: PASS - all 2 nodes passed",
+    ]
+    assert code == 0
+
+
+def test_version_reported_before_a_restart_is_not_trusted_after_it() -> None:
+    folder = DATA / "restart"
+    paths = sorted(str(p) for p in folder.iterdir() if "20260909T" not in p.name)
+    code, out, _ = run(*paths)
+    assert lines(out) == [
+        "prefill-0  prefill  UNKNOWN  engine version unknown since the restart at 2026-09-09 "
+        f"19:40:00 UTC (0.5.19 was reported before it); {EARLIER_PREFILL}",
+        "decode-0   decode   UNKNOWN  engine version unknown since the restart at 2026-09-09 "
+        f"19:40:03 UTC (0.5.19 was reported before it); {EARLIER_DECODE}",
+        "verdict: UNKNOWN - no check failed, but 2 of 2 nodes could not be fully checked "
+        "(prefill-0, decode-0); confirm before rolling out",
+    ]
+    assert code == 0
+    strict_code, strict_out, _ = run("--strict", *paths)
+    assert strict_code == 1
+    assert lines(strict_out)[-1].endswith("confirm before rolling out (--strict: exit 1)")
+
+
+def test_json_output_carries_every_check_with_its_evidence() -> None:
+    code, out, _ = run("--json", str(DATA / "incident"))
+    data = json.loads(out)
+    assert code == 1
+    assert data["verdict"] == "FAIL"
+    assert data["exit_status"] == 1
+    assert data["deployment"]["pd"] is True
+    assert data["deployment"]["advertised_context"] == 1_048_576
+    prefill, decode = data["nodes"]
+    assert (prefill["node"], prefill["role"], prefill["status"]) == ("prefill-0", "prefill", "FAIL")
+    pool = prefill["checks"][0]
+    assert pool["check"] == "pool" and pool["status"] == "FAIL"
+    assert pool["evidence"]["pool_tokens"] == 681_280
+    assert pool["evidence"]["context_len"] == 1_048_576
+    assert pool["evidence"]["gap_tokens"] == 367_296
+    engine = prefill["checks"][1]
+    assert engine["status"] == "FAIL" and engine["evidence"]["version"] == "0.5.19"
+    assert prefill["config"]["max_total_num_tokens"] == 681_280
+    assert decode["node"] == "decode-0" and decode["status"] == "FAIL"
+    assert data["input"]["files"]["files"] == 4
+
+
+def test_restart_json_keeps_the_earlier_configuration() -> None:
+    data = json.loads(run("--json", str(DATA / "restart"))[1])
+    prefill = data["nodes"][0]
+    assert prefill["config"]["generation"] == 1
+    assert prefill["config"]["since"] == "2026-09-09T19:40:00.000Z"
+    (earlier,) = prefill["earlier"]
+    assert earlier["status"] == "FAIL"
+    assert earlier["config"]["max_total_num_tokens"] == 681_280
+    assert earlier["config"]["version"] == "0.5.19"
+    assert earlier["config"]["until"] == "2026-09-09T19:40:00.000Z"
+
+
+# --- usage and input errors -----------------------------------------------------------------
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    code, out, err = run()
+    assert (code, out) == (2, "")
+    assert "--endpoint NODE=URL" in err
+    code, _, err = run(str(tmp_path / "missing"))
+    assert code == 2 and "no such file or folder" in err
+    code, _, err = run("--endpoint", "prefill-0")
+    assert code == 2 and "expected NODE=URL" in err
+    code, _, err = run("--endpoint", "p=ftp://host")
+    assert code == 2 and "http://" in err
+    code, _, err = run("--endpoint", "p=http://a:1", "--endpoint", "p=http://b:1")
+    assert code == 2 and "names a node twice: p" in err
+    code, _, err = run("--timeout", "0", "--endpoint", "p=http://a:1")
+    assert code == 2 and "--timeout" in err
+
+
+def test_nothing_to_audit_exits_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run(str(empty))
+    assert code == 2 and "no telemetry files" in err
+    router = tmp_path / "router"
+    router.mkdir()
+    (router / "router.log").write_text(
+        '[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /v1/chat/completions '
+        'HTTP/1.1" 200 OK\n'
+    )
+    code, out, err = run(str(router))
+    assert (code, out) == (2, "")
+    assert "nothing to audit" in err
+
+
+# --- policy ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "backend", "status", "reason"),
+    [
+        ("0.5.19", "mooncake", "FAIL", "engine 0.5.19 < 0.5.21 (over-length leak path open)"),
+        ("0.5.20rc1", None, "FAIL", "engine 0.5.20rc1 < 0.5.21 (over-length leak path open)"),
+        (
+            "0.5.20",
+            "mooncake",
+            "FAIL",
+            "engine 0.5.20 < 0.5.21 (abort race open, deferred KV release off by default)",
+        ),
+        ("0.5.21", "mori", "FAIL", "engine 0.5.21 < 0.5.22 with MORI (abort race open on MORI)"),
+        (
+            "0.5.21",
+            "mooncake",
+            "WARN",
+            "engine 0.5.21 < 0.5.22 recommended (failed Mooncake sends confirmed as drained)",
+        ),
+        (
+            "0.5.21",
+            "nixl",
+            "WARN",
+            "engine 0.5.21 < 0.5.23 with NIXL (failed sends can be confirmed as drained)",
+        ),
+        (
+            "0.5.22",
+            "mori",
+            "WARN",
+            "engine 0.5.22 < 0.5.23 with MORI (failed sends can be confirmed as drained)",
+        ),
+        ("0.5.22", "mooncake_tcp", "PASS", "engine 0.5.22"),
+        ("0.5.23", "nixl", "PASS", "engine 0.5.23"),
+        ("v0.6.0", "mori", "PASS", "engine v0.6.0"),
+        ("nightly", "mooncake", "UNKNOWN", "engine version 'nightly' not understood"),
+    ],
+)
+def test_engine_version_policy(version: str, backend: str | None, status: str, reason: str) -> None:
+    facts = NodeFacts("prefill-0", role="prefill", version=version, transfer_backend=backend)
+    result = engine_check(facts, AuditPolicy(), pd=True)
+    assert result is not None
+    assert (result.status, result.reason) == (status, reason)
+
+
+def test_version_policy_does_not_apply_outside_pd() -> None:
+    facts = NodeFacts("solo", role="unified", version="0.5.19")
+    result = engine_check(facts, AuditPolicy(), pd=False)
+    assert result is not None and result.status == "PASS"
+    assert engine_check(NodeFacts("solo", role="unified"), AuditPolicy(), pd=False) is None
+
+
+def test_policy_rejects_unknown_keys_and_bad_versions() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        AuditPolicy.model_validate({"pd_minimum": "0.5.21", "typo": 1})
+    with pytest.raises(ValueError, match="not a version"):
+        AuditPolicy(pd_minimum="latest")
+
+
+def test_checksum_off_is_a_failure_unless_allowed() -> None:
+    from collector.audit import judge_node
+
+    facts = NodeFacts(
+        "decode-0",
+        role="decode",
+        version="0.5.23",
+        pool_tokens=2_400_000,
+        context_len=1_048_576,
+        kv_checksum=False,
+        logs_read=True,
+    )
+    prefill = NodeFacts("prefill-0", role="prefill", kv_checksum=False, context_len=1_048_576)
+    deployment = Deployment.of([facts, prefill])
+    strict = judge_node(facts, deployment, AuditPolicy())
+    assert strict.status == "FAIL"
+    assert strict.reasons == ["KV checksum off (--disaggregation-enable-kv-checksum not set)"]
+    lenient = judge_node(facts, deployment, AuditPolicy(checksum_off="WARN"))
+    assert lenient.status == "WARN"
+
+
+# --- live endpoints -------------------------------------------------------------------------
+
+
+def _engine(documents: dict[str, Path]) -> type[BaseHTTPRequestHandler]:
+    class Engine(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            path = documents.get(self.path.split("?", 1)[0])
+            if path is None:
+                self.send_error(404)
+                return
+            body = path.read_bytes()
+            kind = "text/plain; version=0.0.4" if path.suffix == ".prom" else "application/json"
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return
+
+    return Engine
+
+
+class _Servers:
+    def __init__(self) -> None:
+        self._servers: list[ThreadingHTTPServer] = []
+
+    def start(self, documents: dict[str, Path]) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _engine(documents))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        self._servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    def close(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def servers() -> Iterator[_Servers]:
+    pool = _Servers()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def hanging_url() -> Iterator[str]:
+    """A target that accepts connections and never answers."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+def _closed_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = int(probe.getsockname()[1])
+    probe.close()
+    return port
+
+
+HEALTHY = DATA / "healthy"
+
+
+def test_live_healthy_deployment_passes(servers: _Servers) -> None:
+    prefill = servers.start(
+        {
+            "/server_info": HEALTHY / "prefill-0@20261102T090000Z.server_info.json",
+            "/v1/models": HEALTHY / "prefill-0@20261102T090000Z.v1_models.json",
+        }
+    )
+    decode = servers.start(
+        {
+            "/server_info": HEALTHY / "decode-0@20261102T090000Z.server_info.json",
+            "/metrics": HEALTHY / "decode-0@20261102T091500Z.metrics.prom",
+        }
+    )
+    code, out, _ = run("--endpoint", f"prefill-0={prefill}", "--endpoint", f"decode-0={decode}/")
+    checksum = "KV checksum on (verification shows only in the logs: audit them too)"
+    assert lines(out) == [
+        f"prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; {checksum}",
+        f"decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {checksum}",
+        "verdict: PASS - all 2 nodes passed",
+    ]
+    assert code == 0
+
+
+def test_live_incident_node_fails_and_hanging_node_is_unreachable(
+    servers: _Servers, hanging_url: str
+) -> None:
+    live = DATA / "live"
+    prefill = servers.start(
+        {
+            "/server_info": live / "prefill-0.server_info.json",
+            "/v1/models": live / "prefill-0.v1_models.json",
+            "/metrics": live / "prefill-0.metrics.prom",
+        }
+    )
+    started = time.monotonic()
+    code, out, _ = run(
+        "--timeout",
+        "0.5",
+        "--endpoint",
+        f"prefill-0={prefill}",
+        "--endpoint",
+        f"decode-1={hanging_url}",
+    )
+    elapsed = time.monotonic() - started
+    assert lines(out) == [
+        "prefill-0  prefill  FAIL  pool 681,280 < context 1,048,576 (35% of the window cannot "
+        "fit); engine 0.5.20 < 0.5.21 (abort race open, deferred KV release off by default)",
+        f"decode-1   unknown  FAIL  unreachable: no answer within 0.5 s (GET {hanging_url}"
+        "/server_info)",
+        "verdict: FAIL - 2 of 2 nodes failed (prefill-0, decode-1); do not roll out",
+    ]
+    assert code == 1
+    # All four endpoints are asked at once: the hang costs one timeout, not four.
+    assert 0.5 <= elapsed < 1.8
+
+
+def test_live_refused_connection_is_unreachable() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    report = audit(targets=[Target("decode-0", url)], timeout=2.0)
+    (result,) = report.results
+    assert result.status == "FAIL"
+    assert result.reasons == [f"unreachable: connection refused (GET {url}/server_info)"]
+    assert report.exit_status == 1
+
+
+def test_live_answers_override_the_logs_of_the_same_node(servers: _Servers) -> None:
+    live = DATA / "live"
+    prefill = servers.start({"/server_info": live / "prefill-0.server_info.json"})
+    logs = sorted((DATA / "incident").glob("*.log"))
+    report = audit(logs, [parse_target(f"prefill-0={prefill}")])
+    by_node = {r.node: r for r in report.results}
+    assert by_node["prefill-0"].reasons == [
+        "pool 681,280 < context 1,048,576 (35% of the window cannot fit)",
+        "engine 0.5.20 < 0.5.21 (abort race open, deferred KV release off by default)",
+    ]
+    assert by_node["decode-0"].status == "UNKNOWN"
+    assert report.exit_status == 1
+
+
+def test_building_the_parser_stays_cheap() -> None:
+    """The `kvwatch` parser is built for every command; it must not import httpx or pydantic."""
+    code = (
+        "import sys; from collector.audit import add_audit_arguments; "
+        "heavy = [m for m in ('httpx', 'pydantic') if m in sys.modules]; "
+        "sys.exit(1 if heavy else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

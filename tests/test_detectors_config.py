@@ -1,0 +1,272 @@
+"""Configuration detectors: pool below context, unsafe engine version, unverified checksum."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.events import Event
+from detectors.base import Detector
+from detectors.checksum_unverified import ChecksumUnverified
+from detectors.engine_version import parse_version, version_verdict
+from detectors.pipeline import DetectionPipeline
+from detectors.pool_below_context import PoolBelowContext
+from detectors.unsafe_engine_version import UnsafeEngineVersion
+
+T = 1_788_500_000.0
+CONTEXT = 1_048_576
+
+
+def ev(kind: str, node: str, t: float, **fields) -> Event:
+    return Event(kind, node, t, f"{node}.log", dict(fields))
+
+
+def args(node: str, t: float, role: str | None, **extra) -> Event:
+    fields = {"disaggregation_mode": role, "transfer_backend": "mooncake", "kv_checksum": False}
+    fields.update(extra)
+    return ev("server_args", node, t, **fields)
+
+
+def capacity(node: str, t: float, pool: int, context: int = CONTEXT) -> Event:
+    return ev("capacity", node, t, max_total_num_tokens=pool, context_len=context)
+
+
+def info(node: str, t: float, version: str, **extra) -> Event:
+    return ev("server_info", node, t, version=version, **extra)
+
+
+def run(detector: Detector, events: list[Event]):
+    return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
+
+
+# -- pool below context -------------------------------------------------------------------------
+
+
+def test_pd_prefill_pool_below_context_on_a_leaky_engine_is_critical():
+    (finding,) = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            info("prefill-0", T + 1, "0.5.19"),
+            capacity("prefill-0", T + 60, 681_280),
+        ],
+    )
+    assert finding.severity == "critical" and finding.node == "prefill-0"
+    assert finding.runbook == "KVWatchPoolBelowContext"
+    # incident.md: 367,296 tokens, 35% of the window.
+    assert finding.evidence["gap_tokens"] == 367_296
+    assert finding.evidence["gap_fraction"] == pytest.approx(0.3503, abs=1e-4)
+    assert "681,280" in finding.summary and "1,048,576" in finding.summary
+
+
+def test_fixed_engine_or_unknown_version_without_refusals_is_a_warning():
+    fixed = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            info("prefill-0", T + 1, "0.5.21"),
+            capacity("prefill-0", T + 60, 681_280),
+        ],
+    )
+    assert [f.severity for f in fixed] == ["warning"]
+    unknown = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            capacity("prefill-0", T + 60, 681_280),
+        ],
+    )
+    assert [f.severity for f in unknown] == ["warning"]
+
+
+def test_unknown_version_escalates_to_critical_once_prefill_refuses_over_length_prompts():
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            capacity("prefill-0", T + 60, 681_280),
+            ev("request_received", "prefill-0", T + 100, rid="p1", bootstrap_room="1"),
+            ev(
+                "request_rejected",
+                "prefill-0",
+                T + 100.1,
+                rid="p1",
+                input_tokens=700_000,
+                limit_tokens=681_274,
+                reason="input_too_long",
+            ),
+        ],
+    )
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    assert findings[1].evidence["refusals"] == 1
+
+
+def test_prefill_pool_is_compared_with_the_context_the_deployment_advertises():
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            info("prefill-0", T + 1, "0.5.19"),
+            capacity("prefill-0", T + 60, 200_000, context=131_072),  # fits its own context
+            args("decode-0", T, "decode"),
+            capacity("decode-0", T + 60, 2_000_000, context=CONTEXT),
+        ],
+    )
+    assert [(f.node, f.severity, f.evidence["context_len"]) for f in findings] == [
+        ("prefill-0", "critical", CONTEXT)
+    ]
+
+
+def test_decode_and_unified_nodes_below_context_are_warnings_and_healthy_nodes_silent():
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("decode-0", T, "decode"),
+            info("decode-0", T + 1, "0.5.19"),
+            capacity("decode-0", T + 60, 500_000),
+            args("u0", T, None),
+            capacity("u0", T + 60, 20_480, context=32_768),
+            args("u1", T, None),
+            capacity("u1", T + 60, 40_960, context=32_768),
+        ],
+    )
+    assert sorted((f.node, f.severity) for f in findings) == [
+        ("decode-0", "warning"),
+        ("u0", "warning"),
+    ]
+
+
+def test_restarts_raise_again_only_when_the_condition_changes():
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            capacity("prefill-0", T + 60, 681_280),
+            args("prefill-0", T + 1_000, "prefill"),  # restart, same pool: no new finding
+            capacity("prefill-0", T + 1_060, 681_280),
+            args("prefill-0", T + 2_000, "prefill"),  # restart, smaller pool: new condition
+            capacity("prefill-0", T + 2_060, 600_000),
+            args("prefill-0", T + 3_000, "prefill"),  # restart, big enough pool: silent
+            capacity("prefill-0", T + 3_060, 2_040_000),
+        ],
+    )
+    assert [f.evidence["pool_tokens"] for f in findings] == [681_280, 600_000]
+    assert [f.evidence["generation"] for f in findings] == [0, 2]
+
+
+# -- unsafe engine version ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "backend", "severity"),
+    [
+        ("0.5.19", "mooncake", "critical"),
+        ("0.5.20rc1", "mooncake", "critical"),
+        ("0.5.20", "mooncake", "warning"),
+        ("0.5.21", "mooncake", None),
+        ("0.5.21", "mori", "warning"),
+        ("0.5.22", "nixl", "warning"),
+        ("0.5.22", "mori", "warning"),
+        ("0.5.23", "mori", None),
+        ("0.5.23.post1", "nixl", None),
+        ("0.4.9", "nixl", "critical"),
+    ],
+)
+def test_version_policy_table(version, backend, severity):
+    assert version_verdict(version, pd=True, backend=backend).severity == severity
+
+
+def test_versions_outside_pd_or_unparseable_are_not_judged():
+    assert version_verdict("0.5.10", pd=False, backend=None).severity is None
+    assert version_verdict("main", pd=True, backend="mooncake").severity is None
+    assert parse_version("v0.5.21") == parse_version("0.5.21")
+    assert parse_version("0.5.21+cu128") > parse_version("0.5.21rc2")
+
+
+def test_unsafe_version_finding_per_node_and_version():
+    findings = run(
+        UnsafeEngineVersion(),
+        [
+            args("prefill-0", T, "prefill"),
+            info("prefill-0", T + 1, "0.5.19"),
+            info("prefill-0", T + 2, "0.5.19"),  # same again: nothing new
+            args("decode-0", T, "decode", transfer_backend="nixl"),
+            info("decode-0", T + 1, "0.5.22"),
+            args("u0", T, None),
+            info("u0", T + 1, "0.5.10"),  # not PD
+            info("prefill-0", T + 5_000, "0.5.22"),  # upgraded: mooncake on 0.5.22 is fine
+        ],
+    )
+    assert [(f.node, f.severity) for f in findings] == [
+        ("prefill-0", "critical"),
+        ("decode-0", "warning"),
+    ]
+    assert "0.5.23" in findings[1].summary  # NIXL wants 0.5.23
+    assert findings[0].runbook == "KVWatchUnsafeEngineVersion"
+
+
+# -- unverified checksum ------------------------------------------------------------------------
+
+
+def test_checksum_skipped_is_a_warning_per_signature_pair():
+    skipped = ev(
+        "checksum_skipped",
+        "decode-0",
+        T + 10,
+        prefill_signature="0x1f2e",
+        decode_signature="0x2e1f",
+    )
+    findings = run(
+        ChecksumUnverified(),
+        [
+            skipped,
+            skipped,
+            ev(
+                "checksum_skipped",
+                "decode-0",
+                T + 20,
+                prefill_signature="0x3c",
+                decode_signature="0x2e1f",
+            ),
+        ],
+    )
+    assert [f.severity for f in findings] == ["warning", "warning"]
+    assert "admits requests" in findings[0].summary
+
+
+def test_checksum_on_one_side_only_is_a_warning_and_off_on_a_capable_engine_is_info():
+    findings = run(
+        ChecksumUnverified(),
+        [
+            args("prefill-0", T, "prefill", kv_checksum=True),
+            info("prefill-0", T + 1, "0.5.22"),
+            args("decode-0", T + 2, "decode", kv_checksum=False),
+            info("decode-0", T + 3, "0.5.22"),
+        ],
+    )
+    assert sorted((f.severity, f.node) for f in findings) == [
+        ("info", "decode-0"),
+        ("warning", None),
+    ]
+    quiet = run(
+        ChecksumUnverified(),
+        [
+            args("prefill-0", T, "prefill", kv_checksum=False),
+            info("prefill-0", T + 1, "0.5.19"),  # no checksum in this engine: nothing to say
+        ],
+    )
+    assert quiet == []
+
+
+def test_a_rolling_restart_that_turns_the_checksum_off_everywhere_is_not_one_sided():
+    findings = run(
+        ChecksumUnverified(note_disabled=False),
+        [
+            args("prefill-0", T, "prefill", kv_checksum=True),
+            args("decode-0", T, "decode", kv_checksum=True),
+            # decode restarts first with the checksum off; prefill follows 40 s later
+            args("decode-0", T + 3_600, "decode", kv_checksum=False),
+            args("prefill-0", T + 3_640, "prefill", kv_checksum=False),
+            ev("decode_batch", "decode-0", T + 7_200, running_req=1, prealloc_req=0),
+        ],
+    )
+    assert findings == []

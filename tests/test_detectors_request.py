@@ -1,0 +1,441 @@
+"""Request-level detectors: over-length answered, rejected then served, impossibly fast prefill.
+
+Numbers follow incident.md: prefill pool 681,280 tokens, context 1,048,576, 0.5.19, then a
+restart with a ~2.04M pool.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.events import Event
+from detectors.base import Detector
+from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
+from detectors.over_length_answered import OverLengthAnswered
+from detectors.pipeline import DetectionPipeline
+from detectors.rejected_then_served import RejectedThenServed
+
+T = 1_788_500_000.0
+POOL = 681_280
+CONTEXT = 1_048_576
+
+
+def ev(kind: str, node: str, t: float, **fields) -> Event:
+    return Event(kind, node, t, f"{node}.log", dict(fields))
+
+
+def boot(node: str, role: str, t: float, pool: int, version: str | None = None) -> list[Event]:
+    out = [
+        ev(
+            "server_args",
+            node,
+            t,
+            disaggregation_mode=role,
+            transfer_backend="mooncake",
+            kv_checksum=False,
+            tp_size=8,
+        )
+    ]
+    if version:
+        out.append(
+            ev(
+                "server_info",
+                node,
+                t + 1,
+                version=version,
+                max_total_num_tokens=pool,
+                context_len=CONTEXT,
+                disaggregation_mode=role,
+            )
+        )
+    out.append(ev("capacity", node, t + 30, max_total_num_tokens=pool, context_len=CONTEXT))
+    return out
+
+
+def prefill_ok(
+    room: int, t: float, prompt: int, cached: int = 0, seconds: float = 1.0, node: str = "prefill-0"
+) -> list[Event]:
+    rid = f"p{room}"
+    return [
+        ev("request_received", node, t, rid=rid, bootstrap_room=str(room)),
+        ev(
+            "request_time_stats",
+            node,
+            t + seconds,
+            rid=rid,
+            bootstrap_room=str(room),
+            role="prefill",
+            input_len=prompt,
+            cached_input_len=cached,
+            output_len=1,
+            queue_duration=0.001,
+            forward_duration=seconds,
+        ),
+        ev(
+            "request_finished",
+            node,
+            t + seconds,
+            rid=rid,
+            bootstrap_room=str(room),
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=1,
+            finish_type="length",
+            status_code=None,
+            e2e_latency=seconds,
+            first_token_latency=None,
+        ),
+    ]
+
+
+def prefill_refused(
+    room: int, t: float, prompt: int, *, rejection: bool = True, stub: bool = True
+) -> list[Event]:
+    rid = f"p{room}"
+    out = [ev("request_received", "prefill-0", t, rid=rid, bootstrap_room=str(room))]
+    if rejection:
+        out.append(
+            ev(
+                "request_rejected",
+                "prefill-0",
+                t + 0.01,
+                rid=rid,
+                input_tokens=prompt,
+                limit_tokens=POOL - 6,
+                reason="input_too_long",
+            )
+        )
+    if stub:
+        out.append(
+            ev(
+                "request_finished",
+                "prefill-0",
+                t + 0.02,
+                rid=rid,
+                bootstrap_room=str(room),
+                prompt_tokens=1,
+                cached_tokens=0,
+                completion_tokens=0,
+                finish_type="abort",
+                status_code=400,
+                e2e_latency=0.02,
+                first_token_latency=None,
+            )
+        )
+    return out
+
+
+def decode_answer(
+    room: int,
+    t: float,
+    prompt: int,
+    *,
+    ttft: float,
+    cached: int = 0,
+    finish: str = "stop",
+    status: int | None = None,
+    node: str = "decode-0",
+) -> list[Event]:
+    rid = f"d{room}"
+    return [
+        ev("request_received", node, t, rid=rid, bootstrap_room=str(room)),
+        ev(
+            "request_finished",
+            node,
+            t + ttft + 5,
+            rid=rid,
+            bootstrap_room=str(room),
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            completion_tokens=150,
+            finish_type=finish,
+            status_code=status,
+            e2e_latency=ttft + 5,
+            first_token_latency=ttft,
+        ),
+    ]
+
+
+def run(detector: Detector, *groups: list[Event]):
+    events = sorted((e for g in groups for e in g), key=lambda e: e.time)
+    return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
+
+
+LEAKY = boot("prefill-0", "prefill", T, POOL, "0.5.19") + boot("decode-0", "decode", T, 2_000_000)
+
+
+# -- over-length answered -----------------------------------------------------------------------
+
+
+def test_over_length_prompt_answered_on_decode_is_a_critical_exposure():
+    (finding,) = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefill_refused(1001, T + 500, 700_000),
+        decode_answer(1001, T + 500, 700_000, ttft=0.05),
+    )
+    assert finding.severity == "critical" and finding.exposure
+    assert finding.bootstrap_room == "1001"
+    assert finding.rid == "d1001" and finding.node == "decode-0"
+    assert finding.runbook == "KVWatchOverLengthAnswered"
+    assert finding.evidence["pool_tokens"] == 681_280
+    assert finding.evidence["excess_tokens"] == 700_000 - 681_280
+    assert finding.evidence["pool_node"] == "prefill-0"
+    assert finding.time == T + 500 + 0.05 + 5
+
+
+def test_same_length_after_a_restart_with_a_bigger_pool_is_not_flagged():
+    restarted = boot("prefill-0", "prefill", T + 5_000, 2_040_000, "0.5.21")
+    findings = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefill_refused(1001, T + 500, 700_000),
+        decode_answer(1001, T + 500, 700_000, ttft=0.05),
+        restarted,
+        prefill_ok(2001, T + 6_000, 700_000, seconds=40.0),
+        decode_answer(2001, T + 6_000, 700_000, ttft=42.0),
+    )
+    assert [f.bootstrap_room for f in findings] == ["1001"]
+
+
+def test_prompts_within_the_pool_and_failed_answers_are_not_flagged():
+    findings = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefill_ok(1, T + 100, 681_280, seconds=30.0),
+        decode_answer(1, T + 100, 681_280, ttft=31.0),
+        prefill_refused(2, T + 200, 700_000),
+        decode_answer(2, T + 200, 700_000, ttft=0.05, finish="abort", status=500),
+    )
+    assert findings == []
+
+
+def test_decode_first_then_prefill_still_judged_against_the_prefill_pool():
+    decode = decode_answer(7, T + 500, 700_000, ttft=0.05)
+    prefill = [
+        Event(e.kind, e.node, e.time + 8, e.source, e.fields)  # prefill clock runs late
+        for e in prefill_refused(7, T + 500, 700_000)
+    ]
+    findings = run(OverLengthAnswered(), LEAKY, decode, prefill)
+    assert [(f.bootstrap_room, f.evidence["pool_basis"]) for f in findings] == [
+        ("7", "prefill node")
+    ]
+
+
+def test_without_the_prefill_side_the_largest_prefill_pool_in_force_is_used():
+    two_prefills = LEAKY + boot("prefill-1", "prefill", T, 800_000, "0.5.19")
+    findings = run(
+        OverLengthAnswered(),
+        two_prefills,
+        decode_answer(1, T + 100, 700_000, ttft=0.05),  # fits prefill-1: not flagged
+        decode_answer(2, T + 200, 900_000, ttft=0.05),  # fits nowhere
+    )
+    assert [(f.bootstrap_room, f.evidence["pool_tokens"]) for f in findings] == [("2", 800_000)]
+    assert findings[0].evidence["pool_basis"] == "largest prefill pool in force"
+
+
+def test_outside_pd_an_over_length_success_is_a_warning_not_an_exposure():
+    events = [
+        ev("server_args", "u0", T, disaggregation_mode=None),
+        ev("capacity", "u0", T + 30, max_total_num_tokens=20_480, context_len=32_768),
+        ev(
+            "request_finished",
+            "u0",
+            T + 100,
+            rid="u1",
+            bootstrap_room=None,
+            prompt_tokens=30_000,
+            cached_tokens=0,
+            completion_tokens=10,
+            finish_type="stop",
+            status_code=None,
+            e2e_latency=2.0,
+            first_token_latency=1.0,
+        ),
+    ]
+    (finding,) = run(OverLengthAnswered(), events)
+    assert finding.severity == "warning" and not finding.exposure
+    assert finding.rid == "u1" and finding.bootstrap_room is None
+
+
+# -- rejected then served -----------------------------------------------------------------------
+
+
+def test_refusal_on_prefill_and_success_on_decode_is_a_critical_exposure():
+    (finding,) = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_refused(1001, T + 500, 700_000),
+        decode_answer(1001, T + 500, 700_000, ttft=0.05),
+    )
+    assert finding.severity == "critical" and finding.exposure
+    assert finding.bootstrap_room == "1001" and finding.rid == "d1001"
+    assert finding.evidence["refusal"] == "rejected"
+    assert finding.evidence["reject_input_tokens"] == 700_000
+    assert finding.evidence["prefill_rid"] == "p1001"
+    assert "refused" in finding.summary and "1001" in finding.summary
+
+
+def test_a_one_token_stub_abort_alone_counts_as_a_refusal():
+    (finding,) = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_refused(5, T + 500, 700_000, rejection=False),
+        decode_answer(5, T + 500, 700_000, ttft=0.05),
+    )
+    assert finding.evidence["refusal"] == "stub_abort"
+    assert (
+        run(
+            RejectedThenServed(count_stub_aborts=False),
+            LEAKY,
+            prefill_refused(5, T + 500, 700_000, rejection=False),
+            decode_answer(5, T + 500, 700_000, ttft=0.05),
+        )
+        == []
+    )
+
+
+def test_refusal_that_decode_also_aborted_is_not_flagged():
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_refused(6, T + 500, 700_000),
+            decode_answer(6, T + 500, 700_000, ttft=0.05, finish="abort", status=400),
+        )
+        == []
+    )
+
+
+def test_a_successful_retry_on_another_prefill_node_clears_the_refusal():
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_refused(8, T + 500, 5_000),
+            prefill_ok(8, T + 501, 5_000, node="prefill-1"),
+            decode_answer(8, T + 500, 5_000, ttft=2.0),
+        )
+        == []
+    )
+
+
+def test_a_genuine_one_token_prompt_aborted_on_prefill_is_not_a_refusal():
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_refused(9, T + 500, 1, rejection=False),
+            decode_answer(9, T + 500, 1, ttft=0.05),
+        )
+        == []
+    )
+
+
+# -- impossibly fast prefill --------------------------------------------------------------------
+
+GLM = {"model_active_params": 3.2e10}  # 2 * 3.2e10 FLOPs/token on 8 x 989 TFLOP/s
+
+
+def test_stub_prefill_is_below_the_physical_floor_and_critical():
+    (finding,) = run(
+        ImpossiblyFastPrefill(**GLM),
+        LEAKY,
+        prefill_refused(1001, T + 500, 700_000),
+        decode_answer(1001, T + 500, 700_000, ttft=0.3),
+    )
+    assert finding.severity == "critical" and finding.exposure
+    assert finding.bootstrap_room == "1001"
+    # 700,000 tokens * 6.4e10 FLOPs / (8 * 9.89e14 FLOP/s) = 5.662 s.
+    assert abs(finding.evidence["physical_floor_seconds"] - 5.662) < 0.001
+    assert finding.evidence["uncached_tokens"] == 700_000
+    assert finding.evidence["score"] >= 1.0 and finding.evidence["threshold"] == 1.0
+    assert finding.evidence["source"] in ("first_token_latency", "e2e_latency")
+
+
+def test_heavily_cached_long_prompts_and_honest_long_prompts_are_not_anomalies():
+    findings = run(
+        ImpossiblyFastPrefill(**GLM),
+        boot("prefill-0", "prefill", T, 2_040_000, "0.5.22"),
+        boot("decode-0", "decode", T, 2_040_000, "0.5.22"),
+        # 900k prompt, 898k cached: 2,000 uncached tokens in 0.25 s is ordinary.
+        prefill_ok(1, T + 100, 900_000, cached=898_000, seconds=0.25),
+        decode_answer(1, T + 100, 900_000, cached=898_000, ttft=0.4),
+        # 700k uncached in 40 s: honest (floor 5.66 s).
+        prefill_ok(2, T + 200, 700_000, seconds=40.0),
+        decode_answer(2, T + 200, 700_000, ttft=42.0),
+    )
+    assert findings == []
+
+
+def test_mid_length_prompts_below_the_floor_are_warnings_without_exposure():
+    (finding,) = run(
+        ImpossiblyFastPrefill(**GLM),
+        LEAKY,
+        prefill_ok(3, T + 100, 10_000, seconds=0.01),
+        decode_answer(3, T + 100, 10_000, ttft=0.02),
+    )
+    # 10,000 tokens: floor 0.0809 s; 0.01 s of prefill forward is too fast, but short.
+    assert finding.severity == "warning" and not finding.exposure
+    assert finding.evidence["source"] == "prefill_forward"
+
+
+def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
+    detector = ImpossiblyFastPrefill(model_active_params=1e6, min_history=20, refit_every=10)
+    history = []
+    for k in range(40):
+        prompt = 4_000 + 1_000 * k
+        seconds = 0.1 + 2e-5 * prompt * (1.0 + (k % 3) * 0.2)
+        history += prefill_ok(100 + k, T + 100 + 20 * k, prompt, seconds=seconds)
+        history += decode_answer(100 + k, T + 100 + 20 * k, prompt, ttft=seconds + 0.2)
+    findings = run(
+        detector,
+        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("decode-0", "decode", T, 2_040_000),
+        history,
+        prefill_ok(9, T + 5_000, 400_000, seconds=0.05),
+        decode_answer(9, T + 5_000, 400_000, ttft=0.3),
+    )
+    assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+    evidence = findings[0].evidence
+    assert evidence["learned_floor_seconds"] > evidence["physical_floor_seconds"]
+    assert "learned floor" in findings[0].summary
+    # The lower envelope of the history is 0.1 s + 2e-5 s/token: 8.1 s at 400k tokens, and
+    # divided by the safety factor of 8 about 1.01 s.
+    assert evidence["learned_floor_seconds"] == pytest.approx(8.1 / 8, rel=0.05)
+
+
+def test_requests_that_cannot_be_honest_do_not_teach_the_floor():
+    detector = ImpossiblyFastPrefill(model_active_params=1e6, min_history=5)
+    run(
+        detector,
+        LEAKY,
+        prefill_refused(1, T + 100, 700_000),
+        decode_answer(1, T + 100, 700_000, ttft=0.05),
+        prefill_ok(2, T + 200, 5_000, seconds=0.2),
+        decode_answer(2, T + 200, 5_000, ttft=0.4),
+    )
+    learned = {key: len(model.samples) for key, model in detector.models_.items()}
+    # Only the honest request taught the floor; e2e latency is never learned.
+    assert learned == {
+        "prefill-0|prefill_forward": 1,
+        "decode-0|first_token_latency": 1,
+    }
+
+
+def test_score_one_and_learn_one_follow_the_sign_convention():
+    detector = ImpossiblyFastPrefill(model_active_params=1e6, min_history=5, refit_every=5)
+    timing = {
+        "node": "n",
+        "source": "first_token_latency",
+        "uncached_tokens": 100_000,
+        "seconds": 0.5,
+        "gpus": 8,
+    }
+    before = detector.score_one(timing)
+    for k in range(10):
+        detector.learn_one(
+            dict(timing, uncached_tokens=10_000 * (k + 1), seconds=0.2 + 2e-4 * 10_000 * (k + 1))
+        )
+    after = detector.score_one(timing)
+    assert before < 1.0 <= after  # the learned floor (about 5 s) makes 0.5 s anomalous

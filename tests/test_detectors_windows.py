@@ -1,0 +1,308 @@
+"""Windowed detectors: deferred-release timeouts, transfer-failure storms, telemetry anomaly."""
+
+from __future__ import annotations
+
+from collector.events import Event
+from detectors.base import Detector
+from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
+from detectors.pipeline import DetectionPipeline
+from detectors.telemetry_anomaly import TelemetryAnomaly
+from detectors.transfer_failure_storm import TransferFailureStorm
+from detectors.windows import CounterDeltas, WindowClock
+
+T = 1_793_600_100.0  # a multiple of 300 s, so windows start at T
+
+
+def ev(kind: str, node: str, t: float, **fields) -> Event:
+    return Event(kind, node, t, f"{node}.log", dict(fields))
+
+
+def timeout(t: float, room: int, node: str = "decode-0") -> Event:
+    return ev(
+        "deferred_release", node, t, bootstrap_room=str(room), outcome="timeout", seconds=30.0
+    )
+
+
+def counter(t: float, value: float, outcome: str, tp: int = 0) -> Event:
+    return ev(
+        "metric",
+        "decode-0",
+        t,
+        name="sglang:decode_deferred_kv_release_total",
+        labels={"engine_type": "decode", "outcome": outcome, "tp_rank": str(tp)},
+        value=value,
+        signal="deferred_release_total",
+        role="decode",
+    )
+
+
+def held(t: float, value: float) -> Event:
+    return ev(
+        "metric",
+        "decode-0",
+        t,
+        name="sglang:num_decode_deferred_kv_release_reqs",
+        labels={"engine_type": "decode", "tp_rank": "0"},
+        value=value,
+        signal="deferred_release_held",
+        role="decode",
+    )
+
+
+def run(detector: Detector, events: list[Event]):
+    events = sorted(events, key=lambda e: e.time)
+    return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
+
+
+def quiet_hours(hours: int = 6) -> list[Event]:
+    """One timeout every 20 minutes: the deployment's normal."""
+    return [timeout(T + 600 + 1200 * k, k) for k in range(hours * 3)]
+
+
+# -- deferred releases --------------------------------------------------------------------------
+
+
+def test_a_lone_timeout_and_quiet_hours_raise_nothing():
+    assert run(DeferredReleaseTimeouts(), [timeout(T + 10, 1)]) == []
+    assert run(DeferredReleaseTimeouts(), quiet_hours()) == []
+
+
+def test_a_timeout_storm_is_one_warning_even_across_windows():
+    storm = [timeout(T + 6 * 3600 + 5 * k, 1000 + k) for k in range(120)]  # 10 minutes
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm)
+    (finding,) = findings
+    assert finding.severity == "warning" and finding.runbook == "KVWatchDeferredReleaseTimeouts"
+    assert finding.evidence["timeouts"] == 60  # 300 s / 5 s in the first storm window
+    assert finding.evidence["rule"] == "timeouts"
+    assert finding.evidence["score"] >= 1.0
+    assert finding.time == T + 6 * 3600 + 300
+
+
+def test_the_same_room_logged_by_every_tp_rank_counts_once():
+    lines = [timeout(T + 7200 + k, 1000 + k // 8) for k in range(32)]  # 4 rooms x 8 ranks
+    assert run(DeferredReleaseTimeouts(), quiet_hours() + lines) == []
+
+
+def test_storm_with_checksum_mismatches_is_critical_and_escalation_is_re_raised():
+    start = T + 6 * 3600
+    storm = [timeout(start + 5 * k, 1000 + k) for k in range(120)]
+    mismatch = ev(
+        "checksum_mismatch",
+        "decode-0",
+        start + 400,
+        rid="m",
+        bootstrap_room="77",
+        expected="0x1",
+        got="0x2",
+    )
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + [mismatch])
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    assert findings[1].evidence["mismatches"] == 1
+
+
+def test_timeout_share_from_counters_against_a_baseline_of_drained_releases():
+    events = []
+    drained = timeouts = 0.0
+    for k in range(24):  # two quiet hours: 40 drained, 2 timeouts per window (5%)
+        t = T + 300 * k + 150
+        drained += 40
+        timeouts += 2
+        events += [counter(t, drained, "drained"), counter(t, timeouts, "timeout")]
+    t = T + 300 * 24 + 150  # then 20 drained, 30 timeouts: 60%
+    events += [counter(t, drained + 20, "drained"), counter(t, timeouts + 30, "timeout")]
+    (finding,) = run(DeferredReleaseTimeouts(), events)
+    assert finding.evidence["timeout_share"] == 0.6
+    assert finding.evidence["drained"] == 20 and finding.evidence["timeouts"] == 30
+    # 30 timeouts against a baseline of 2 per window trips the count rule as well.
+    assert finding.evidence["score"] >= 1.0
+
+
+def test_counters_of_several_tp_ranks_are_not_added_up():
+    events = []
+    for tp in range(8):
+        events += [counter(T + 10, 0, "timeout", tp), counter(T + 250, 3, "timeout", tp)]
+    # Each of 8 ranks reports the same 3 timeouts in one window: 3 is below the volume floor
+    # of 5, while the 24 of a naive sum would be a storm.
+    assert run(DeferredReleaseTimeouts(), events) == []
+
+
+def test_held_gauge_rising_far_above_its_baseline():
+    events = [held(T + 60 * k, 1.0) for k in range(120)]  # two hours at 1 held
+    events += [held(T + 7200 + 60 * k, 40.0) for k in range(5)]
+    (finding,) = run(DeferredReleaseTimeouts(), events)
+    assert finding.evidence["rule"] == "held" and finding.evidence["held"] == 40.0
+
+
+# -- transfer failure storm ---------------------------------------------------------------------
+
+
+def failed(t: float, room: int, side: str = "decode") -> Event:
+    node = "decode-0" if side == "decode" else "prefill-0"
+    return ev(
+        "transfer_failed",
+        node,
+        t,
+        rid=f"r{room}",
+        bootstrap_room=str(room),
+        side=side,
+        stage="transfer",
+        reason="Aborted by AbortReq.",
+    )
+
+
+def test_transfer_failure_storm_fires_once_and_scattered_failures_do_not():
+    scattered = [failed(T + 700 * k, k) for k in range(30)]
+    assert run(TransferFailureStorm(), scattered) == []
+    storm = [failed(T + 30_000 + 2 * k, 1000 + k) for k in range(300)]  # 10 minutes
+    (finding,) = run(TransferFailureStorm(), scattered + storm)
+    assert finding.severity == "warning" and finding.evidence["failures"] == 150
+    assert finding.runbook == "KVWatchTransferFailureStorm"
+
+
+def test_a_failed_request_logged_by_both_sides_counts_once():
+    def both_sides(rooms: int) -> list[Event]:
+        return [
+            failed(T + 100 + k, 1000 + k, side)
+            for k in range(rooms)
+            for side in ("decode", "prefill")
+        ]
+
+    # 6 failed requests, 12 lines: below the volume floor of 10.
+    assert run(TransferFailureStorm(), both_sides(6)) == []
+    # 12 failed requests, 24 lines: 12 / (5 x prior 2) = 1.2 >= 1.
+    (finding,) = run(TransferFailureStorm(), both_sides(12))
+    assert finding.evidence["failures"] == 12
+
+
+def test_counters_are_summed_within_a_role_not_across_roles():
+    def count(node: str, role: str, t: float, value: float) -> Event:
+        return ev(
+            "metric",
+            node,
+            t,
+            name="sglang:num_transfer_failed_reqs_total",
+            labels={"engine_type": role, "tp_rank": "0"},
+            value=value,
+            signal="transfer_failed_total",
+            role=role,
+        )
+
+    events = []
+    for node, role in (("decode-0", "decode"), ("decode-1", "decode"), ("prefill-0", "prefill")):
+        events.append(count(node, role, T + 10, 0.0))
+    # Each decode node failed 7 requests; prefill saw all 14 of them from its side.
+    events += [
+        count("decode-0", "decode", T + 200, 7.0),
+        count("decode-1", "decode", T + 200, 7.0),
+        count("prefill-0", "prefill", T + 200, 14.0),
+    ]
+    (finding,) = run(TransferFailureStorm(), events)
+    assert finding.evidence["failures"] == 14
+
+
+def test_an_increase_between_sparse_snapshots_is_spread_over_the_time_between_them():
+    def count(t: float, value: float) -> Event:
+        return ev(
+            "metric",
+            "decode-0",
+            t,
+            name="sglang:num_transfer_failed_reqs_total",
+            labels={"engine_type": "decode"},
+            value=value,
+            signal="transfer_failed_total",
+            role="decode",
+        )
+
+    # 120 failures over two hours between two saved snapshots: 5 per 5-minute window.
+    assert run(TransferFailureStorm(), [count(T, 0.0), count(T + 7200, 120.0)]) == []
+    # 120 failures between two scrapes 15 s apart: a storm.
+    (finding,) = run(TransferFailureStorm(), [count(T, 0.0), count(T + 15, 120.0)])
+    assert finding.evidence["failures"] == 120
+
+
+def test_counter_reset_after_a_restart_is_not_a_negative_storm():
+    deltas = CounterDeltas()
+    assert deltas.delta("s", 100.0) == 0.0
+    assert deltas.delta("s", 130.0) == 30.0
+    assert deltas.delta("s", 4.0) == 4.0  # the process restarted and counted 4 since
+
+
+def test_window_clock_skips_long_gaps():
+    clock = WindowClock(300.0)
+    clock.place(T + 10)
+    assert clock.due(T + 10 * 86400, max_windows=3) == [T, T + 300, T + 600]
+    assert clock.start == T + 10 * 86400
+
+
+# -- telemetry anomaly --------------------------------------------------------------------------
+
+
+def batch(t: float, usage: float, queue: int, throughput: float) -> Event:
+    return ev(
+        "decode_batch",
+        "decode-0",
+        t,
+        running_req=40,
+        token=200_000,
+        token_usage=usage,
+        prealloc_req=0,
+        transfer_req=1,
+        gen_throughput=throughput,
+        queue_req=queue,
+    )
+
+
+def finished(t: float, finish: str = "stop", ttft: float = 0.5) -> Event:
+    return ev(
+        "request_finished",
+        "decode-0",
+        t,
+        rid=f"d{t}",
+        bootstrap_room=str(int(t)),
+        prompt_tokens=1000,
+        cached_tokens=0,
+        completion_tokens=50,
+        finish_type=finish,
+        status_code=None if finish != "abort" else 500,
+        e2e_latency=2.0,
+        first_token_latency=ttft,
+    )
+
+
+def telemetry_stream(anomaly: bool) -> list[Event]:
+    events = []
+    for w in range(60):
+        base = T + 300 * w
+        for k in range(10):
+            events.append(
+                batch(
+                    base + 30 * k,
+                    0.5 + 0.02 * ((k + w) % 3),
+                    (k + w) % 3,
+                    2000 + 10 * ((k * w) % 7),
+                )
+            )
+            for j in range(1 + (w + k) % 2):
+                events.append(finished(base + 30 * k + 5 + j, ttft=0.5 + 0.05 * ((k + w) % 4)))
+    if anomaly:
+        base = T + 300 * 60
+        for k in range(10):
+            events.append(batch(base + 30 * k, 0.99, 60, 50.0))
+            for j in range(5):
+                events.append(finished(base + 30 * k + j, finish="abort", ttft=9.0))
+    return events
+
+
+def test_telemetry_anomaly_is_info_only_and_flags_the_odd_window():
+    assert run(TelemetryAnomaly(), telemetry_stream(anomaly=False)) == []
+    (finding,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
+    assert finding.severity == "info" and finding.runbook == "KVWatchTelemetryAnomaly"
+    assert finding.evidence["window_start"] == T + 300 * 60
+    # The storm window: 50 finishes, all aborted, queue 60, usage 0.99, ttft 9 s.
+    assert finding.evidence["score"] >= 3.0 and finding.evidence["aborted"] > 3.9
+
+
+def test_telemetry_anomaly_is_deterministic_for_a_seed():
+    a = run(TelemetryAnomaly(random_state=3), telemetry_stream(anomaly=True))
+    b = run(TelemetryAnomaly(random_state=3), telemetry_stream(anomaly=True))
+    assert [f.to_json_dict() for f in a] == [f.to_json_dict() for f in b]

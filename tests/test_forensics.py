@@ -1,0 +1,190 @@
+"""`kvwatch forensics` end to end on simulator scenarios, scored against their ground truth."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pyarrow.parquet as pq
+import pytest
+
+from collector.events import parse_iso_time
+from collector.forensics.driver import SCHEMA_PATH, run_forensics
+from simulator.offline import run_offline
+from simulator.scenario import load_scenario
+
+
+class Run:
+    def __init__(self, base: Path, scenario: str) -> None:
+        self.sim = base / "sim"
+        run_offline(load_scenario(scenario), self.sim, seed=None)
+        self.truth = json.loads((self.sim / "ground_truth.json").read_text())
+        self.out = base / "forensics"
+        self.result = run_forensics([str(self.sim / "logs"), str(self.sim / "snapshots")], self.out)
+        self.summary = self.result.summary
+
+    def serious(self) -> list[dict]:
+        return [f for f in self.summary["findings"] if f["severity"] != "info"]
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    yield Run(tmp_path_factory.mktemp("incident"), "incident-replay-small")
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    yield Run(tmp_path_factory.mktemp("healthy"), "healthy-long-context-small")
+
+
+@pytest.fixture(scope="module")
+def abort_race(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    yield Run(tmp_path_factory.mktemp("abort"), "abort-race-storm-small")
+
+
+def test_incident_every_exposed_response_and_nothing_else(incident: Run) -> None:
+    truth = {e["bootstrap_room"]: e for e in incident.truth["exposed"]}
+    found = {r["bootstrap_room"]: r for r in incident.summary["exposure"]["requests"]}
+    assert truth, "the scenario must expose something"
+    assert set(found) == set(truth)
+    for room, req in found.items():
+        assert req["rid"] == truth[room]["rid"]  # the id the decode node answered with
+        assert req["node"] == truth[room]["node"]
+        assert req["prompt_tokens"] == truth[room]["prompt_tokens"]
+        assert req["evidence"]
+    assert incident.summary["exposure"]["count"] == len(truth)
+
+
+def test_incident_window_matches_truth_to_the_log_resolution(incident: Run) -> None:
+    truth_times = sorted(parse_iso_time(e["time"]) for e in incident.truth["exposed"])
+    first = parse_iso_time(incident.summary["exposure"]["first"])
+    last = parse_iso_time(incident.summary["exposure"]["last"])
+    assert first is not None and last is not None
+    assert abs(first - truth_times[0]) < 1.0
+    assert abs(last - truth_times[-1]) < 1.0
+
+
+def test_incident_config_timeline_shows_the_gap_and_the_fix(incident: Run) -> None:
+    prefill = incident.summary["nodes"]["prefill-0"]
+    assert prefill["role"] == "prefill"
+    pools = [(p["max_total_num_tokens"], p["context_len"]) for p in prefill["config"]]
+    assert pools[0] == (681_280, 1_048_576)
+    assert pools[-1][0] == 2_040_000
+    detectors = {f["detector"] for f in incident.serious()}
+    assert {"pool_below_context", "over_length_answered", "rejected_then_served"} <= detectors
+
+
+def test_outputs_exist_and_validate(incident: Run) -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    data = json.loads((incident.out / "forensics.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data == json.loads(json.dumps(incident.summary))
+    csv_rows = (incident.out / "findings.csv").read_text().splitlines()
+    assert len(csv_rows) == 1 + len(data["findings"])
+    table = pq.read_table(incident.out / "requests.parquet")
+    assert table.num_rows == data["requests"]["total"] > 1000
+    exposed_rows = [r for r in table.column("exposed_by").to_pylist() if r]
+    assert len(exposed_rows) == data["exposure"]["count"]
+    md = (incident.out / "report.md").read_text()
+    assert f"{data['exposure']['count']:,} client responses" in md
+
+
+def test_reports_carry_no_request_text(incident: Run) -> None:
+    # The simulator writes prompts with MARK- markers and words into its request logs.
+    for name in ("report.html", "report.md", "findings.csv", "forensics.json"):
+        text = (incident.out / name).read_text()
+        assert "MARK-" not in text, name
+    assert b"MARK-" not in (incident.out / "requests.parquet").read_bytes()
+
+
+def test_healthy_long_context_raises_nothing_above_info(healthy: Run) -> None:
+    assert healthy.summary["exposure"]["count"] == 0
+    assert healthy.serious() == []
+    assert healthy.summary["input"]["unclassified_engine_lines"] == 0
+
+
+def test_abort_race_mismatches_and_corruptions_are_critical_and_named(abort_race: Run) -> None:
+    expected = {"late_write": "checksum_mismatch", "metadata_corruption": "metadata_corruption"}
+    for cause, detector in expected.items():
+        caught = {e["bootstrap_room"] for e in abort_race.truth["caught"] if e["cause"] == cause}
+        assert caught, cause
+        named = {
+            f["bootstrap_room"]
+            for f in abort_race.summary["findings"]
+            if f["detector"] == detector and f["severity"] == "critical"
+        }
+        assert caught == named, cause
+
+
+def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Run) -> None:
+    storm = [f for f in abort_race.serious() if f["detector"] == "deferred_release_timeouts"]
+    assert storm
+    starts = [parse_iso_time(p["start"]) for p in abort_race.truth["phases"]]
+    fault_start = min(t for t in starts if t is not None)
+    early = [f for f in abort_race.serious() if parse_iso_time(f["time"]) < fault_start]
+    assert early == []
+
+
+@pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="needs Debian chromium (make test installs it)"
+)
+def test_report_renders_in_headless_chromium_with_non_empty_plots(
+    incident: Run, tmp_path: Path
+) -> None:
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,2600",
+            (incident.out / "report.html").as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    pixels = mpimg.imread(shot)[:, :, :3]
+    # Exposed points are drawn in #c0392b and honest ones in #2c7fb8: both must be on screen.
+    red = np.array([0xC0, 0x39, 0x2B]) / 255
+    blue = np.array([0x2C, 0x7F, 0xB8]) / 255
+    near_red = (np.abs(pixels - red).sum(axis=2) < 0.12).sum()
+    near_blue = (np.abs(pixels - blue).sum(axis=2) < 0.25).sum()
+    assert near_red > 200, near_red
+    assert near_blue > 2000, near_blue
+    # And the page is not blank: most rows carry something besides white.
+    busy_rows = ((pixels < 0.9).any(axis=2).sum(axis=1) > 5).mean()
+    assert busy_rows > 0.5, busy_rows
+
+
+def test_forensics_cli_exit_codes(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "collector.cli", "forensics"]
+    missing = subprocess.run(
+        [*cmd, str(tmp_path / "nope"), "--out", str(tmp_path / "o")], capture_output=True, text=True
+    )
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("detection:\n  detectors:\n    no_such_detector: {}\n")
+    (tmp_path / "x.log").write_text("hello\n")
+    config = subprocess.run(
+        [*cmd, str(tmp_path / "x.log"), "--config", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert config.returncode == 2 and "no_such_detector" in config.stderr

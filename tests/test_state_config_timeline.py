@@ -1,0 +1,379 @@
+"""ConfigTimeline: generations per node, restarts, and queries by time."""
+
+from __future__ import annotations
+
+import calendar
+import json
+
+from collector.events import Event
+from collector.state.config_timeline import ConfigTimeline
+
+T = float(calendar.timegm((2026, 8, 29, 10, 40, 0, 0, 0, 0)))
+
+
+def ev(kind: str, node: str, t: float | None, ranks: dict[str, int] | None = None, **fields):
+    return Event(kind, node, t, f"{node}.log", dict(fields), dict(ranks or {}))
+
+
+def startup(tl: ConfigTimeline, node: str, t: float, pool: int, role: str = "prefill") -> None:
+    tl.update(
+        ev(
+            "server_args",
+            node,
+            t,
+            disaggregation_mode=role,
+            transfer_backend="mooncake",
+            kv_checksum=False,
+            tp_size=8,
+            context_length=None,
+        )
+    )
+    tl.update(
+        ev(
+            "capacity",
+            node,
+            t + 45,
+            max_total_num_tokens=pool,
+            context_len=1_048_576,
+            chunked_prefill_size=8192,
+            max_prefill_tokens=16384,
+            max_running_requests=128,
+        )
+    )
+
+
+def test_restart_with_bigger_pool_changes_config_for_later_times_only():
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    change = tl.update(ev("server_args", "p0", T + 10_000, disaggregation_mode="prefill"))
+    assert change is not None and change.restart
+    assert change.config.generation == 1
+    # Between the new server args and its capacity line the new pool is not known yet.
+    assert tl.config_at("p0", T + 10_001).pool_tokens is None
+    change = tl.update(
+        ev("capacity", "p0", T + 10_050, max_total_num_tokens=2_040_000, context_len=1_048_576)
+    )
+    assert change is not None and not change.restart
+    assert change.changed >= {"pool_tokens", "context_len"}
+    assert tl.config_at("p0", T + 5_000).pool_tokens == 681_280
+    assert tl.config_at("p0", T + 10_001).pool_tokens == 2_040_000
+    assert tl.config_at("p0", T + 99_999).pool_tokens == 2_040_000
+    # Before the first startup we assume the first generation was in force.
+    assert tl.config_at("p0", T - 3600).pool_tokens == 681_280
+    assert [g.generation for g in tl.history("p0")] == [0, 1]
+    # Facts not restated are carried over (role, backend, tp size).
+    assert tl.config_at("p0", T + 10_100).role == "prefill"
+    assert tl.config_at("p0", T + 10_100).tp_size == 8
+    assert tl.config_at("p0", T + 10_100).transfer_backend == "mooncake"
+
+
+def test_capacity_lines_of_other_dp_ranks_are_not_restarts():
+    tl = ConfigTimeline()
+    tl.update(ev("server_args", "d0", T, disaggregation_mode="decode"))
+    tl.update(
+        ev(
+            "capacity",
+            "d0",
+            T + 40,
+            {"dp": 0, "tp": 0},
+            max_total_num_tokens=360_072,
+            context_len=163_840,
+        )
+    )
+    change = tl.update(
+        ev(
+            "capacity",
+            "d0",
+            T + 40,
+            {"dp": 1, "tp": 1},
+            max_total_num_tokens=360_000,
+            context_len=163_840,
+        )
+    )
+    assert change is not None and not change.restart
+    assert len(tl.history("d0")) == 1
+    # The smallest rank pool is the one a request can overflow.
+    assert tl.current("d0").pool_tokens == 360_000
+
+
+def test_repeated_capacity_from_the_same_rank_is_a_restart_even_without_server_args():
+    tl = ConfigTimeline()
+    tl.update(ev("capacity", "u0", T, max_total_num_tokens=20_480, context_len=32_768))
+    change = tl.update(
+        ev("capacity", "u0", T + 900, max_total_num_tokens=40_960, context_len=32_768)
+    )
+    assert change is not None and change.restart
+    assert tl.config_at("u0", T + 10).pool_tokens == 20_480
+    assert tl.config_at("u0", T + 901).pool_tokens == 40_960
+
+
+def test_same_second_disorder_of_startup_lines_is_one_generation():
+    tl = ConfigTimeline()
+    tl.update(ev("capacity", "p0", T, max_total_num_tokens=681_280, context_len=1_048_576))
+    change = tl.update(ev("server_args", "p0", T, disaggregation_mode="prefill"))
+    assert change is not None and not change.restart
+    assert len(tl.history("p0")) == 1
+    config = tl.current("p0")
+    assert (config.role, config.pool_tokens) == ("prefill", 681_280)
+
+
+def test_server_info_fills_version_and_a_changed_version_is_a_new_generation():
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    change = tl.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 100,
+            version="0.5.19",
+            max_total_num_tokens=681_280,
+            context_len=1_048_576,
+            max_req_input_len=681_274,
+            disaggregation_mode="prefill",
+        )
+    )
+    assert change is not None and not change.restart and change.changed >= {"version"}
+    assert tl.current("p0").max_req_input_len == 681_274
+    # Same facts again: nothing changes.
+    assert (
+        tl.update(ev("server_info", "p0", T + 200, version="0.5.19", max_total_num_tokens=681_280))
+        is None
+    )
+    change = tl.update(
+        ev("server_info", "p0", T + 9_000, version="0.5.21", max_total_num_tokens=2_040_000)
+    )
+    assert change is not None and change.restart
+    assert tl.config_at("p0", T + 150).version == "0.5.19"
+    assert tl.config_at("p0", T + 9_500).version == "0.5.21"
+    assert tl.config_at("p0", T + 9_500).pool_tokens == 2_040_000
+    # The version is carried into a restart seen only through server args.
+    tl.update(ev("server_args", "p0", T + 20_000, disaggregation_mode="prefill"))
+    assert tl.config_at("p0", T + 20_001).version == "0.5.21"
+
+
+def test_metric_constants_set_pool_role_and_detect_a_changed_pool():
+    tl = ConfigTimeline()
+    tl.update(
+        ev(
+            "metric",
+            "d0",
+            T,
+            name="sglang:max_total_num_tokens",
+            labels={},
+            value=360072.0,
+            signal="pool_tokens",
+            role="decode",
+        )
+    )
+    tl.update(
+        ev(
+            "metric",
+            "d0",
+            T,
+            name="sglang:context_len",
+            labels={},
+            value=163840.0,
+            signal="context_len",
+            role="decode",
+        )
+    )
+    config = tl.current("d0")
+    assert (config.role, config.pool_tokens, config.context_len) == ("decode", 360_072, 163_840)
+    assert (
+        tl.update(
+            ev(
+                "metric",
+                "d0",
+                T + 15,
+                name="sglang:max_total_num_tokens",
+                labels={},
+                value=360072.0,
+                signal="pool_tokens",
+                role="decode",
+            )
+        )
+        is None
+    )
+    change = tl.update(
+        ev(
+            "metric",
+            "d0",
+            T + 600,
+            name="sglang:max_total_num_tokens",
+            labels={},
+            value=720144.0,
+            signal="pool_tokens",
+            role="decode",
+        )
+    )
+    assert change is not None and change.restart
+    assert tl.config_at("d0", T + 1).pool_tokens == 360_072
+    assert tl.config_at("d0", T + 601).pool_tokens == 720_144
+
+
+def test_roles_from_batch_lines_time_stats_and_server_args():
+    tl = ConfigTimeline()
+    tl.update(
+        ev(
+            "decode_batch",
+            "d0",
+            T,
+            running_req=48,
+            token=212480,
+            token_usage=0.59,
+            pre_allocated_usage=0.07,
+            prealloc_req=3,
+            transfer_req=5,
+            retracted_req=0,
+        )
+    )
+    tl.update(
+        ev(
+            "prefill_batch",
+            "p0",
+            T,
+            new_seq=1,
+            new_token=158,
+            cached_token=0,
+            token_usage=0.08,
+            running_req=31,
+            queue_req=0,
+            bootstrap_req=0,
+            inflight_req=1,
+        )
+    )
+    tl.update(
+        ev(
+            "prefill_batch",
+            "u0",
+            T,
+            new_seq=1,
+            new_token=158,
+            cached_token=0,
+            token_usage=0.08,
+            running_req=31,
+            queue_req=0,
+        )
+    )
+    tl.update(ev("request_time_stats", "x0", T, rid="a", role="decode"))
+    assert tl.role_at("d0") == "decode"
+    assert tl.role_at("p0") == "prefill"
+    assert tl.role_at("u0") == "unified"
+    assert tl.role_at("x0") == "decode"
+    # A guess from line shape never overrides a stated mode; a stated mode overrides a guess.
+    tl.update(ev("server_args", "u0", T + 1, disaggregation_mode="prefill"))
+    tl.update(ev("prefill_batch", "u0", T + 2, new_seq=1, new_token=9, queue_req=0))
+    assert tl.role_at("u0", T + 3) == "prefill"
+    tl.update(ev("server_args", "n0", T, disaggregation_mode=None))
+    assert tl.role_at("n0") == "unified"
+
+
+def test_deployment_views_advertised_context_and_prefill_pools_over_time():
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    startup(tl, "p1", T, 700_000)
+    startup(tl, "d0", T, 2_000_000, role="decode")
+    tl.update(ev("capacity", "d1", T + 50, max_total_num_tokens=900_000, context_len=131_072))
+    assert tl.advertised_context(T + 100) == 1_048_576
+    assert tl.prefill_pools_at(T + 100) == {"p0": 681_280, "p1": 700_000}
+    assert tl.is_pd(T + 100)
+    startup(tl, "p0", T + 5_000, 2_040_000)
+    assert tl.prefill_pools_at(T + 100) == {"p0": 681_280, "p1": 700_000}
+    assert tl.prefill_pools_at(T + 6_000) == {"p0": 2_040_000, "p1": 700_000}
+    assert tl.nodes() == ["d0", "d1", "p0", "p1"]
+
+
+def test_state_round_trip_and_json_view():
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    startup(tl, "p0", T + 5_000, 2_040_000)
+    restored = ConfigTimeline.from_state(json.loads(json.dumps(tl.to_state())))
+    for t in (T, T + 100, T + 5_001, T + 6_000):
+        assert restored.config_at("p0", t) == tl.config_at("p0", t)
+    # Restart detection state survives too: the same rank's capacity again is a restart.
+    change = restored.update(
+        ev("capacity", "p0", T + 8_000, max_total_num_tokens=1, context_len=1_048_576)
+    )
+    assert change is not None and change.restart
+    view = tl.to_json_dict()
+    assert view["p0"]["role"] == "prefill"
+    assert [g["max_total_num_tokens"] for g in view["p0"]["timeline"]] == [681_280, 2_040_000]
+    assert view["p0"]["timeline"][0]["time"] == "2026-08-29T10:40:00.000Z"
+
+
+def test_unrelated_events_change_nothing():
+    tl = ConfigTimeline()
+    assert tl.update(ev("request_finished", "d0", T, rid="a")) is None
+    assert tl.update(ev("http_access", "d0", T, status=200)) is None
+    assert tl.nodes() == []
+    assert tl.config_at("zz", T) is None
+
+
+def test_a_version_carried_over_a_restart_is_corrected_not_restarted():
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    tl.update(ev("server_info", "p0", T + 60, version="0.5.19", max_total_num_tokens=681_280))
+    startup(tl, "p0", T + 5_000, 2_040_000)  # restart; logs do not say the version
+    assert tl.config_at("p0", T + 5_100).version == "0.5.19"  # carried over, for now
+    change = tl.update(
+        ev("server_info", "p0", T + 5_100, version="0.5.22", max_total_num_tokens=2_040_000)
+    )
+    assert change is not None and not change.restart and change.changed == {"version"}
+    assert len(tl.history("p0")) == 2
+    assert tl.config_at("p0", T + 5_001).version == "0.5.22"
+    assert tl.config_at("p0", T + 100).version == "0.5.19"
+
+
+def test_facts_older_than_the_current_generation_fill_the_past_without_restarting():
+    tl = ConfigTimeline()
+    # Snapshots read out of order: the newest /server_info first, then an old metric scrape.
+    tl.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 9_000,
+            version="0.5.22",
+            max_total_num_tokens=2_040_000,
+            disaggregation_mode="prefill",
+        )
+    )
+    change = tl.update(
+        ev(
+            "metric",
+            "p0",
+            T,
+            name="sglang:max_total_num_tokens",
+            labels={},
+            value=681280.0,
+            signal="pool_tokens",
+            role="prefill",
+        )
+    )
+    # Nothing known before T + 9000 to fill, and no phantom generation at the end.
+    assert len(tl.history("p0")) == 1
+    assert tl.current("p0").pool_tokens == 2_040_000
+    assert change is None
+    # With an older generation on record, the late fact fills what it did not know.
+    tl2 = ConfigTimeline()
+    tl2.update(ev("server_args", "p0", T, disaggregation_mode="prefill"))
+    tl2.update(ev("server_args", "p0", T + 9_000, disaggregation_mode="prefill"))
+    tl2.update(
+        ev("capacity", "p0", T + 9_030, max_total_num_tokens=2_040_000, context_len=1_048_576)
+    )
+    change = tl2.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 60,
+            version="0.5.19",
+            max_total_num_tokens=681_280,
+            context_len=1_048_576,
+        )
+    )
+    assert change is not None and not change.restart
+    assert change.changed == {"version", "pool_tokens", "context_len"}
+    assert tl2.config_at("p0", T + 100).pool_tokens == 681_280
+    assert tl2.config_at("p0", T + 100).version == "0.5.19"
+    assert tl2.config_at("p0", T + 9_100).pool_tokens == 2_040_000
+    assert tl2.config_at("p0", T + 9_100).version is None
+    assert len(tl2.history("p0")) == 2

@@ -1,0 +1,414 @@
+"""RequestLedger: P<->D joins by bootstrap_room, order tolerance, bounded memory."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from collector.events import Event
+from collector.state.ledger import LedgerConfig, RequestLedger
+
+T = 1_790_000_000.0
+ROLES = {"prefill-0": "prefill", "decode-0": "decode", "unified-0": "unified"}
+
+
+def role_of(node: str, time: float | None) -> str | None:
+    return ROLES.get(node)
+
+
+def ev(kind: str, node: str, t: float | None, **fields) -> Event:
+    return Event(kind, node, t, f"{node}.log", dict(fields))
+
+
+def prefill_events(room: str, t: float, prompt: int = 4096, rid: str = "p1") -> list[Event]:
+    return [
+        ev("request_received", "prefill-0", t, rid=rid, bootstrap_room=room),
+        ev(
+            "request_time_stats",
+            "prefill-0",
+            t + 0.5,
+            rid=rid,
+            bootstrap_room=room,
+            role="prefill",
+            input_len=prompt,
+            cached_input_len=0,
+            output_len=1,
+            queue_duration=0.01,
+            forward_duration=0.4,
+        ),
+        ev(
+            "request_finished",
+            "prefill-0",
+            t + 0.5,
+            rid=rid,
+            bootstrap_room=room,
+            prompt_tokens=prompt,
+            cached_tokens=0,
+            completion_tokens=1,
+            finish_type="length",
+            status_code=None,
+            e2e_latency=0.5,
+            first_token_latency=None,
+        ),
+    ]
+
+
+def decode_events(room: str, t: float, prompt: int = 4096, rid: str = "d1") -> list[Event]:
+    return [
+        ev("request_received", "decode-0", t, rid=rid, bootstrap_room=room),
+        ev(
+            "request_finished",
+            "decode-0",
+            t + 3.0,
+            rid=rid,
+            bootstrap_room=room,
+            prompt_tokens=prompt,
+            cached_tokens=0,
+            completion_tokens=100,
+            finish_type="stop",
+            status_code=None,
+            e2e_latency=3.0,
+            first_token_latency=0.6,
+        ),
+    ]
+
+
+def test_prefill_then_decode_joins_into_one_complete_record_after_settle():
+    ledger = RequestLedger(LedgerConfig(settle_seconds=5), role_of=role_of)
+    for event in prefill_events("42", T) + decode_events("42", T):
+        assert ledger.add(event)
+    assert ledger.advance(T + 3.0 + 4.9) == []
+    (record,) = ledger.advance(T + 3.0 + 5.0)
+    assert record.complete and record.bootstrap_room == "42"
+    assert record.prefill is not None and record.prefill.rid == "p1"
+    assert record.serving is not None and record.serving.rid == "d1"
+    assert record.serving.role == "decode" and record.served
+    assert record.prompt_tokens == 4096 and record.uncached_tokens == 4096
+    assert record.prefill.durations == {"queue_duration": 0.01, "forward_duration": 0.4}
+    assert record.time == T + 3.0
+    assert record.start_time == T
+    assert len(ledger) == 0 and ledger.stats.emitted_complete == 1
+
+
+def test_decode_events_before_prefill_events_still_join():
+    ledger = RequestLedger(LedgerConfig(join_window_seconds=120), role_of=role_of)
+    for event in decode_events("77", T):
+        ledger.add(event)
+    # Decode is done; prefill not seen: the ledger waits for the join window.
+    assert ledger.advance(T + 60) == []
+    for event in prefill_events("77", T):
+        ledger.add(Event(event.kind, event.node, event.time, event.source, event.fields))
+    (record,) = ledger.advance(T + 61)
+    assert record.complete
+    assert sorted(s.role for s in record.sides) == ["decode", "prefill"]
+
+
+def test_a_half_that_never_meets_its_other_half_is_emitted_after_the_join_window():
+    ledger = RequestLedger(LedgerConfig(join_window_seconds=120), role_of=role_of)
+    for event in decode_events("5", T):
+        ledger.add(event)
+    assert ledger.advance(T + 3 + 119) == []
+    (record,) = ledger.advance(T + 3 + 120)
+    assert not record.complete and record.prefill is None and record.served
+    assert ledger.stats.emitted_partial == 1
+
+
+def test_rejection_is_joined_through_the_rid_even_before_the_room_is_known():
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(
+        ev(
+            "request_rejected",
+            "prefill-0",
+            T,
+            rid="p9",
+            input_tokens=700_000,
+            limit_tokens=681_274,
+            reason="input_too_long",
+        )
+    )
+    assert ledger.pending_rejections == 1
+    ledger.add(
+        ev(
+            "request_finished",
+            "prefill-0",
+            T + 0.1,
+            rid="p9",
+            bootstrap_room="9",
+            prompt_tokens=1,
+            cached_tokens=0,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=400,
+        )
+    )
+    for event in decode_events("9", T, prompt=700_000, rid="d9"):
+        ledger.add(event)
+    (record,) = ledger.advance(T + 10)
+    prefill = record.prefill
+    assert prefill is not None and prefill.rejected and prefill.stub_abort
+    assert prefill.reject_input_tokens == 700_000 and prefill.reject_limit_tokens == 681_274
+    assert record.prefill_refused and record.served
+    # The stub's one-token prompt does not hide the real length.
+    assert record.prompt_tokens == 700_000
+    assert ledger.pending_rejections == 0
+
+
+def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():
+    ledger = RequestLedger(LedgerConfig(join_window_seconds=60), role_of=role_of)
+    ledger.add(ev("request_received", "prefill-0", T, rid="pA", bootstrap_room="11"))
+    ledger.add(
+        ev(
+            "request_rejected",
+            "prefill-0",
+            T + 1,
+            rid="pA",
+            input_tokens=9,
+            limit_tokens=5,
+            reason="input_too_long",
+        )
+    )
+    assert ledger.pending_rejections == 0
+    ledger.add(
+        ev(
+            "request_rejected",
+            "prefill-0",
+            T + 2,
+            rid="nobody",
+            input_tokens=9,
+            limit_tokens=5,
+            reason="input_too_long",
+        )
+    )
+    assert ledger.pending_rejections == 1
+    ledger.advance(T + 63)
+    assert ledger.pending_rejections == 0 and ledger.stats.unjoined_rejections == 1
+
+
+def test_health_checks_are_ignored():
+    ledger = RequestLedger(role_of=role_of)
+    assert not ledger.add(
+        ev(
+            "request_finished",
+            "decode-0",
+            T,
+            rid="HEALTH_CHECK_abc",
+            bootstrap_room="0",
+            prompt_tokens=1,
+            finish_type="length",
+        )
+    )
+    assert len(ledger) == 0 and ledger.stats.health_checks == 1
+
+
+def test_memory_stays_bounded_on_a_long_stream():
+    ledger = RequestLedger(LedgerConfig(join_window_seconds=60, settle_seconds=2), role_of=role_of)
+    peak = emitted = 0
+    for k in range(5_000):
+        t = T + 0.5 * k
+        for event in prefill_events(str(k), t, rid=f"p{k}") + decode_events(str(k), t, rid=f"d{k}"):
+            ledger.add(event)
+        emitted += len(ledger.advance(t))
+        peak = max(peak, len(ledger))
+    emitted += len(ledger.drain())
+    assert emitted == 5_000 and ledger.stats.emitted_complete == 5_000
+    # About (3 s of decode + 2 s settle) / 0.5 s between requests are in flight at once.
+    assert peak <= 12
+    assert ledger._rid_index == {} and ledger._heap == []
+
+
+def test_entry_cap_emits_the_oldest_early():
+    ledger = RequestLedger(LedgerConfig(max_entries=2), role_of=role_of)
+    for k in range(3):
+        ledger.add(ev("request_received", "decode-0", T + k, rid=f"d{k}", bootstrap_room=str(k)))
+    assert len(ledger) == 2 and ledger.stats.evicted == 1
+    (record,) = ledger.advance(T + 3)
+    assert record.bootstrap_room == "0" and not record.complete
+
+
+def test_lines_after_emission_are_counted_late_not_rejoined():
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("3", T) + decode_events("3", T):
+        ledger.add(event)
+    assert len(ledger.advance(T + 100)) == 1
+    assert not ledger.add(
+        ev(
+            "request_time_stats",
+            "decode-0",
+            T + 101,
+            rid="d1",
+            bootstrap_room="3",
+            role="decode",
+            output_len=100,
+        )
+    )
+    assert ledger.stats.late_events == 1 and len(ledger) == 0
+
+
+def test_roomless_requests_are_single_sided_unified_records():
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(
+        ev(
+            "request_finished",
+            "unified-0",
+            T,
+            rid="u1",
+            bootstrap_room=None,
+            prompt_tokens=100,
+            cached_tokens=20,
+            completion_tokens=5,
+            finish_type="stop",
+            first_token_latency=0.1,
+        )
+    )
+    (record,) = ledger.advance(T + 10)
+    assert record.key == "unified-0|u1" and record.bootstrap_room is None and record.complete
+    assert record.serving is not None and record.serving.role == "unified"
+    assert record.uncached_tokens == 80
+
+
+def test_a_roomless_line_and_a_later_room_line_for_the_same_rid_merge():
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(
+        ev(
+            "request_finished",
+            "decode-0",
+            T,
+            rid="d5",
+            bootstrap_room=None,
+            prompt_tokens=10,
+            finish_type="stop",
+            completion_tokens=3,
+        )
+    )
+    ledger.add(
+        ev(
+            "request_time_stats",
+            "decode-0",
+            T + 0.1,
+            rid="d5",
+            bootstrap_room="55",
+            role="decode",
+            input_len=10,
+            output_len=3,
+            forward_duration=0.2,
+        )
+    )
+    for event in prefill_events("55", T - 1, prompt=10, rid="p5"):
+        ledger.add(event)
+    records = ledger.drain()
+    assert [r.key for r in records] == ["55"]
+    decode = records[0].serving
+    assert decode is not None and decode.finished and decode.has_stats
+
+
+def test_trace_merges_into_the_side_with_the_same_rid():
+    ledger = RequestLedger(role_of=role_of)
+    for event in decode_events("8", T):
+        ledger.add(event)
+    ledger.add(
+        ev(
+            "request_trace",
+            "sglang-decode",
+            T + 3.1,
+            rid="d1",
+            bootstrap_room="8",
+            role="decode",
+            prompt_tokens=4096,
+            cached_tokens=0,
+            completion_tokens=100,
+            ttft=0.61,
+            e2e=3.0,
+            time_in_model_prefill=None,
+            status="OK",
+            start=T,
+            end=T + 3.0,
+        )
+    )
+    (record,) = ledger.drain()
+    assert len(record.sides) == 1 and record.sides[0].trace_ttft == 0.61
+
+
+def test_a_request_that_never_finishes_is_dropped_after_max_open():
+    ledger = RequestLedger(LedgerConfig(max_open_seconds=600), role_of=role_of)
+    ledger.add(ev("request_received", "decode-0", T, rid="d", bootstrap_room="1"))
+    assert ledger.advance(T + 599) == []
+    (record,) = ledger.advance(T + 600)
+    assert not record.served and ledger.stats.expired_open == 1
+
+
+def test_roles_are_inferred_when_no_node_role_is_known():
+    ledger = RequestLedger()  # no timeline at all
+    ledger.add(
+        ev(
+            "request_finished",
+            "b",
+            T + 5,
+            rid="x",
+            bootstrap_room="4",
+            prompt_tokens=900,
+            finish_type="stop",
+            completion_tokens=10,
+        )
+    )
+    ledger.add(
+        ev(
+            "request_finished",
+            "a",
+            T + 6,
+            rid="y",
+            bootstrap_room="4",
+            prompt_tokens=1,
+            finish_type="abort",
+            status_code=400,
+        )
+    )
+    (record,) = ledger.advance(T + 100)
+    assert record.complete
+    assert record.prefill is not None and record.prefill.node == "a"  # the refused stub
+    assert record.serving is not None and record.serving.node == "b"
+
+
+def test_state_round_trip_mid_stream_gives_the_same_records():
+    events = (
+        prefill_events("1", T)
+        + decode_events("1", T)
+        + prefill_events("2", T + 1, rid="p2")
+        + decode_events("2", T + 1, rid="d2")
+    )
+    events.sort(key=lambda e: e.time)
+    straight = RequestLedger(role_of=role_of)
+    resumed = RequestLedger(role_of=role_of)
+    for event in events[:5]:
+        straight.add(event)
+        resumed.add(event)
+    resumed = RequestLedger.from_state(json.loads(json.dumps(resumed.to_state())), role_of=role_of)
+    for event in events[5:]:
+        straight.add(event)
+        resumed.add(event)
+    a = [r.to_json_dict() for r in straight.advance(T + 100)]
+    b = [r.to_json_dict() for r in resumed.advance(T + 100)]
+    assert a == b and len(a) == 2
+
+
+def test_events_are_not_mutated():
+    events = (
+        prefill_events("1", T)
+        + decode_events("1", T)
+        + [
+            ev(
+                "request_rejected",
+                "prefill-0",
+                T,
+                rid="zz",
+                input_tokens=5,
+                limit_tokens=1,
+                reason="input_too_long",
+            )
+        ]
+    )
+    before = copy.deepcopy(events)
+    ledger = RequestLedger(role_of=role_of)
+    for event in events:
+        ledger.add(event)
+    ledger.drain()
+    assert events == before
