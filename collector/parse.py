@@ -193,33 +193,43 @@ def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[E
         yield from file_events(tf, stats)
 
 
-def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
-    """All events merged across nodes by time; each node's own order is preserved.
+def streams_of(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[TelemetryFile]]:
+    """Files grouped into streams that are each in time order: per node, its logs; per node and
+    kind, its snapshots (.prom, saved /server_info) in snapshot-time order.
 
-    Events without a time inherit the last time seen on their node, so they stay next to their
-    neighbours instead of sinking to the front.
+    Snapshots form their own stream so the merge places each at its moment instead of before or
+    after all of the node's log lines. One stream per node and kind (not per file) keeps memory
+    bounded: the merge holds one pending item per stream.
     """
-    files = discover(paths)
     streams: dict[tuple[str, str], list[TelemetryFile]] = {}
-    for tf in files:
-        # A node's snapshots (.prom, saved /server_info) form their own stream, in snapshot-time
-        # order, so the merge places each at its moment instead of before or after all of the
-        # node's log lines. One stream per node and kind (not per file) keeps memory bounded:
-        # the merge holds one pending item per stream.
+    for tf in discover(paths):
         streams.setdefault((tf.node, tf.kind), []).append(tf)
+    return streams
 
-    def keyed(
-        index: int, node_files: list[TelemetryFile]
-    ) -> Iterator[tuple[float, int, int, Event]]:
+
+def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
+    """Merge streams by time, keeping each stream's own order.
+
+    Events without a time (or behind their stream's clock) take the last time seen on their
+    stream, so they stay next to their neighbours instead of sinking to the front.
+    """
+
+    def keyed(index: int, events: Iterable[Event]) -> Iterator[tuple[float, int, int, Event]]:
         last = float("-inf")
-        seq = 0
-        for tf in node_files:
-            for event in file_events(tf, stats):
-                if event.time is not None and event.time >= last:
-                    last = event.time
-                seq += 1
-                yield (last, index, seq, event)
+        for seq, event in enumerate(events):
+            if event.time is not None and event.time >= last:
+                last = event.time
+            yield (last, index, seq, event)
 
-    merged = heapq.merge(*(keyed(i, nf) for i, nf in enumerate(streams.values())))
-    for *_, event in merged:
+    for *_, event in heapq.merge(*(keyed(i, s) for i, s in enumerate(streams))):
         yield event
+
+
+def stream_events(files: list[TelemetryFile], stats: ParseStats) -> Iterator[Event]:
+    for tf in files:
+        yield from file_events(tf, stats)
+
+
+def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
+    """All events merged across nodes into one timeline (see `streams_of`, `merge_by_time`)."""
+    return merge_by_time(stream_events(files, stats) for files in streams_of(paths).values())

@@ -1,0 +1,53 @@
+"""Parallel parsing with spill files gives exactly the serial timeline, filtered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector import spill
+from collector.parse import ParseStats, events_in_time_order
+from collector.spill import KindFilter, parallel_events_in_time_order
+from simulator.offline import run_offline
+from simulator.scenario import load_scenario
+
+
+@pytest.fixture(scope="module")
+def telemetry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sim")
+    run_offline(load_scenario("abort-race-storm-small"), out)
+    return out
+
+
+def _rows(events) -> list[tuple]:
+    return [(e.kind, e.node, e.time, e.source, e.fields, e.ranks) for e in events]
+
+
+def test_parallel_equals_serial_for_the_wanted_events(
+    telemetry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spill, "PARALLEL_MIN_BYTES", 0)
+    wanted = KindFilter(
+        frozenset({"request_finished", "checksum_mismatch", "metric", "capacity"}),
+        metric_signals=frozenset({"pool_tokens", "context_len"}),
+    )
+    paths = [telemetry / "logs", telemetry / "snapshots"]
+    serial_stats = ParseStats()
+    serial = [e for e in events_in_time_order(paths, serial_stats) if wanted(e)]
+    parallel_stats = ParseStats()
+    parallel = list(parallel_events_in_time_order(paths, parallel_stats, wanted, workers=2))
+    assert _rows(parallel) == _rows(serial)
+    assert {e.kind for e in parallel} == {
+        "request_finished",
+        "checksum_mismatch",
+        "metric",
+        "capacity",
+    }
+    assert {e.fields["signal"] for e in parallel if e.kind == "metric"} == {
+        "pool_tokens",
+        "context_len",
+    }
+    # Everything was still read and counted, wanted or not.
+    assert parallel_stats.events == serial_stats.events
+    assert parallel_stats.lines == serial_stats.lines and parallel_stats.bytes == serial_stats.bytes
