@@ -147,4 +147,26 @@ def peel(line: str) -> Envelope:
             y, mo, d, hh, mm, ss, frac = m.groups()[:7]
             when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
             return Envelope(when, None, {}, line[m.end() :], True)
+    embedded = _embedded_prefix(line)
+    if embedded is not None:
+        inner = peel(line[embedded:])
+        if inner.engine:
+            return inner
     return Envelope(shipper_time, None, {}, line, False)
+
+
+# What may stand before an SGLang prefix that a collector added: syslog (`Sep  1 10:00:00 host
+# sglang[123]: `), containerd CRI (`2026-09-01T10:00:00.1Z stdout F `), `kubectl logs
+# --timestamps`. Quotes, `=` and parentheses never do, so request-log text cannot fake one.
+_HEADER_CHARS = re.compile(r"[\w:.+\-/ \[\]@]{1,160}")
+
+
+def _embedded_prefix(line: str) -> int | None:
+    """Offset of an SGLang `[YYYY-MM-DD ...]` prefix behind a collector's header, if any."""
+    at = line.find("[", 1, 200)
+    while at > 0:
+        if line[at + 1 : at + 3] == "20" and _SGLANG.match(line, at):
+            header = _HEADER_CHARS.fullmatch(line, 0, at)
+            return at if header else None
+        at = line.find("[", at + 1, 200)
+    return None

@@ -12,6 +12,7 @@ not match.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -261,6 +262,24 @@ def classify(message: str, engine: bool) -> Outcome:
     return (UNCLASSIFIED_ENGINE if engine else UNCLASSIFIED_OTHER), None
 
 
+def _docker_json_line(message: str) -> str | None:
+    """The line inside Docker's json-file format: `{"log": "<line>\\n", "stream", "time"}`.
+
+    When the inner line has no timestamp of its own, Docker's is put in front in SGLang's style.
+    """
+    try:
+        record = json.loads(message)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+        return None
+    inner: str = record["log"].rstrip("\r\n")
+    stamp = record.get("time")
+    if isinstance(stamp, str) and not inner.startswith("[") and len(stamp) >= 19:
+        inner = f"[{stamp[:10]} {stamp[11:19]}] {inner}"
+    return inner
+
+
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -294,6 +313,10 @@ class LineParser:
 
     def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         envelope = peel(line)
+        if envelope.message.startswith('{"log"'):
+            inner = _docker_json_line(envelope.message)
+            if inner is not None:
+                return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
         when = envelope.time
         if when is not None and envelope.time_of_day is None:
