@@ -39,13 +39,18 @@ class KindFilter:
     """
 
     kinds: frozenset[str]
-    metric_signals: frozenset[str] | None = None  # None: every metric sample
+    # Metric samples kept: those with one of these canonical signals; None keeps every sample
+    # that has a canonical signal (samples no signal names are read by no detector).
+    metric_signals: frozenset[str] | None = None
 
     def __call__(self, event: Event) -> bool:
         if event.kind not in self.kinds:
             return False
-        if event.kind == "metric" and self.metric_signals is not None:
-            return event.fields.get("signal") in self.metric_signals
+        if event.kind == "metric":
+            signal = event.fields.get("signal")
+            if self.metric_signals is None:
+                return signal is not None
+            return signal in self.metric_signals
         return True
 
 

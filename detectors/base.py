@@ -162,7 +162,8 @@ class Detector(Generic[C]):
     # -- feeding (public, fixed) ---------------------------------------------------------------
 
     def observe(self, event: Event, ctx: DetectionContext) -> list[Finding]:
-        self._ensure()
+        if "n_seen_" not in self.__dict__:  # `_ensure`, inlined: called for most events
+            self.reset()
         self.n_seen_ += 1
         return self._on_event(event, ctx)
 

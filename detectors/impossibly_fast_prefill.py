@@ -14,14 +14,15 @@ not happen as claimed. Two floors:
   (`model_active_params`, `gpu_peak_flops`, GPUs = `gpus_per_node` or the prefill node's
   `tp_size`). Attention's quadratic cost is left out, which keeps the floor conservative. The
   default model size (1B active parameters) is deliberately low; configure yours.
-* learned: a low quantile regression (scikit-learn `QuantileRegressor`) of each node's own
-  timings on uncached tokens, divided by `safety_factor`. It learns only from requests that
-  cannot be the leak (prompt within the pool in force, not refused, not already too fast), so
-  the leak does not teach it that leaks are normal. Time to first token moves with load (a
-  storm inflates it, a quiet minute after a restart deflates it), so the learned floor is
-  conservative (2% quantile, divided by 8), judges only long prompts
-  (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly measures
-  the answer's length.
+* learned: a low quantile regression line of each node's own timings on uncached tokens
+  (the optimum of the linear program scikit-learn's `QuantileRegressor` solves, found by an
+  exact direct method: `detectors.quantile_line`), divided by `safety_factor`. It learns only
+  from requests that cannot be the leak (prompt within the pool in force, not refused, not
+  already too fast), so the leak does not teach it that leaks are normal. Time to first token
+  moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
+  learned floor is conservative (2% quantile, divided by 8), judges only long prompts
+  (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
+  measures the answer's length.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
@@ -32,10 +33,9 @@ are warnings, below that fixed overheads dominate and nothing is judged.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 from pydantic import Field
@@ -46,6 +46,7 @@ from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
 from detectors.pool_in_force import pool_in_force
+from detectors.quantile_line import quantile_line
 
 SOURCES: Final = (
     "prefill_forward",
@@ -84,6 +85,10 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     min_history: int = Field(default=50, ge=5)
     max_history: int = Field(default=512, ge=10)
     refit_every: int = Field(default=64, ge=1)
+    # "exact": the one-feature solver in detectors.quantile_line (same optimum, ~30x faster);
+    # "sklearn": scikit-learn's QuantileRegressor (HiGHS), the reference the exact one is
+    # tested against.
+    solver: Literal["exact", "sklearn"] = "exact"
     # After the first few fits, refit at most this often (event time).
     refit_interval_seconds: float = Field(default=10800.0, ge=0)
     learn_min_uncached_tokens: int = Field(default=256, ge=1)
@@ -139,15 +144,16 @@ class FloorModel:
             )
         )
         if due:
-            self.refit(cfg.quantile, now)
+            self.refit(cfg.quantile, now, cfg.solver)
 
-    def refit(self, quantile: float, now: float | None) -> None:
+    def refit(self, quantile: float, now: float | None, solver: str = "exact") -> None:
         data = np.asarray(self.samples, dtype=float)
-        model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        if solver == "sklearn":
+            model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
             model.fit(data[:, :1], data[:, 1])
-        self.coef = (float(model.intercept_), float(model.coef_[0]))
+            self.coef = (float(model.intercept_), float(model.coef_[0]))
+        else:
+            self.coef = quantile_line(data[:, 0], data[:, 1], quantile)
         self.since_fit = 0
         self.last_fit = now
         self.fits += 1

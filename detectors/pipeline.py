@@ -33,8 +33,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from collector.events import Event
-from collector.state.config_timeline import ConfigChange, ConfigTimeline
-from collector.state.ledger import LedgerConfig, RequestLedger
+from collector.state.config_timeline import TIMELINE_KINDS, ConfigChange, ConfigTimeline
+from collector.state.ledger import LEDGER_KINDS, LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector
 from detectors.context import DetectionContext
@@ -163,10 +163,15 @@ class DetectionPipeline:
         self._route()
 
     def _route(self) -> None:
-        self._by_kind: dict[str, list[Detector[Any]]] = {}
+        # Per event kind, who wants it: the timeline, the ledger, which detectors. Most events
+        # (metrics, batch lines, access lines) interest few consumers, and looking that up once
+        # per kind keeps `process` from calling into ones that would return at once.
+        self._by_kind: dict[str, tuple[Detector[Any], ...]] = {}
         for det in self.detectors:
             for kind in det.event_kinds:
-                self._by_kind.setdefault(kind, []).append(det)
+                self._by_kind[kind] = (*self._by_kind.get(kind, ()), det)
+        self._timeline_kinds = TIMELINE_KINDS
+        self._ledger_kinds = LEDGER_KINDS
         self._config_dets = [d for d in self.detectors if d.wants_config]
         self._request_dets = [d for d in self.detectors if d.wants_requests]
         self._windowed_dets = [d for d in self.detectors if d.windowed]
@@ -191,22 +196,26 @@ class DetectionPipeline:
         stats = self.stats
         stats.events += 1
         ctx = self.context
-        if event.time is None:
+        time = event.time
+        if time is None:
             stats.events_without_time += 1
-        elif ctx.now is None or event.time > ctx.now:
-            ctx.now = event.time
-        elif event.time < ctx.now:
+        elif ctx.now is None or time > ctx.now:
+            ctx.now = time
+        elif time < ctx.now:
             stats.events_behind_watermark += 1
-        change = self.timeline.update(event)
-        self.ledger.add(event)
+        kind = event.kind
+        change = self.timeline.update(event) if kind in self._timeline_kinds else None
+        if kind in self._ledger_kinds:
+            self.ledger.add(event)
         out: list[Finding] = []
         # Joins and windows only close when event time moves (logs have one-second stamps, so
         # most events share the previous one's time).
-        if ctx.now is not None and ctx.now != self._passed:
-            self._pass_time(ctx.now, out)
+        now = ctx.now
+        if now is not None and now != self._passed:
+            self._pass_time(now, out)
         if change is not None:
             self._dispatch_config(change, out)
-        for det in self._by_kind.get(event.kind, ()):
+        for det in self._by_kind.get(kind, ()):
             self._call(det, det.observe, out, event, ctx)
         return out
 
@@ -263,7 +272,8 @@ class DetectionPipeline:
         out: list[Finding],
         *args: Any,
     ) -> None:
-        started = self._clock()
+        clock = self._clock
+        started = clock()
         try:
             findings = method(*args)
         except Exception:
@@ -272,7 +282,11 @@ class DetectionPipeline:
                 raise
             findings = []
         seconds = self.stats.seconds
-        seconds[det.name] = seconds.get(det.name, 0.0) + (self._clock() - started)
+        seconds[det.name] = seconds.get(det.name, 0.0) + (clock() - started)
+        if findings:
+            self._keep(findings, out)
+
+    def _keep(self, findings: list[Finding], out: list[Finding]) -> None:
         for finding in findings:
             if self._first(finding.dedup_key):
                 key = f"{finding.detector}:{finding.severity}"

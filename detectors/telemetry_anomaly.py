@@ -130,15 +130,70 @@ class _NodeWindow:
 
 
 class _NodeModel:
-    __slots__ = ("buffer", "fit_rows", "lof", "center", "scale", "since_fit")
+    __slots__ = ("buffer", "fit_rows", "lof", "scorer", "center", "scale", "since_fit")
 
     def __init__(self, size: int) -> None:
         self.buffer: deque[list[float]] = deque(maxlen=size)
         self.fit_rows: list[list[float]] = []
         self.lof: LocalOutlierFactor | None = None
+        self.scorer: _NoveltyScorer | None = None
         self.center = np.zeros(len(FEATURES))
         self.scale = np.ones(len(FEATURES))
         self.since_fit = 0
+
+
+class _NoveltyScorer:
+    """`-LocalOutlierFactor.score_samples` for one row, from the fitted model's arrays.
+
+    Why: scikit-learn's per-call overhead (validation, joblib) is about 1 ms, and every closed
+    window is scored alone, so over weeks of logs the overhead dominated forensics. This repeats
+    scikit-learn's arithmetic in the same order (ball-tree distances sum squared differences
+    feature by feature; means over the same (1, k) arrays), so the score is bit-identical; the
+    tests check that against `score_samples`. When distances tie, the neighbour order is the
+    tree's own choice, so such rows go to scikit-learn itself.
+    """
+
+    __slots__ = ("lof", "columns", "lrd", "k_distance", "k")
+
+    def __init__(
+        self, lof: LocalOutlierFactor, fit_x: np.ndarray, lrd: np.ndarray, k_distance: np.ndarray
+    ) -> None:
+        self.lof = lof
+        # One contiguous row per feature, so each feature's differences are one fast pass.
+        self.columns = np.ascontiguousarray(fit_x.T)
+        self.k = int(lof.n_neighbors_)
+        self.lrd = lrd
+        self.k_distance = k_distance
+
+    @classmethod
+    def of(cls, lof: LocalOutlierFactor, fit_x: np.ndarray) -> _NoveltyScorer | None:
+        """The scorer of a fitted model; None (score with scikit-learn) if its arrays are gone."""
+        # Each training row's local reachability density and distances to its neighbours:
+        # private in scikit-learn, so a release that renames them only costs speed.
+        lrd = getattr(lof, "_lrd", None)
+        distances = getattr(lof, "_distances_fit_X_", None)
+        if not isinstance(lrd, np.ndarray) or not isinstance(distances, np.ndarray):
+            return None
+        return cls(lof, fit_x, lrd, distances[:, int(lof.n_neighbors_) - 1])
+
+    def score(self, row: np.ndarray) -> float:
+        """The local outlier factor of `row` (shape (n_features,), standardised)."""
+        squares = self.columns - row[:, np.newaxis]
+        squares *= squares
+        # Summing over the outer axis adds feature rows one after another: the tree's order of
+        # addition, so the same bits (numpy sums pairwise only along the contiguous axis).
+        distances = np.sqrt(np.add.reduce(squares, axis=0))
+        k = self.k
+        nearest = np.argpartition(distances, k)[: k + 1]
+        nearest = nearest[np.argsort(distances[nearest], kind="stable")]
+        ordered = distances[nearest]
+        if (ordered[1:] == ordered[:-1]).any():
+            return float(-self.lof.score_samples(row[np.newaxis, :])[0])
+        neighbours = nearest[np.newaxis, :k]
+        reach = np.maximum(ordered[np.newaxis, :k], self.k_distance[neighbours])
+        row_lrd = 1.0 / (np.mean(reach, axis=1) + 1e-10)
+        ratios = self.lrd[neighbours] / row_lrd[:, np.newaxis]
+        return float(np.mean(ratios, axis=1)[0])
 
 
 class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
@@ -227,8 +282,10 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         model = self.models_.get(str(x["node"]))
         if model is None or model.lof is None:
             return 0.0
-        row = (np.asarray([[float(v) for v in x["features"]]]) - model.center) / model.scale
-        return float(-model.lof.score_samples(row)[0])
+        row = (np.asarray([float(v) for v in x["features"]]) - model.center) / model.scale
+        if model.scorer is None:
+            return float(-model.lof.score_samples(row[np.newaxis, :])[0])
+        return model.scorer.score(row)
 
     def _learn(self, node: str, row: list[float]) -> None:
         model = self.models_.get(node)
@@ -257,6 +314,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
             warnings.simplefilter("ignore")
             lof.fit(scaled)
         model.lof = lof
+        model.scorer = _NoveltyScorer.of(lof, scaled)
         model.fit_rows = rows
         model.since_fit = 0
 

@@ -398,3 +398,26 @@ def test_on_record_sees_every_joined_request_with_its_findings():
         "rejected_then_served",
     ]
     assert seen["3000"] == []  # the long, almost fully cached prompt
+
+
+def test_lines_no_consumer_reads_are_never_parsed() -> None:
+    parsed: list[str] = []
+
+    def parse(text: str) -> dict[str, object]:
+        parsed.append(text)
+        return {"queue_req": 0, "bootstrap_req": 0}
+
+    pipeline = DetectionPipeline.from_config({**GLM, "disabled": ["telemetry_anomaly"]})
+    incident = incident_replay()
+    stream = list(incident)
+    for k in range(50):  # batch and access lines from nodes whose role the timeline knows
+        t = T0 + 100 + 10 * k
+        stream.append(Event.deferred("prefill_batch", "prefill-0", t, "p.log", parse, "p"))
+        stream.append(Event.deferred("decode_batch", "decode-0", t, "d.log", parse, "d"))
+        stream.append(Event.deferred("http_access", "decode-0", t, "d.log", parse, "a"))
+    findings = list(pipeline.run(by_time(stream)))
+    assert parsed == []
+    # ... and the verdicts are those of the stream without them.
+    alone = DetectionPipeline.from_config({**GLM, "disabled": ["telemetry_anomaly"]})
+    expected = list(alone.run(incident_replay()))
+    assert [f.dedup_key for f in findings] == [f.dedup_key for f in expected]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
+
 from collector.events import Event
 from detectors.base import Detector
 from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
@@ -306,3 +310,52 @@ def test_telemetry_anomaly_is_deterministic_for_a_seed():
     a = run(TelemetryAnomaly(random_state=3), telemetry_stream(anomaly=True))
     b = run(TelemetryAnomaly(random_state=3), telemetry_stream(anomaly=True))
     assert [f.to_json_dict() for f in a] == [f.to_json_dict() for f in b]
+
+
+def lof_models(jitter: float, duplicates: bool) -> TelemetryAnomaly:
+    det = TelemetryAnomaly(min_windows=8, refit_every=8, n_neighbors=5, jitter=jitter)
+    rng = random.Random(11)
+    for k in range(60):
+        if duplicates:
+            row = [float(k % 3), 0, 0, 0, 0, 0.5, 1, 7.0, 0.3, 4]  # three distinct windows
+        else:
+            row = [rng.uniform(0, 9) for _ in range(10)]
+        det.learn_one({"node": "decode-0", "features": row})
+    return det
+
+
+def sklearn_score(det: TelemetryAnomaly, features: list[float]) -> float:
+    model = det.models_["decode-0"]
+    assert model.lof is not None
+    row = (np.asarray([features]) - model.center) / model.scale
+    return float(-model.lof.score_samples(row)[0])
+
+
+def test_window_scores_are_bit_identical_to_scikit_learns_local_outlier_factor() -> None:
+    det = lof_models(jitter=0.01, duplicates=False)
+    rng = random.Random(5)
+    rows = [[rng.uniform(-2, 12) for _ in range(10)] for _ in range(200)]
+    rows += [list(row) for row in det.models_["decode-0"].fit_rows[:20]]  # training windows
+    for row in rows:
+        assert det.score_one({"node": "decode-0", "features": row}) == sklearn_score(det, row)
+
+
+def test_tied_neighbour_distances_are_scored_by_scikit_learn_itself() -> None:
+    # No jitter and three distinct training windows: every distance ties with many others.
+    det = lof_models(jitter=0.0, duplicates=True)
+    for row in ([1.0, 0, 0, 0, 0, 0.5, 1, 7.0, 0.3, 4], [5.0, 1, 0, 2, 0, 0.9, 3, 1.0, 2.0, 0]):
+        score = det.score_one({"node": "decode-0", "features": row})
+        assert score == sklearn_score(det, row)
+
+
+def test_without_scikit_learns_fitted_arrays_windows_are_scored_by_scikit_learn() -> None:
+    from sklearn.neighbors import LocalOutlierFactor
+
+    from detectors.telemetry_anomaly import _NoveltyScorer
+
+    assert _NoveltyScorer.of(LocalOutlierFactor(novelty=True), np.zeros((4, 10))) is None
+    det = lof_models(jitter=0.01, duplicates=False)
+    row = [4.0, 1, 2, 3, 0, 0.5, 1, 7.0, 0.3, 4]
+    fast = det.score_one({"node": "decode-0", "features": row})
+    det.models_["decode-0"].scorer = None
+    assert det.score_one({"node": "decode-0", "features": row}) == fast == sklearn_score(det, row)

@@ -377,3 +377,43 @@ def test_facts_older_than_the_current_generation_fill_the_past_without_restartin
     assert tl2.config_at("p0", T + 9_100).pool_tokens == 2_040_000
     assert tl2.config_at("p0", T + 9_100).version is None
     assert len(tl2.history("p0")) == 2
+
+
+def lazy_batch(kind: str, node: str, t: float, text: str, parsed: list[str]) -> Event:
+    """A batch line whose fields are parsed on first access, noting each parse in `parsed`."""
+
+    def parse(body: str) -> dict[str, object]:
+        parsed.append(body)
+        fields: dict[str, object] = {}
+        for item in body.split(", "):
+            key, _, value = item.partition(": ")
+            fields[key.strip("#").replace("-", "_")] = int(value)
+        return fields
+
+    return Event.deferred(kind, node, t, f"{node}.log", parse, text)
+
+
+def test_batch_lines_are_not_parsed_once_the_role_is_settled() -> None:
+    tl = ConfigTimeline()
+    parsed: list[str] = []
+    tl.update(ev("server_args", "p0", T, disaggregation_mode="prefill"))
+    for k in range(3):
+        tl.update(lazy_batch("prefill_batch", "p0", T + k, "#new-seq: 1, #queue-req: 0", parsed))
+    assert parsed == [] and tl.role_at("p0") == "prefill"
+    # A shape guess (no PD keys: unified) is weak, so later lines are still read, and a PD
+    # line then settles the role; after that nothing is read again.
+    tl.update(lazy_batch("decode_batch", "d0", T, "#running-req: 4", parsed))
+    tl.update(lazy_batch("decode_batch", "d0", T + 1, "#running-req: 4, #transfer-req: 2", parsed))
+    tl.update(lazy_batch("decode_batch", "d0", T + 2, "#running-req: 5, #transfer-req: 1", parsed))
+    assert parsed == ["#running-req: 4", "#running-req: 4, #transfer-req: 2"]
+    assert tl.role_at("d0", T) == "decode"
+
+
+def test_a_settled_role_still_follows_a_restart_that_states_another_mode() -> None:
+    tl = ConfigTimeline()
+    tl.update(ev("server_args", "n0", T, disaggregation_mode="prefill"))
+    tl.update(ev("request_time_stats", "n0", T + 5, rid="a", role="prefill"))
+    change = tl.update(ev("server_args", "n0", T + 9_000, disaggregation_mode="decode"))
+    assert change is not None and change.restart
+    assert tl.role_at("n0", T + 10) == "prefill"
+    assert tl.role_at("n0", T + 9_001) == "decode"

@@ -26,7 +26,10 @@ from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import write_findings_csv, write_html, write_markdown
-from collector.parse import ParseStats, events_in_time_order
+from collector.parse import ParseStats
+from collector.spill import KindFilter, parallel_events_in_time_order
+from collector.state.config_timeline import TIMELINE_KINDS
+from collector.state.ledger import LEDGER_KINDS
 from collector.state.request_record import RequestRecord
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.pipeline import DetectionPipeline, PipelineConfig
@@ -145,6 +148,15 @@ class _Evidence:
         self.deferred.setdefault(hour, Counter())[str(event.get("outcome"))] += 1
 
 
+def consumed_kinds(pipeline: DetectionPipeline) -> frozenset[str]:
+    """Event kinds the pipeline reads (its timeline, its ledger, its detectors); the rest are
+    counted by the parser but never need their fields extracted or their way to the judge."""
+    kinds = set(TIMELINE_KINDS) | set(LEDGER_KINDS)
+    for det in pipeline.detectors:
+        kinds |= det.event_kinds
+    return frozenset(kinds)
+
+
 def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -181,6 +193,7 @@ def run_forensics(
     config: PipelineConfig | None = None,
     progress_stream: TextIO | None = None,
     write_parquet: bool = True,
+    workers: int | None = None,
 ) -> ForensicsResult:
     """Read everything under `paths`, judge it, write the reports into `out_dir`."""
     started = time.perf_counter()
@@ -194,8 +207,12 @@ def run_forensics(
     stats.progress = progress.advance
     process = pipeline.process
     note_finding = evidence.finding
+    wanted = KindFilter(consumed_kinds(pipeline) | {"deferred_release"})
+    events = parallel_events_in_time_order(
+        paths, stats, wanted, workers=workers, progress=progress.advance
+    )
     try:
-        for event in events_in_time_order(paths, stats):
+        for event in events:
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
             for finding in process(event):

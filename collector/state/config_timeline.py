@@ -463,16 +463,22 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
 
 
 def _on_metric(history: _NodeHistory, event: Event) -> bool:
-    signal = event.get("signal") or _METRIC_NAME_SIGNAL.get(str(event.get("name")))
-    role = _role_from_mode(event.get("role"), mode_present=False)
+    fields = event.fields
+    signal = fields.get("signal") or _METRIC_NAME_SIGNAL.get(str(fields.get("name")))
     if signal not in _METRIC_POOL and signal not in _METRIC_CONTEXT:
-        if role is not None and history.role_strength < _STRONG:
+        # Any other sample can only hint at the role (its `engine_type` label), and only while
+        # the role is not settled: the usual case returns here, once per sample.
+        if history.role_strength >= _STRONG:
+            return False
+        role = _role_from_mode(fields.get("role"), mode_present=False)
+        if role is not None:
             if history.current is None:
                 history.start(event.time, event.source)
             history.role_strength = _STRONG
             history.replace_current(role=role)
         return False
-    value = _as_int(event.get("value"))
+    role = _role_from_mode(fields.get("role"), mode_present=False)
+    value = _as_int(fields.get("value"))
     if value is None:
         return False
     field = "pool_tokens" if signal in _METRIC_POOL else "context_len"
@@ -492,17 +498,22 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
 
 
 def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
+    # Every hint is at most as strong as _STRONG, and a settled role stays settled across
+    # restarts (the role is carried over), so once it is strong the hint cannot change
+    # anything: return before reading the fields (batch lines are parsed on first access).
+    if history.role_strength >= _STRONG:
+        return False
     role: Role | None = None
     strength = _STRONG
     if event.kind in ("request_time_stats", "request_trace"):
         role = _role_from_mode(event.get("role"), mode_present=False)
     elif event.kind == "prefill_batch":
-        keys = set(event.fields)
-        role = "prefill" if keys & _PD_PREFILL_BATCH_KEYS else "unified"
+        keys = event.fields.keys()
+        role = "prefill" if not _PD_PREFILL_BATCH_KEYS.isdisjoint(keys) else "unified"
         strength = _STRONG if role == "prefill" else _WEAK
     elif event.kind == "decode_batch":
-        keys = set(event.fields)
-        role = "decode" if keys & _PD_DECODE_BATCH_KEYS else "unified"
+        keys = event.fields.keys()
+        role = "decode" if not _PD_DECODE_BATCH_KEYS.isdisjoint(keys) else "unified"
         strength = _STRONG if role == "decode" else _WEAK
     if role is None or strength <= history.role_strength:
         return False
@@ -526,6 +537,8 @@ _HANDLERS: Final = {
     "request_time_stats": _on_role_hint,
     "request_trace": _on_role_hint,
 }
+# The event kinds `ConfigTimeline.update` reads; it ignores every other kind.
+TIMELINE_KINDS: Final = frozenset(_HANDLERS)
 
 
 def _late_fill(history: _NodeHistory, event: Event) -> ConfigChange | None:

@@ -192,6 +192,9 @@ class RequestLedger:
         """Emit every request whose wait is over at event time `now`."""
         if self._now is None or now > self._now:
             self._now = now
+        heap = self._heap
+        if not self._forced and not self._pending and (not heap or heap[0][0] > now):
+            return []  # nothing due: the usual case, as event time ticks by the second
         out = self._forced
         self._forced = []
         while self._heap and self._heap[0][0] <= now:
