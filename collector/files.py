@@ -22,6 +22,9 @@ FileKind = Literal["log", "prom", "json"]
 
 # Memory per open stream is about a block and its decoded lines; forensics keeps one stream
 # open per node, so the block stays modest.
+# Stands in a block's line list for a line that was dropped (and counted) while decoding, so that
+# line numbers stay true; kept lines never consist of a lone NUL (NULs are stripped from them).
+DROPPED: Final = "\x00"
 BLOCK_SIZE: Final = 1 << 20
 MAX_LINE_BYTES: Final = 1 << 20
 
@@ -324,11 +327,12 @@ def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
     """(line number, text) for every usable line; see `read_line_blocks`."""
     for first, lines in read_line_blocks(path, stats):
         for offset, line in enumerate(lines):
-            yield first + offset, line
+            if line != DROPPED:
+                yield first + offset, line
 
 
 def _decode_block(payload: bytes, stats: ReadStats) -> list[str]:
-    """Lines of a block of whole lines. Damaged lines are blanked (keeping line numbers true)."""
+    """Lines of a block of whole lines. Dropped lines become `DROPPED` (keeping line numbers)."""
     text = payload.decode("utf-8", "replace")
     lines = text.split("\n")
     if "\r" in text:
@@ -340,7 +344,7 @@ def _decode_block(payload: bytes, stats: ReadStats) -> list[str]:
         for line in lines:
             if len(line) > MAX_LINE_BYTES:
                 stats.drop("line_too_long")
-                line = ""
+                line = DROPPED
             cleaned.append(line)
         lines = cleaned
     return lines
@@ -352,7 +356,7 @@ def _clean(line: str, stats: ReadStats) -> str:
     junk = line.count("\x00") + line.count("\ufffd")
     if junk * 4 > len(line):
         stats.drop("binary")
-        return ""
+        return DROPPED
     if "\ufffd" in line:
         stats.drop("non_utf8_line_repaired")
     return line.replace("\x00", "")

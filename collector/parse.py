@@ -18,6 +18,7 @@ from typing import Any
 
 from collector.events import Event
 from collector.files import (
+    DROPPED,
     ReadStats,
     TelemetryFile,
     discover,
@@ -123,8 +124,9 @@ def file_events(
         try:
             for first, lines in read_line_blocks(tf.path, read, byte_range):
                 for number, line in enumerate(lines, first):
-                    if not line:
-                        count(BLANK)
+                    if len(line) <= 1 and (not line or line == DROPPED):
+                        if not line:
+                            count(BLANK)
                         continue
                     bucket, event = parse(line, prefix + str(number))
                     if event is not None:

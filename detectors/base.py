@@ -55,6 +55,9 @@ class Detector(Generic[C]):
     alert: ClassVar[str] = ""
     config_class: ClassVar[type[DetectorConfig]] = DetectorConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset()
+    # For detectors that read `metric` events: the canonical signals they use (None: any).
+    # Forensics ships only these samples to the judging process.
+    metric_signals: ClassVar[frozenset[str] | None] = None
     wants_config: ClassVar[bool] = False
     wants_requests: ClassVar[bool] = False
     windowed: ClassVar[bool] = False

@@ -132,6 +132,7 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
     event_kinds: ClassVar[frozenset[str]] = frozenset(
         {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption"}
     )
+    metric_signals: ClassVar[frozenset[str] | None] = _RELEASE_SIGNALS | _HELD_SIGNALS
     windowed: ClassVar[bool] = True
 
     @classmethod

@@ -114,6 +114,7 @@ class TransferFailureStorm(Detector[TransferFailureStormConfig]):
     alert: ClassVar[str] = "KVWatchTransferFailureStorm"
     config_class: ClassVar[type[DetectorConfig]] = TransferFailureStormConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"transfer_failed", "metric"})
+    metric_signals: ClassVar[frozenset[str] | None] = _FAILURE_SIGNALS
     windowed: ClassVar[bool] = True
 
     @classmethod

@@ -28,7 +28,7 @@ from collector.forensics.progress import Progress
 from collector.forensics.report import write_findings_csv, write_html, write_markdown
 from collector.parse import ParseStats
 from collector.spill import KindFilter, parallel_events_in_time_order
-from collector.state.config_timeline import TIMELINE_KINDS
+from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LEDGER_KINDS
 from collector.state.request_record import RequestRecord
 from detectors.finding import SEVERITY_RANK, Finding
@@ -148,13 +148,20 @@ class _Evidence:
         self.deferred.setdefault(hour, Counter())[str(event.get("outcome"))] += 1
 
 
-def consumed_kinds(pipeline: DetectionPipeline) -> frozenset[str]:
-    """Event kinds the pipeline reads (its timeline, its ledger, its detectors); the rest are
-    counted by the parser but never need their fields extracted or their way to the judge."""
-    kinds = set(TIMELINE_KINDS) | set(LEDGER_KINDS)
+def consumed(pipeline: DetectionPipeline) -> KindFilter:
+    """The events the pipeline reads (its timeline, its ledger, its detectors, by kind and for
+    metrics by signal). The rest are counted by the parser but never need their fields extracted
+    or their way to the judging process."""
+    kinds = set(TIMELINE_KINDS) | set(LEDGER_KINDS) | {"deferred_release"}
+    signals: set[str] | None = set(TIMELINE_METRIC_SIGNALS)
     for det in pipeline.detectors:
         kinds |= det.event_kinds
-    return frozenset(kinds)
+        if "metric" in det.event_kinds:
+            if det.metric_signals is None:
+                signals = None
+            elif signals is not None:
+                signals |= det.metric_signals
+    return KindFilter(frozenset(kinds), frozenset(signals) if signals is not None else None)
 
 
 def _int(value: Any) -> int | None:
@@ -207,7 +214,7 @@ def run_forensics(
     stats.progress = progress.advance
     process = pipeline.process
     note_finding = evidence.finding
-    wanted = KindFilter(consumed_kinds(pipeline) | {"deferred_release"})
+    wanted = consumed(pipeline)
     events = parallel_events_in_time_order(
         paths, stats, wanted, workers=workers, progress=progress.advance
     )

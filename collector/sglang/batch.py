@@ -7,9 +7,14 @@ head is `key: value` items separated by `, `. Unknown keys are kept, never fatal
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from collector.sglang.values import normalise_key, number
+
+# `key: value` items; keys never hold `:` or `,`, values never hold `,`. One C-level findall
+# instead of a Python loop of split/partition: batch lines are the most common engine line.
+_ITEM = re.compile(r"([^,:]+): ([^,]*)")
 
 
 def parse_batch_fields(body: str) -> dict[str, Any]:
@@ -21,10 +26,7 @@ def parse_batch_fields(body: str) -> dict[str, Any]:
         if close > 0:
             fields["iter"] = number(body[2:close])
             body = body[close + 1 :].lstrip(".,")
-    for item in body.split(", "):
-        key, sep, value = item.partition(": ")
-        if not sep:
-            continue
+    for key, value in _ITEM.findall(body):
         key = key.strip()
         if key:
             fields[normalise_key(key)] = number(value)

@@ -14,21 +14,28 @@ _key_cache: dict[str, str] = {}
 
 
 def normalise_key(raw: str) -> str:
-    """`#new-token` → `new_token`, `input throughput (token/s)` → `input_throughput_token_s`.
+    """`#new-token` → `new_token`, `gen throughput (token/s)` → `gen_throughput`,
+    `est. read BW (GB/s per GPU)` → `est_read_bw_gb_s_per_gpu`.
 
-    Units stay in the key on purpose: two eras may print the same quantity in different units,
-    and silently merging them would be worse than keeping both names.
+    The throughput unit is dropped because every era printed tokens per second (and the key then
+    matches the `sglang:gen_throughput` gauge); other units stay in the key on purpose, so that a
+    quantity printed in a new unit never silently merges with the old one.
     """
     cached = _key_cache.get(raw)
     if cached is None:
-        cached = _NON_ALNUM.sub("_", raw.lower()).strip("_")
+        cached = _NON_ALNUM.sub("_", raw.replace("(token/s)", "").lower()).strip("_")
         if len(_key_cache) < 10_000:
             _key_cache[raw] = cached
     return cached
 
 
+_WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": None}
+
+
 def number(text: str) -> Any:
     """Parse an int, float, bool, None or percentage; anything else stays a stripped string."""
+    if text.isdigit():  # the common case, without exceptions or copies
+        return int(text)
     text = text.strip()
     if not text:
         return text

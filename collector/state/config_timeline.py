@@ -539,6 +539,8 @@ _HANDLERS: Final = {
 }
 # The event kinds `ConfigTimeline.update` reads; it ignores every other kind.
 TIMELINE_KINDS: Final = frozenset(_HANDLERS)
+# The canonical metric signals it reads from `metric` events.
+TIMELINE_METRIC_SIGNALS: Final = _METRIC_POOL | _METRIC_CONTEXT
 
 
 def _late_fill(history: _NodeHistory, event: Event) -> ConfigChange | None:
