@@ -1,42 +1,54 @@
-"""Parsing many nodes' files on every core, then merging them into one timeline.
+"""Parsing many nodes' files on every core while one process judges the merged timeline.
 
-Forensics has two halves: parsing (independent per node, so it can use every core) and judging
-(one timeline, so one process). Workers parse a node's stream (its logs, or its snapshots), keep
-only the events the judge wants, materialise their fields, and spill them to a temporary file
-in pickled batches; the main process then merges the spilled streams by time. Memory stays
-bounded: a worker holds one batch, the merge one batch per stream.
+Forensics has two halves: parsing (independent per node) and judging (one timeline). The
+streams (per node: its logs; per node and kind: its snapshots) are shared out among worker
+processes; each worker merges its own streams by time, keeps only the events the judge wants,
+materialises their fields and sends them down a pipe in pickled batches. The judging process
+merges the workers' already-ordered outputs by time as they arrive, so parsing and judging run
+at the same time. Pipes block when full: memory stays bounded whatever the input size.
+
+A per-stream stage (`StageFactory`) may turn a node's raw events into other events inside the
+worker (forensics uses it to pre-aggregate dense batch lines into per-window partials).
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from collector.events import Event
 from collector.files import TelemetryFile
-from collector.parse import ParseStats, file_events, merge_by_time, stream_events, streams_of
+from collector.parse import ParseStats, file_events, merge_by_time, streams_of
 
-BATCH = 4096
-# Below this much input the process pool costs more than it saves.
+BATCH = 2048
+# Below this much input the worker processes cost more than they save.
 PARALLEL_MIN_BYTES = 48 << 20
 
-Wanted = Callable[[Event], bool]  # must pickle: it travels to the worker processes
+Wanted = Callable[[Event], bool]
 Row = tuple[str, str, float | None, str, dict[str, Any], dict[str, int]]
+StreamKey = tuple[str, str]  # (node, file kind)
+
+
+class Stage(Protocol):
+    """Sees one stream's events in order; returns events to emit before each one."""
+
+    def observe(self, event: Event) -> list[Event]: ...
+
+    def flush(self) -> list[Event]: ...
+
+
+StageFactory = Callable[[StreamKey], Stage | None]
 
 
 @dataclass(frozen=True)
 class KindFilter:
-    """The events a consumer wants: by kind, and for metrics by canonical signal.
-
-    A plain, picklable object (not a closure) because it travels to the worker processes.
-    """
+    """The events a consumer wants: by kind, and for metrics by canonical signal."""
 
     kinds: frozenset[str]
     # Metric samples kept: those with one of these canonical signals; None keeps every sample
@@ -54,57 +66,114 @@ class KindFilter:
         return True
 
 
-@dataclass(frozen=True)
-class _Task:
-    key: tuple[str, str]
-    files: list[TelemetryFile]
-    spill: Path
+def _stream(
+    key: StreamKey,
+    files: list[TelemetryFile],
+    stats: ParseStats,
+    wanted: Wanted,
+    stage_factory: StageFactory | None,
+) -> Iterator[Event]:
+    stage = stage_factory(key) if stage_factory is not None else None
+    for tf in files:
+        for event in file_events(tf, stats):
+            if stage is not None:
+                yield from stage.observe(event)
+            if wanted(event):
+                yield event
+    if stage is not None:
+        yield from stage.flush()
 
 
-def _spill_stream(task: _Task, wanted: Wanted) -> tuple[ParseStats, int]:
-    """Worker: parse one stream, write the wanted events as pickled batches. Returns stats."""
-    stats = ParseStats()
-    batch: list[Row] = []
-    written = 0
-    with open(task.spill, "wb") as out:
-        for tf in task.files:
-            for event in file_events(tf, stats):
-                if not wanted(event):
-                    continue
-                batch.append(
-                    (event.kind, event.node, event.time, event.source, event.fields, event.ranks)
-                )
-                if len(batch) >= BATCH:
-                    pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
-                    written += len(batch)
-                    batch = []
-        if batch:
-            pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
-            written += len(batch)
-    stats.progress = None
-    return stats, written
+def _merged(
+    streams: dict[StreamKey, list[TelemetryFile]],
+    stats: ParseStats,
+    wanted: Wanted,
+    stage_factory: StageFactory | None,
+) -> Iterator[Event]:
+    return merge_by_time(
+        _stream(key, files, stats, wanted, stage_factory) for key, files in streams.items()
+    )
 
 
-def _read_spill(path: Path) -> Iterator[Event]:
-    with open(path, "rb") as handle:
-        while True:
-            try:
-                batch: list[Row] = pickle.load(handle)
-            except EOFError:
-                return
-            for kind, node, when, source, fields, ranks in batch:
-                yield Event(kind, node, when, source, fields, ranks)
-
-
-def _input_bytes(streams: dict[tuple[str, str], list[TelemetryFile]]) -> int:
+def _size(files: list[TelemetryFile]) -> int:
     total = 0
-    for files in streams.values():
-        for tf in files:
-            try:
-                total += tf.path.stat().st_size
-            except OSError:
-                continue
+    for tf in files:
+        try:
+            total += tf.path.stat().st_size
+        except OSError:
+            continue
     return total
+
+
+def _share(
+    streams: dict[StreamKey, list[TelemetryFile]], workers: int
+) -> list[dict[StreamKey, list[TelemetryFile]]]:
+    """Streams shared out by size, largest first to the least loaded worker."""
+    shares: list[dict[StreamKey, list[TelemetryFile]]] = [{} for _ in range(workers)]
+    load = [0] * workers
+    for key, files in sorted(streams.items(), key=lambda kv: -_size(kv[1])):
+        target = load.index(min(load))
+        shares[target][key] = files
+        load[target] += _size(files)
+    return [share for share in shares if share]
+
+
+def _worker(
+    conn: Connection,
+    share: dict[StreamKey, list[TelemetryFile]],
+    wanted: Wanted,
+    stage_factory: StageFactory | None,
+) -> None:
+    """Runs in a forked process: stream the share's wanted events down the pipe, then stats."""
+    stats = ParseStats()
+    sent = [0]
+
+    def progressed(n: int) -> None:
+        sent[0] += n
+
+    stats.progress = progressed
+    batch: list[Row] = []
+    try:
+        for event in _merged(share, stats, wanted, stage_factory):
+            batch.append(
+                (event.kind, event.node, event.time, event.source, event.fields, event.ranks)
+            )
+            if len(batch) >= BATCH:
+                conn.send_bytes(pickle.dumps(("events", batch, sent[0]), pickle.HIGHEST_PROTOCOL))
+                sent[0] = 0
+                batch = []
+        stats.progress = None
+        conn.send_bytes(pickle.dumps(("events", batch, sent[0]), pickle.HIGHEST_PROTOCOL))
+        conn.send_bytes(pickle.dumps(("done", stats, 0), pickle.HIGHEST_PROTOCOL))
+    except BaseException as exc:  # report, never hang the judge
+        conn.send_bytes(pickle.dumps(("error", repr(exc), 0), pickle.HIGHEST_PROTOCOL))
+        raise
+    finally:
+        conn.close()
+
+
+class WorkerFailed(RuntimeError):
+    pass
+
+
+def _receive(
+    conn: Connection, stats: ParseStats, progress: Callable[[int], None] | None
+) -> Iterator[Event]:
+    while True:
+        try:
+            kind, payload, read = pickle.loads(conn.recv_bytes())
+        except EOFError:
+            raise WorkerFailed("a parsing worker ended without finishing") from None
+        if progress is not None and read:
+            progress(read)
+        if kind == "events":
+            for k, node, when, source, fields, ranks in payload:
+                yield Event(k, node, when, source, fields, ranks)
+        elif kind == "done":
+            stats.merge(payload)
+            return
+        else:
+            raise WorkerFailed(f"a parsing worker failed: {payload}")
 
 
 def parallel_events_in_time_order(
@@ -114,43 +183,34 @@ def parallel_events_in_time_order(
     *,
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
+    stage_factory: StageFactory | None = None,
 ) -> Iterator[Event]:
-    """Like `parse.events_in_time_order`, restricted to `wanted` events, parsed on all cores.
-
-    Unwanted events are still read and counted in `stats`; they just never leave the worker.
-    """
+    """Like `parse.events_in_time_order`, restricted to `wanted` events (plus what the stages
+    emit), parsed on every core. Unwanted events are still read and counted in `stats`."""
     streams = streams_of(paths)
     workers = workers or os.cpu_count() or 1
-    if workers <= 1 or _input_bytes(streams) < PARALLEL_MIN_BYTES:
-        yield from _serial(streams, stats, wanted)
+    total = sum(_size(files) for files in streams.values())
+    if workers <= 1 or len(streams) <= 1 or total < PARALLEL_MIN_BYTES:
+        if progress is not None:
+            stats.progress = progress
+        yield from _merged(streams, stats, wanted, stage_factory)
         return
-    with tempfile.TemporaryDirectory(prefix="kvwatch-spill-") as tmp:
-        tasks = [
-            _Task(key, files, Path(tmp) / f"{i}.pkl")
-            for i, (key, files) in enumerate(streams.items())
-        ]
-        # Largest streams first so that one big node does not start last.
-        order = sorted(tasks, key=lambda t: -sum(_size(f) for f in t.files))
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-            futures = [pool.submit(_spill_stream, task, wanted) for task in order]
-            for task, future in zip(order, futures, strict=True):
-                part, _ = future.result()
-                stats.merge(part)
-                if progress is not None:
-                    progress(sum(_size(f) for f in task.files))
-        yield from merge_by_time(_read_spill(task.spill) for task in tasks)
-
-
-def _size(tf: TelemetryFile) -> int:
+    context = get_context("fork")
+    readers: list[Iterator[Event]] = []
+    processes = []
     try:
-        return tf.path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _serial(
-    streams: dict[tuple[str, str], list[TelemetryFile]], stats: ParseStats, wanted: Wanted
-) -> Iterator[Event]:
-    return merge_by_time(
-        (e for e in stream_events(files, stats) if wanted(e)) for files in streams.values()
-    )
+        for share in _share(streams, workers):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_worker, args=(send, share, wanted, stage_factory), daemon=True
+            )
+            process.start()
+            send.close()
+            processes.append(process)
+            readers.append(_receive(receive, stats, progress))
+        yield from merge_by_time(readers)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
