@@ -62,6 +62,11 @@ class Detector(Generic[C]):
     wants_requests: ClassVar[bool] = False
     windowed: ClassVar[bool] = False
 
+    @property
+    def consumed_kinds(self) -> frozenset[str]:
+        """The event kinds this instance reads (may depend on its configuration)."""
+        return self.event_kinds
+
     def __init__(self, config: C | Mapping[str, Any] | None = None, **params: Any) -> None:
         if isinstance(config, DetectorConfig):
             data: dict[str, Any] = config.model_dump()

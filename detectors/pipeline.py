@@ -168,7 +168,7 @@ class DetectionPipeline:
         # per kind keeps `process` from calling into ones that would return at once.
         self._by_kind: dict[str, tuple[Detector[Any], ...]] = {}
         for det in self.detectors:
-            for kind in det.event_kinds:
+            for kind in det.consumed_kinds:
                 self._by_kind[kind] = (*self._by_kind.get(kind, ()), det)
         self._timeline_kinds = TIMELINE_KINDS
         self._ledger_kinds = LEDGER_KINDS

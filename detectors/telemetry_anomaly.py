@@ -16,6 +16,12 @@ scikit-learn's `score_samples` is higher for normal points; the score here is it
 LOF itself (about 1 for ordinary windows, higher is more anomalous). Windows scoring at or above
 `threshold` are kept out of the training buffer; the first of an unusual stretch raises an
 `info` finding.
+
+Windows are aligned to the epoch, and an event joins the window holding the event-time
+watermark when it arrives. The per-window sums (`collector.state.node_windows.NodeWindow`) can
+be folded from the raw events here (`input: events`, live) or shipped ready-made per node and
+window by forensics workers as `node_window` events (`input: node_windows`), which spares
+shipping the batch lines; both inputs give the same windows, features and scores.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
-from typing import Any, ClassVar, Final, TypeGuard
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 from pydantic import Field
 from sklearn.neighbors import LocalOutlierFactor
 
 from collector.events import Event
+from collector.state.node_windows import NODE_WINDOW, SOURCE_KINDS, NodeWindow
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -60,11 +67,17 @@ _LOG_FEATURES: Final = frozenset(
         "batches",
     }
 )
+# What `input: node_windows` reads.
+_PARTIAL_KINDS: Final = frozenset({NODE_WINDOW})
 
 
 class TelemetryAnomalyConfig(DetectorConfig):
-    # Window length (seconds of event time).
+    # Window length (seconds of event time); windows are aligned to the epoch.
     window_seconds: float = Field(default=300.0, gt=0)
+    # What to read: the raw events (live), or the `node_window` partials that forensics
+    # workers fold them into (`collector.state.node_windows`, same `window_seconds`). Both give
+    # the same windows and scores.
+    input: Literal["events", "node_windows"] = "events"
     # Normal windows a node needs before it is scored.
     min_windows: int = Field(default=24, ge=4)
     # Training buffer per node (most recent normal windows).
@@ -84,49 +97,21 @@ class TelemetryAnomalyConfig(DetectorConfig):
     threshold: float = Field(default=3.0, gt=1)
 
 
-class _NodeWindow:
-    """Running sums for one node and window (bounded, JSON-able)."""
-
-    __slots__ = ("counts", "sums", "queue_max")
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.sums: dict[str, float] = {}
-        self.queue_max = 0.0
-
-    def add(self, key: str, value: float) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value
-        self.counts[f"n_{key}"] = self.counts.get(f"n_{key}", 0) + 1
-
-    def mean(self, key: str) -> float:
-        n = self.counts.get(f"n_{key}", 0)
-        return self.sums.get(key, 0.0) / n if n else 0.0
-
-    def vector(self) -> list[float]:
-        raw = {
-            "finished": float(self.counts.get("finished", 0)),
-            "aborted": float(self.counts.get("aborted", 0)),
-            "rejected": float(self.counts.get("rejected", 0)),
-            "transfer_failed": float(self.counts.get("transfer_failed", 0)),
-            "deferred_timeouts": float(self.counts.get("deferred_timeouts", 0)),
-            "token_usage": self.mean("token_usage"),
-            "queue_max": self.queue_max,
-            "gen_throughput": self.mean("gen_throughput"),
-            "ttft": self.mean("ttft"),
-            "batches": float(self.counts.get("batches", 0)),
-        }
-        return [math.log1p(max(raw[k], 0.0)) if k in _LOG_FEATURES else raw[k] for k in FEATURES]
-
-    def to_state(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "sums": dict(self.sums), "queue_max": self.queue_max}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> _NodeWindow:
-        window = cls()
-        window.counts = {str(k): int(v) for k, v in state["counts"].items()}
-        window.sums = {str(k): float(v) for k, v in state["sums"].items()}
-        window.queue_max = float(state["queue_max"])
-        return window
+def window_features(window: NodeWindow) -> list[float]:
+    """The feature vector of one node's window, in `FEATURES` order (counts as log1p)."""
+    raw = {
+        "finished": float(window.counts.get("finished", 0)),
+        "aborted": float(window.counts.get("aborted", 0)),
+        "rejected": float(window.counts.get("rejected", 0)),
+        "transfer_failed": float(window.counts.get("transfer_failed", 0)),
+        "deferred_timeouts": float(window.counts.get("deferred_timeouts", 0)),
+        "token_usage": window.mean("token_usage"),
+        "queue_max": window.queue_max,
+        "gen_throughput": window.mean("gen_throughput"),
+        "ttft": window.mean("ttft"),
+        "batches": float(window.counts.get("batches", 0)),
+    }
+    return [math.log1p(max(raw[k], 0.0)) if k in _LOG_FEATURES else raw[k] for k in FEATURES]
 
 
 class _NodeModel:
@@ -215,17 +200,14 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
     name: ClassVar[str] = "telemetry_anomaly"
     alert: ClassVar[str] = "KVWatchTelemetryAnomaly"
     config_class: ClassVar[type[DetectorConfig]] = TelemetryAnomalyConfig
-    event_kinds: ClassVar[frozenset[str]] = frozenset(
-        {
-            "request_finished",
-            "request_rejected",
-            "transfer_failed",
-            "deferred_release",
-            "prefill_batch",
-            "decode_batch",
-        }
-    )
+    # Every kind it can read; `consumed_kinds` is what the configured `input` reads.
+    event_kinds: ClassVar[frozenset[str]] = SOURCE_KINDS | {NODE_WINDOW}
     windowed: ClassVar[bool] = True
+
+    @property
+    def consumed_kinds(self) -> frozenset[str]:
+        """The kinds this instance reads (`input`); other kinds it is handed are ignored."""
+        return SOURCE_KINDS if self.config.input == "events" else _PARTIAL_KINDS
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
@@ -233,7 +215,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
 
     def _init_learned(self) -> None:
         self.clock_ = WindowClock(self.config.window_seconds)
-        self.windows_: dict[str, _NodeWindow] = {}
+        self.windows_: dict[str, NodeWindow] = {}
         self.models_: dict[str, _NodeModel] = {}
         # node -> start of the unusual stretch it is in (one finding per stretch)
         self.unusual_: dict[str, float] = {}
@@ -257,7 +239,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         self.clock_ = WindowClock(self.config.window_seconds, state.get("clock_start"))
         self.unusual_ = {str(k): float(v) for k, v in (state.get("unusual") or {}).items()}
         self.windows_ = {
-            node: _NodeWindow.from_state(raw) for node, raw in (state.get("windows") or {}).items()
+            node: NodeWindow.from_state(raw) for node, raw in (state.get("windows") or {}).items()
         }
         self.models_ = {}
         for node, raw in (state.get("models") or {}).items():
@@ -321,45 +303,39 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
     # -- feeding -------------------------------------------------------------------------------
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        kind = event.kind
+        if kind not in self.consumed_kinds:
+            return []
         findings: list[Finding] = []
-        if event.time is not None:
+        # The event joins the window holding the watermark (`ctx.now`, or the event's time when
+        # later): where its node's `NodeWindowAggregator` puts it too.
+        now = ctx.now
+        if event.time is not None and (now is None or event.time > now):
+            now = event.time
+        if now is not None:
             clock = self.clock_
             if clock.start is None:
-                clock.place(event.time)
-            elif event.time >= clock.start + clock.width:
-                findings = self._on_flush(ctx, event.time)
-        window = self.windows_.get(event.node)
-        if window is None:
-            window = self.windows_[event.node] = _NodeWindow()
-        kind = event.kind
+                clock.place(now)
+            elif now >= clock.start + clock.width:
+                findings = self._on_flush(ctx, now)
+        if kind != NODE_WINDOW:
+            self._window_of(event.node).add_event(event)
+            return findings
         fields = event.fields
-        counts = window.counts
-        if kind == "request_finished":
-            counts["finished"] = counts.get("finished", 0) + 1
-            if fields.get("finish_type") == "abort":
-                counts["aborted"] = counts.get("aborted", 0) + 1
-            ttft = fields.get("first_token_latency")
-            if _is_number(ttft):
-                window.add("ttft", float(ttft))
-        elif kind == "request_rejected":
-            counts["rejected"] = counts.get("rejected", 0) + 1
-        elif kind == "transfer_failed":
-            counts["transfer_failed"] = counts.get("transfer_failed", 0) + 1
-        elif kind == "deferred_release":
-            if fields.get("outcome") == "timeout":
-                counts["deferred_timeouts"] = counts.get("deferred_timeouts", 0) + 1
-        else:
-            counts["batches"] = counts.get("batches", 0) + 1
-            usage = fields.get("token_usage")
-            if _is_number(usage):
-                window.add("token_usage", float(usage))
-            queue = fields.get("queue_req")
-            if _is_number(queue) and queue > window.queue_max:
-                window.queue_max = float(queue)
-            throughput = fields.get("gen_throughput")
-            if _is_number(throughput):
-                window.add("gen_throughput", float(throughput))
+        if fields.get("window_seconds") != self.config.window_seconds:
+            raise ValueError(
+                f"node_window of {fields.get('window_seconds')} s, detector windows are "
+                f"{self.config.window_seconds} s: aggregate with the detector's window_seconds"
+            )
+        if fields.get("events"):  # none: a role hint only, nothing for the window
+            self._window_of(event.node).merge(NodeWindow.from_state(fields))
         return findings
+
+    def _window_of(self, node: str) -> NodeWindow:
+        window = self.windows_.get(node)
+        if window is None:
+            window = self.windows_[node] = NodeWindow()
+        return window
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
         if math.isinf(now) and self.clock_.start is None and self.windows_:
@@ -368,7 +344,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         for start in self.clock_.due(now, max_windows=4):
             windows, self.windows_ = self.windows_, {}
             for node in sorted(windows):
-                finding = self._close(node, windows[node].vector(), start)
+                finding = self._close(node, window_features(windows[node]), start)
                 if finding is not None:
                     findings.append(finding)
         return findings
@@ -400,7 +376,3 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
                 "threshold": self.config.threshold,
             },
         )
-
-
-def _is_number(value: Any) -> TypeGuard[float]:
-    return type(value) is float or type(value) is int

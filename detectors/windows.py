@@ -39,7 +39,8 @@ class WindowClock:
         return math.floor(time / self.width) * self.width
 
     def place(self, time: float) -> None:
-        """Open the first window at the first event's time."""
+        """Open the first window: the one holding `time` (aligned to the epoch, not to `time`,
+        so every process that sees the same events agrees on the windows)."""
         if self.start is None:
             self.start = self.align(time)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
+import pytest
 
 from collector.events import Event
+from collector.state.node_windows import BATCH_KINDS, with_node_windows
 from detectors.base import Detector
 from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
 from detectors.pipeline import DetectionPipeline
@@ -359,3 +362,52 @@ def test_without_scikit_learns_fitted_arrays_windows_are_scored_by_scikit_learn(
     fast = det.score_one({"node": "decode-0", "features": row})
     det.models_["decode-0"].scorer = None
     assert det.score_one({"node": "decode-0", "features": row}) == fast == sklearn_score(det, row)
+
+
+# -- telemetry anomaly fed partial windows (collector.state.node_windows) ------------------------
+
+
+def through_node_windows(events: list[Event], window_seconds: float = 300.0) -> list[Event]:
+    """What a forensics worker ships: the node's partial windows instead of its batch lines."""
+    ordered = sorted(events, key=lambda e: e.time)
+    return [e for e in with_node_windows(ordered, window_seconds) if e.kind not in BATCH_KINDS]
+
+
+def test_telemetry_anomaly_on_node_windows_flags_the_same_window():
+    shipped = through_node_windows(telemetry_stream(anomaly=True))
+    assert not any(e.kind in BATCH_KINDS for e in shipped)
+    (finding,) = run(TelemetryAnomaly(input="node_windows"), shipped)
+    (expected,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
+    assert finding.evidence["window_start"] == T + 300 * 60
+    assert finding.to_json_dict() == expected.to_json_dict()
+
+
+def test_each_input_reads_only_its_own_kinds():
+    raw = telemetry_stream(anomaly=True)
+    both = raw + [e for e in through_node_windows(raw) if e.kind == "node_window"]
+    # Handed both, each input counts every window once: the other input's events are ignored.
+    for mode in ("events", "node_windows"):
+        (finding,) = run(TelemetryAnomaly(input=mode), both)
+        assert finding.evidence["window_start"] == T + 300 * 60
+        assert finding.evidence["finished"] == pytest.approx(math.log1p(50))
+        assert finding.evidence["batches"] == pytest.approx(math.log1p(10))
+
+
+def test_node_windows_of_another_length_are_refused():
+    shipped = through_node_windows(telemetry_stream(anomaly=False), window_seconds=60.0)
+    with pytest.raises(ValueError, match="window_seconds"):
+        run(TelemetryAnomaly(input="node_windows"), shipped)
+
+
+def test_an_event_joins_the_window_of_the_watermark_not_of_its_own_time():
+    det = TelemetryAnomaly(window_seconds=60.0, min_windows=1000, max_windows=1000)
+    events = [
+        ev("http_access", "decode-0", T + 100, status=200),  # the watermark: window T + 60
+        finished(T + 10),  # behind: joins window T + 60 (window T never opens)
+        finished(T + 119),
+        finished(T + 120),
+    ]
+    pipeline = DetectionPipeline(detectors=[det], raise_errors=True)
+    assert list(pipeline.run(events)) == []  # in this order, unsorted
+    first, second = det.models_["decode-0"].buffer
+    assert first[0] == pytest.approx(math.log1p(2)) and second[0] == pytest.approx(math.log1p(1))

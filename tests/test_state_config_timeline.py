@@ -6,7 +6,12 @@ import calendar
 import json
 
 from collector.events import Event
-from collector.state.config_timeline import ConfigTimeline
+from collector.state.config_timeline import (
+    TIMELINE_KINDS,
+    ConfigTimeline,
+    batch_hint_strength,
+    batch_role_hint,
+)
 
 T = float(calendar.timegm((2026, 8, 29, 10, 40, 0, 0, 0, 0)))
 
@@ -417,3 +422,64 @@ def test_a_settled_role_still_follows_a_restart_that_states_another_mode() -> No
     assert change is not None and change.restart
     assert tl.role_at("n0", T + 10) == "prefill"
     assert tl.role_at("n0", T + 9_001) == "decode"
+
+
+def window(node: str, t: float | None, role_hint: str | None, events: int = 3) -> Event:
+    """A worker's partial window (collector.state.node_windows) carrying its lines' role hint."""
+    fields = {"window_start": T, "window_seconds": 300.0, "events": events}
+    return Event(
+        "node_window",
+        node,
+        t,
+        f"window:{node}",
+        {**fields, "counts": {}, "sums": {}, "queue_max": 0.0, "role_hint": role_hint},
+    )
+
+
+def test_batch_role_hints_by_hand() -> None:
+    assert batch_role_hint("prefill_batch", {"new_seq", "bootstrap_req"}) == "prefill"
+    assert batch_role_hint("prefill_batch", {"new_seq", "queue_req"}) == "unified"
+    assert batch_role_hint("decode_batch", {"running_req", "transfer_req"}) == "decode"
+    assert batch_role_hint("decode_batch", {"running_req", "token_usage"}) == "unified"
+    assert batch_role_hint("request_finished", {"transfer_req"}) is None
+    assert (
+        batch_hint_strength(None) < batch_hint_strength("unified") < batch_hint_strength("decode")
+    )
+    assert batch_hint_strength("prefill") == batch_hint_strength("decode")
+    assert {"node_window", "prefill_batch", "decode_batch"} <= TIMELINE_KINDS
+
+
+def test_a_node_windows_role_hint_counts_like_a_batch_line() -> None:
+    tl = ConfigTimeline()
+    # The first hint of a node opens its first generation at the hint's time.
+    change = tl.update(window("d0", T + 7, "unified", events=0))
+    assert change is not None and change.restart and change.config.since == T + 7
+    assert tl.role_at("d0") == "unified"
+    # A PD hint is strong: it replaces the guess, and nothing replaces it afterwards.
+    tl.update(window("d0", T + 300, "decode"))
+    assert tl.role_at("d0") == "decode"
+    assert tl.update(window("d0", T + 600, "unified")) is None
+    assert tl.update(window("d0", T + 600, "prefill")) is None
+    assert tl.role_at("d0") == "decode"
+    # A stated mode is not overridden by a guess, and a window without lines hints nothing.
+    tl.update(ev("server_args", "u0", T, disaggregation_mode="prefill"))
+    assert tl.update(window("u0", T + 300, "unified")) is None
+    assert tl.role_at("u0") == "prefill"
+    assert tl.update(window("n0", T, None)) is None and "n0" not in tl
+    assert tl.update(window("n0", T, "garbage")) is None and "n0" not in tl
+
+
+def test_node_window_hints_and_batch_lines_give_the_same_generations() -> None:
+    lines = ConfigTimeline()
+    windows = ConfigTimeline()
+    for tl, hint in ((lines, None), (windows, "node_window")):
+        tl.update(ev("server_args", "p0", T, model="glm"))  # no mode: the role is not stated
+        if hint is None:
+            tl.update(ev("prefill_batch", "p0", T + 60, new_seq=1, queue_req=0))
+            tl.update(ev("prefill_batch", "p0", T + 61, new_seq=1, bootstrap_req=2))
+        else:
+            tl.update(window("p0", T + 60, "unified", events=0))
+            tl.update(window("p0", T + 61, "prefill", events=0))
+            tl.update(window("p0", T + 299, "prefill"))
+    assert windows.to_json_dict() == lines.to_json_dict()
+    assert windows.role_at("p0", T + 100) == "prefill"

@@ -30,9 +30,11 @@ from collector.parse import ParseStats
 from collector.spill import KindFilter, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LEDGER_KINDS
+from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.pipeline import DetectionPipeline, PipelineConfig
+from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_TIMING_POINTS = 20_000
@@ -148,20 +150,53 @@ class _Evidence:
         self.deferred.setdefault(hour, Counter())[str(event.get("outcome"))] += 1
 
 
-def consumed(pipeline: DetectionPipeline) -> KindFilter:
+def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> KindFilter:
     """The events the pipeline reads (its timeline, its ledger, its detectors, by kind and for
     metrics by signal). The rest are counted by the parser but never need their fields extracted
-    or their way to the judging process."""
+    or their way to the judging process. With `node_windows`, batch lines are folded into
+    per-window partials in the workers and never shipped themselves."""
     kinds = set(TIMELINE_KINDS) | set(LEDGER_KINDS) | {"deferred_release"}
+    if node_windows:
+        kinds -= BATCH_KINDS
     signals: set[str] | None = set(TIMELINE_METRIC_SIGNALS)
     for det in pipeline.detectors:
-        kinds |= det.event_kinds
+        kinds |= det.consumed_kinds
         if "metric" in det.event_kinds:
             if det.metric_signals is None:
                 signals = None
             elif signals is not None:
                 signals |= det.metric_signals
     return KindFilter(frozenset(kinds), frozenset(signals) if signals is not None else None)
+
+
+def _with_node_windows(config: PipelineConfig) -> PipelineConfig:
+    """The window anomaly detector reads per-window partials that the parsing workers build, so
+    that dense batch lines never leave the workers (same features, tested equal)."""
+    if "telemetry_anomaly" in config.disabled:
+        return config
+    detectors = dict(config.detectors)
+    detectors["telemetry_anomaly"] = {
+        **detectors.get("telemetry_anomaly", {}),
+        "input": "node_windows",
+    }
+    return config.model_copy(update={"detectors": detectors})
+
+
+def _anomaly_window(config: PipelineConfig) -> float | None:
+    if "telemetry_anomaly" in config.disabled:
+        return None
+    params = TelemetryAnomalyConfig.model_validate(config.detectors.get("telemetry_anomaly", {}))
+    return float(params.window_seconds)
+
+
+@dataclass(frozen=True)
+class NodeWindowStage:
+    """Stage factory for the parsing workers: a per-window aggregator on each node's logs."""
+
+    window_seconds: float
+
+    def __call__(self, key: tuple[str, str]) -> NodeWindowAggregator | None:
+        return NodeWindowAggregator(self.window_seconds) if key[1] == "log" else None
 
 
 def _int(value: Any) -> int | None:
@@ -208,15 +243,22 @@ def run_forensics(
     outputs: dict[str, Path] = {}
     parquet = RequestParquetWriter(out_dir / "requests.parquet") if write_parquet else None
     evidence = _Evidence(parquet)
+    config = _with_node_windows(config or PipelineConfig())
+    window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
     stats = ParseStats()
     progress = Progress(_total_bytes(paths), progress_stream)
     stats.progress = progress.advance
     process = pipeline.process
     note_finding = evidence.finding
-    wanted = consumed(pipeline)
+    wanted = consumed(pipeline, node_windows=window_seconds is not None)
     events = parallel_events_in_time_order(
-        paths, stats, wanted, workers=workers, progress=progress.advance
+        paths,
+        stats,
+        wanted,
+        workers=workers,
+        progress=progress.advance,
+        stage_factory=NodeWindowStage(window_seconds) if window_seconds is not None else None,
     )
     try:
         for event in events:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -34,6 +34,9 @@ _PD_PREFILL_BATCH_KEYS: Final = frozenset(
 _PD_DECODE_BATCH_KEYS: Final = frozenset(
     {"prealloc_req", "transfer_req", "retracted_req", "pre_allocated_usage"}
 )
+# The kind of `collector.state.node_windows`' partial windows, whose `role_hint` stands in for
+# the batch lines they summarise. Defined here (that module imports it) to keep imports one-way.
+NODE_WINDOW: Final = "node_window"
 # Canonical metric signals that carry configuration constants.
 _METRIC_POOL: Final = frozenset({"pool_tokens", "max_total_num_tokens"})
 _METRIC_CONTEXT: Final = frozenset({"context_len"})
@@ -204,6 +207,11 @@ class ConfigTimeline:
         handler = _HANDLERS.get(event.kind)
         if handler is None:
             return None
+        if (
+            event.kind == NODE_WINDOW
+            and _role_from_mode(event.get("role_hint"), mode_present=False) is None
+        ):
+            return None  # a window without batch lines: its raw events do not reach here
         history = self._nodes.get(event.node)
         if history is None:
             history = self._nodes[event.node] = _NodeHistory(event.node)
@@ -503,18 +511,19 @@ def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
     # anything: return before reading the fields (batch lines are parsed on first access).
     if history.role_strength >= _STRONG:
         return False
-    role: Role | None = None
+    role: Role | None
     strength = _STRONG
-    if event.kind in ("request_time_stats", "request_trace"):
+    kind = event.kind
+    if kind in ("request_time_stats", "request_trace"):
         role = _role_from_mode(event.get("role"), mode_present=False)
-    elif event.kind == "prefill_batch":
-        keys = event.fields.keys()
-        role = "prefill" if not _PD_PREFILL_BATCH_KEYS.isdisjoint(keys) else "unified"
-        strength = _STRONG if role == "prefill" else _WEAK
-    elif event.kind == "decode_batch":
-        keys = event.fields.keys()
-        role = "decode" if not _PD_DECODE_BATCH_KEYS.isdisjoint(keys) else "unified"
-        strength = _STRONG if role == "decode" else _WEAK
+    else:
+        # A batch line, or a worker's summary of batch lines that carries their hint: judged
+        # alike, so dropping the lines in the worker changes no role.
+        if kind == NODE_WINDOW:
+            role = _role_from_mode(event.get("role_hint"), mode_present=False)
+        else:
+            role = batch_role_hint(kind, event.fields.keys())
+        strength = batch_hint_strength(role)
     if role is None or strength <= history.role_strength:
         return False
     restart = history.current is None
@@ -534,6 +543,7 @@ _HANDLERS: Final = {
     "metric": _on_metric,
     "prefill_batch": _on_role_hint,
     "decode_batch": _on_role_hint,
+    NODE_WINDOW: _on_role_hint,
     "request_time_stats": _on_role_hint,
     "request_trace": _on_role_hint,
 }
@@ -541,6 +551,25 @@ _HANDLERS: Final = {
 TIMELINE_KINDS: Final = frozenset(_HANDLERS)
 # The canonical metric signals it reads from `metric` events.
 TIMELINE_METRIC_SIGNALS: Final = _METRIC_POOL | _METRIC_CONTEXT
+
+
+def batch_role_hint(kind: str, keys: Collection[str]) -> Role | None:
+    """The role a batch line's keys imply: PD-only keys name the side, their absence suggests a
+    unified server (a guess: see `batch_hint_strength`); None for other kinds."""
+    if kind == "prefill_batch":
+        return "prefill" if not _PD_PREFILL_BATCH_KEYS.isdisjoint(keys) else "unified"
+    if kind == "decode_batch":
+        return "decode" if not _PD_DECODE_BATCH_KEYS.isdisjoint(keys) else "unified"
+    return None
+
+
+def batch_hint_strength(role: Role | None) -> int:
+    """How sure a batch-line hint is (0 for none; a stronger hint replaces a weaker one): a PD
+    key states the side, while `unified` is a guess from the absence of keys that a stated mode
+    overrides."""
+    if role is None:
+        return 0
+    return _WEAK if role == "unified" else _STRONG
 
 
 def _late_fill(history: _NodeHistory, event: Event) -> ConfigChange | None:
