@@ -16,29 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def _timed(cmd: list[str], shell: bool = False) -> tuple[float, int]:
-    """(wall seconds, peak RSS in KiB of the largest process of the command)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd if not shell else ["sh", "-c", cmd[0]],
-        stdout=subprocess.PIPE,  # not /dev/null: GNU grep would stop at the first match
-        stderr=subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{cmd} failed")
-    return wall, usage.ru_maxrss
+from timing import Column, interleaved, kvwatch_command, print_table
 
 
 def _log_text_bytes(folder: Path) -> int:
@@ -54,6 +37,17 @@ def _log_text_bytes(folder: Path) -> int:
     return total
 
 
+COLUMNS: list[Column] = [
+    ("scale", "scale", 6, 2),
+    ("log MB", "mb", 8, 0),
+    ("grep MB/s", "grep_mb_s", 10, 0),
+    ("forensics MB/s", "kv_mb_s", 15, 1),
+    ("seconds", "kv_seconds", 8, 1),
+    ("ratio", "ratio", 7, 3),
+    ("peak MiB", "peak_mib", 9, 0),
+]
+
+
 def measure(folder: Path, runs: int, kvwatch: str) -> dict[str, float]:
     text_bytes = _log_text_bytes(folder)
     logs = folder / "logs"
@@ -62,31 +56,23 @@ def measure(folder: Path, runs: int, kvwatch: str) -> dict[str, float]:
     grep_cmd = "grep -c '' " + " ".join(f"'{p}'" for p in plain)
     if gz:
         grep_cmd = f"{grep_cmd}; zcat {' '.join(repr(p) for p in gz)} | grep -c ''"
-    grep_times, kv_times, kv_rss = [], [], []
-    out = folder / "forensics-out"
-    for _ in range(runs):
-        grep_times.append(_timed([grep_cmd], shell=True)[0])
-        wall, rss = _timed(
-            [
-                kvwatch,
-                "forensics",
-                str(logs),
-                str(folder / "snapshots"),
-                "--out",
-                str(out),
-                "--quiet",
-            ]
-        )
-        kv_times.append(wall)
-        kv_rss.append(rss)
-    grep_s, kv_s = statistics.median(grep_times), statistics.median(kv_times)
+    forensics = [
+        kvwatch,
+        "forensics",
+        str(logs),
+        str(folder / "snapshots"),
+        "--out",
+        str(folder / "forensics-out"),
+        "--quiet",
+    ]
+    grep_s, kv_s, peak_kib = interleaved(["sh", "-c", grep_cmd], forensics, runs)
     return {
         "mb": text_bytes / 1e6,
         "grep_mb_s": text_bytes / grep_s / 1e6,
         "kv_mb_s": text_bytes / kv_s / 1e6,
         "kv_seconds": kv_s,
         "ratio": grep_s / kv_s,
-        "peak_mib": max(kv_rss) / 1024,
+        "peak_mib": peak_kib / 1024,
     }
 
 
@@ -98,7 +84,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--keep", type=Path, default=None)
     args = parser.parse_args()
-    kvwatch = shutil.which("kvwatch") or str(Path(sys.executable).parent / "kvwatch")
+    kvwatch = kvwatch_command()
     base = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-fbench-"))
     try:
         rows = []
@@ -122,15 +108,7 @@ def main() -> int:
             row = measure(folder, args.runs, kvwatch)
             row["scale"] = scale
             rows.append(row)
-        print(
-            f"{'scale':>6} {'log MB':>8} {'grep MB/s':>10} {'forensics MB/s':>15} "
-            f"{'seconds':>8} {'ratio':>7} {'peak MiB':>9}"
-        )
-        for r in rows:
-            print(
-                f"{r['scale']:6.2f} {r['mb']:8.0f} {r['grep_mb_s']:10.0f} {r['kv_mb_s']:15.1f} "
-                f"{r['kv_seconds']:8.1f} {r['ratio']:7.3f} {r['peak_mib']:9.0f}"
-            )
+        print_table(COLUMNS, rows)
         print(
             f"cores: {os.cpu_count()}; ratio = forensics speed / grep -c '' speed over the same "
             f"log text (median of {args.runs} interleaved runs, page cache warm)"

@@ -16,12 +16,13 @@ import argparse
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timing import Column, interleaved, kvwatch_command, print_table
 
 WORDS = (
     "the of and to in is that for it as with was on be by this are from at or an have not "
@@ -133,37 +134,22 @@ def build_log(path: Path, target_bytes: int, seed: int = 7) -> tuple[int, int]:
     return written, lines
 
 
-def _timed(cmd: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RSS in KiB of the command's largest process, workers included)."""
-    start = time.perf_counter()
-    # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it sees that
-    # its output is /dev/null, which would make the baseline meaningless.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
-    proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{cmd} failed with {proc.returncode}")
-    return wall, usage.ru_maxrss
+COLUMNS: list[Column] = [
+    ("file MB", "mb", 8, 0),
+    ("lines", "lines", 10, 0),
+    ("grep MB/s", "grep_mb_s", 10, 0),
+    ("kvwatch MB/s", "kv_mb_s", 13, 1),
+    ("lines/s", "kv_lines_s", 10, 0),
+    ("ratio", "ratio", 7, 3),
+    ("peak MiB", "kv_peak_mib", 9, 0),
+]
 
 
 def _measure(path: Path, runs: int, kvwatch: str) -> dict[str, float]:
     size = path.stat().st_size
-    grep_times, kv_times, kv_rss = [], [], []
-    lines = int(
-        subprocess.run(
-            ["grep", "-c", "", str(path)], capture_output=True, text=True, check=True
-        ).stdout
-    )
-    for _ in range(runs):  # interleaved so that machine drift hits both alike
-        grep_times.append(_timed(["grep", "-c", "", str(path)])[0])
-        wall, rss = _timed([kvwatch, "parse", "--stats", str(path)])
-        kv_times.append(wall)
-        kv_rss.append(rss)
-    grep_s = statistics.median(grep_times)
-    kv_s = statistics.median(kv_times)
+    grep = ["grep", "-c", "", str(path)]
+    lines = int(subprocess.run(grep, capture_output=True, text=True, check=True).stdout)
+    grep_s, kv_s, peak_kib = interleaved(grep, [kvwatch, "parse", "--stats", str(path)], runs)
     return {
         "mb": size / 1e6,
         "lines": lines,
@@ -171,7 +157,7 @@ def _measure(path: Path, runs: int, kvwatch: str) -> dict[str, float]:
         "kv_mb_s": size / kv_s / 1e6,
         "kv_lines_s": lines / kv_s,
         "ratio": grep_s / kv_s,
-        "kv_peak_mib": max(kv_rss) / 1024,
+        "kv_peak_mib": peak_kib / 1024,
     }
 
 
@@ -182,7 +168,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="write the logs here and keep them")
     args = parser.parse_args()
-    kvwatch = shutil.which("kvwatch") or str(Path(sys.executable).parent / "kvwatch")
+    kvwatch = kvwatch_command()
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
@@ -193,15 +179,7 @@ def main() -> int:
                 built, _ = build_log(path, mb * 1_000_000)
                 print(f"built {path} ({built / 1e6:.0f} MB)")
             results.append(_measure(path, args.runs, kvwatch))
-        print(
-            f"{'file MB':>8} {'lines':>10} {'grep MB/s':>10} {'kvwatch MB/s':>13} "
-            f"{'lines/s':>10} {'ratio':>7} {'peak MiB':>9}"
-        )
-        for r in results:
-            print(
-                f"{r['mb']:8.0f} {r['lines']:10.0f} {r['grep_mb_s']:10.0f} {r['kv_mb_s']:13.1f} "
-                f"{r['kv_lines_s']:10.0f} {r['ratio']:7.3f} {r['kv_peak_mib']:9.0f}"
-            )
+        print_table(COLUMNS, results)
         print(
             f"cores: {os.cpu_count()}; ratio = kvwatch speed / grep -c '' speed (median of "
             f"{args.runs} interleaved runs, page cache warm)"

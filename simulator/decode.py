@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from simulator.content import render_reply
-from simulator.node import EOS_TOKEN, EngineNode
+from simulator.node import EOS_TOKEN, EngineNode, RequestHalf
 from simulator.pool import FREE, Pages
-from simulator.prefill import ABORTED_BY_CLIENT, error_body
+from simulator.prefill import ABORTED_BY_CLIENT
 from simulator.request import SimRequest
 from simulator.scenario import RoleSpec
 from simulator.telemetry import server_info as info
+from simulator.telemetry.logfmt import exceeds_max_tokens_message
 
 
 def layout_signature(spec: RoleSpec) -> int:
@@ -55,6 +56,12 @@ class DecodeNode(EngineNode):
         self.last_room = 0
         self.gen_throughput = 0.0
 
+    def half(self, req: SimRequest) -> RequestHalf:
+        return RequestHalf(req.d_rid, req.d_obj, req.t_d_recv, req.d_client)
+
+    def reply(self, req: SimRequest, status: int, body: dict[str, Any]) -> None:
+        self.dep.reply_d(req, status, body)
+
     # -- arrival and reservation ----------------------------------------------------------
     def receive(self, t: float, req: SimRequest) -> None:
         spec = self.spec
@@ -63,20 +70,12 @@ class DecodeNode(EngineNode):
         req.t_d_recv = t
         if req.tokens >= spec.context_len:
             req.d_status = "failed"
-            self.access(t, req.d_client, 400)
-            msg = (
-                f"The input ({req.tokens} tokens) is longer than the model's context length "
-                f"({spec.context_len} tokens)."
-            )
-            self.dep.reply_d(req, 400, error_body(msg, "BadRequestError", 400))
+            self.reject_over_context(t, req)
             return
         req.d_obj = self.log_receive(t, req, req.d_rid)
         if req.tokens > self.capacity:
             self.log(t, self.fmt.exceeds_max_tokens(t, req.d_rid, req.tokens, self.capacity))
-            msg = (
-                f"Request {req.d_rid} exceeds the maximum number of tokens: "
-                f"{req.tokens} > {self.capacity}"
-            )
+            msg = exceeds_max_tokens_message(req.d_rid, req.tokens, self.capacity)
             self._finish_error(t, req, msg, 400, "BadRequestError")
             self.dep.decode_refused(req, t)
             return
@@ -236,9 +235,7 @@ class DecodeNode(EngineNode):
             oai_reason = "stop"
         meta = self.meta(
             req,
-            req.d_rid,
             t,
-            req.t_d_recv,
             finish_reason=reason,
             prompt_tokens=req.tokens,
             completion_tokens=req.out_tokens,
@@ -247,7 +244,7 @@ class DecodeNode(EngineNode):
             forward_entry=req.t_dec_start,
             prefill_finished=req.t_tx_end,
         )
-        self.log_finish(t, req, req.d_rid, req.d_obj, reply, meta)
+        self.log_finish(t, req, reply, meta)
         self.access(t, req.d_client, 200)
         m = self.metrics
         streaming = "true" if req.stream else "false"
@@ -286,43 +283,22 @@ class DecodeNode(EngineNode):
 
     # -- failures -------------------------------------------------------------------------
     def _finish_error(
-        self,
-        t: float,
-        req: SimRequest,
-        message: str,
-        status: int,
-        err_type: str | None,
-        *,
-        access: bool = True,
+        self, t: float, req: SimRequest, message: str, status: int | None, err_type: str | None
     ) -> None:
+        """`status` None: the client is gone (see `finish_aborted`)."""
         req.d_status = "failed"
-        reason = self.abort_reason(message, status, err_type)
-        if not access:
-            reason["status_code"] = None
-        meta = self.meta(
-            req,
-            req.d_rid,
-            t,
-            req.t_d_recv,
-            finish_reason=reason,
-            prompt_tokens=req.tokens,
-            completion_tokens=0,
-            cached_tokens=req.cached,
-            first_token_at=None,
-            forward_entry=t,
-            prefill_finished=t,
-        )
-        self.log_finish(t, req, req.d_rid, req.d_obj, "", meta)
-        self.count_request(req, req.tokens, 0, req.cached, t - req.t_d_recv)
         if self.tracer is not None:
-            self.tracer.decode_done(req, t, status if access else 499, None)
-        if access:
-            self.access(t, req.d_client, status)
-            self.dep.reply_d(
-                req, status, error_body(message, err_type or "InternalServerError", status)
-            )
-        else:
-            self.dep.reply_d(req, 499, error_body(message, "ClientDisconnected", 499))
+            self.tracer.decode_done(req, t, 499 if status is None else status, None)
+        self.finish_aborted(
+            t,
+            req,
+            message,
+            status,
+            err_type,
+            prompt_tokens=req.tokens,
+            cached_tokens=req.cached,
+            forward_entry=t,
+        )
 
     def _drop_reservation(self, req: SimRequest) -> Pages | None:
         pages = req.d_pages
@@ -407,7 +383,7 @@ class DecodeNode(EngineNode):
             self.log(t, self.fmt.decode_transfer_failed(t, req.d_rid, req.room, ABORTED_BY_CLIENT))
             self.metrics.inc("sglang:num_transfer_failed_reqs_total")
         pages = self._drop_reservation(req)
-        self._finish_error(t, req, ABORTED_BY_CLIENT, 499, None, access=False)
+        self._finish_error(t, req, ABORTED_BY_CLIENT, None, None)
         if pages is not None:
             self.hold(t, req, pages, hold=in_transfer, ack_lost=ack_lost, land_t=land_t)
         self._try_alloc(t)

@@ -15,16 +15,17 @@ send it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, get_type_hints
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -32,8 +33,8 @@ from simulator.clock import ScaledClock
 from simulator.content import PromptError, marker_for, parse_chat
 from simulator.decode import DecodeNode
 from simulator.deployment import STARTUP_LEAD_S, Deployment
-from simulator.node import EngineNode
-from simulator.prefill import PrefillNode, error_body
+from simulator.node import EngineNode, error_body
+from simulator.prefill import PrefillNode
 from simulator.scenario import Scenario
 from simulator.telemetry.otlp import Tracing, extract, inject
 from simulator.traffic import RequestFault, TrafficGenerator, to_chat_body
@@ -42,25 +43,16 @@ PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 QUIET_PATHS = ("/metrics", "/health")
 
 
-class SimFault(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+def _fault_schema() -> type[BaseModel]:
+    """The `sim_fault` body field: `RequestFault`'s own fields, so the two cannot drift apart."""
+    hints = get_type_hints(RequestFault)
+    fields: dict[str, Any] = {
+        f.name: (hints[f.name], f.default) for f in dataclasses.fields(RequestFault)
+    }
+    return create_model("SimFault", __config__=ConfigDict(extra="forbid"), **fields)
 
-    abort_at_fraction: float | None = None
-    late_write_delay_s: float | None = None
-    inflight_pages: int = 0
-    ack_lost: bool = False
-    bootstrap_timeout: Literal["bootstrap", "waiting"] | None = None
-    metadata_collision: bool = False
 
-    def to_fault(self) -> RequestFault:
-        return RequestFault(
-            abort_at_fraction=self.abort_at_fraction,
-            late_write_delay_s=self.late_write_delay_s,
-            inflight_pages=self.inflight_pages,
-            ack_lost=self.ack_lost,
-            bootstrap_timeout=self.bootstrap_timeout,
-            metadata_collision=self.metadata_collision,
-        )
+SimFault = _fault_schema()
 
 
 class FileSink:
@@ -248,7 +240,7 @@ class LiveDeployment:
         try:
             spec = parse_chat(body.get("messages") or [])
             fault = (
-                SimFault.model_validate(body["sim_fault"]).to_fault()
+                RequestFault(**SimFault.model_validate(body["sim_fault"]).model_dump())
                 if body.get("sim_fault")
                 else None
             )

@@ -8,7 +8,7 @@ process are ignored by the new one.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from simulator.content import LOG_TEXT_LIMIT, generated_text_head
 from simulator.engine import EngineProfile
@@ -16,7 +16,7 @@ from simulator.pool import PagedKVPool
 from simulator.request import SimRequest
 from simulator.scenario import RoleSpec
 from simulator.telemetry import server_info as info
-from simulator.telemetry.logfmt import LogFormat
+from simulator.telemetry.logfmt import LogFormat, context_length_message
 from simulator.telemetry.metrics import NodeMetrics
 
 if TYPE_CHECKING:
@@ -24,6 +24,19 @@ if TYPE_CHECKING:
 
 CHAT_PATH = "/v1/chat/completions"
 EOS_TOKEN = 151329
+
+
+def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+
+
+class RequestHalf(NamedTuple):
+    """What one role knows a request by (each role keeps its own rid, client and times)."""
+
+    rid: str
+    obj: str  # the `obj=` repr logged at `Receive:`, reused in `Finish:`
+    t_recv: float
+    client: str
 
 
 class EngineNode:
@@ -83,6 +96,14 @@ class EngineNode:
 
     def _reset_state(self) -> None:
         """Drop in-flight work of the old process (overridden by roles)."""
+
+    # -- this role's half of a request (overridden by roles) -------------------------------
+    def half(self, req: SimRequest) -> RequestHalf:
+        raise NotImplementedError
+
+    def reply(self, req: SimRequest, status: int, body: dict[str, Any]) -> None:
+        """Answer whoever waits on this role's half of `req`."""
+        raise NotImplementedError
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self, t: float, rng: random.Random) -> None:
@@ -241,15 +262,14 @@ class EngineNode:
         self.log(t, self.fmt.receive(t, obj))
         return obj
 
-    def log_finish(
-        self, t: float, req: SimRequest, rid: str, obj: str, text: str, meta: dict[str, Any]
-    ) -> None:
+    def log_finish(self, t: float, req: SimRequest, text: str, meta: dict[str, Any]) -> None:
         if not self.spec.log_requests:
             return
         out: dict[str, Any] = {}
         if self.spec.log_requests_level >= 2:
             out["text"] = text[:LOG_TEXT_LIMIT]
         out["meta_info"] = meta
+        rid, obj, _, _ = self.half(req)
         if self.spec.log_requests_format == "json":
             self.log(t, self.fmt.finish_json(t, rid, self._obj_dict(req, rid), out))
         else:
@@ -264,9 +284,7 @@ class EngineNode:
     def meta(
         self,
         req: SimRequest,
-        rid: str,
         t: float,
-        t_recv: float,
         *,
         finish_reason: dict[str, Any],
         prompt_tokens: int,
@@ -276,6 +294,7 @@ class EngineNode:
         forward_entry: float,
         prefill_finished: float,
     ) -> dict[str, Any]:
+        rid, _, t_recv, _ = self.half(req)
         metrics: dict[str, float] | None = None
         if self.spec.enable_metrics:
             metrics = {
@@ -305,6 +324,52 @@ class EngineNode:
     @staticmethod
     def abort_reason(message: str, status: int, err_type: str | None) -> dict[str, Any]:
         return {"type": "abort", "message": message, "status_code": status, "err_type": err_type}
+
+    def reject_over_context(self, t: float, req: SimRequest) -> None:
+        """The tokenizer refuses a prompt that does not fit the context: 400, no request log."""
+        self.access(t, self.half(req).client, 400)
+        message = context_length_message(req.tokens, self.spec.context_len)
+        self.reply(req, 400, error_body(message, "BadRequestError", 400))
+
+    def finish_aborted(
+        self,
+        t: float,
+        req: SimRequest,
+        message: str,
+        status: int | None,
+        err_type: str | None,
+        *,
+        prompt_tokens: int,
+        cached_tokens: int,
+        forward_entry: float,
+    ) -> None:
+        """Log, count and answer a request the engine ends as an abort.
+
+        `status` None: the client went away, so there is no access line and the abort's
+        `status_code` is null; the waiting handler still gets a 499.
+        """
+        reason = self.abort_reason(message, status or 0, err_type)
+        if status is None:
+            reason["status_code"] = None
+        meta = self.meta(
+            req,
+            t,
+            finish_reason=reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=0,
+            cached_tokens=cached_tokens,
+            first_token_at=None,
+            forward_entry=forward_entry,
+            prefill_finished=t,
+        )
+        self.log_finish(t, req, "", meta)
+        half = self.half(req)
+        self.count_request(req, prompt_tokens, 0, cached_tokens, t - half.t_recv)
+        if status is None:
+            self.reply(req, 499, error_body(message, "ClientDisconnected", 499))
+        else:
+            self.access(t, half.client, status)
+            self.reply(req, status, error_body(message, err_type or "InternalServerError", status))
 
     def count_request(
         self, req: SimRequest, prompt: int, completion: int, cached: int, e2e: float

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.node import EngineNode
+from simulator.node import EngineNode, RequestHalf, error_body
 from simulator.pool import RadixCache
 from simulator.request import SimRequest
 from simulator.scenario import RoleSpec
@@ -58,6 +58,12 @@ class PrefillNode(EngineNode):
     def _started(self, t: float) -> None:
         self.last_log_t = t
 
+    def half(self, req: SimRequest) -> RequestHalf:
+        return RequestHalf(req.p_rid, req.p_obj, req.t_p_recv, req.p_client)
+
+    def reply(self, req: SimRequest, status: int, body: dict[str, Any]) -> None:
+        self.dep.reply_p(req, status, body)
+
     # -- arrival --------------------------------------------------------------------------
     def receive(self, t: float, req: SimRequest) -> None:
         spec = self.spec
@@ -65,7 +71,8 @@ class PrefillNode(EngineNode):
         req.p_gen = self.generation
         req.t_p_recv = t
         if req.tokens >= spec.context_len:
-            self._tokenizer_reject(t, req)
+            req.p_status = "refused"
+            self.reject_over_context(t, req)
             return
         req.p_obj = self.log_receive(t, req, req.p_rid)
         limit = spec.max_req_input_len
@@ -87,36 +94,19 @@ class PrefillNode(EngineNode):
             self.dep.queue.at(t + timeout, self._bootstrap_timeout, req, self.generation)
         self.dep.try_bootstrap(req, t)
 
-    def _tokenizer_reject(self, t: float, req: SimRequest) -> None:
-        req.p_status = "refused"
-        self.access(t, req.p_client, 400)
-        msg = (
-            f"The input ({req.tokens} tokens) is longer than the model's context length "
-            f"({self.spec.context_len} tokens)."
-        )
-        self.dep.reply_p(req, 400, error_body(msg, "BadRequestError", 400))
-
     def _retire(self, t: float, req: SimRequest) -> None:
         """Finish a refused request with the engine's abort (400), as the client sees it."""
         req.p_status = "refused"
-        reason = self.abort_reason(req.refusal, 400, "BadRequestError")
-        meta = self.meta(
-            req,
-            req.p_rid,
+        self.finish_aborted(
             t,
-            req.t_p_recv,
-            finish_reason=reason,
+            req,
+            req.refusal,
+            400,
+            "BadRequestError",
             prompt_tokens=1,
-            completion_tokens=0,
             cached_tokens=0,
-            first_token_at=None,
             forward_entry=t,
-            prefill_finished=t,
         )
-        self.log_finish(t, req, req.p_rid, req.p_obj, "", meta)
-        self.access(t, req.p_client, 400)
-        self.count_request(req, 1, 0, 0, t - req.t_p_recv)
-        self.dep.reply_p(req, 400, error_body(req.refusal, "BadRequestError", 400))
 
     # -- bootstrap ------------------------------------------------------------------------
     def bootstrapped(self, t: float, req: SimRequest, generation: int) -> None:
@@ -149,7 +139,7 @@ class PrefillNode(EngineNode):
             self.advised_bootstrap = True
             self.log(t, self.fmt.bootstrap_advice(t))
         self.metrics.inc("sglang:num_bootstrap_failed_reqs_total")
-        self._fail(t, req, self.fmt.kv_error(req.room, reason), 500, access=True)
+        self._fail(t, req, self.fmt.kv_error(req.room, reason), 500)
         self.dep.decode_bootstrap_failed(req, t, reason)
 
     # -- scheduling -----------------------------------------------------------------------
@@ -390,9 +380,7 @@ class PrefillNode(EngineNode):
             body = {}
         meta = self.meta(
             req,
-            req.p_rid,
             t,
-            req.t_p_recv,
             finish_reason=reason,
             prompt_tokens=req.p_len,
             completion_tokens=completion,
@@ -401,7 +389,7 @@ class PrefillNode(EngineNode):
             forward_entry=req.t_pf_start,
             prefill_finished=req.t_pf_end,
         )
-        self.log_finish(t, req, req.p_rid, req.p_obj, "", meta)
+        self.log_finish(t, req, "", meta)
         self.access(t, req.p_client, status)
         self.count_request(req, req.p_len, completion, req.cached, t - req.t_p_recv)
         if self.tracer is not None:
@@ -432,37 +420,23 @@ class PrefillNode(EngineNode):
             self.log(t, self.fmt.prefill_transfer_failed(t, req.p_rid, req.room, reason))
             self.metrics.inc("sglang:num_transfer_failed_reqs_total")
         self.metrics.inc("sglang:num_aborted_requests_total")
-        self._fail(t, req, reason, None, access=False)
+        self._fail(t, req, reason, None)
         self.kick(t)
 
-    def _fail(
-        self, t: float, req: SimRequest, message: str, status: int | None, *, access: bool
-    ) -> None:
+    def _fail(self, t: float, req: SimRequest, message: str, status: int | None) -> None:
+        """`status` None: the client is gone (see `finish_aborted`)."""
         self._release_pages(req)
         req.p_status = "failed"
-        reason = self.abort_reason(message, status or 0, None)
-        if status is None:
-            reason["status_code"] = None
-        meta = self.meta(
-            req,
-            req.p_rid,
+        self.finish_aborted(
             t,
-            req.t_p_recv,
-            finish_reason=reason,
+            req,
+            message,
+            status,
+            None,
             prompt_tokens=req.p_len,
-            completion_tokens=0,
             cached_tokens=req.cached,
-            first_token_at=None,
             forward_entry=req.t_pf_start if req.t_pf_start >= 0 else t,
-            prefill_finished=t,
         )
-        self.log_finish(t, req, req.p_rid, req.p_obj, "", meta)
-        if access and status is not None:
-            self.access(t, req.p_client, status)
-            self.dep.reply_p(req, status, error_body(message, "InternalServerError", status))
-        else:
-            self.dep.reply_p(req, 499, error_body(message, "ClientDisconnected", 499))
-        self.count_request(req, req.p_len, 0, req.cached, t - req.t_p_recv)
         self._pool_gauges()
 
     def lose_connection(self, t: float) -> list[SimRequest]:
@@ -488,7 +462,3 @@ class PrefillNode(EngineNode):
             transfer_speed_gb_s=self.last_speed,
             transfer_latency_ms=self.last_latency_ms,
         )
-
-
-def error_body(message: str, err_type: str, code: int) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}

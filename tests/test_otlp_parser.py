@@ -376,6 +376,39 @@ def test_room_to_decimal(value: Any, decimal: str | None) -> None:
     assert room_to_decimal(value) == decimal
 
 
+def _one_request_span(attributes: dict[str, str]) -> bytes:
+    """OTLP/JSON with a single request root span whose attributes are string values."""
+    span = {
+        "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "spanId": "00f067aa0ba902b7",
+        "name": "decode Req 9c8b7a65",
+        "startTimeUnixNano": "1793614509000000000",
+        "endTimeUnixNano": "1793614510000000000",
+        "attributes": [
+            {"key": key, "value": {"stringValue": value}}
+            for key, value in {"rid": "9c8b7a65", "module": "sglang::request", **attributes}.items()
+        ],
+    }
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("900000", 900000),
+        (" 65536 ", 65536),
+        ("-1", -1),
+        ("--5", None),
+        ("5-", None),
+        ("9e5", None),
+    ],
+)
+def test_token_counts_sent_as_strings(text: str, tokens: int | None) -> None:
+    payload = _one_request_span({"gen_ai.usage.prompt_tokens": text})
+    out = parse_otlp_traces(payload, content_type="application/json")
+    assert [e.fields["prompt_tokens"] for e in out.events] == [tokens]
+
+
 @pytest.mark.parametrize(
     ("payload", "content_type", "reason"),
     [

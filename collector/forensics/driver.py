@@ -25,7 +25,12 @@ from collector.events import Event, iso_time
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import PlotData, TimingPoint
 from collector.forensics.progress import Progress
-from collector.forensics.report import write_findings_csv, write_html, write_markdown
+from collector.forensics.report import (
+    config_gaps,
+    write_findings_csv,
+    write_html,
+    write_markdown,
+)
 from collector.parse import ParseStats
 from collector.spill import KindFilter, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
@@ -430,14 +435,11 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         f"findings: {severities.get('critical', 0):,} critical, "
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
     )
-    for node, info in sorted(summary["nodes"].items()):
-        for point in info["config"]:
-            pool, context = point["max_total_num_tokens"], point["context_len"]
-            if pool is not None and context is not None and pool < context:
-                out.write(
-                    f"config gap: {node} ({info['role']}) pool {pool:,} < context {context:,} "
-                    f"since {point['time']}\n"
-                )
+    for gap in config_gaps(summary):
+        out.write(
+            f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "
+            f"since {gap.since}\n"
+        )
     for name, path in result.outputs.items():
         out.write(f"{name:>8}: {path}\n")
 

@@ -130,11 +130,10 @@ def findings_timeline(data: PlotData) -> bytes:
                 s=18,
                 label=f"{severity} ({len(points):,})",
             )
-    _shade_window(ax, data)
     ax.set_yticks(range(len(detectors)))
     ax.set_yticklabels(detectors, fontsize=8)
     ax.set_title("Findings over time")
-    _time_axis(ax)
+    _time_axis(ax, data)
     ax.legend(loc="upper left", fontsize=8)
     return _png(fig)
 
@@ -159,10 +158,9 @@ def deferred_plot(data: PlotData) -> bytes:
                 align="edge",
             )
             bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
-    _shade_window(ax, data)
     ax.set_ylabel("releases per hour")
     ax.set_title("Deferred KV releases by outcome")
-    _time_axis(ax)
+    _time_axis(ax, data)
     ax.legend(loc="upper left", fontsize=8)
     return _png(fig)
 
@@ -191,21 +189,18 @@ def pool_plot(data: PlotData) -> bytes:
     if not drawn:
         _empty(ax, "no pool sizes in the input")
         return _png(fig)
-    _shade_window(ax, data)
     ax.set_ylabel("tokens")
     ax.set_title("KV pool against context length, per node")
-    _time_axis(ax)
+    _time_axis(ax, data)
     ax.legend(loc="lower right", fontsize=7, ncol=2)
     return _png(fig)
 
 
-def _shade_window(ax: Axes, data: PlotData) -> None:
+def _time_axis(ax: Axes, data: PlotData) -> None:
+    """Dates on x, and the exposure window shaded, on every plot over time."""
     if data.exposure_window is not None:
         first, last = data.exposure_window
         ax.axvspan(_dt(first), _dt(max(last, first + 60)), color="#c0392b", alpha=0.08)
-
-
-def _time_axis(ax: Axes) -> None:
     locator = mdates.AutoDateLocator()  # type: ignore[no-untyped-call]
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]

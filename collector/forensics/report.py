@@ -11,8 +11,9 @@ import base64
 import csv
 import html
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from collector.forensics.plots import PlotData, render_all
 
@@ -42,6 +43,23 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
             writer.writerow(["" if v is None else v for v in row])
 
 
+class ConfigGap(NamedTuple):
+    node: str
+    role: str | None
+    pool: int
+    context: int
+    since: str
+
+
+def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
+    """Every configuration point, node by node, whose pool is smaller than its context."""
+    for node, info in sorted(summary["nodes"].items()):
+        for point in info.get("config", []):
+            pool, context = point.get("max_total_num_tokens"), point.get("context_len")
+            if pool is not None and context is not None and pool < context:
+                yield ConfigGap(node, info.get("role"), pool, context, point["time"])
+
+
 def _headline(summary: dict[str, Any]) -> list[str]:
     exposure = summary["exposure"]
     counts = Counter(f["severity"] for f in summary["findings"])
@@ -57,14 +75,11 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
     )
-    for node, info in sorted(summary["nodes"].items()):
-        for point in info.get("config", []):
-            pool, context = point.get("max_total_num_tokens"), point.get("context_len")
-            if pool is not None and context is not None and pool < context:
-                lines.append(
-                    f"{node} ({info.get('role') or 'role unknown'}): pool {pool:,} tokens below "
-                    f"context {context:,} from {point['time']}."
-                )
+    for gap in config_gaps(summary):
+        lines.append(
+            f"{gap.node} ({gap.role or 'role unknown'}): pool {gap.pool:,} tokens below "
+            f"context {gap.context:,} from {gap.since}."
+        )
     return lines
 
 

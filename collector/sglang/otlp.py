@@ -31,11 +31,11 @@ from collector.events import REQUEST_TRACE, Event
 from collector.sglang.outcome import (
     MALFORMED_OTLP_JSON,
     MISSING_FIELD,
-    NOT_JSON,
-    NOT_JSON_OBJECT,
     NOT_PROTOBUF,
     ParseOutcome,
+    json_object,
 )
+from collector.sglang.values import finite_number, whole_number
 
 # Stats keys: every span is counted under exactly one of these, or dropped.
 SPANS: Final = "spans"
@@ -174,13 +174,8 @@ def _decode(
             out.drop(NOT_PROTOBUF)
             return None
         return request
-    try:
-        doc = json.loads(payload)
-    except (ValueError, RecursionError):
-        out.drop(NOT_JSON)
-        return None
-    if not isinstance(doc, dict):
-        out.drop(NOT_JSON_OBJECT)
+    doc = json_object(payload, out)
+    if doc is None:
         return None
     try:
         _otlp_json_ids(doc)
@@ -286,14 +281,16 @@ def _request_event(
         "rid": rid,
         "bootstrap_room": room,
         "role": role,
-        "prompt_tokens": _int(attrs.get("gen_ai.usage.prompt_tokens")),
-        "completion_tokens": _int(attrs.get("gen_ai.usage.completion_tokens")),
-        "cached_tokens": _int(attrs.get("gen_ai.usage.cached_tokens")),
-        "ttft": _float(attrs.get("gen_ai.latency.time_to_first_token")),
-        "e2e": _float(attrs.get("gen_ai.latency.e2e")),
-        "time_in_model_prefill": _float(attrs.get("gen_ai.latency.time_in_model_prefill")),
-        "time_in_model_decode": _float(attrs.get("gen_ai.latency.time_in_model_decode")),
-        "time_in_model_inference": _float(attrs.get("gen_ai.latency.time_in_model_inference")),
+        "prompt_tokens": whole_number(attrs.get("gen_ai.usage.prompt_tokens")),
+        "completion_tokens": whole_number(attrs.get("gen_ai.usage.completion_tokens")),
+        "cached_tokens": whole_number(attrs.get("gen_ai.usage.cached_tokens")),
+        "ttft": finite_number(attrs.get("gen_ai.latency.time_to_first_token")),
+        "e2e": finite_number(attrs.get("gen_ai.latency.e2e")),
+        "time_in_model_prefill": finite_number(attrs.get("gen_ai.latency.time_in_model_prefill")),
+        "time_in_model_decode": finite_number(attrs.get("gen_ai.latency.time_in_model_decode")),
+        "time_in_model_inference": finite_number(
+            attrs.get("gen_ai.latency.time_in_model_inference")
+        ),
         "finish_reasons": _finish_reasons(attrs.get("gen_ai.response.finish_reasons")),
         "status": status,
         "error_reason": reason,
@@ -308,7 +305,7 @@ def _request_event(
         fields["stage_seconds"] = dict(root.stages)
     ranks: dict[str, int] = {}
     for thread in root.threads:
-        dp = _int(thread.attributes.get("dp_rank"))
+        dp = whole_number(thread.attributes.get("dp_rank"))
         if dp is not None:
             ranks["dp"] = dp
             break
@@ -415,34 +412,3 @@ def _value(value: AnyValue) -> Any:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value.is_integer() else None
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isascii() and text.lstrip("-").isdigit():
-            return int(text)
-    return None
-
-
-def _float(value: Any) -> float | None:
-    """A finite number of seconds; NaN/Inf latencies mean nothing and are read as absent."""
-    if isinstance(value, bool):
-        return None
-    number: float
-    if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    else:
-        return None
-    return number if math.isfinite(number) else None

@@ -7,8 +7,10 @@ as a number on kvwatch's own metrics rather than as a crashed sidecar.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from collector.events import Event
 
@@ -62,3 +64,16 @@ class ParseOutcome:
         for outcome in outcomes:
             total.merge(outcome)
         return total
+
+
+def json_object(doc: str | bytes, out: ParseOutcome) -> dict[str, Any] | None:
+    """`doc` as a JSON object, or None with `not_json` / `not_json_object` counted in `out`."""
+    try:
+        data = json.loads(doc)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
+        out.drop(NOT_JSON)
+        return None
+    if not isinstance(data, dict):
+        out.drop(NOT_JSON_OBJECT)
+        return None
+    return data

@@ -10,20 +10,18 @@ consumer can merge the endpoints of one node field by field.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 from typing import Any, Final
 
 from collector.events import SERVER_INFO, Event, parse_iso_time
 from collector.sglang.outcome import (
     MISSING_FIELD,
-    NOT_JSON,
-    NOT_JSON_OBJECT,
     UNKNOWN_ENDPOINT,
     UNRECOGNISED_DOCUMENT,
     ParseOutcome,
+    json_object,
 )
+from collector.sglang.values import finite_number, whole_number
 
 SERVER_INFO_ENDPOINT: Final = "server_info"
 V1_MODELS: Final = "v1_models"
@@ -78,16 +76,8 @@ def parse_server_info(
     field is absent, e.g. `/v1/loads` without `loads`).
     """
     out = ParseOutcome()
-    if isinstance(doc, dict):
-        data: Any = doc
-    else:
-        try:
-            data = json.loads(doc)
-        except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError included
-            out.drop(NOT_JSON)
-            return out
-    if not isinstance(data, dict):
-        out.drop(NOT_JSON_OBJECT)
+    data = doc if isinstance(doc, dict) else json_object(doc, out)
+    if data is None:
         return out
     if endpoint is None:
         kind = detect_endpoint(data)
@@ -260,7 +250,7 @@ def _deferred(data: dict[str, Any]) -> dict[str, Any]:
                 found["deferred_release"] = _bool(container[key])
         for key in _DEFERRED_TIMEOUT_KEYS:
             if "deferred_release_timeout" not in found and key in container:
-                found["deferred_release_timeout"] = _float(container[key])
+                found["deferred_release_timeout"] = finite_number(container[key])
     return found
 
 
@@ -279,29 +269,8 @@ def _str(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and value.is_integer() else None
-    if isinstance(value, str):
-        text = value.strip()
-        if text.isascii() and text.isdigit():
-            return int(text)
-    return None
-
-
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if not isinstance(value, int | float | str):
-        return None
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):  # JSON ints are unbounded
-        return None
-    return number if math.isfinite(number) else None
+    """Sizes, lengths and ranks; as text, only unsigned digit strings are read."""
+    return whole_number(value, signed_text=False)
 
 
 def _bool(value: Any) -> bool | None:
@@ -319,7 +288,7 @@ def _bool(value: Any) -> bool | None:
 
 
 def _timestamp(value: Any) -> float | None:
-    number = _float(value)
+    number = finite_number(value)
     if number is not None:
         seconds = number / 1000.0 if abs(number) > 1e11 else number
         return seconds if abs(seconds) < 1e11 else None

@@ -1,11 +1,13 @@
 """Turning the textual values SGLang prints into numbers, booleans and normalised keys.
 
 Shared by every message parser so that `#new-token: 158`, `token usage: 0.08`, `cuda graph: True`
-and `cache hit rate: 12.5%` all come out typed the same way.
+and `cache hit rate: 12.5%` all come out typed the same way; `whole_number` and `finite_number`
+do the same for values already decoded from JSON documents and OTLP attributes.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -85,6 +87,36 @@ def as_float(text: str | None) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def whole_number(value: Any, *, signed_text: bool = True) -> int | None:
+    """A decoded JSON or OTLP value as an int, or None: bools, fractions and NaN are not counts.
+
+    `signed_text=False` reads only unsigned digit strings (`"-1"` is None; the int -1 is not).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, str):
+        text = value.strip()
+        digits = text[1:] if signed_text and text.startswith("-") else text
+        if text.isascii() and digits.isdigit():
+            return int(text)
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    """A decoded JSON or OTLP value (number or numeric string) as a finite float, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):  # JSON ints are unbounded
+        return None
+    return number if math.isfinite(number) else None
 
 
 def duration_seconds(text: str) -> float | None:

@@ -48,6 +48,18 @@ def input_too_long_message(n_tokens: int, limit: int) -> str:
     )
 
 
+def context_length_message(n_tokens: int, context_len: int) -> str:
+    """The tokenizer's refusal of a prompt that does not fit the context (§2.8)."""
+    return (
+        f"The input ({n_tokens} tokens) is longer than the model's context length "
+        f"({context_len} tokens)."
+    )
+
+
+def exceeds_max_tokens_message(rid: str, length: int, limit: int) -> str:
+    return f"Request {rid} exceeds the maximum number of tokens: {length} > {limit}"
+
+
 def iso_utc(t: float) -> str:
     """ISO 8601 UTC with milliseconds and `Z` (for JSON request logs and ground truth)."""
     ms = int(round(t * 1000.0))
@@ -388,9 +400,7 @@ class LogFormat:
         return self.sched(t, f"{input_too_long_message(n_tokens, limit)}, self.rid='{rid}'")
 
     def exceeds_max_tokens(self, t: float, rid: str, length: int, limit: int) -> str:
-        return self.sched(
-            t, f"Request {rid} exceeds the maximum number of tokens: {length} > {limit}"
-        )
+        return self.sched(t, exceeds_max_tokens_message(rid, length, limit))
 
     def missing_room(self, t: float, rid: str) -> str:
         return self.sched(
@@ -404,33 +414,27 @@ class LogFormat:
     def kv_error(room: int, reason: str) -> str:
         return f"KVTransferError(bootstrap_room={room}): {reason}"
 
-    def decode_handshake_failed(self, t: float, rid: str, room: int, reason: str) -> str:
+    def _pd_failed(
+        self, t: float, what: str, req_expr: str, rid: str, room: int, reason: str
+    ) -> str:
+        """`{what} failed for request ...`: one template, four stages (§2.9)."""
         return self.sched(
             t,
-            f"Decode handshake failed for request rank=0 decode_req.req.rid='{rid}' "
-            f"decode_req.req.bootstrap_room={room} with exception {self.kv_error(room, reason)}",
+            f"{what} failed for request rank=0 {req_expr}.rid='{rid}' "
+            f"{req_expr}.bootstrap_room={room} with exception {self.kv_error(room, reason)}",
         )
+
+    def decode_handshake_failed(self, t: float, rid: str, room: int, reason: str) -> str:
+        return self._pd_failed(t, "Decode handshake", "decode_req.req", rid, room, reason)
 
     def decode_transfer_failed(self, t: float, rid: str, room: int, reason: str) -> str:
-        return self.sched(
-            t,
-            f"Decode transfer failed for request rank=0 decode_req.req.rid='{rid}' "
-            f"decode_req.req.bootstrap_room={room} with exception {self.kv_error(room, reason)}",
-        )
+        return self._pd_failed(t, "Decode transfer", "decode_req.req", rid, room, reason)
 
     def prefill_bootstrap_failed(self, t: float, rid: str, room: int, reason: str) -> str:
-        return self.sched(
-            t,
-            f"Prefill bootstrap failed for request rank=0 req.rid='{rid}' "
-            f"req.bootstrap_room={room} with exception {self.kv_error(room, reason)}",
-        )
+        return self._pd_failed(t, "Prefill bootstrap", "req", rid, room, reason)
 
     def prefill_transfer_failed(self, t: float, rid: str, room: int, reason: str) -> str:
-        return self.sched(
-            t,
-            f"Prefill transfer failed for request rank=0 req.rid='{rid}' "
-            f"req.bootstrap_room={room} with exception {self.kv_error(room, reason)}",
-        )
+        return self._pd_failed(t, "Prefill transfer", "req", rid, room, reason)
 
     def bootstrap_advice(self, t: float) -> str:
         return self.sched(t, BOOTSTRAP_ADVICE)

@@ -112,8 +112,28 @@ class NodeTracer:
         self.host_id = host_id
         self.pid = pid
 
-    def _thread(self, label: str) -> str:
-        return f"{label} [TP 0]  [PP 0]  [DP 0] (host:{self.host_id[:8]} | pid:{self.pid})"
+    def _thread(self, root: Span, label: str, start: float) -> Span:
+        """A thread span under `root`, named and attributed as SGLang names its threads."""
+        return self.tracer.start_span(
+            f"{label} [TP 0]  [PP 0]  [DP 0] (host:{self.host_id[:8]} | pid:{self.pid})",
+            context=trace.set_span_in_context(root),
+            start_time=_ns(start),
+            attributes={
+                "tp_rank": 0,
+                "pp_rank": 0,
+                "dp_rank": 0,
+                "host_id": self.host_id,
+                "pid": self.pid,
+                "thread_label": label,
+            },
+        )
+
+    @staticmethod
+    def _end_thread(thread: Span, t: float, error: str | None) -> None:
+        if error is not None:
+            thread.set_status(Status(StatusCode.ERROR, error))
+            thread.set_attribute("reason", error)
+        thread.end(end_time=_ns(t))
 
     def _root(self, req: SimRequest, rid: str, parent: Any, start: float) -> Span:
         return self.tracer.start_span(
@@ -178,21 +198,10 @@ class NodeTracer:
 
     def prefill_done(self, req: SimRequest, t: float, status: int) -> None:
         root = self._root(req, req.p_rid, req.p_trace, req.t_p_recv)
-        ctx = trace.set_span_in_context(root)
-        tok = self.tracer.start_span(
-            self._thread("PrefillTokenizer"),
-            context=ctx,
-            start_time=_ns(req.t_p_recv),
-            attributes=self._thread_attrs("PrefillTokenizer"),
-        )
+        tok = self._thread(root, "PrefillTokenizer", req.t_p_recv)
         self._slices(tok, [("tokenize", req.t_p_recv, req.t_p_recv + 0.0003)])
-        tok.end(end_time=_ns(req.t_p_recv + 0.0005))
-        sched = self.tracer.start_span(
-            self._thread("Prefill Scheduler"),
-            context=ctx,
-            start_time=_ns(req.t_p_recv),
-            attributes=self._thread_attrs("Prefill Scheduler"),
-        )
+        self._end_thread(tok, req.t_p_recv + 0.0005, None)
+        sched = self._thread(root, "Prefill Scheduler", req.t_p_recv)
         forward = (
             "chunked_prefill"
             if req.p_len > (req.p_node.spec.chunked_prefill_size if req.p_node else 0)
@@ -207,10 +216,7 @@ class NodeTracer:
                 ("prefill_transfer_kv_cache", req.t_pf_end, t),
             ],
         )
-        if status >= 400:
-            sched.set_status(Status(StatusCode.ERROR, req.refusal or "abort"))
-            sched.set_attribute("reason", req.refusal or "abort")
-        sched.end(end_time=_ns(t))
+        self._end_thread(sched, t, (req.refusal or "abort") if status >= 400 else None)
         self._finish_root(
             root,
             req,
@@ -228,13 +234,7 @@ class NodeTracer:
 
     def decode_done(self, req: SimRequest, t: float, status: int, t_first: float | None) -> None:
         root = self._root(req, req.d_rid, req.d_trace, req.t_d_recv)
-        ctx = trace.set_span_in_context(root)
-        sched = self.tracer.start_span(
-            self._thread("Decode Scheduler"),
-            context=ctx,
-            start_time=_ns(req.t_d_recv),
-            attributes=self._thread_attrs("Decode Scheduler"),
-        )
+        sched = self._thread(root, "Decode Scheduler", req.t_d_recv)
         slices: list[tuple[str, float, float]] = [("decode_prepare", req.t_d_recv, req.t_d_alloc)]
         if req.t_bootstrapped:
             slices.append(("decode_bootstrap", req.t_d_alloc, req.t_bootstrapped))
@@ -245,10 +245,7 @@ class NodeTracer:
                 ("decode_forward", req.t_dec_start, t),
             ]
         self._slices(sched, [s for s in slices if s[1] > 0])
-        if status >= 400:
-            sched.set_status(Status(StatusCode.ERROR, "abort"))
-            sched.set_attribute("reason", "abort")
-        sched.end(end_time=_ns(t))
+        self._end_thread(sched, t, "abort" if status >= 400 else None)
         self._finish_root(
             root,
             req,
@@ -263,13 +260,3 @@ class NodeTracer:
             decode_s=(t - req.t_dec_start) if status == 200 else 0.0,
             status=status,
         )
-
-    def _thread_attrs(self, label: str) -> dict[str, Any]:
-        return {
-            "tp_rank": 0,
-            "pp_rank": 0,
-            "dp_rank": 0,
-            "host_id": self.host_id,
-            "pid": self.pid,
-            "thread_label": label,
-        }
