@@ -120,7 +120,8 @@ def findings_timeline(data: PlotData) -> bytes:
         return _png(fig)
     detectors = sorted({f[2] for f in timed})
     rows = {name: i for i, name in enumerate(detectors)}
-    for severity, colour in _SEVERITY_COLOURS.items():
+    # Least severe first, so a critical drawn at the same moment as a warning stays visible.
+    for severity, colour in reversed(_SEVERITY_COLOURS.items()):
         points = [f for f in timed if f[1] == severity]
         if points:
             ax.scatter(
