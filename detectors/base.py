@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from collector.events import Event
 from collector.state.config_timeline import ConfigChange
-from collector.state.request_record import RequestRecord
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
 from detectors.windows import WindowClock
@@ -180,7 +180,8 @@ class Detector(Generic[C]):
         return self._on_config(change, ctx)
 
     def observe_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
-        self._ensure()
+        if "n_seen_" not in self.__dict__:  # `_ensure`, inlined: called for every request
+            self.reset()
         self.n_seen_ += 1
         return self._on_request(record, ctx)
 
@@ -241,5 +242,54 @@ class Detector(Generic[C]):
             evidence=copy.deepcopy(dict(evidence)),
             rid=rid,
             bootstrap_room=bootstrap_room,
+            exposure=exposure,
+        )
+
+    def _event_finding(
+        self,
+        severity: Severity,
+        event: Event,
+        *,
+        summary: str,
+        subject: str,
+        evidence: Mapping[str, Any],
+        rid: str | None = None,
+        bootstrap_room: str | None = None,
+    ) -> Finding:
+        """A finding about one log line or sample: at its time and node, its source (file:line)
+        last in the evidence."""
+        return self._finding(
+            severity,
+            time=event.time,
+            node=event.node,
+            summary=summary,
+            subject=subject,
+            evidence={**evidence, "source": event.source},
+            rid=rid,
+            bootstrap_room=bootstrap_room,
+        )
+
+    def _request_finding(
+        self,
+        severity: Severity,
+        record: RequestRecord,
+        serving: SideRecord,
+        *,
+        summary: str,
+        evidence: Mapping[str, Any],
+        exposure: bool,
+    ) -> Finding:
+        """A finding about one joined request that `serving` answered: when the client got the
+        answer, one per bootstrap room (outside PD, per node and rid)."""
+        room = record.bootstrap_room
+        return self._finding(
+            severity,
+            time=record.time,
+            node=serving.node,
+            summary=summary,
+            subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
+            evidence=evidence,
+            rid=serving.rid,
+            bootstrap_room=room,
             exposure=exposure,
         )

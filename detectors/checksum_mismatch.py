@@ -12,19 +12,18 @@ overwritten may have been. Every mismatch is critical and names its `bootstrap_r
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from collector.events import Event
-from detectors.base import Detector, DetectorConfig
-from detectors.context import DetectionContext
-from detectors.finding import Finding
+from detectors.base import DetectorConfig
+from detectors.corruption import RoomCorruption
 
 
 class ChecksumMismatchConfig(DetectorConfig):
     """No knobs: every mismatch is critical."""
 
 
-class ChecksumMismatch(Detector[ChecksumMismatchConfig]):
+class ChecksumMismatch(RoomCorruption[ChecksumMismatchConfig]):
     """Critical finding per KV checksum mismatch; feeds `KVWatchKVChecksumMismatch`.
 
     Examples
@@ -44,9 +43,9 @@ class ChecksumMismatch(Detector[ChecksumMismatchConfig]):
     config_class: ClassVar[type[DetectorConfig]] = ChecksumMismatchConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"checksum_mismatch"})
 
-    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
-        room = _text(event.get("bootstrap_room"))
-        rid = _text(event.get("rid"))
+    def _describe(
+        self, event: Event, room: str | None, rid: str | None
+    ) -> tuple[str, dict[str, Any]]:
         expected, got = event.get("expected"), event.get("got")
         detail = f"expected {expected}, got {got}" if expected or got else "on a peer rank"
         summary = (
@@ -54,20 +53,4 @@ class ChecksumMismatch(Detector[ChecksumMismatchConfig]):
             f"{detail}): transferred KV was overwritten; check deferred-release timeouts and "
             f"aborts mid-transfer"
         )
-        subject = f"room:{room}" if room else f"{event.node}:{rid}:{event.time}"
-        return [
-            self._finding(
-                "critical",
-                time=event.time,
-                node=event.node,
-                summary=summary,
-                subject=subject,
-                evidence={"expected": expected, "got": got, "source": event.source},
-                rid=rid,
-                bootstrap_room=room,
-            )
-        ]
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+        return summary, {"expected": expected, "got": got}

@@ -81,17 +81,12 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
             f"and page size between prefill and decode"
         )
         return [
-            self._finding(
+            self._event_finding(
                 "warning",
-                time=event.time,
-                node=event.node,
+                event,
                 summary=summary,
                 subject=f"skipped:{event.node}:{prefill_sig}:{decode_sig}",
-                evidence={
-                    "prefill_signature": prefill_sig,
-                    "decode_signature": decode_sig,
-                    "source": event.source,
-                },
+                evidence={"prefill_signature": prefill_sig, "decode_signature": decode_sig},
             )
         ]
 

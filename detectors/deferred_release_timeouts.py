@@ -23,17 +23,17 @@ counters are taken per node as the largest increase across TP ranks.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from collector.events import Event
-from detectors.base import Detector, DetectorConfig
+from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
-from detectors.windows import Baseline, CounterDeltas, WindowClock, series_key
+from detectors.storm import StormConfig, StormDetector, metric_signal, sample_value
+from detectors.windows import Baseline
 
 _RELEASE_SIGNALS = frozenset({"deferred_release_total"})
 _HELD_SIGNALS = frozenset({"deferred_release_held"})
@@ -43,11 +43,7 @@ _NAME_SIGNAL = {
 }
 
 
-class DeferredReleaseTimeoutsConfig(DetectorConfig):
-    # Window length (seconds of event time).
-    window_seconds: float = Field(default=300.0, gt=0)
-    # Normal windows remembered for the baseline.
-    baseline_windows: int = Field(default=48, ge=1)
+class DeferredReleaseTimeoutsConfig(StormConfig):
     # Baseline floors, so an empty history does not make one timeout a storm.
     prior_timeouts: float = Field(default=1.0, gt=0)
     prior_held: float = Field(default=1.0, gt=0)
@@ -110,7 +106,7 @@ class _Window:
         return window
 
 
-class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
+class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Window]):
     """Deferred-release timeouts or holds far above baseline; feeds
     `KVWatchDeferredReleaseTimeouts`.
 
@@ -133,17 +129,11 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
         {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption"}
     )
     metric_signals: ClassVar[frozenset[str] | None] = _RELEASE_SIGNALS | _HELD_SIGNALS
-    windowed: ClassVar[bool] = True
-
-    @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
-        return {"window_seconds": 60.0, "baseline_windows": 10}
+    window_class: ClassVar[type[_Window]] = _Window
 
     def _init_learned(self) -> None:
+        super()._init_learned()
         cfg = self.config
-        self.clock_ = WindowClock(cfg.window_seconds)
-        self.window_ = _Window()
-        self.counters_ = CounterDeltas()
         self.held_now_: dict[str, dict[str, float]] = {}
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows)
         self.baseline_share_ = Baseline(cfg.baseline_windows)
@@ -154,9 +144,7 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
 
     def _learned_state(self) -> dict[str, Any]:
         return {
-            "clock_start": self.clock_.start,
-            "window": self.window_.to_state(),
-            "counters": self.counters_.to_state(),
+            **super()._learned_state(),
             "held_now": {k: dict(v) for k, v in self.held_now_.items()},
             "baseline_timeouts": self.baseline_timeouts_.to_list(),
             "baseline_share": self.baseline_share_.to_list(),
@@ -167,10 +155,8 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
+        super()._load_learned(state)
         cfg = self.config
-        self.clock_ = WindowClock(cfg.window_seconds, state.get("clock_start"))
-        self.window_ = _Window.from_state(state["window"])
-        self.counters_ = CounterDeltas(state.get("counters"))
         self.held_now_ = {k: dict(v) for k, v in (state.get("held_now") or {}).items()}
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows, state["baseline_timeouts"])
         self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
@@ -183,16 +169,7 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
 
     # -- feeding -------------------------------------------------------------------------------
 
-    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
-        findings: list[Finding] = []
-        time = event.time
-        if time is not None:
-            clock = self.clock_
-            clock.place(time)
-            start = clock.start
-            # Nothing is due before the open window ends (the common case: skip the call).
-            if start is not None and time >= start + clock.width:
-                findings = self._on_flush(ctx, time)
+    def _fold(self, event: Event) -> None:
         window = self.window_
         if event.kind == "deferred_release":
             outcome = str(event.get("outcome") or "")
@@ -205,53 +182,39 @@ class DeferredReleaseTimeouts(Detector[DeferredReleaseTimeoutsConfig]):
             window.mismatches += 1
         elif event.kind == "metric":
             self._on_metric(event)
-        return findings
 
     def _on_metric(self, event: Event) -> None:
         fields = event.fields
-        signal = fields.get("signal") or _NAME_SIGNAL.get(str(fields.get("name")))
+        signal = metric_signal(fields, _NAME_SIGNAL)
         if signal not in _RELEASE_SIGNALS and signal not in _HELD_SIGNALS:
             return
         labels = fields.get("labels") or {}
-        value = fields.get("value")
-        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        value = sample_value(fields)
+        if value is None:
             return
         if signal in _RELEASE_SIGNALS:
             outcome = str(labels.get("outcome", ""))
-            delta = self.counters_.in_window(
-                series_key(event.node, event.fields),
-                float(value),
-                event.time,
-                self.config.window_seconds,
-            )
+            delta = self._increase(event, value)
             dp = str(labels.get("dp_rank", ""))
             by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
             by_dp[dp] = max(by_dp.get(dp, 0.0), delta)
         elif signal in _HELD_SIGNALS:
             dp = str(labels.get("dp_rank", ""))
             per_dp = self.held_now_.setdefault(event.node, {})
-            per_dp[dp] = float(value)
+            per_dp[dp] = value
             total = sum(sum(v.values()) for v in self.held_now_.values())
             node_total = sum(per_dp.values())
             window = self.window_
             window.held[event.node] = max(window.held.get(event.node, 0.0), node_total)
             window.held["*"] = max(window.held.get("*", 0.0), total)
 
-    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        findings: list[Finding] = []
-        if math.isinf(now) and self.clock_.start is None and self.window_.has_data():
-            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
-        for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
-            finding = self._close(start, ctx)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+    def _has_data(self) -> bool:
+        return self.window_.has_data()
 
     # -- judging one window --------------------------------------------------------------------
 
-    def _close(self, start: float, ctx: DetectionContext) -> Finding | None:
+    def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
-        window, self.window_ = self.window_, _Window()
         nodes = window.nodes()
         timeouts = sum(window.outcome_count(n, "timeout") for n in nodes)
         errors = sum(window.outcome_count(n, "error") for n in nodes)

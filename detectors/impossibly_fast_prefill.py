@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, ClassVar, Final, Literal
+from itertools import chain
+from typing import Any, ClassVar, Final, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
@@ -100,8 +100,7 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     sources: tuple[str, ...] = SOURCES
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
+class Timing(NamedTuple):
     """One timing of one request: `seconds` spent on `uncached_tokens`, reported by `node`."""
 
     source: str
@@ -147,7 +146,9 @@ class FloorModel:
             self.refit(cfg.quantile, now, cfg.solver)
 
     def refit(self, quantile: float, now: float | None, solver: str = "exact") -> None:
-        data = np.asarray(self.samples, dtype=float)
+        # `np.asarray(self.samples)`, without numpy inspecting each pair as a sequence.
+        pairs = self.samples
+        data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
         if solver == "sklearn":
             model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
             model.fit(data[:, :1], data[:, 1])
@@ -262,14 +263,16 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         self._ensure()
         self._learn(_timing_from(x, self.config.default_gpus), now)
 
-    def _learn(self, timing: Timing, now: float | None) -> None:
-        if timing.source not in self.config.learn_sources:
+    def _learn(self, timing: Timing, now: float | None, key: str | None = None) -> None:
+        cfg = self.config
+        if timing.source not in cfg.learn_sources:
             return
-        key = f"{timing.node}|{timing.source}"
+        if key is None:
+            key = f"{timing.node}|{timing.source}"
         model = self.models_.get(key)
         if model is None:
-            model = self.models_[key] = FloorModel(self.config.max_history)
-        model.add(timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS), now, self.config)
+            model = self.models_[key] = FloorModel(cfg.max_history)
+        model.add(timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS), now, cfg)
 
     # -- the request hook ----------------------------------------------------------------------
 
@@ -281,13 +284,30 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         timings = self._timings(record, uncached, ctx)
         if not timings:
             return []
-        scored = [(self._score(t), t) for t in timings]
-        (score, physical, learned), worst = max(scored, key=lambda item: item[0][0])
         cfg = self.config
+        # As `_score` per timing, with what the timings share (tokens, GPUs, the learned
+        # models' keys) worked out once.
+        physical = self.physical_floor(uncached, timings[0].gpus)
+        judge_learned = uncached >= cfg.learned_min_uncached_tokens
+        keys = [f"{t.node}|{t.source}" for t in timings]
+        models = self.models_
+        score, learned, worst = 0.0, None, timings[0]
+        for index, timing in enumerate(timings):
+            seconds = max(timing.seconds, _MIN_SECONDS)
+            floor = None
+            if judge_learned:
+                model = models.get(keys[index])
+                if model is not None:
+                    floor = model.floor(uncached, cfg.safety_factor)
+            timing_score = physical / seconds
+            if floor is not None:
+                timing_score = max(timing_score, floor / seconds)
+            if index == 0 or timing_score > score:  # the first of equal scores, as `max`
+                score, learned, worst = timing_score, floor, timing
         if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and score < cfg.threshold:
             if self._may_learn(record, ctx):
-                for _, timing in scored:
-                    self._learn(timing, ctx.now)
+                for key, timing in zip(keys, timings, strict=True):
+                    self._learn(timing, ctx.now, key)
         if score < cfg.threshold or uncached < cfg.min_uncached_tokens:
             return []
         critical = uncached >= cfg.critical_min_uncached_tokens
@@ -305,15 +325,13 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             f"{worst.seconds:.3f}s of {worst.source} on {worst.node}, below the {kind} floor "
             f"of {floor:.3f}s ({score:.1f}x too fast): {consequence}"
         )
-        room = record.bootstrap_room
         model = self.models_.get(f"{worst.node}|{worst.source}")
         return [
-            self._finding(
+            self._request_finding(
                 severity,
-                time=record.time,
-                node=serving.node,
+                record,
+                serving,
                 summary=summary,
-                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
                 evidence={
                     "prompt_tokens": prompt,
                     "cached_tokens": record.cached_tokens,
@@ -328,8 +346,6 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                     "score": round(score, 6),
                     "threshold": cfg.threshold,
                 },
-                rid=serving.rid,
-                bootstrap_room=room,
                 exposure=critical,
             )
         ]
@@ -339,23 +355,26 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         prefill = record.prefill
         compute_node = prefill.node if prefill is not None else (serving.node if serving else "")
         gpus = self._gpus(compute_node, record, ctx)
-        wanted = set(self.config.sources)
-        out: list[Timing] = []
-
-        def add(source: str, node: str, seconds: float | None) -> None:
-            if source in wanted and seconds is not None and math.isfinite(seconds):
-                out.append(Timing(source, node, seconds, uncached, gpus))
-
+        wanted = self.config.sources
+        found: list[tuple[str, str, float | None]] = []
         for side in record.sides:
-            if side.role == "prefill" or (side.role == "unified" and side is serving):
-                if side.role == "prefill":
-                    add("prefill_forward", side.node, side.durations.get("forward_duration"))
-                add("trace_prefill", side.node, side.trace_prefill_seconds)
+            role = side.role
+            if role == "prefill" or (role == "unified" and side is serving):
+                if role == "prefill":
+                    found.append(
+                        ("prefill_forward", side.node, side.durations.get("forward_duration"))
+                    )
+                found.append(("trace_prefill", side.node, side.trace_prefill_seconds))
         if serving is not None:
-            add("trace_ttft", serving.node, serving.trace_ttft)
-            add("first_token_latency", serving.node, serving.first_token_latency)
-            add("e2e_latency", serving.node, serving.e2e_latency)
-        return out
+            node = serving.node
+            found.append(("trace_ttft", node, serving.trace_ttft))
+            found.append(("first_token_latency", node, serving.first_token_latency))
+            found.append(("e2e_latency", node, serving.e2e_latency))
+        return [
+            Timing(source, node, seconds, uncached, gpus)
+            for source, node, seconds in found
+            if seconds is not None and source in wanted and math.isfinite(seconds)
+        ]
 
     def _gpus(self, node: str, record: RequestRecord, ctx: DetectionContext) -> int:
         if self.config.gpus_per_node is not None:

@@ -51,10 +51,9 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             f"position {position}; a KV slot holds data it should not"
         )
         return [
-            self._finding(
+            self._event_finding(
                 "critical",
-                time=event.time,
-                node=event.node,
+                event,
                 summary=summary,
                 subject=f"{event.node}:{tag}:{slot}:{position}",
                 evidence={
@@ -62,7 +61,6 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
                     "fail_reason": reason,
                     "slot_idx": slot,
                     "position": position,
-                    "source": event.source,
                 },
             )
         ]

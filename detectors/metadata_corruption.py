@@ -10,19 +10,18 @@ KV. The request is aborted (HTTP 500); the finding is critical and names both ro
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from collector.events import Event
-from detectors.base import Detector, DetectorConfig
-from detectors.context import DetectionContext
-from detectors.finding import Finding
+from detectors.base import DetectorConfig
+from detectors.corruption import RoomCorruption, optional_text
 
 
 class MetadataCorruptionConfig(DetectorConfig):
     """No knobs: every corruption is critical."""
 
 
-class MetadataCorruption(Detector[MetadataCorruptionConfig]):
+class MetadataCorruption(RoomCorruption[MetadataCorruptionConfig]):
     """Critical finding per metadata corruption; feeds `KVWatchMetadataCorruption`.
 
     Examples
@@ -41,28 +40,12 @@ class MetadataCorruption(Detector[MetadataCorruptionConfig]):
     config_class: ClassVar[type[DetectorConfig]] = MetadataCorruptionConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"metadata_corruption"})
 
-    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
-        room = _text(event.get("bootstrap_room"))
-        actual = _text(event.get("actual_room"))
-        rid = _text(event.get("rid"))
+    def _describe(
+        self, event: Event, room: str | None, rid: str | None
+    ) -> tuple[str, dict[str, Any]]:
+        actual = optional_text(event.get("actual_room"))
         summary = (
             f"Decode {event.node} received metadata of bootstrap_room {actual} for request "
             f"{rid} (bootstrap_room {room}): metadata buffer index collision between requests"
         )
-        subject = f"room:{room}" if room else f"{event.node}:{rid}:{event.time}"
-        return [
-            self._finding(
-                "critical",
-                time=event.time,
-                node=event.node,
-                summary=summary,
-                subject=subject,
-                evidence={"actual_room": actual, "source": event.source},
-                rid=rid,
-                bootstrap_room=room,
-            )
-        ]
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
+        return summary, {"actual_room": actual}

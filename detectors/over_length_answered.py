@@ -56,7 +56,6 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if pool is None or prompt <= pool.tokens + self.config.margin_tokens:
             return []
         pd = serving.role == "decode"
-        room = record.bootstrap_room
         if pd:
             consequence = "the answer was probably generated from other requests' KV"
         else:
@@ -67,12 +66,11 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             f"{pool.tokens:,} tokens ({pool.node}): {consequence}"
         )
         return [
-            self._finding(
+            self._request_finding(
                 "critical" if pd else "warning",
-                time=record.time,
-                node=serving.node,
+                record,
+                serving,
                 summary=summary,
-                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
                 evidence={
                     "prompt_tokens": prompt,
                     "cached_tokens": record.cached_tokens,
@@ -84,8 +82,6 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "excess_tokens": prompt - pool.tokens,
                     "finish_type": serving.finish_type,
                 },
-                rid=serving.rid,
-                bootstrap_room=room,
                 exposure=pd,
             )
         ]

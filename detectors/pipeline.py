@@ -175,6 +175,7 @@ class DetectionPipeline:
         self._config_dets = [d for d in self.detectors if d.wants_config]
         self._request_dets = [d for d in self.detectors if d.wants_requests]
         self._windowed_dets = [d for d in self.detectors if d.windowed]
+        self._windowed_due = [(d, d.due_at) for d in self._windowed_dets]
 
     @classmethod
     def from_config(
@@ -197,11 +198,12 @@ class DetectionPipeline:
         stats.events += 1
         ctx = self.context
         time = event.time
+        now = ctx.now
         if time is None:
             stats.events_without_time += 1
-        elif ctx.now is None or time > ctx.now:
-            ctx.now = time
-        elif time < ctx.now:
+        elif now is None or time > now:
+            ctx.now = now = time
+        elif time < now:
             stats.events_behind_watermark += 1
         kind = event.kind
         change = self.timeline.update(event) if kind in self._timeline_kinds else None
@@ -210,13 +212,14 @@ class DetectionPipeline:
         out: list[Finding] = []
         # Joins and windows only close when event time moves (logs have one-second stamps, so
         # most events share the previous one's time).
-        now = ctx.now
         if now is not None and now != self._passed:
             self._pass_time(now, out)
         if change is not None:
             self._dispatch_config(change, out)
-        for det in self._by_kind.get(kind, ()):
-            self._call(det, det.observe, out, event, ctx)
+        dets = self._by_kind.get(kind)
+        if dets is not None:
+            for det in dets:
+                self._call(det, det.observe, out, event, ctx)
         return out
 
     def advance(self, now: float) -> list[Finding]:
@@ -247,17 +250,33 @@ class DetectionPipeline:
 
     def _pass_time(self, now: float, out: list[Finding]) -> None:
         self._passed = now
-        for record in self.ledger.advance(now):
-            self._dispatch_request(record, out)
-        for det in self._windowed_dets:
-            if now >= det.due_at():
+        records = self.ledger.advance(now)
+        if records:
+            for record in records:
+                self._dispatch_request(record, out)
+        for det, due_at in self._windowed_due:
+            if now >= due_at():
                 self._call(det, det.flush, out, self.context, now)
 
     def _dispatch_request(self, record: RequestRecord, out: list[Finding]) -> None:
+        # `_call` for each request detector, unrolled: this runs for every request.
         self.stats.records += 1
         before = len(out)
+        ctx = self.context
+        clock = self._clock
+        seconds = self.stats.seconds
         for det in self._request_dets:
-            self._call(det, det.observe_request, out, record, self.context)
+            started = clock()
+            try:
+                findings = det.observe_request(record, ctx)
+            except Exception:
+                if self._failed(det):
+                    raise
+                findings = []
+            name = det.name
+            seconds[name] = seconds.get(name, 0.0) + (clock() - started)
+            if findings:
+                self._keep(findings, out)
         if self.on_record is not None:
             self.on_record(record, out[before:])
 
@@ -277,14 +296,18 @@ class DetectionPipeline:
         try:
             findings = method(*args)
         except Exception:
-            self.stats.errors[det.name] = self.stats.errors.get(det.name, 0) + 1
-            if self.raise_errors:
+            if self._failed(det):
                 raise
             findings = []
         seconds = self.stats.seconds
         seconds[det.name] = seconds.get(det.name, 0.0) + (clock() - started)
         if findings:
             self._keep(findings, out)
+
+    def _failed(self, det: Detector[Any]) -> bool:
+        """Count a detector's error; True when it must be raised instead of swallowed."""
+        self.stats.errors[det.name] = self.stats.errors.get(det.name, 0) + 1
+        return self.raise_errors
 
     def _keep(self, findings: list[Finding], out: list[Finding]) -> None:
         for finding in findings:

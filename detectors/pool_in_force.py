@@ -10,9 +10,12 @@ serving node's own pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
+
+_MEMO_KEY: Final = "pool_in_force"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,18 @@ class PoolInForce:
 
 
 def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
+    """The pool `record` met; kept in the record's memo while the timeline and `now` stay put,
+    as every request detector that judges the record asks."""
+    stamp = (ctx.timeline, ctx.timeline.version, ctx.now)
+    kept = record.memo.get(_MEMO_KEY)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]  # type: ignore[no-any-return]
+    pool = _pool_in_force(record, ctx)
+    record.memo[_MEMO_KEY] = (stamp, pool)
+    return pool
+
+
+def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
     when = record.start_time if record.start_time is not None else record.time
     prefill = record.prefill
     if prefill is not None:

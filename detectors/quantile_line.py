@@ -32,7 +32,7 @@ _MAX_STEPS: Final = 1000
 def pinball_loss(x: np.ndarray, y: np.ndarray, quantile: float, line: tuple[float, float]) -> float:
     """The quantile (pinball) loss of `line = (intercept, slope)` on the samples."""
     residuals = y - line[0] - line[1] * x
-    return float(np.sum(np.maximum(quantile * residuals, (quantile - 1.0) * residuals)))
+    return float(np.add.reduce(np.maximum(quantile * residuals, (quantile - 1.0) * residuals)))
 
 
 def quantile_line(x: np.ndarray, y: np.ndarray, quantile: float) -> tuple[float, float]:
@@ -45,8 +45,10 @@ def quantile_line(x: np.ndarray, y: np.ndarray, quantile: float) -> tuple[float,
     >>> quantile_line(xs, ys, 0.1)
     (1.0, 2.0)
     """
-    x = np.asarray(x, dtype=float)
-    y = np.asarray(y, dtype=float)
+    # Contiguous copies: callers pass columns of a samples array, and every step below reads
+    # them whole (the same values, so the same arithmetic).
+    x = np.ascontiguousarray(x, dtype=float)
+    y = np.ascontiguousarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1 or len(x) == 0:
         raise ValueError("x and y must be non-empty 1-D arrays of the same length")
     if len(x) == 1 or np.ptp(x) == 0:
@@ -88,15 +90,18 @@ def _best_rotation(x: np.ndarray, y: np.ndarray, quantile: float, pivot: int) ->
     `d < 0`). The derivative starts at `-(q * sum(d > 0) + (1 - q) * sum(d < 0))` and rises by
     `|d|` at each breakpoint `s`; the minimum is the first breakpoint where it reaches zero.
     """
+    # Array methods and `np.add.reduce` rather than the `np.*` wrappers (the same arithmetic):
+    # this runs a few times per refit, on a few hundred samples.
     offsets = x - x[pivot]
-    moving = np.flatnonzero(offsets != 0.0)
+    moving = (offsets != 0.0).nonzero()[0]
     d = offsets[moving]
     slopes = (y[moving] - y[pivot]) / d
     weights = np.abs(d)
-    order = np.argsort(slopes, kind="stable")
-    ahead, behind = float(np.sum(weights[d > 0])), float(np.sum(weights[d < 0]))
+    order = slopes.argsort(kind="stable")
+    ahead = float(np.add.reduce(weights[d > 0]))
+    behind = float(np.add.reduce(weights[d < 0]))
     start = -(quantile * ahead + (1.0 - quantile) * behind)
-    rising = start + np.cumsum(weights[order])
-    at = min(int(np.searchsorted(rising, 0.0, side="left")), len(order) - 1)
+    rising = start + weights[order].cumsum()
+    at = min(int(rising.searchsorted(0.0, side="left")), len(order) - 1)
     best = int(order[at])
     return float(slopes[best]), int(moving[best])

@@ -75,12 +75,11 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
             f"{room} with success: the answer was generated without the prompt's KV"
         )
         return [
-            self._finding(
+            self._request_finding(
                 "critical",
-                time=record.time,
-                node=serving.node,
+                record,
+                serving,
                 summary=summary,
-                subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
                 evidence={
                     "prompt_tokens": prompt,
                     "completion_tokens": serving.completion_tokens,
@@ -92,8 +91,6 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
                     "prefill_rid": refusal.rid,
                     "finish_type": serving.finish_type,
                 },
-                rid=serving.rid,
-                bootstrap_room=room,
                 exposure=True,
             )
         ]

@@ -26,14 +26,16 @@ shipping the batch lines; both inputs give the same windows, features and scores
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 from pydantic import Field
-from sklearn.neighbors import LocalOutlierFactor
+from sklearn.neighbors import BallTree, LocalOutlierFactor
 
 from collector.events import Event
 from collector.state.node_windows import NODE_WINDOW, SOURCE_KINDS, NodeWindow
@@ -67,6 +69,8 @@ _LOG_FEATURES: Final = frozenset(
         "batches",
     }
 )
+# scikit-learn's LocalOutlierFactor default, so the neighbour search is its own.
+_LEAF_SIZE: Final = 30
 # What `input: node_windows` reads.
 _PARTIAL_KINDS: Final = frozenset({NODE_WINDOW})
 
@@ -115,16 +119,67 @@ def window_features(window: NodeWindow) -> list[float]:
 
 
 class _NodeModel:
-    __slots__ = ("buffer", "fit_rows", "lof", "scorer", "center", "scale", "since_fit")
+    __slots__ = (
+        "buffer",
+        "fit_rows",
+        "fit_x",
+        "n_neighbors",
+        "fitted_lof",
+        "scorer",
+        "center",
+        "scale",
+        "since_fit",
+    )
 
     def __init__(self, size: int) -> None:
         self.buffer: deque[list[float]] = deque(maxlen=size)
         self.fit_rows: list[list[float]] = []
-        self.lof: LocalOutlierFactor | None = None
+        # The standardised (and jittered) training rows of the last fit, and its neighbours.
+        self.fit_x: np.ndarray | None = None
+        self.n_neighbors = 0
+        self.fitted_lof: LocalOutlierFactor | None = None
         self.scorer: _NoveltyScorer | None = None
         self.center = np.zeros(len(FEATURES))
         self.scale = np.ones(len(FEATURES))
         self.since_fit = 0
+
+    @property
+    def lof(self) -> LocalOutlierFactor | None:
+        """scikit-learn's model of the last fit, built on first use: the scorer repeats its
+        arithmetic, so it is needed only where distances tie (and by tests comparing)."""
+        if self.fitted_lof is None and self.fit_x is not None:
+            lof = LocalOutlierFactor(
+                n_neighbors=self.n_neighbors, novelty=True, algorithm="ball_tree"
+            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lof.fit(self.fit_x)
+            self.fitted_lof = lof
+        return self.fitted_lof
+
+    def score(self, row: np.ndarray) -> float:
+        """The local outlier factor of one standardised row (the model must be fitted)."""
+        if self.scorer is not None:
+            return self.scorer.score(row)
+        return _lof_score(self.lof, row)
+
+
+def _training_neighbours(fit_x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each training row's `k` nearest other rows, `(distances, indices)`, as the fit of a
+    `LocalOutlierFactor(n_neighbors=k, algorithm="ball_tree")` finds them.
+
+    Why: that fit validates its input and dispatches through joblib, about a quarter of its
+    time on a few hundred windows. This is its tree query itself: the same tree over the same
+    rows, asked for `k + 1` neighbours, each row's own entry dropped as scikit-learn drops it
+    (with duplicates, the first entry when the row is not among them), so the same bits.
+    """
+    distances, indices = BallTree(fit_x, leaf_size=_LEAF_SIZE, metric="euclidean").query(
+        fit_x, k + 1
+    )
+    keep = indices != np.arange(len(fit_x))[:, np.newaxis]
+    keep[:, 0][np.all(keep, axis=1)] = False
+    shape = (len(fit_x), k)
+    return np.reshape(distances[keep], shape), np.reshape(indices[keep], shape)
 
 
 class _NoveltyScorer:
@@ -135,20 +190,26 @@ class _NoveltyScorer:
     scikit-learn's arithmetic in the same order (ball-tree distances sum squared differences
     feature by feature; means over the same (1, k) arrays), so the score is bit-identical; the
     tests check that against `score_samples`. When distances tie, the neighbour order is the
-    tree's own choice, so such rows go to scikit-learn itself.
+    tree's own choice, so such rows go to scikit-learn itself (`lof`, built when first asked).
     """
 
-    __slots__ = ("lof", "columns", "lrd", "k_distance", "k")
+    __slots__ = ("columns", "lrd", "k_distance", "k", "lof", "_squares")
 
     def __init__(
-        self, lof: LocalOutlierFactor, fit_x: np.ndarray, lrd: np.ndarray, k_distance: np.ndarray
+        self,
+        fit_x: np.ndarray,
+        lrd: np.ndarray,
+        k_distance: np.ndarray,
+        k: int,
+        lof: Callable[[], LocalOutlierFactor | None],
     ) -> None:
-        self.lof = lof
         # One contiguous row per feature, so each feature's differences are one fast pass.
         self.columns = np.ascontiguousarray(fit_x.T)
-        self.k = int(lof.n_neighbors_)
+        self.k = k
         self.lrd = lrd
         self.k_distance = k_distance
+        self.lof = lof  # scikit-learn's model of the same fit, for tied distances
+        self._squares = np.empty_like(self.columns)
 
     @classmethod
     def of(cls, lof: LocalOutlierFactor, fit_x: np.ndarray) -> _NoveltyScorer | None:
@@ -159,26 +220,59 @@ class _NoveltyScorer:
         distances = getattr(lof, "_distances_fit_X_", None)
         if not isinstance(lrd, np.ndarray) or not isinstance(distances, np.ndarray):
             return None
-        return cls(lof, fit_x, lrd, distances[:, int(lof.n_neighbors_) - 1])
+        k = int(lof.n_neighbors_)
+        return cls(fit_x, lrd, distances[:, k - 1], k, lambda: lof)
+
+    @classmethod
+    def fit(
+        cls, fit_x: np.ndarray, k: int, lof: Callable[[], LocalOutlierFactor | None]
+    ) -> _NoveltyScorer:
+        """Fit on standardised rows as `LocalOutlierFactor(n_neighbors=k).fit` does."""
+        distances, indices = _training_neighbours(fit_x, k)
+        # scikit-learn's `_local_reachability_density` of the training rows, step by step.
+        reach = np.maximum(distances, distances[indices, k - 1])
+        lrd = 1.0 / (np.mean(reach, axis=1) + 1e-10)
+        return cls(fit_x, lrd, distances[:, k - 1], k, lof)
 
     def score(self, row: np.ndarray) -> float:
         """The local outlier factor of `row` (shape (n_features,), standardised)."""
-        squares = self.columns - row[:, np.newaxis]
+        squares = np.subtract(self.columns, row[:, np.newaxis], out=self._squares)
         squares *= squares
         # Summing over the outer axis adds feature rows one after another: the tree's order of
         # addition, so the same bits (numpy sums pairwise only along the contiguous axis).
-        distances = np.sqrt(np.add.reduce(squares, axis=0))
+        squared = np.add.reduce(squares, axis=0)
         k = self.k
-        nearest = np.argpartition(distances, k)[: k + 1]
-        nearest = nearest[np.argsort(distances[nearest], kind="stable")]
-        ordered = distances[nearest]
+        # The square root keeps the order (ties aside, which go to scikit-learn below), so it
+        # is taken of the k + 1 nearest only.
+        nearest = squared.argpartition(k)[: k + 1]
+        near = squared[nearest]
+        order = near.argsort(kind="stable")
+        nearest = nearest[order]
+        ordered = np.sqrt(near[order])
         if (ordered[1:] == ordered[:-1]).any():
-            return float(-self.lof.score_samples(row[np.newaxis, :])[0])
+            return _lof_score(self.lof(), row)
         neighbours = nearest[np.newaxis, :k]
         reach = np.maximum(ordered[np.newaxis, :k], self.k_distance[neighbours])
-        row_lrd = 1.0 / (np.mean(reach, axis=1) + 1e-10)
-        ratios = self.lrd[neighbours] / row_lrd[:, np.newaxis]
-        return float(np.mean(ratios, axis=1)[0])
+        # `np.mean(a, axis=1)` is `np.add.reduce(a, axis=1) / k`; the one row's scalars are
+        # worked in Python floats (the same IEEE operations, without array overhead).
+        row_lrd = 1.0 / (float(np.add.reduce(reach, axis=1)[0]) / k + 1e-10)
+        ratios = self.lrd[neighbours] / row_lrd
+        return float(np.add.reduce(ratios, axis=1)[0]) / k
+
+
+@functools.lru_cache(maxsize=8)
+def _jitter(seed: int, scale: float, shape: tuple[int, ...]) -> np.ndarray:
+    """The seeded noise added to training rows: the same for every fit of one shape (the
+    buffer grows to its size and stays there), so drawn once. Read-only: it is shared."""
+    noise = np.random.default_rng(seed).normal(0.0, scale, size=shape)
+    noise.flags.writeable = False
+    return noise
+
+
+def _lof_score(lof: LocalOutlierFactor | None, row: np.ndarray) -> float:
+    """scikit-learn's own score of one standardised row, sign flipped (higher: more unusual)."""
+    assert lof is not None  # only fitted models are scored
+    return float(-lof.score_samples(row[np.newaxis, :])[0])
 
 
 class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
@@ -261,13 +355,13 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
     def score_one(self, x: dict[str, Any]) -> float:
         """Score one window `{node, features}`; 0.0 while the node has no model yet."""
         self._ensure()
-        model = self.models_.get(str(x["node"]))
-        if model is None or model.lof is None:
+        return self._score(str(x["node"]), [float(v) for v in x["features"]])
+
+    def _score(self, node: str, row: list[float]) -> float:
+        model = self.models_.get(node)
+        if model is None or model.fit_x is None:
             return 0.0
-        row = (np.asarray([float(v) for v in x["features"]]) - model.center) / model.scale
-        if model.scorer is None:
-            return float(-model.lof.score_samples(row[np.newaxis, :])[0])
-        return model.scorer.score(row)
+        return model.score((np.asarray(row, dtype=float) - model.center) / model.scale)
 
     def _learn(self, node: str, row: list[float]) -> None:
         model = self.models_.get(node)
@@ -276,9 +370,9 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         model.buffer.append(row)
         model.since_fit += 1
         if len(model.buffer) >= self.config.min_windows and (
-            model.lof is None or model.since_fit >= self.config.refit_every
+            model.fit_x is None or model.since_fit >= self.config.refit_every
         ):
-            self._fit(model, [list(r) for r in model.buffer])
+            self._fit(model, list(model.buffer))  # rows are never changed in place
 
     def _fit(self, model: _NodeModel, rows: list[list[float]]) -> None:
         cfg = self.config
@@ -287,16 +381,13 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         model.scale = np.maximum(data.std(axis=0), cfg.min_scale)
         scaled = (data - model.center) / model.scale
         if cfg.jitter:
-            rng = np.random.default_rng(cfg.random_state)
-            scaled = scaled + rng.normal(0.0, cfg.jitter, size=scaled.shape)
-        lof = LocalOutlierFactor(
-            n_neighbors=min(cfg.n_neighbors, len(rows) - 1), novelty=True, algorithm="ball_tree"
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            lof.fit(scaled)
-        model.lof = lof
-        model.scorer = _NoveltyScorer.of(lof, scaled)
+            scaled = scaled + _jitter(cfg.random_state, cfg.jitter, scaled.shape)
+        # The neighbours scikit-learn's LocalOutlierFactor would use (never more than the
+        # other rows); its model itself is built only if a score needs it (`_NodeModel.lof`).
+        model.n_neighbors = max(1, min(cfg.n_neighbors, len(rows) - 1))
+        model.fit_x = scaled
+        model.fitted_lof = None
+        model.scorer = _NoveltyScorer.fit(scaled, model.n_neighbors, lambda: model.lof)
         model.fit_rows = rows
         model.since_fit = 0
 
@@ -350,7 +441,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         return findings
 
     def _close(self, node: str, row: list[float], start: float) -> Finding | None:
-        score = self.score_one({"node": node, "features": row})
+        score = self._score(node, row)
         if score < self.config.threshold:
             self._learn(node, row)
             self.unusual_.pop(node, None)

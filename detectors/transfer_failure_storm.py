@@ -16,17 +16,17 @@ deployment, and the increase of `sglang:num_transfer_failed_reqs_total` plus
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
 
 from collector.events import Event
-from detectors.base import Detector, DetectorConfig
+from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
-from detectors.windows import Baseline, CounterDeltas, WindowClock, series_key
+from detectors.storm import StormConfig, StormDetector, metric_signal, sample_value
+from detectors.windows import Baseline
 
 _FAILURE_SIGNALS = frozenset({"transfer_failed_total", "bootstrap_failed_total"})
 _NAME_SIGNAL = {
@@ -35,11 +35,7 @@ _NAME_SIGNAL = {
 }
 
 
-class TransferFailureStormConfig(DetectorConfig):
-    # Window length (seconds of event time).
-    window_seconds: float = Field(default=300.0, gt=0)
-    # Normal windows remembered for the baseline.
-    baseline_windows: int = Field(default=48, ge=1)
+class TransferFailureStormConfig(StormConfig):
     # Baseline floor (failures per window), so a quiet history does not make 3 a storm.
     prior_failures: float = Field(default=2.0, gt=0)
     # "Far above": multiple of the baseline.
@@ -92,7 +88,7 @@ class _Window:
         return window
 
 
-class TransferFailureStorm(Detector[TransferFailureStormConfig]):
+class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
     """Transfer/bootstrap failures far above baseline; feeds `KVWatchTransferFailureStorm`.
 
     Examples
@@ -115,85 +111,48 @@ class TransferFailureStorm(Detector[TransferFailureStormConfig]):
     config_class: ClassVar[type[DetectorConfig]] = TransferFailureStormConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"transfer_failed", "metric"})
     metric_signals: ClassVar[frozenset[str] | None] = _FAILURE_SIGNALS
-    windowed: ClassVar[bool] = True
-
-    @classmethod
-    def _unit_test_params(cls) -> dict[str, Any]:
-        return {"window_seconds": 60.0, "baseline_windows": 10}
+    window_class: ClassVar[type[_Window]] = _Window
 
     def _init_learned(self) -> None:
-        cfg = self.config
-        self.clock_ = WindowClock(cfg.window_seconds)
-        self.window_ = _Window()
-        self.counters_ = CounterDeltas()
-        self.baseline_ = Baseline(cfg.baseline_windows)
+        super()._init_learned()
+        self.baseline_ = Baseline(self.config.baseline_windows)
         self.in_storm_ = False
 
     def _learned_state(self) -> dict[str, Any]:
         return {
-            "clock_start": self.clock_.start,
-            "window": self.window_.to_state(),
-            "counters": self.counters_.to_state(),
+            **super()._learned_state(),
             "baseline": self.baseline_.to_list(),
             "in_storm": self.in_storm_,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
-        cfg = self.config
-        self.clock_ = WindowClock(cfg.window_seconds, state.get("clock_start"))
-        self.window_ = _Window.from_state(state["window"])
-        self.counters_ = CounterDeltas(state.get("counters"))
-        self.baseline_ = Baseline(cfg.baseline_windows, state["baseline"])
+        super()._load_learned(state)
+        self.baseline_ = Baseline(self.config.baseline_windows, state["baseline"])
         self.in_storm_ = bool(state.get("in_storm"))
 
-    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
-        findings: list[Finding] = []
-        time = event.time
-        if time is not None:
-            clock = self.clock_
-            clock.place(time)
-            start = clock.start
-            # Nothing is due before the open window ends (the common case: skip the call).
-            if start is not None and time >= start + clock.width:
-                findings = self._on_flush(ctx, time)
+    def _fold(self, event: Event) -> None:
         if event.kind == "transfer_failed":
             room = event.get("bootstrap_room") or f"{event.get('rid')}"
             self.window_.rooms.setdefault(event.node, set()).add(str(room))
-        else:
-            fields = event.fields
-            signal = fields.get("signal") or _NAME_SIGNAL.get(str(fields.get("name")))
-            if signal not in _FAILURE_SIGNALS:
-                return findings
-            value = fields.get("value")
-            if not isinstance(value, int | float):
-                return findings
-            if isinstance(value, bool) or math.isnan(value):
-                return findings
-            delta = self.counters_.in_window(
-                series_key(event.node, event.fields),
-                float(value),
-                event.time,
-                self.config.window_seconds,
-            )
-            labels = event.get("labels") or {}
-            key = (str(signal), str(labels.get("dp_rank", "")))
-            per_node = self.window_.metric.setdefault(event.node, {})
-            per_node[key] = max(per_node.get(key, 0.0), delta)
-        return findings
+            return
+        fields = event.fields
+        signal = metric_signal(fields, _NAME_SIGNAL)
+        if signal not in _FAILURE_SIGNALS:
+            return
+        value = sample_value(fields)
+        if value is None:
+            return
+        delta = self._increase(event, value)
+        labels = event.get("labels") or {}
+        key = (str(signal), str(labels.get("dp_rank", "")))
+        per_node = self.window_.metric.setdefault(event.node, {})
+        per_node[key] = max(per_node.get(key, 0.0), delta)
 
-    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        if math.isinf(now) and self.clock_.start is None and self.window_.nodes():
-            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
-        findings: list[Finding] = []
-        for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
-            finding = self._close(start, ctx)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+    def _has_data(self) -> bool:
+        return bool(self.window_.nodes())
 
-    def _close(self, start: float, ctx: DetectionContext) -> Finding | None:
+    def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
-        window, self.window_ = self.window_, _Window()
         nodes = sorted(window.nodes())
         failures = window.failures(lambda node: ctx.timeline.role_at(node, start))
         base = self.baseline_.level(cfg.prior_failures)

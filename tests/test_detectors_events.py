@@ -16,6 +16,16 @@ def ev(kind: str, node: str, t: float, **fields) -> Event:
 
 
 def test_every_checksum_mismatch_is_critical_and_names_its_room():
+    # the peer-rank variant carries no hashes
+    peer = ev(
+        "checksum_mismatch",
+        "decode-1",
+        T + 1,
+        rid="8d3f",
+        bootstrap_room="42",
+        expected=None,
+        got=None,
+    )
     events = [
         # sglang-telemetry.md §2.9 constructed sample
         ev(
@@ -27,26 +37,9 @@ def test_every_checksum_mismatch_is_critical_and_names_its_room():
             expected="0x5e1a03c7",
             got="0x5e1a03c6",
         ),
-        # the peer-rank variant carries no hashes
-        ev(
-            "checksum_mismatch",
-            "decode-1",
-            T + 1,
-            rid="8d3f",
-            bootstrap_room="42",
-            expected=None,
-            got=None,
-        ),
+        peer,
         # the same room reported again by another rank: one finding
-        ev(
-            "checksum_mismatch",
-            "decode-1",
-            T + 1,
-            rid="8d3f",
-            bootstrap_room="42",
-            expected=None,
-            got=None,
-        ),
+        peer,
     ]
     findings = list(DetectionPipeline(detectors=[ChecksumMismatch()]).run(events))
     assert [(f.severity, f.bootstrap_room, f.rid) for f in findings] == [

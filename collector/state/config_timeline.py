@@ -199,6 +199,9 @@ class ConfigTimeline:
 
     def __init__(self) -> None:
         self._nodes: dict[str, _NodeHistory] = {}
+        # Bumped whenever an event may have changed a configuration, so that answers derived
+        # from the timeline can be kept until it changes (`detectors.pool_in_force`).
+        self.version = 0
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -222,7 +225,11 @@ class ConfigTimeline:
             and before.since is not None
             and event.time < before.since - _SAME_STARTUP_SECONDS
         ):
+            self.version += 1
             return _late_fill(history, event)
+        if handler is _on_role_hint and history.role_strength >= _STRONG:
+            return None  # the usual request or window event: a settled role stays settled
+        self.version += 1
         restart = handler(history, event)
         after = history.current
         if after is None or (after is before and not restart):

@@ -23,7 +23,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from collector.events import Event
-from collector.state.request_record import RequestRecord, SideRecord
+from collector.state.request_record import MAX_SOURCES, RequestRecord, SideRecord
 
 RoleOf = Callable[[str, float | None], str | None]
 
@@ -40,6 +40,9 @@ LEDGER_KINDS: Final = frozenset(
     }
 )
 _HEALTH_PREFIX: Final = "HEALTH_CHECK"
+_PD_PAIR: Final = frozenset({"prefill", "decode"})
+_NO_ROLE: Final = frozenset({None})
+_ROLES: Final = ("prefill", "decode", "unified")
 _MAX_MESSAGE: Final = 200
 
 
@@ -145,44 +148,64 @@ class RequestLedger:
 
     def add(self, event: Event) -> bool:
         """Take one event; False when the ledger has no use for it."""
-        if event.kind not in LEDGER_KINDS:
+        kind = event.kind
+        if kind not in LEDGER_KINDS:
             return False
-        self.stats.events += 1
-        time = event.time if event.time is not None else self._now
-        if time is not None and (self._now is None or time > self._now):
+        stats = self.stats
+        stats.events += 1
+        time = event.time
+        if time is None:
+            time = self._now
+        elif self._now is None or time > self._now:
             self._now = time
         fields = event.fields
-        rid = _text(fields.get("rid"))
-        if rid is not None and rid.startswith(_HEALTH_PREFIX):
-            self.stats.health_checks += 1
-            return False
-        room = _text(fields.get("bootstrap_room"))
+        rid = fields.get("rid")
+        if rid is not None:
+            rid = (rid.strip() or None) if type(rid) is str else _text(rid)
+            if rid is not None and rid.startswith(_HEALTH_PREFIX):
+                stats.health_checks += 1
+                return False
+        room = fields.get("bootstrap_room")
+        if room is not None:
+            room = (room.strip() or None) if type(room) is str else _text(room)
         node = event.node
-        if room is None and rid is not None:
-            known = self._rid_index.get((node, rid))
-            if known is None and event.kind == "request_rejected":
-                self._pending[(node, rid)] = (time, dict(event.fields), event.source)
+        node_rid = (node, rid or "")
+        if room is not None:
+            key = room
+            if rid is not None:
+                known = self._rid_index.get(node_rid)
+                if known is not None and known != room:
+                    self._merge_rid_entry(node, rid, room)
+        elif rid is not None:
+            known = self._rid_index.get(node_rid)
+            if known is None and kind == "request_rejected":
+                self._pending[node_rid] = (time, dict(fields), event.source)
                 return True
             key = known if known is not None else f"{node}|{rid}"
-        elif room is not None:
-            key = room
-            self._merge_rid_entry(node, rid, room)
         else:
-            self.stats.unkeyed += 1
+            stats.unkeyed += 1
             return False
         entry = self._entries.get(key)
         if entry is None:
             if key in self._recent:
-                self.stats.late_events += 1
+                stats.late_events += 1
                 return False
             entry = self._new_entry(key, room)
-        side = self._side_for(entry, event, rid)
-        _apply(side, event, time)
+        side = None
+        if kind == "request_trace" and rid is not None:
+            side = next((s for s in entry.sides.values() if s.rid == rid), None)
+        if side is None:
+            # Sides are keyed like the rid index: (node, rid or "").
+            side = entry.sides.get(node_rid)
+            if side is None:
+                side = entry.sides[node_rid] = SideRecord(node=node, rid=rid)
+        _apply(side, event, fields, time)
         if rid is not None:
-            self._rid_index[(node, rid)] = key
-            pending = self._pending.pop((node, rid), None)
-            if pending is not None:
-                _apply_rejection(side, pending[1], pending[0], pending[2])
+            self._rid_index[node_rid] = key
+            if self._pending:
+                pending = self._pending.pop(node_rid, None)
+                if pending is not None:
+                    _apply_rejection(side, pending[1], pending[0], pending[2])
         if time is not None and (entry.last_time is None or time > entry.last_time):
             entry.last_time = time
         self._schedule(entry)
@@ -257,19 +280,6 @@ class RequestLedger:
         ):
             target.last_time = orphan.last_time
 
-    def _side_for(self, entry: _Entry, event: Event, rid: str | None) -> SideRecord:
-        if event.kind == "request_trace" and rid is not None:
-            for existing in entry.sides.values():
-                if existing.rid == rid:
-                    return existing
-        side_key = (event.node, rid or "")
-        found = entry.sides.get(side_key)
-        if found is not None:
-            return found
-        side = SideRecord(node=event.node, rid=rid)
-        entry.sides[side_key] = side
-        return side
-
     def _role(self, side: SideRecord) -> str | None:
         if side.role_hint is not None:
             return side.role_hint
@@ -282,28 +292,37 @@ class RequestLedger:
         return side.role
 
     def _complete(self, entry: _Entry) -> bool:
-        done = [s for s in entry.sides.values() if s.terminal]
+        return self._complete_with(entry, [s for s in entry.sides.values() if s.terminal])
+
+    def _complete_with(self, entry: _Entry, done: list[SideRecord]) -> bool:
+        """Both halves are in, judged from the sides that are done (`terminal`)."""
         if not done:
             return False
         if entry.room is None:
             return True
-        roles = {self._role(s) for s in done}
-        if "unified" in roles or {"prefill", "decode"} <= roles:
+        # `_role` answers a side's own hint at once (the usual case): asked here without a call.
+        roles = {s.role_hint if s.role_hint is not None else self._role(s) for s in done}
+        if "unified" in roles or _PD_PAIR <= roles:
             return True
-        if roles == {None}:
+        if roles == _NO_ROLE:
             return len({s.node for s in done}) >= 2
         return False
 
     def _schedule(self, entry: _Entry) -> None:
         cfg = self.config
         last = entry.last_time if entry.last_time is not None else (self._now or 0.0)
-        done_times = [s.last_time for s in entry.sides.values() if s.terminal and s.last_time]
-        if not done_times:
+        done = [s for s in entry.sides.values() if s.terminal]
+        earliest_done = None  # the earliest last time of a done side (one that has a time)
+        for side in done:
+            seen = side.last_time
+            if seen and (earliest_done is None or seen < earliest_done):
+                earliest_done = seen
+        if earliest_done is None:
             deadline = last + cfg.max_open_seconds
-        elif self._complete(entry):
+        elif self._complete_with(entry, done):
             deadline = last + cfg.settle_seconds
         else:
-            deadline = max(min(done_times) + cfg.join_window_seconds, last + cfg.settle_seconds)
+            deadline = max(earliest_done + cfg.join_window_seconds, last + cfg.settle_seconds)
         if deadline != entry.deadline:
             entry.deadline = deadline
             self._seq += 1
@@ -410,43 +429,73 @@ class RequestLedger:
 # -- applying one event to one side ------------------------------------------------------------
 
 
-def _apply(side: SideRecord, event: Event, time: float | None) -> None:
-    side.touch(time)
-    if len(side.sources) < 6:
-        side.note_source(event.source)
+def _apply(side: SideRecord, event: Event, fields: dict[str, Any], time: float | None) -> None:
+    # Fields arrive typed from the parsers; the `type(...) is` tests take that common case
+    # without a call, and anything else goes through the tolerant converters.
+    if time is not None:
+        if side.first_time is None or time < side.first_time:
+            side.first_time = time
+        if side.last_time is None or time > side.last_time:
+            side.last_time = time
+    sources = side.sources
+    if len(sources) < MAX_SOURCES and event.source not in sources:
+        sources.append(event.source)
     kind = event.kind
-    fields = event.fields
+    get = fields.get
     if kind == "request_received":
         if time is not None and (side.received_time is None or time < side.received_time):
             side.received_time = time
     elif kind == "request_finished":
         side.finished_time = time if time is not None else side.last_time
-        side.prompt_tokens = _int(fields.get("prompt_tokens"), side.prompt_tokens)
-        side.cached_tokens = _int(fields.get("cached_tokens"), side.cached_tokens)
-        side.completion_tokens = _int(fields.get("completion_tokens"), side.completion_tokens)
-        finish = fields.get("finish_type")
+        value = get("prompt_tokens")
+        side.prompt_tokens = value if type(value) is int else _int(value, side.prompt_tokens)
+        value = get("cached_tokens")
+        side.cached_tokens = value if type(value) is int else _int(value, side.cached_tokens)
+        value = get("completion_tokens")
+        side.completion_tokens = (
+            value if type(value) is int else _int(value, side.completion_tokens)
+        )
+        finish = get("finish_type")
         side.finish_type = str(finish) if finish is not None else None
-        side.status_code = _int(fields.get("status_code"), None)
-        message = fields.get("finish_message")
+        value = get("status_code")
+        side.status_code = value if type(value) is int or value is None else _int(value, None)
+        message = get("finish_message")
         side.finish_message = str(message)[:_MAX_MESSAGE] if message is not None else None
-        side.e2e_latency = _float(fields.get("e2e_latency"), side.e2e_latency)
-        side.first_token_latency = _float(
-            fields.get("first_token_latency"), side.first_token_latency
+        value = get("e2e_latency")
+        side.e2e_latency = (
+            value if type(value) is float and value == value else _float(value, side.e2e_latency)
+        )
+        value = get("first_token_latency")
+        side.first_token_latency = (
+            value
+            if type(value) is float and value == value
+            else _float(value, side.first_token_latency)
         )
     elif kind == "request_time_stats":
         side.has_stats = True
-        role = _text(fields.get("role"))
-        if role in ("prefill", "decode", "unified"):
+        role = get("role")
+        role = (role.strip() or None) if type(role) is str else _text(role)
+        if role in _ROLES:
             side.role_hint = role
-        side.input_len = _int(fields.get("input_len"), side.input_len)
-        side.cached_input_len = _int(fields.get("cached_input_len"), side.cached_input_len)
-        side.output_len = _int(fields.get("output_len"), side.output_len)
-        side.entry_time = _float(fields.get("entry_time"), side.entry_time)
-        for key, value in fields.items():
-            if key.endswith("_duration"):
+        value = get("input_len")
+        side.input_len = value if type(value) is int else _int(value, side.input_len)
+        value = get("cached_input_len")
+        side.cached_input_len = value if type(value) is int else _int(value, side.cached_input_len)
+        value = get("output_len")
+        side.output_len = value if type(value) is int else _int(value, side.output_len)
+        value = get("entry_time")
+        side.entry_time = (
+            value if type(value) is float and value == value else _float(value, side.entry_time)
+        )
+        durations = side.durations
+        for key in [key for key in fields if key.endswith("_duration")]:
+            value = fields[key]
+            if type(value) is float and value == value:
+                durations[key] = value
+            else:
                 number = _float(value, None)
                 if number is not None:
-                    side.durations[key] = number
+                    durations[key] = number
     elif kind == "request_rejected":
         _apply_rejection(side, fields, time, event.source)
     elif kind == "transfer_failed":
@@ -460,7 +509,7 @@ def _apply(side: SideRecord, event: Event, time: float | None) -> None:
     elif kind == "request_trace":
         side.has_trace = True
         role = _text(fields.get("role"))
-        if role in ("prefill", "decode", "unified"):
+        if role in _ROLES:
             side.role_hint = role
         side.trace_status = _text(fields.get("status"))
         side.trace_ttft = _float(fields.get("ttft"), side.trace_ttft)
@@ -498,6 +547,8 @@ def _text(value: Any) -> str | None:
 
 
 def _int(value: Any, default: int | None) -> int | None:
+    if type(value) is int:
+        return value
     if value is None or isinstance(value, bool):
         return default
     if isinstance(value, int):
@@ -509,6 +560,8 @@ def _int(value: Any, default: int | None) -> int | None:
 
 
 def _float(value: Any, default: float | None) -> float | None:
+    if type(value) is float:
+        return value if value == value else default
     if value is None or isinstance(value, bool):
         return default
     try:

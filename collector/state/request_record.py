@@ -10,11 +10,15 @@ was cached, did the serving node answer with success, did prefill refuse it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 SUCCESS_FINISH: Final = frozenset({"stop", "length"})
-_MAX_SOURCES: Final = 6
+_N = TypeVar("_N", int, float)
+_T = TypeVar("_T")
+# Sources (file:line) kept per side: enough to find the lines again, bounded per request.
+MAX_SOURCES: Final = 6
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class SideRecord:
         """The node is done with the request: it finished, refused it, logged its stats, or hit
         a failure that aborts it (transfer failure, checksum mismatch, metadata corruption)."""
         return (
-            self.finished
+            self.finished_time is not None
             or self.rejected
             or self.has_stats
             or self.has_trace
@@ -97,7 +101,7 @@ class SideRecord:
         """The node answered the client with success (tokens, no error)."""
         if self.failed:
             return False
-        if self.finished:
+        if self.finished_time is not None:
             if self.finish_type in SUCCESS_FINISH:
                 return True
             return self.finish_type is None and (self.completion_tokens or 0) > 0
@@ -119,26 +123,13 @@ class SideRecord:
     @property
     def prompt_length(self) -> int | None:
         """The longest prompt length any source reports (a refusal stub shrinks it to one)."""
-        values = [
-            v
-            for v in (
-                self.prompt_tokens,
-                self.input_len,
-                self.trace_prompt_tokens,
-                self.reject_input_tokens,
-            )
-            if v is not None
-        ]
-        return max(values) if values else None
+        return _largest(
+            self.prompt_tokens, self.input_len, self.trace_prompt_tokens, self.reject_input_tokens
+        )
 
     @property
     def cached_length(self) -> int | None:
-        values = [
-            v
-            for v in (self.cached_tokens, self.cached_input_len, self.trace_cached_tokens)
-            if v is not None
-        ]
-        return max(values) if values else None
+        return _largest(self.cached_tokens, self.cached_input_len, self.trace_cached_tokens)
 
     @property
     def end_time(self) -> float | None:
@@ -155,7 +146,7 @@ class SideRecord:
         return self.first_time
 
     def note_source(self, source: str) -> None:
-        if len(self.sources) < _MAX_SOURCES and source not in self.sources:
+        if len(self.sources) < MAX_SOURCES and source not in self.sources:
             self.sources.append(source)
 
     def touch(self, time: float | None) -> None:
@@ -174,34 +165,46 @@ class SideRecord:
         return cls(**data)
 
 
-@dataclass(slots=True)
+@dataclass
 class RequestRecord:
-    """The sides of one request, joined by `bootstrap_room` (or one side, outside PD)."""
+    """The sides of one request, joined by `bootstrap_room` (or one side, outside PD).
+
+    The ledger builds a record when the request is over, so its sides no longer change: each
+    derived fact is computed on first use and kept in `memo`, where every detector judging the
+    record (and the forensics report) finds it. Code deriving further facts shared by several
+    detectors may keep them there too, under its own key. The memo is a slot, not a field: it
+    is not part of the record's data (`asdict`, equality, `to_json_dict`).
+    """
+
+    __slots__ = ("key", "bootstrap_room", "sides", "complete", "memo")
 
     key: str
     bootstrap_room: str | None
     sides: list[SideRecord]
     complete: bool
 
+    def __post_init__(self) -> None:
+        self.memo: dict[str, Any] = {}
+
+    def remember(self, name: str, derive: Callable[[RequestRecord], _T]) -> _T:
+        """`derive(self)`, computed once per record and kept in `memo` under `name`."""
+        memo = self.memo
+        if name in memo:
+            return cast(_T, memo[name])
+        value = memo[name] = derive(self)
+        return value
+
     def sides_with_role(self, role: str) -> list[SideRecord]:
         return [s for s in self.sides if s.role == role]
 
     @property
     def prefill(self) -> SideRecord | None:
-        sides = self.sides_with_role("prefill")
-        return sides[0] if sides else None
+        return self.remember("prefill", _prefill)
 
     @property
     def serving(self) -> SideRecord | None:
         """The side that answered the client: decode in PD, the only node otherwise."""
-        for role in ("decode", "unified"):
-            sides = self.sides_with_role(role)
-            if sides:
-                for side in sides:
-                    if side.succeeded:
-                        return side
-                return sides[0]
-        return None
+        return self.remember("serving", _serving)
 
     @property
     def served(self) -> bool:
@@ -217,20 +220,15 @@ class RequestRecord:
     @property
     def prefill_refused(self) -> bool:
         """Prefill refused the request, and no other prefill attempt for the room succeeded."""
-        prefills = self.sides_with_role("prefill")
-        if not any(s.refused for s in prefills):
-            return False
-        return not any(s.succeeded and not s.refused for s in prefills)
+        return self.remember("prefill_refused", _prefill_refused)
 
     @property
     def prompt_tokens(self) -> int | None:
-        values = [v for v in (s.prompt_length for s in self.sides) if v is not None]
-        return max(values) if values else None
+        return self.remember("prompt_tokens", _prompt_tokens)
 
     @property
     def cached_tokens(self) -> int | None:
-        values = [v for v in (s.cached_length for s in self.sides) if v is not None]
-        return max(values) if values else None
+        return self.remember("cached_tokens", _cached_tokens)
 
     @property
     def uncached_tokens(self) -> int | None:
@@ -242,17 +240,12 @@ class RequestRecord:
     @property
     def time(self) -> float | None:
         """When the client got its answer (the serving side's finish), else the latest event."""
-        serving = self.serving
-        if serving is not None and serving.end_time is not None:
-            return serving.end_time
-        times = [s.end_time for s in self.sides if s.end_time is not None]
-        return max(times) if times else None
+        return self.remember("time", _time)
 
     @property
     def start_time(self) -> float | None:
         """When the request began: the earliest start any side reports."""
-        times = [s.start_time for s in self.sides if s.start_time is not None]
-        return min(times) if times else None
+        return self.remember("start_time", _start_time)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -261,3 +254,58 @@ class RequestRecord:
             "complete": self.complete,
             "sides": [s.to_json_dict() for s in self.sides],
         }
+
+
+# -- the derived facts, each computed once per record (`RequestRecord.remember`) -------------
+
+
+def _prefill(record: RequestRecord) -> SideRecord | None:
+    return next((s for s in record.sides if s.role == "prefill"), None)
+
+
+def _serving(record: RequestRecord) -> SideRecord | None:
+    for role in ("decode", "unified"):
+        sides = record.sides_with_role(role)
+        if sides:
+            return next((s for s in sides if s.succeeded), sides[0])
+    return None
+
+
+def _prefill_refused(record: RequestRecord) -> bool:
+    prefills = record.sides_with_role("prefill")
+    return any(s.refused for s in prefills) and not any(
+        s.succeeded and not s.refused for s in prefills
+    )
+
+
+def _prompt_tokens(record: RequestRecord) -> int | None:
+    return _largest(*(s.prompt_length for s in record.sides))
+
+
+def _cached_tokens(record: RequestRecord) -> int | None:
+    return _largest(*(s.cached_length for s in record.sides))
+
+
+def _time(record: RequestRecord) -> float | None:
+    serving = record.serving
+    if serving is not None and serving.end_time is not None:
+        return serving.end_time
+    return _largest(*(s.end_time for s in record.sides))
+
+
+def _start_time(record: RequestRecord) -> float | None:
+    earliest = None
+    for side in record.sides:
+        start = side.start_time
+        if start is not None and (earliest is None or start < earliest):
+            earliest = start
+    return earliest
+
+
+def _largest(*values: _N | None) -> _N | None:
+    """The largest of the values that are not None (the first of equals, as `max`), else None."""
+    best = None
+    for value in values:
+        if value is not None and (best is None or value > best):
+            best = value
+    return best

@@ -1,0 +1,129 @@
+"""The storm detector's shape: counts per event-time window, judged against past normal windows.
+
+Deferred-release timeouts and transfer failures are both normal in small numbers and dangerous
+in bursts, and "a burst" means relative to the deployment's own past, not to a fixed number
+(`detectors.windows`). A `StormDetector` owns the tumbling window clock, the counter deltas
+of the Prometheus samples it reads, and the window being filled; a subclass says what an
+event adds to the window (`_fold`), whether the open window holds anything (`_has_data`), and
+how a closed window is judged (`_close`, which also keeps the subclass's baselines).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
+
+from pydantic import Field
+
+from collector.events import Event
+from detectors.base import Detector, DetectorConfig
+from detectors.context import DetectionContext
+from detectors.finding import Finding
+from detectors.windows import CounterDeltas, WindowClock, series_key
+
+
+class StormConfig(DetectorConfig):
+    # Window length (seconds of event time).
+    window_seconds: float = Field(default=300.0, gt=0)
+    # Normal windows remembered for the baseline.
+    baseline_windows: int = Field(default=48, ge=1)
+
+
+class WindowState(Protocol):
+    """What a storm detector keeps for the open window: empty when made, JSON-able."""
+
+    def to_state(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Self: ...
+
+
+S = TypeVar("S", bound=StormConfig)
+W = TypeVar("W", bound=WindowState)
+
+
+class StormDetector(Detector[S], Generic[S, W]):
+    """Base of the per-window storm detectors (see the module docstring)."""
+
+    window_class: ClassVar[type[Any]]
+    windowed: ClassVar[bool] = True
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {"window_seconds": 60.0, "baseline_windows": 10}
+
+    def _init_learned(self) -> None:
+        self.clock_ = WindowClock(self.config.window_seconds)
+        self.window_: W = self.window_class()
+        self.counters_ = CounterDeltas()
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {
+            "clock_start": self.clock_.start,
+            "window": self.window_.to_state(),
+            "counters": self.counters_.to_state(),
+        }
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        self.clock_ = WindowClock(self.config.window_seconds, state.get("clock_start"))
+        self.window_ = self.window_class.from_state(state["window"])
+        self.counters_ = CounterDeltas(state.get("counters"))
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        findings: list[Finding] = []
+        time = event.time
+        if time is not None:
+            clock = self.clock_
+            clock.place(time)
+            start = clock.start
+            # Nothing is due before the open window ends (the common case: skip the call).
+            if start is not None and time >= start + clock.width:
+                findings = self._on_flush(ctx, time)
+        self._fold(event)
+        return findings
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        if math.isinf(now) and self.clock_.start is None and self._has_data():
+            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
+        findings: list[Finding] = []
+        for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
+            window, self.window_ = self.window_, self.window_class()
+            finding = self._close(window, start, ctx)
+            if finding is not None:
+                findings.append(finding)
+        return findings
+
+    def _increase(self, event: Event, value: float) -> float:
+        """The share of this window in a counter sample's increase since the series' last."""
+        return self.counters_.in_window(
+            series_key(event.node, event.fields), value, event.time, self.config.window_seconds
+        )
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _fold(self, event: Event) -> None:
+        """Add one event (of the detector's kinds) to the open window, `self.window_`."""
+        raise NotImplementedError
+
+    def _has_data(self) -> bool:
+        """The open window holds something to judge (the end of input closes it then)."""
+        raise NotImplementedError
+
+    def _close(self, window: W, start: float, ctx: DetectionContext) -> Finding | None:
+        """Judge the window that began at `start` (already replaced by an empty one)."""
+        raise NotImplementedError
+
+
+def metric_signal(fields: dict[str, Any], by_name: dict[str, str]) -> object:
+    """A metric sample's canonical signal: its `signal` field, else the one its name maps to."""
+    return fields.get("signal") or by_name.get(str(fields.get("name")))
+
+
+def sample_value(fields: dict[str, Any]) -> float | None:
+    """A metric sample's value as a float; None when it is not a number (or is NaN)."""
+    value = fields.get("value")
+    if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
+        return None
+    return float(value)
