@@ -84,20 +84,54 @@ def _fraction(digits: str | None) -> float:
 
 
 _head_cache: dict[str, tuple[float, dict[str, int]]] = {}
+# The same prefix without its seconds (`[2026-09-06 00:00 TP0`) → (epoch of the minute, ranks).
+_minute_cache: dict[str, tuple[float, dict[str, int]]] = {}
 
 
 def cached_head(line: str) -> tuple[float, dict[str, int], int] | None:
-    """(time, ranks, message offset) when the line's SGLang prefix was seen before, else None.
+    """(time, ranks, message offset) of a line that starts with SGLang's own prefix, else None.
 
-    The hot path of forensics: no regex, no copy of the (often kilobytes long) message.
+    The hot path of forensics: no copy of the (often kilobytes long) message, and a regex only
+    for the first line of each second and rank (sparse logs print few lines per second, so the
+    cache alone would miss most of them).
     """
     if line[:1] == "[":
         close = line.find("] ", 20, 80)
         if close > 0:
-            cached = _head_cache.get(line[:close])
-            if cached is not None:
-                return cached[0], cached[1], close + 2
+            head = line[:close]
+            cached = _head_cache.get(head)
+            if cached is None:
+                cached = _learn_head(line, close)
+                if cached is None:
+                    return None
+            return cached[0], cached[1], close + 2
     return None
+
+
+def _learn_head(line: str, close: int) -> tuple[float, dict[str, int]] | None:
+    """Read a prefix not in the cache: by its minute (same text but the seconds) when that was
+    read before, else by the regex."""
+    seconds = line[18:20]
+    whole_second = line[17] == ":" and line[20] in " ]" and seconds.isascii() and seconds.isdigit()
+    minute_key = line[:18] + line[20:close] if whole_second else None
+    minute = _minute_cache.get(minute_key) if minute_key is not None else None
+    if minute is not None:
+        cached = (minute[0] + int(seconds), minute[1])
+    else:
+        m = _SGLANG.match(line)
+        if m is None or m.end() != close + 1:
+            return None
+        y, mo, d, hh, mm, ss, frac, ranks = m.groups()
+        when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+        cached = (when, _ranks(ranks) if ranks else {})
+        if minute_key is not None:
+            if len(_minute_cache) > 50_000:
+                _minute_cache.clear()
+            _minute_cache[minute_key] = (when - int(ss), cached[1])
+    if len(_head_cache) > 50_000:
+        _head_cache.clear()
+    _head_cache[line[:close]] = cached
+    return cached
 
 
 def peel(line: str) -> Envelope:

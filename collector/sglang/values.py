@@ -36,17 +36,18 @@ _WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": No
 
 def number(text: str) -> Any:
     """Parse an int, float, bool, None or percentage; anything else stays a stripped string."""
-    if text.isdigit():  # the common case, without exceptions or copies
+    if text.isascii() and text.isdigit():  # the common case, without exceptions or copies
         return int(text)
     text = text.strip()
     if not text:
         return text
     first = text[0]
     if first.isdigit() or first in "-+.":
-        try:
-            return int(text)
-        except ValueError:
-            pass
+        if "." not in text:  # int() refuses any text with a point: skip its exception
+            try:
+                return int(text)
+            except ValueError:
+                pass
         try:
             return float(text)
         except ValueError:
