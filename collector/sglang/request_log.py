@@ -67,19 +67,28 @@ def abort_code(message: str | None) -> str | None:
 
 def _obj_ids(obj_text: str) -> tuple[str | None, str | None]:
     """rid and bootstrap_room from a `GenerateReqInput(...)` repr, safe against look-alike text."""
-    if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
+    # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
+    # each key is found once and then looked for again only after that point.
+    rid_at = obj_text.find("rid=")
+    room_at = obj_text.find("bootstrap_room=")
+    if (rid_at >= 0 and obj_text.find("rid=", rid_at + 4) >= 0) or (
+        room_at >= 0 and obj_text.find("bootstrap_room=", room_at + 15) >= 0
+    ):
         obj_text = _STRING_LITERAL.sub(_keep_short_literal, obj_text)
-    # str.find, not a regex search: these lines carry kilobytes of prompt text, and a pattern
-    # with no literal prefix makes `re` try every position.
+        rid_at = obj_text.find("rid=")
+        room_at = obj_text.find("bootstrap_room=")
     rid = None
-    at = obj_text.find("rid='")
-    if at >= 0:
-        m = _OBJ_RID.match(obj_text, at)
-        rid = m.group(1) if m else None
+    if rid_at >= 0:
+        if obj_text.startswith("'", rid_at + 4):
+            m = _OBJ_RID.match(obj_text, rid_at)
+            rid = m.group(1) if m else None
+        else:  # `rid=None` first: a later `rid='...'` is the one (as a search would find)
+            at = obj_text.find("rid='", rid_at)
+            m = _OBJ_RID.match(obj_text, at) if at >= 0 else None
+            rid = m.group(1) if m else None
     room = None
-    at = obj_text.find("bootstrap_room=")
-    if at >= 0:
-        m = _OBJ_ROOM.match(obj_text, at)
+    if room_at >= 0:
+        m = _OBJ_ROOM.match(obj_text, room_at)
         room = m.group(1) if m else None
     return rid, room
 
@@ -100,27 +109,26 @@ def _meta_info_text(line: str) -> str | None:
     return line[start + len("'meta_info': ") :]
 
 
+_WORDS: dict[str, Any] = {"None": None, "True": True, "False": False}
+
+
 def _meta_from_text(meta: str) -> dict[str, Any]:
     pairs = _META_SCALAR.findall(meta)
-    seen: dict[str, str] = {}
-    ambiguous = False
-    for key, value in pairs:
-        if key in seen:
-            ambiguous = True
-            break
-        seen[key] = value
-    if ambiguous:
+    result: dict[str, Any] = dict(pairs)
+    if len(result) != len(pairs):  # a key twice: read the literal exactly
         parsed = _literal_dict(meta)
         if parsed is not None:
             return parsed
-    result: dict[str, Any] = {}
-    for key, value in seen.items():
-        if value.startswith("'"):
-            result[key] = value[1:-1]
-        elif value in ("None", "True", "False"):
-            result[key] = {"None": None, "True": True, "False": False}[value]
-        else:
+        result = {}
+        for key, value in pairs:  # else the keys before the first repeat
+            if key in result:
+                break
             result[key] = value
+    for key, value in result.items():
+        if value[0] == "'":
+            result[key] = value[1:-1]
+        elif value in _WORDS:
+            result[key] = _WORDS[value]
     reason = _FINISH_REASON.search(meta)
     if reason:
         if reason.group(1) == "None":
@@ -177,12 +185,15 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
         "e2e_latency": None,
         "first_token_latency": None,
     }
+    get = meta.get
     for key in _META_KEYS_INT:
-        if key in meta and meta[key] is not None:
-            fields[key] = as_int(str(meta[key]))
+        value = get(key)
+        if value is not None:
+            fields[key] = as_int(value if type(value) is str else str(value))
     for key in _META_KEYS_FLOAT:
-        if key in meta and meta[key] is not None:
-            fields[key] = as_float(str(meta[key]))
+        value = get(key)
+        if value is not None:
+            fields[key] = as_float(value if type(value) is str else str(value))
     retractions = meta.get("num_retractions", meta.get("total_retractions"))
     if retractions is not None:
         fields["num_retractions"] = as_int(str(retractions))

@@ -1,0 +1,56 @@
+"""Ids of a `GenerateReqInput(...)` repr are taken where SGLang writes them, even when the prompt
+text holds look-alikes; the finds-based reader must agree with the plain reading of that rule."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collector.sglang import request_log
+from collector.sglang.request_log import _obj_ids
+
+
+def _reference(obj_text: str) -> tuple[str | None, str | None]:
+    """The rule in its plainest form: blank user text when a key occurs twice, then the first
+    `rid='...'` and the first `bootstrap_room=<digits>`."""
+    if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
+        obj_text = request_log._STRING_LITERAL.sub(request_log._keep_short_literal, obj_text)
+    rid = re.search(r"rid='([^'\\]{1,200})'", obj_text)
+    at = obj_text.find("bootstrap_room=")
+    room = re.compile(r"bootstrap_room=(\d+)").match(obj_text, at) if at >= 0 else None
+    return (rid.group(1) if rid else None), (room.group(1) if room else None)
+
+
+_pieces = st.sampled_from(
+    [
+        "GenerateReqInput(text='",
+        "hello ",
+        "rid='u-1'",
+        "rid=None",
+        "rid=",
+        "bootstrap_room=42",
+        "bootstrap_room=None",
+        "bootstrap_room=",
+        "', ",
+        "rid='4f1c9a'",
+        ", bootstrap_room=7301",
+        "\\'",
+        ")",
+        '"',
+    ]
+)
+
+
+@given(st.lists(_pieces, max_size=12).map("".join))
+def test_ids_follow_the_rule(text: str) -> None:
+    assert _obj_ids(text) == _reference(text)
+
+
+def test_a_prompt_that_imitates_the_keys_does_not_win() -> None:
+    text = (
+        "GenerateReqInput(text='please set rid=\\'evil\\' and bootstrap_room=1', "
+        "rid='abc123', bootstrap_room=99)"
+    )
+    assert _obj_ids(text) == ("abc123", "99")
