@@ -100,15 +100,21 @@ def _read_by_shape(body: str, fields: dict[str, Any]) -> bool:
 def parse_batch_fields(body: str) -> dict[str, Any]:
     """Parse what follows `Prefill batch` / `Decode batch`: `[N], k: v, k: v` in any era."""
     fields: dict[str, Any] = {}
+    body = _after_iteration(body, fields)
+    if _read_by_shape(body, fields):
+        return fields
+    return _read_generic(body, fields, learn=True)
+
+
+def _after_iteration(body: str, fields: dict[str, Any]) -> str:
+    """The items of the line; `SGLANG_LOG_FORWARD_ITERS=1` prints the iteration before them."""
     body = body.lstrip(".,")
-    if body.startswith(" ["):  # SGLANG_LOG_FORWARD_ITERS=1 prints the iteration
+    if body.startswith(" ["):
         close = body.find("]")
         if close > 0:
             fields["iter"] = number(body[2:close])
             body = body[close + 1 :].lstrip(".,")
-    if _read_by_shape(body, fields):
-        return fields
-    return _read_generic(body, fields, learn=True)
+    return body
 
 
 def _read_generic(body: str, fields: dict[str, Any], *, learn: bool) -> dict[str, Any]:
@@ -125,10 +131,4 @@ def _read_generic(body: str, fields: dict[str, Any], *, learn: bool) -> dict[str
 def parse_batch_fields_generic(body: str) -> dict[str, Any]:
     """The generic read alone, never a shape: the reference the shaped read is tested against."""
     fields: dict[str, Any] = {}
-    body = body.lstrip(".,")
-    if body.startswith(" ["):
-        close = body.find("]")
-        if close > 0:
-            fields["iter"] = number(body[2:close])
-            body = body[close + 1 :].lstrip(".,")
-    return _read_generic(body, fields, learn=False)
+    return _read_generic(_after_iteration(body, fields), fields, learn=False)

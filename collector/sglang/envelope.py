@@ -116,22 +116,31 @@ def _learn_head(line: str, close: int) -> tuple[float, dict[str, int]] | None:
     minute_key = line[:18] + line[20:close] if whole_second else None
     minute = _minute_cache.get(minute_key) if minute_key is not None else None
     if minute is not None:
-        cached = (minute[0] + int(seconds), minute[1])
+        stamp = (minute[0] + int(seconds), minute[1])
     else:
         m = _SGLANG.match(line)
         if m is None or m.end() != close + 1:
             return None
-        y, mo, d, hh, mm, ss, frac, ranks = m.groups()
-        when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
-        cached = (when, _ranks(ranks) if ranks else {})
+        stamp = _sglang_stamp(m)
         if minute_key is not None:
-            if len(_minute_cache) > 50_000:
-                _minute_cache.clear()
-            _minute_cache[minute_key] = (when - int(ss), cached[1])
-    if len(_head_cache) > 50_000:
-        _head_cache.clear()
-    _head_cache[line[:close]] = cached
-    return cached
+            _remember(_minute_cache, minute_key, (stamp[0] - int(m.group(6)), stamp[1]))
+    _remember(_head_cache, line[:close], stamp)
+    return stamp
+
+
+def _sglang_stamp(m: re.Match[str]) -> tuple[float, dict[str, int]]:
+    """(epoch, ranks) of an `_SGLANG` match."""
+    y, mo, d, hh, mm, ss, frac, ranks = m.groups()
+    when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+    return when, _ranks(ranks) if ranks else {}
+
+
+def _remember(
+    cache: dict[str, tuple[float, dict[str, int]]], key: str, stamp: tuple[float, dict[str, int]]
+) -> None:
+    if len(cache) > 50_000:
+        cache.clear()
+    cache[key] = stamp
 
 
 def peel(line: str) -> Envelope:
@@ -153,16 +162,12 @@ def peel(line: str) -> Envelope:
     if line.startswith("["):
         m = _SGLANG.match(line)
         if m:
-            y, mo, d, hh, mm, ss, frac, ranks = m.groups()
-            when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            when, rank_map = _sglang_stamp(m)
             rest = line[m.end() :]
-            rank_map = _ranks(ranks) if ranks else {}
             if rest[:1] == " ":
                 rest = rest[1:]
                 if not shipped:
-                    if len(_head_cache) > 50_000:
-                        _head_cache.clear()
-                    _head_cache[line[: m.end() - 1]] = (when, rank_map)
+                    _remember(_head_cache, line[: m.end() - 1], (when, rank_map))
             elif rest[:1] == "[":  # dictConfig style: `[ts][file:line][LEVEL]: msg`
                 tags = _BRACKETED_TAGS.match(rest)
                 if tags:

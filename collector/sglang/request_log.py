@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from collector.sglang.values import as_float, as_int
+from collector.sglang.values import WORDS, as_float, as_int
 
 _META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
 _META_KEYS_FLOAT = (
@@ -109,9 +109,6 @@ def _meta_info_text(line: str) -> str | None:
     return line[start + len("'meta_info': ") :]
 
 
-_WORDS: dict[str, Any] = {"None": None, "True": True, "False": False}
-
-
 def _meta_from_text(meta: str) -> dict[str, Any]:
     pairs = _META_SCALAR.findall(meta)
     result: dict[str, Any] = dict(pairs)
@@ -127,8 +124,8 @@ def _meta_from_text(meta: str) -> dict[str, Any]:
     for key, value in result.items():
         if value[0] == "'":
             result[key] = value[1:-1]
-        elif value in _WORDS:
-            result[key] = _WORDS[value]
+        elif value in WORDS:
+            result[key] = WORDS[value]
     reason = _FINISH_REASON.search(meta)
     if reason:
         if reason.group(1) == "None":

@@ -31,7 +31,8 @@ def normalise_key(raw: str) -> str:
     return cached
 
 
-_WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": None}
+# Python and JSON words for constants, as SGLang prints them.
+WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": None}
 
 
 def number(text: str) -> Any:
