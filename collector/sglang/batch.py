@@ -45,6 +45,8 @@ class _Shape:
 # By the line's first key (prefill and decode lines alternate in a merged stream), each list
 # most recently used first.
 _shapes: dict[str, list[_Shape]] = {}
+# Layouts (keys, value forms) seen once, not yet compiled.
+_seen_once: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
 
 
 def _value_form(value: str) -> tuple[str, Converter]:
@@ -59,22 +61,33 @@ def _value_form(value: str) -> tuple[str, Converter]:
 
 
 def _learn(body: str, items: list[tuple[str, str]]) -> None:
-    """Remember the shape of a line that is exactly its items (no stray text between them)."""
+    """Remember the shape of a line that is exactly its items (no stray text between them), once
+    a second line of that shape is read: compiling one costs as much as fifty generic reads, so
+    lines whose keys never repeat (garbled or drifting logs) must not pay it every time."""
     if not items or ",".join(f"{key}: {value}" for key, value in items) != body:
         return
-    names, parts, converters = [], [], []
-    for key, value in items:
+    keys = tuple(key for key, _ in items)
+    forms = tuple(_value_form(value) for _, value in items)
+    layout = (keys, tuple(form for form, _ in forms))
+    if layout not in _seen_once:
+        if len(_seen_once) >= 1024:
+            _seen_once.clear()
+        _seen_once.add(layout)
+        return
+    _seen_once.discard(layout)
+    names = []
+    for key in keys:
         stripped = key.strip()
         if not stripped:
             return
-        form, convert = _value_form(value)
         names.append(normalise_key(stripped))
-        parts.append(f"{re.escape(key)}: {form}")
-        converters.append(convert)
+    pattern = re.compile(
+        ",".join(f"{re.escape(key)}: {form}" for key, (form, _) in zip(keys, forms, strict=True))
+    )
     if len(_shapes) > 64:  # junk that looks like batch lines: start again
         _shapes.clear()
     shapes = _shapes.setdefault(_first_key(body), [])
-    shapes.insert(0, _Shape(re.compile(",".join(parts)), tuple(names), tuple(converters)))
+    shapes.insert(0, _Shape(pattern, tuple(names), tuple(convert for _, convert in forms)))
     del shapes[MAX_SHAPES:]
 
 
