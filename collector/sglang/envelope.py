@@ -131,8 +131,16 @@ def _learn_head(line: str, close: int) -> tuple[float, dict[str, int]] | None:
 def _sglang_stamp(m: re.Match[str]) -> tuple[float, dict[str, int]]:
     """(epoch, ranks) of an `_SGLANG` match."""
     y, mo, d, hh, mm, ss, frac, ranks = m.groups()
-    when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
-    return when, _ranks(ranks) if ranks else {}
+    return _epoch(y, mo, d, hh, mm, ss, frac), _ranks(ranks) if ranks else {}
+
+
+def _epoch(y: str, mo: str, d: str, hh: str, mm: str, ss: str, frac: str | None) -> float:
+    """Epoch seconds of a date and time read as digit strings."""
+    return _day_epoch(y, mo, d) + _time_of_day(hh, mm, ss, frac)
+
+
+def _time_of_day(hh: str, mm: str, ss: str, frac: str | None) -> float:
+    return int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
 
 
 def _remember(
@@ -176,15 +184,14 @@ def peel(line: str) -> Envelope:
         m = _TIME_ONLY.match(line)
         if m:
             hh, mm, ss, frac, ranks = m.groups()
-            tod = int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            tod = _time_of_day(hh, mm, ss, frac)
             return Envelope(
                 shipper_time, tod, _ranks(ranks) if ranks else {}, line[m.end() :], True
             )
     elif line[:1].isdigit():
         m = _WRAPPER.match(line)
         if m:
-            y, mo, d, hh, mm, ss, frac = m.groups()[:7]
-            when = _day_epoch(y, mo, d) + int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
+            when = _epoch(*m.groups()[:7])
             return Envelope(when, None, {}, line[m.end() :], True)
     embedded = _embedded_prefix(line)
     if embedded is not None:

@@ -59,12 +59,8 @@ def number(text: str) -> Any:
             except ValueError:
                 return text
         return text
-    if text == "True":
-        return True
-    if text == "False":
-        return False
-    if text == "None" or text == "null":
-        return None
+    if text in WORDS:
+        return WORDS[text]
     if text in ("nan", "NaN", "inf", "-inf"):
         return float(text)
     return text
