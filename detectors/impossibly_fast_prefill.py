@@ -306,8 +306,11 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 score, learned, worst = timing_score, floor, timing
         if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and score < cfg.threshold:
             if self._may_learn(record, ctx):
+                # Refits are timed by the requests' own times, so what is learned depends on the
+                # requests seen, not on when the ledger happened to emit them.
+                when = record.time if record.time is not None else ctx.now
                 for key, timing in zip(keys, timings, strict=True):
-                    self._learn(timing, ctx.now, key)
+                    self._learn(timing, when, key)
         if score < cfg.threshold or uncached < cfg.min_uncached_tokens:
             return []
         critical = uncached >= cfg.critical_min_uncached_tokens
