@@ -46,6 +46,28 @@ class Stage(Protocol):
 StageFactory = Callable[[StreamKey], Stage | None]
 
 
+class ChainedStages:
+    """Several stages over one stream: each sees every event, and what they ship before it is
+    shipped in the order of the stages."""
+
+    def __init__(self, stages: Iterable[Stage]) -> None:
+        self.stages = tuple(stages)
+
+    def observe(self, event: Event) -> list[Event]:
+        out: list[Event] = []
+        for stage in self.stages:
+            shipped = stage.observe(event)
+            if shipped:
+                out += shipped
+        return out
+
+    def flush(self) -> list[Event]:
+        out: list[Event] = []
+        for stage in self.stages:
+            out += stage.flush()
+        return out
+
+
 @dataclass(frozen=True)
 class KindFilter:
     """The events a consumer wants: by kind, and for metrics by canonical signal."""

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from collector.events import Event
 from collector.state.config_timeline import TIMELINE_KINDS, ConfigChange, ConfigTimeline
-from collector.state.ledger import LEDGER_KINDS, LedgerConfig, RequestLedger
+from collector.state.ledger import LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector
 from detectors.context import DetectionContext
@@ -171,7 +171,7 @@ class DetectionPipeline:
             for kind in det.consumed_kinds:
                 self._by_kind[kind] = (*self._by_kind.get(kind, ()), det)
         self._timeline_kinds = TIMELINE_KINDS
-        self._ledger_kinds = LEDGER_KINDS
+        self._ledger_kinds = self.ledger.accepted_kinds
         self._config_dets = [d for d in self.detectors if d.wants_config]
         self._request_dets = [d for d in self.detectors if d.wants_requests]
         self._windowed_dets = [d for d in self.detectors if d.windowed]

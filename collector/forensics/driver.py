@@ -32,11 +32,12 @@ from collector.forensics.report import (
     write_markdown,
 )
 from collector.parse import ParseStats
-from collector.spill import KindFilter, parallel_events_in_time_order
+from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
-from collector.state.ledger import LEDGER_KINDS
+from collector.state.ledger import LedgerConfig
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
+from collector.state.request_sides import RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
@@ -159,10 +160,14 @@ def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> Kind
     """The events the pipeline reads (its timeline, its ledger, its detectors, by kind and for
     metrics by signal). The rest are counted by the parser but never need their fields extracted
     or their way to the judging process. With `node_windows`, batch lines are folded into
-    per-window partials in the workers and never shipped themselves."""
-    kinds = set(TIMELINE_KINDS) | set(LEDGER_KINDS) | {"deferred_release"}
+    per-window partials in the workers and never shipped themselves. With a ledger reading
+    sides, request lines are folded into sides in the workers and shipped only when a detector
+    reads them too (and time stats when they tell a role: `RequestSideAssembler`)."""
+    kinds = set(TIMELINE_KINDS) | set(pipeline.ledger.accepted_kinds) | {"deferred_release"}
     if node_windows:
         kinds -= BATCH_KINDS
+    if pipeline.ledger.config.input == "sides":
+        kinds.discard("request_time_stats")
     signals: set[str] | None = set(TIMELINE_METRIC_SIGNALS)
     for det in pipeline.detectors:
         kinds |= det.consumed_kinds
@@ -174,9 +179,12 @@ def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> Kind
     return KindFilter(frozenset(kinds), frozenset(signals) if signals is not None else None)
 
 
-def _with_node_windows(config: PipelineConfig) -> PipelineConfig:
-    """The window anomaly detector reads per-window partials that the parsing workers build, so
-    that dense batch lines never leave the workers (same features, tested equal)."""
+def _for_workers(config: PipelineConfig) -> PipelineConfig:
+    """The ledger reads sides and the window anomaly detector per-window partials, both built
+    by the parsing workers, so that request and batch lines never leave the workers (same
+    records and features, tested equal)."""
+    ledger = config.ledger.model_copy(update={"input": "sides"})
+    config = config.model_copy(update={"ledger": ledger})
     if "telemetry_anomaly" in config.disabled:
         return config
     detectors = dict(config.detectors)
@@ -195,13 +203,24 @@ def _anomaly_window(config: PipelineConfig) -> float | None:
 
 
 @dataclass(frozen=True)
-class NodeWindowStage:
-    """Stage factory for the parsing workers: a per-window aggregator on each node's logs."""
+class WorkerStages:
+    """Stage factory for the parsing workers, on each node's logs: its request lines folded
+    into sides and, when the window detector runs, its per-window partials."""
 
-    window_seconds: float
+    ledger: LedgerConfig
+    window_seconds: float | None
 
-    def __call__(self, key: tuple[str, str]) -> NodeWindowAggregator | None:
-        return NodeWindowAggregator(self.window_seconds) if key[1] == "log" else None
+    def __call__(self, key: tuple[str, str]) -> ChainedStages | None:
+        if key[1] != "log":
+            return None
+        stages: list[Stage] = []
+        if self.window_seconds is not None:
+            stages.append(NodeWindowAggregator(self.window_seconds))
+        cfg = self.ledger
+        stages.append(
+            RequestSideAssembler(cfg.settle_seconds, cfg.max_open_seconds, cfg.max_entries)
+        )
+        return ChainedStages(stages)
 
 
 def _int(value: Any) -> int | None:
@@ -248,7 +267,7 @@ def run_forensics(
     outputs: dict[str, Path] = {}
     parquet = RequestParquetWriter(out_dir / "requests.parquet") if write_parquet else None
     evidence = _Evidence(parquet)
-    config = _with_node_windows(config or PipelineConfig())
+    config = _for_workers(config or PipelineConfig())
     window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
     stats = ParseStats()
@@ -263,7 +282,7 @@ def run_forensics(
         wanted,
         workers=workers,
         progress=progress.advance,
-        stage_factory=NodeWindowStage(window_seconds) if window_seconds is not None else None,
+        stage_factory=WorkerStages(config.ledger, window_seconds),
     )
     try:
         for event in events:

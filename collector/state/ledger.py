@@ -10,6 +10,11 @@ requests active in any join window, and the live sidecar and forensics behave th
 
 Rejections carry a rid but no room; they are joined through the same node's other events for
 that rid (receive, finish or time stats), whichever comes first.
+
+The ledger reads either the raw request events (`input: events`, the live sidecar) or each
+node's lines about a request already folded into one `SideRecord` where the node's log is read
+(`input: sides`, forensics workers; `collector.state.request_sides`). A side is the same
+`apply_event` calls made in the worker instead of here, so both inputs give the same records.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +31,7 @@ from collector.events import Event
 from collector.state.request_record import MAX_SOURCES, RequestRecord, SideRecord
 
 RoleOf = Callable[[str, float | None], str | None]
+_V = TypeVar("_V", int, float, str)
 
 LEDGER_KINDS: Final = frozenset(
     {
@@ -39,7 +45,12 @@ LEDGER_KINDS: Final = frozenset(
         "request_trace",
     }
 )
-_HEALTH_PREFIX: Final = "HEALTH_CHECK"
+# The raw kinds a node's side folds (all but traces, which come from another source): with
+# `input: sides` the ledger reads `request_side` events instead of these.
+SIDE_SOURCE_KINDS: Final = LEDGER_KINDS - {"request_trace"}
+REQUEST_SIDE: Final = "request_side"
+SIDE_INPUT_KINDS: Final = frozenset({REQUEST_SIDE, "request_trace"})
+HEALTH_PREFIX: Final = "HEALTH_CHECK"
 _PD_PAIR: Final = frozenset({"prefill", "decode"})
 _NO_ROLE: Final = frozenset({None})
 _ROLES: Final = ("prefill", "decode", "unified")
@@ -61,6 +72,9 @@ class LedgerConfig(BaseModel):
     max_entries: int = Field(default=1_000_000, gt=0)
     # Emitted keys remembered, so lines arriving after emission are counted, not rejoined.
     late_memory: int = Field(default=100_000, ge=0)
+    # `events`: raw request events. `sides`: `request_side` events, each node's lines about a
+    # request folded where the log is read (forensics); raw request events are then ignored.
+    input: Literal["events", "sides"] = "events"
 
 
 @dataclass(slots=True)
@@ -127,9 +141,8 @@ class RequestLedger:
         self._role_of = role_of
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._rid_index: dict[tuple[str, str], str] = {}
-        self._pending: OrderedDict[tuple[str, str], tuple[float | None, dict[str, Any], str]] = (
-            OrderedDict()
-        )
+        # Rejections (a refusal-only side) whose rid no other line has named yet.
+        self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._heap: list[tuple[float, int, str]] = []
         self._seq = 0
@@ -146,10 +159,15 @@ class RequestLedger:
 
     # -- feeding -------------------------------------------------------------------------------
 
+    @property
+    def accepted_kinds(self) -> frozenset[str]:
+        """The event kinds `add` reads under this ledger's `input`."""
+        return LEDGER_KINDS if self.config.input == "events" else SIDE_INPUT_KINDS
+
     def add(self, event: Event) -> bool:
         """Take one event; False when the ledger has no use for it."""
         kind = event.kind
-        if kind not in LEDGER_KINDS:
+        if kind not in self.accepted_kinds:
             return False
         stats = self.stats
         stats.events += 1
@@ -159,15 +177,24 @@ class RequestLedger:
         elif self._now is None or time > self._now:
             self._now = time
         fields = event.fields
-        rid = fields.get("rid")
-        if rid is not None:
-            rid = (rid.strip() or None) if type(rid) is str else _text(rid)
-            if rid is not None and rid.startswith(_HEALTH_PREFIX):
-                stats.health_checks += 1
-                return False
-        room = fields.get("bootstrap_room")
-        if room is not None:
-            room = (room.strip() or None) if type(room) is str else _text(room)
+        part: SideRecord | None = None
+        if kind == REQUEST_SIDE:
+            # Ids were read and health checks dropped where the side was folded.
+            part = fields["side"]
+            rid = part.rid
+            room = fields.get("room")
+            if part.last_time is not None:
+                time = part.last_time
+        else:
+            rid = fields.get("rid")
+            if rid is not None:
+                rid = (rid.strip() or None) if type(rid) is str else _text(rid)
+                if rid is not None and rid.startswith(HEALTH_PREFIX):
+                    stats.health_checks += 1
+                    return False
+            room = fields.get("bootstrap_room")
+            if room is not None:
+                room = (room.strip() or None) if type(room) is str else _text(room)
         node = event.node
         node_rid = (node, rid or "")
         if room is not None:
@@ -178,8 +205,11 @@ class RequestLedger:
                     self._merge_rid_entry(node, rid, room)
         elif rid is not None:
             known = self._rid_index.get(node_rid)
-            if known is None and kind == "request_rejected":
-                self._pending[node_rid] = (time, dict(fields), event.source)
+            if known is None and (kind == "request_rejected" or _only_refusal(part)):
+                if part is None:
+                    part = SideRecord(node=node, rid=rid)
+                    _apply_rejection(part, fields, time, event.source)
+                self._pending[node_rid] = part
                 return True
             key = known if known is not None else f"{node}|{rid}"
         else:
@@ -197,15 +227,21 @@ class RequestLedger:
         if side is None:
             # Sides are keyed like the rid index: (node, rid or "").
             side = entry.sides.get(node_rid)
-            if side is None:
+            if side is None and part is not None:
+                side = entry.sides[node_rid] = part
+                part = None
+            elif side is None:
                 side = entry.sides[node_rid] = SideRecord(node=node, rid=rid)
-        _apply(side, event, fields, time)
+        if part is not None:
+            merge_side(side, part)
+        elif kind != REQUEST_SIDE:
+            apply_event(side, event, fields, time)
         if rid is not None:
             self._rid_index[node_rid] = key
             if self._pending:
                 pending = self._pending.pop(node_rid, None)
                 if pending is not None:
-                    _apply_rejection(side, pending[1], pending[0], pending[2])
+                    merge_side(side, pending)
         if time is not None and (entry.last_time is None or time > entry.last_time):
             entry.last_time = time
         self._schedule(entry)
@@ -228,7 +264,8 @@ class RequestLedger:
             out.append(self._emit(entry))
         horizon = now - self.config.join_window_seconds
         while self._pending:
-            (node_rid, (time, _, _)) = next(iter(self._pending.items()))
+            node_rid, refusal = next(iter(self._pending.items()))
+            time = refusal.last_time
             if time is not None and time > horizon:
                 break
             del self._pending[node_rid]
@@ -390,10 +427,7 @@ class RequestLedger:
                 }
                 for e in self._entries.values()
             ],
-            "pending": [
-                [node, rid, time, fields, source]
-                for (node, rid), (time, fields, source) in self._pending.items()
-            ],
+            "pending": [asdict(side) for side in self._pending.values()],
             "recent": list(self._recent),
             "stats": asdict(self.stats),
         }
@@ -418,8 +452,14 @@ class RequestLedger:
                     ledger._rid_index[(side.node, side.rid)] = entry.key
             ledger._entries[entry.key] = entry
             ledger._schedule(entry)
-        for node, rid, time, fields, source in state.get("pending", []):
-            ledger._pending[(node, rid)] = (time, dict(fields), source)
+        for raw in state.get("pending", []):
+            if isinstance(raw, list):  # before sides: [node, rid, time, fields, source]
+                node, rid, time, fields, source = raw
+                side = SideRecord(node=node, rid=rid)
+                _apply_rejection(side, dict(fields), time, source)
+            else:
+                side = SideRecord.from_json_dict(dict(raw))
+            ledger._pending[(side.node, side.rid or "")] = side
         for key in state.get("recent", []):
             ledger._recent[key] = None
         ledger.stats = LedgerStats(**state.get("stats", {}))
@@ -429,7 +469,9 @@ class RequestLedger:
 # -- applying one event to one side ------------------------------------------------------------
 
 
-def _apply(side: SideRecord, event: Event, fields: dict[str, Any], time: float | None) -> None:
+def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: float | None) -> None:
+    """Fold one of the node's lines about the request into its side (`fields` is
+    `event.fields`, `time` the event's time or, without one, the stream's latest)."""
     # Fields arrive typed from the parsers; the `type(...) is` tests take that common case
     # without a call, and anything else goes through the tolerant converters.
     if time is not None:
@@ -525,6 +567,79 @@ def _apply(side: SideRecord, event: Event, fields: dict[str, Any], time: float |
         start = _float(fields.get("start"), None)
         if start is not None and side.received_time is None:
             side.received_time = start
+
+
+def merge_side(side: SideRecord, later: SideRecord) -> None:
+    """Fold `later` (the same node's later lines about the request, folded on their own) into
+    `side`: the same side as if every line had been applied to `side` in order (lines with a
+    time, as the assembler gives them: a finish is known by its time)."""
+    side.touch(later.first_time)
+    side.touch(later.last_time)
+    for source in later.sources:
+        side.note_source(source)
+    if later.received_time is not None and (
+        side.received_time is None or later.received_time < side.received_time
+    ):
+        side.received_time = later.received_time
+    if later.finished_time is not None:  # a finish overwrites what it names, keeps the rest
+        side.finished_time = later.finished_time
+        side.prompt_tokens = _newer(later.prompt_tokens, side.prompt_tokens)
+        side.cached_tokens = _newer(later.cached_tokens, side.cached_tokens)
+        side.completion_tokens = _newer(later.completion_tokens, side.completion_tokens)
+        side.finish_type = later.finish_type
+        side.status_code = later.status_code
+        side.finish_message = later.finish_message
+        side.e2e_latency = _newer(later.e2e_latency, side.e2e_latency)
+        side.first_token_latency = _newer(later.first_token_latency, side.first_token_latency)
+    if later.has_stats:
+        side.has_stats = True
+        side.input_len = _newer(later.input_len, side.input_len)
+        side.cached_input_len = _newer(later.cached_input_len, side.cached_input_len)
+        side.output_len = _newer(later.output_len, side.output_len)
+        side.entry_time = _newer(later.entry_time, side.entry_time)
+        side.durations.update(later.durations)
+    if later.role_hint is not None:
+        side.role_hint = later.role_hint
+    if later.rejected:
+        side.rejected = True
+        side.reject_reason = _newer(later.reject_reason, side.reject_reason)
+        side.reject_input_tokens = _newer(later.reject_input_tokens, side.reject_input_tokens)
+        side.reject_limit_tokens = _newer(later.reject_limit_tokens, side.reject_limit_tokens)
+    side.transfer_failures += later.transfer_failures
+    if side.transfer_reason is None:
+        side.transfer_reason = later.transfer_reason
+    side.checksum_mismatch = side.checksum_mismatch or later.checksum_mismatch
+    side.metadata_corruption = side.metadata_corruption or later.metadata_corruption
+    if later.has_trace:
+        side.has_trace = True
+        side.trace_status = later.trace_status
+        side.trace_ttft = _newer(later.trace_ttft, side.trace_ttft)
+        side.trace_e2e = _newer(later.trace_e2e, side.trace_e2e)
+        side.trace_prefill_seconds = _newer(later.trace_prefill_seconds, side.trace_prefill_seconds)
+        side.trace_prompt_tokens = _newer(later.trace_prompt_tokens, side.trace_prompt_tokens)
+        side.trace_cached_tokens = _newer(later.trace_cached_tokens, side.trace_cached_tokens)
+        side.trace_completion_tokens = _newer(
+            later.trace_completion_tokens, side.trace_completion_tokens
+        )
+
+
+def _newer(value: _V | None, known: _V | None) -> _V | None:
+    return value if value is not None else known
+
+
+def _only_refusal(side: SideRecord | None) -> bool:
+    """A side folded from a rejection line alone (held, like the line, until its rid shows up)."""
+    return (
+        side is not None
+        and side.rejected
+        and side.received_time is None
+        and side.finished_time is None
+        and not side.has_stats
+        and not side.has_trace
+        and side.transfer_failures == 0
+        and not side.checksum_mismatch
+        and not side.metadata_corruption
+    )
 
 
 def _apply_rejection(

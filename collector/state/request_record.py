@@ -10,6 +10,7 @@ was cached, did the serving node answer with success, did prefill refuse it.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, cast
@@ -163,6 +164,15 @@ class SideRecord:
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> SideRecord:
         return cls(**data)
+
+    def __reduce__(self) -> tuple[type[SideRecord], tuple[Any, ...]]:
+        # Forensics workers ship sides to the judging process by the hundred thousand: one
+        # constructor call with the values in field order, instead of the per-attribute
+        # `__setstate__` that pickle otherwise uses for a slotted dataclass (3x slower).
+        return (SideRecord, _side_values(self))
+
+
+_side_values: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(SideRecord)))
 
 
 @dataclass

@@ -1,0 +1,194 @@
+"""Each node's lines about a request, folded into one side where the node's log is read.
+
+A request leaves three to five lines on every node it passes (receive, finish, time stats, now
+and then a refusal or a transfer failure), and the ledger needs them only as that node's
+`SideRecord`. A forensics worker reading one node's log folds them there, with the ledger's own
+`apply_event`, and ships one `request_side` event per side, so the judging process handles a
+third of the events. A side is shipped once the node is done with the request (a terminal line)
+and `settle_seconds` of the stream's time have passed without another line about it; after
+`max_open_seconds` without a terminal line; or at the end of the stream. A line that comes after
+its side was shipped starts a new part, which the ledger merges into the side (`merge_side`)
+exactly as it would have applied the line itself.
+
+The configuration timeline learns a node's role from time-stats lines, so the stream's first
+time-stats line naming a role (and the first after each start-up line) is forwarded as it is.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from typing import Any, Final
+
+from collector.events import Event
+from collector.state.ledger import (
+    HEALTH_PREFIX,
+    REQUEST_SIDE,
+    SIDE_SOURCE_KINDS,
+    apply_event,
+)
+from collector.state.request_record import SideRecord
+
+__all__ = ["REQUEST_SIDE", "SIDE_SOURCE_KINDS", "RequestSideAssembler"]
+
+_TIME_STATS: Final = "request_time_stats"
+_ROLES: Final = frozenset({"prefill", "decode", "unified"})
+# Lines that start a new engine generation: its first role-naming time stats go out again.
+_STARTUP_KINDS: Final = frozenset({"server_args", "capacity"})
+
+
+class _Open:
+    __slots__ = ("side", "room", "deadline")
+
+    def __init__(self, side: SideRecord, room: str | None) -> None:
+        self.side = side
+        self.room = room
+        self.deadline = math.inf
+
+
+class RequestSideAssembler:
+    """Folds one node's stream (every event, in order) into `request_side` events.
+
+    `observe(event)` returns what to ship before `event`: the sides whose wait is over at the
+    event's time and, when it is the time-stats line that tells the role, the event itself.
+    `flush()` returns every side still open at the end of the stream.
+
+    A side goes out stamped with the moment its wait ended, not with the time of the line that
+    revealed it: a node can fall silent for an hour after its last request, and its side must
+    reach the ledger when its partner's does, not an hour later, after the join has given up.
+
+    Examples
+    --------
+    >>> asm = RequestSideAssembler(settle_seconds=5.0)
+    >>> asm.observe(Event("request_received", "p0", 10.0, "p.log:1", {"rid": "a"}))
+    []
+    >>> asm.observe(Event("request_finished", "p0", 11.0, "p.log:2",
+    ...     {"rid": "a", "bootstrap_room": "7", "prompt_tokens": 900, "finish_type": "stop"}))
+    []
+    >>> (shipped,) = asm.observe(Event("decode_batch", "p0", 3600.0, "p.log:3", {}))
+    >>> side = shipped.fields["side"]
+    >>> shipped.kind, shipped.time, shipped.fields["room"], side.rid, side.prompt_tokens
+    ('request_side', 16.0, '7', 'a', 900)
+    >>> side.sources
+    ['p.log:1', 'p.log:2']
+    """
+
+    __slots__ = (
+        "settle_seconds",
+        "max_open_seconds",
+        "max_open",
+        "_open",
+        "_heap",
+        "_seq",
+        "_latest",
+        "_role_forwarded",
+        "health_checks",
+        "unkeyed",
+    )
+
+    def __init__(
+        self,
+        settle_seconds: float = 5.0,
+        max_open_seconds: float = 7200.0,
+        max_open: int = 1_000_000,
+    ) -> None:
+        if not settle_seconds >= 0 or not max_open_seconds > 0 or max_open < 1:
+            raise ValueError("settle_seconds >= 0, max_open_seconds > 0 and max_open >= 1")
+        self.settle_seconds = float(settle_seconds)
+        self.max_open_seconds = float(max_open_seconds)
+        self.max_open = max_open
+        self._open: OrderedDict[str, _Open] = OrderedDict()
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = 0
+        self._latest: float | None = None  # the stream's watermark
+        self._role_forwarded = False
+        self.health_checks = 0
+        self.unkeyed = 0
+
+    def observe(self, event: Event) -> list[Event]:
+        """Take the stream's next event; return what to ship before it."""
+        out: list[Event] = []
+        time = event.time
+        if time is not None and (self._latest is None or time > self._latest):
+            self._latest = time
+            heap = self._heap
+            if heap and heap[0][0] <= time:
+                self._ship_due(time, out)
+        kind = event.kind
+        if kind in SIDE_SOURCE_KINDS:
+            self._fold(event, out)
+            if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
+                self._role_forwarded = True
+                out.append(event)
+        elif kind in _STARTUP_KINDS:
+            self._role_forwarded = False
+        return out
+
+    def flush(self) -> list[Event]:
+        """End of the stream: every open side, the longest-waiting first."""
+        out: list[Event] = []
+        for key, _ in sorted(self._open.items(), key=lambda item: item[1].deadline):
+            self._ship(key, out, self._latest)
+        self._heap.clear()
+        return out
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def _fold(self, event: Event, out: list[Event]) -> None:
+        fields = event.fields
+        rid = _text(fields.get("rid"))
+        if rid is not None and rid.startswith(HEALTH_PREFIX):
+            self.health_checks += 1
+            return
+        room = _text(fields.get("bootstrap_room"))
+        if rid is None and room is None:
+            self.unkeyed += 1
+            return
+        # Lines without a rid are keyed by their room, as the ledger keys them.
+        key = rid if rid is not None else "\x00" + str(room)
+        entry = self._open.get(key)
+        if entry is None:
+            if len(self._open) >= self.max_open:
+                # The oldest goes early: memory stays bounded.
+                self._ship(next(iter(self._open)), out, self._latest)
+            entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
+        elif entry.room is None:
+            entry.room = room
+        time = event.time if event.time is not None else self._latest
+        side = entry.side
+        apply_event(side, event, fields, time)
+        last = side.last_time if side.last_time is not None else (self._latest or 0.0)
+        deadline = last + (self.settle_seconds if side.terminal else self.max_open_seconds)
+        if deadline != entry.deadline:
+            entry.deadline = deadline
+            self._seq += 1
+            heapq.heappush(self._heap, (deadline, self._seq, key))
+
+    def _ship_due(self, now: float, out: list[Event]) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            deadline, _, key = heapq.heappop(heap)
+            entry = self._open.get(key)
+            if entry is not None and entry.deadline == deadline:
+                self._ship(key, out, deadline)
+
+    def _ship(self, key: str, out: list[Event], time: float | None) -> None:
+        entry = self._open.pop(key)
+        side = entry.side
+        fields: dict[str, Any] = {"side": side, "room": entry.room}
+        source = side.sources[0] if side.sources else side.node
+        out.append(Event(REQUEST_SIDE, side.node, time, source, fields))
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value.strip() if type(value) is str else str(value).strip()
+    return text or None
+
+
+def _names_role(event: Event) -> bool:
+    role = event.fields.get("role")
+    return role is not None and str(role).strip().lower() in _ROLES

@@ -1,0 +1,265 @@
+"""Request lines folded into sides where the log is read stand in exactly for the lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.events import Event
+from collector.parse import ParseStats, merge_by_time, stream_events, streams_of
+from collector.state.ledger import (
+    SIDE_SOURCE_KINDS,
+    LedgerConfig,
+    RequestLedger,
+    apply_event,
+    merge_side,
+)
+from collector.state.request_record import SideRecord
+from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
+from detectors.pipeline import DetectionPipeline, PipelineConfig
+from simulator.offline import run_offline
+from simulator.scenario import load_scenario
+
+T = 1_790_000_000.0
+
+
+def ev(kind: str, t: float | None, node: str = "prefill-0", **fields: Any) -> Event:
+    return Event(kind, node, t, f"{node}.log:{int(t or 0)}", dict(fields))
+
+
+def shipped(asm: RequestSideAssembler, events: list[Event]) -> list[Event]:
+    out = [s for e in events for s in asm.observe(e)]
+    return out + asm.flush()
+
+
+# -- the assembler -------------------------------------------------------------------------------
+
+
+def test_a_side_is_shipped_once_settled_stamped_with_the_end_of_its_wait() -> None:
+    asm = RequestSideAssembler(settle_seconds=5.0)
+    assert asm.observe(ev("request_received", T, rid="a", bootstrap_room="7")) == []
+    assert asm.observe(ev("request_finished", T + 2, rid="a", prompt_tokens=900)) == []
+    assert asm.observe(ev("decode_batch", T + 6)) == []  # 4 s after the last line: not yet
+    # The next line comes an hour later; the side still goes out at T + 7, where it belongs.
+    (side_event,) = asm.observe(ev("decode_batch", T + 3600))
+    assert side_event.kind == REQUEST_SIDE and side_event.time == T + 7
+    side = side_event.fields["side"]
+    assert side_event.fields["room"] == "7"
+    assert (side.rid, side.received_time, side.finished_time, side.prompt_tokens) == (
+        "a",
+        T,
+        T + 2,
+        900,
+    )
+    assert len(asm) == 0
+
+
+def test_a_side_without_a_terminal_line_waits_max_open_and_the_end_flushes_the_rest() -> None:
+    asm = RequestSideAssembler(settle_seconds=5.0, max_open_seconds=100.0)
+    asm.observe(ev("request_received", T, rid="open"))
+    asm.observe(ev("request_received", T + 1, rid="done"))
+    asm.observe(ev("request_finished", T + 1, rid="done"))
+    out = asm.observe(ev("decode_batch", T + 50))
+    assert [e.fields["side"].rid for e in out] == ["done"]
+    out = asm.observe(ev("decode_batch", T + 200))
+    assert [(e.fields["side"].rid, e.time) for e in out] == [("open", T + 100)]
+    asm.observe(ev("request_received", T + 201, rid="late"))
+    (last,) = asm.flush()
+    assert last.fields["side"].rid == "late" and last.time == T + 201
+
+
+def test_lines_of_one_rid_fold_into_one_side_and_rid_less_lines_by_room() -> None:
+    asm = RequestSideAssembler()
+    out = shipped(
+        asm,
+        [
+            ev("request_received", T, rid="r1", bootstrap_room="9"),
+            ev("request_rejected", T, rid="r1", input_tokens=10, limit_tokens=5),
+            ev("transfer_failed", T + 1, bootstrap_room="9", reason="timeout"),
+            ev("transfer_failed", T + 1, bootstrap_room="9", reason="again"),
+            ev("request_finished", T + 1, rid="HEALTH_CHECK_1"),
+            ev("request_finished", T + 1),
+        ],
+    )
+    sides = {(e.fields["side"].rid, e.fields["room"]): e.fields["side"] for e in out}
+    assert set(sides) == {("r1", "9"), (None, "9")}
+    assert sides["r1", "9"].rejected and sides["r1", "9"].reject_input_tokens == 10
+    assert sides[None, "9"].transfer_failures == 2
+    assert sides[None, "9"].transfer_reason == "timeout"
+    assert (asm.health_checks, asm.unkeyed) == (1, 1)
+
+
+def test_the_first_role_naming_time_stats_of_each_start_up_is_forwarded() -> None:
+    asm = RequestSideAssembler()
+    stats = [ev("request_time_stats", T + i, rid=f"r{i}", role="prefill") for i in range(3)]
+    nameless = ev("request_time_stats", T, rid="x")
+    assert asm.observe(nameless) == []
+    assert asm.observe(stats[0]) == [stats[0]]
+    assert asm.observe(stats[1]) == []
+    asm.observe(ev("server_args", T + 2))
+    assert stats[2] in asm.observe(stats[2])
+
+
+def test_the_open_sides_stay_bounded() -> None:
+    asm = RequestSideAssembler(max_open=3)
+    out = [s for i in range(10) for s in asm.observe(ev("request_received", T, rid=f"r{i}"))]
+    assert len(asm) == 3
+    assert [e.fields["side"].rid for e in out] == [f"r{i}" for i in range(7)]
+
+
+def test_bad_parameters_are_refused() -> None:
+    with pytest.raises(ValueError):
+        RequestSideAssembler(settle_seconds=-1)
+    with pytest.raises(ValueError):
+        RequestSideAssembler(max_open=0)
+
+
+# -- merging parts -------------------------------------------------------------------------------
+
+NUMBER = st.none() | st.integers(0, 9)
+SECONDS = st.none() | st.sampled_from([0.0, 0.25, 1.5])
+
+
+@st.composite
+def request_line(draw: st.DrawFn) -> Event:
+    kind = draw(st.sampled_from(sorted(SIDE_SOURCE_KINDS)))
+    fields: dict[str, Any] = {"rid": "r"}
+    if kind == "request_finished":
+        fields.update(
+            prompt_tokens=draw(NUMBER),
+            cached_tokens=draw(NUMBER),
+            completion_tokens=draw(NUMBER),
+            finish_type=draw(st.sampled_from([None, "stop", "abort"])),
+            status_code=draw(st.sampled_from([None, 400])),
+            finish_message=draw(st.sampled_from([None, "Abort"])),
+            e2e_latency=draw(SECONDS),
+            first_token_latency=draw(SECONDS),
+        )
+    elif kind == "request_time_stats":
+        fields.update(
+            role=draw(st.sampled_from([None, "prefill", "decode", "bogus"])),
+            input_len=draw(NUMBER),
+            cached_input_len=draw(NUMBER),
+            output_len=draw(NUMBER),
+            entry_time=draw(SECONDS),
+            **{draw(st.sampled_from(["a_duration", "b_duration"])): draw(SECONDS)},
+        )
+    elif kind == "request_rejected":
+        fields.update(
+            reason=draw(st.sampled_from([None, "input_too_long"])),
+            input_tokens=draw(NUMBER),
+            limit_tokens=draw(NUMBER),
+        )
+    elif kind == "transfer_failed":
+        fields.update(reason=draw(st.sampled_from([None, "timeout", "reset"])))
+    # Lines have a time (their own, or the stream's latest): a side knows it finished by when.
+    time = draw(st.integers(0, 20).map(lambda s: T + s))
+    source = f"p.log:{draw(st.integers(1, 9))}"
+    return Event(kind, "prefill-0", time, source, fields)
+
+
+def folded(events: list[Event]) -> SideRecord:
+    side = SideRecord(node="prefill-0", rid="r")
+    for event in events:
+        apply_event(side, event, event.fields, event.time)
+    return side
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(request_line(), max_size=12), cut=st.integers(0, 12))
+def test_merging_a_later_part_equals_folding_every_line_into_one_side(
+    lines: list[Event], cut: int
+) -> None:
+    whole = folded(lines)
+    side, later = folded(lines[:cut]), folded(lines[cut:])
+    merge_side(side, later)
+    assert side == whole
+
+
+# -- the ledger reads sides as it reads lines ---------------------------------------------------
+
+
+def role_of(node: str, time: float | None) -> str | None:
+    return node.split("-")[0]
+
+
+def test_a_refusal_alone_waits_for_its_rid_as_the_line_would() -> None:
+    ledger = RequestLedger(LedgerConfig(input="sides"), role_of=role_of)
+    refusal = SideRecord(node="prefill-0", rid="p1", first_time=T, last_time=T, rejected=True)
+    stub = SideRecord(
+        node="prefill-0", rid="p1", first_time=T + 9, last_time=T + 9, finished_time=T + 9
+    )
+    stub.finish_type, stub.prompt_tokens = "abort", 1
+    served = SideRecord(
+        node="decode-0", rid="d1", first_time=T, last_time=T + 20, finished_time=T + 20
+    )
+    served.finish_type, served.completion_tokens, served.prompt_tokens = "stop", 50, 7000
+    assert ledger.add(Event(REQUEST_SIDE, "prefill-0", T + 5, "p", {"side": refusal, "room": None}))
+    assert ledger.pending_rejections == 1 and len(ledger) == 0
+    ledger.add(Event(REQUEST_SIDE, "prefill-0", T + 14, "p", {"side": stub, "room": "42"}))
+    ledger.add(Event(REQUEST_SIDE, "decode-0", T + 25, "d", {"side": served, "room": "42"}))
+    # A raw line is not read by a ledger that reads sides.
+    assert not ledger.add(ev("request_finished", T + 25, rid="p1", bootstrap_room="42"))
+    (record,) = ledger.advance(T + 60)
+    assert record.prefill_refused and record.served and record.prompt_tokens == 7000
+    assert ledger.pending_rejections == 0
+
+
+def test_state_written_before_sides_still_loads() -> None:
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(ev("request_rejected", T, rid="p1", input_tokens=9, limit_tokens=3))
+    state = json.loads(json.dumps(ledger.to_state()))
+    state["pending"] = [["prefill-0", "p1", T, {"input_tokens": 9, "limit_tokens": 3}, "p.log"]]
+    resumed = RequestLedger.from_state(state, role_of=role_of)
+    resumed.add(ev("request_finished", T + 1, rid="p1", bootstrap_room="5", finish_type="abort"))
+    (record,) = resumed.drain()
+    assert record.sides[0].rejected and record.sides[0].reject_input_tokens == 9
+
+
+@pytest.fixture(scope="module", params=["incident-replay-small", "abort-race-storm-small"])
+def replay_streams(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    out: Path = tmp_path_factory.mktemp(request.param)
+    run_offline(load_scenario(request.param), out)
+    streams = streams_of([out / "logs", out / "snapshots"])
+    return [list(stream_events(files, ParseStats())) for files in streams.values()]
+
+
+def _judged(streams: list[list[Event]], ledger_input: str) -> tuple[list[Any], list[Any], Any]:
+    config = PipelineConfig(ledger=LedgerConfig(input=ledger_input), raise_errors=True)
+    records: list[dict[str, Any]] = []
+    pipeline = DetectionPipeline(config, on_record=lambda r, f: records.append(r.to_json_dict()))
+    findings = [f.to_json_dict() for f in pipeline.run(merge_by_time(streams))]
+    findings.sort(key=lambda f: (f["dedup_key"], f["severity"]))
+    return records, findings, pipeline
+
+
+# Read by the ledger alone, so a worker folding them into sides ships none of them.
+LEDGER_ONLY = {"request_received", "request_finished", "request_time_stats"}
+
+
+def _as_sides(stream: list[Event]) -> list[Event]:
+    """What a worker ships: sides (and forwarded time stats) in place of the request lines."""
+    asm = RequestSideAssembler()
+    out: list[Event] = []
+    for event in stream:
+        out += asm.observe(event)
+        if event.kind not in LEDGER_ONLY:
+            out.append(event)
+    return out + asm.flush()
+
+
+def test_sides_give_the_same_records_and_findings_as_lines_on_a_replay(
+    replay_streams: list[list[Event]],
+) -> None:
+    line_records, line_findings, by_lines = _judged(replay_streams, "events")
+    side_records, side_findings, by_sides = _judged([_as_sides(s) for s in replay_streams], "sides")
+    assert len(line_records) > 500 and any(f["severity"] == "critical" for f in line_findings)
+    assert side_records == line_records  # the same requests, emitted in the same order
+    assert side_findings == line_findings
+    assert by_sides.timeline.to_json_dict() == by_lines.timeline.to_json_dict()
+    assert by_sides.ledger.stats.events * 2 < by_lines.ledger.stats.events
