@@ -483,3 +483,34 @@ def test_node_window_hints_and_batch_lines_give_the_same_generations() -> None:
             tl.update(window("p0", T + 299, "prefill"))
     assert windows.to_json_dict() == lines.to_json_dict()
     assert windows.role_at("p0", T + 100) == "prefill"
+
+
+def test_start_up_lines_after_the_node_was_seen_running_are_a_new_process() -> None:
+    # A log whose start rotated away: the node is first seen serving, then restarts.
+    tl = ConfigTimeline()
+    tl.update(ev("request_time_stats", "p0", T, role="prefill"))
+    startup(tl, "p0", T + 3600, pool=2_040_000)
+    assert tl.config_at("p0", T + 60).pool_tokens is None  # not the next process's pool
+    assert tl.config_at("p0", T + 3700).pool_tokens == 2_040_000
+    assert len(tl.history("p0")) == 2
+
+    # Seen running through a /server_info snapshot: the restart does not overwrite its pool.
+    tl = ConfigTimeline()
+    tl.update(ev("server_info", "p0", T, max_total_num_tokens=681_280, version="0.5.19"))
+    startup(tl, "p0", T + 3600, pool=2_040_000)
+    assert tl.config_at("p0", T + 60).pool_tokens == 681_280
+    assert tl.config_at("p0", T + 3700).pool_tokens == 2_040_000
+
+    # A snapshot taken while the process was starting (clocks a few seconds apart) is not.
+    tl = ConfigTimeline()
+    tl.update(ev("server_info", "p0", T, version="0.5.22"))
+    startup(tl, "p0", T + 5, pool=2_040_000)
+    (only,) = tl.history("p0")
+    assert (only.version, only.pool_tokens) == ("0.5.22", 2_040_000)
+
+    # Restored from a saved state, the timeline still knows the generation was seen running.
+    tl = ConfigTimeline()
+    tl.update(ev("decode_batch", "d0", T, transfer_req=1))
+    tl = ConfigTimeline.from_state(json.loads(json.dumps(tl.to_state())))
+    startup(tl, "d0", T + 3600, pool=1_000_000, role="decode")
+    assert len(tl.history("d0")) == 2

@@ -49,6 +49,10 @@ _METRIC_NAME_SIGNAL: Final = {
 
 # Server args this close to a capacity line belong to the same startup (same-second disorder).
 _SAME_STARTUP_SECONDS: Final = 2.0
+# A generation first seen running (traffic, metrics, /server_info) and then start-up lines this
+# much later: a new process. Tolerates clock skew between a snapshot taker and the engine; a
+# restart (weights load) takes longer.
+_RUNNING_BEFORE_STARTUP_SECONDS: Final = 30.0
 
 # How sure we are of a role: a weak guess from log shape never overrides a stated mode.
 _STRONG: Final = 2
@@ -120,6 +124,7 @@ class _NodeHistory:
         "rank_pools",
         "capacity_time",
         "stated",
+        "running_since",
     )
 
     def __init__(self, node: str) -> None:
@@ -133,12 +138,17 @@ class _NodeHistory:
         self.capacity_time: float | None = None
         # Fields this generation's own events stated (the rest were carried over).
         self.stated: set[str] = set()
+        # When this generation was begun by seeing the node run (traffic, metrics, /server_info)
+        # rather than by its start-up lines: logs whose start rotated away begin so.
+        self.running_since: float | None = None
 
     @property
     def current(self) -> NodeConfig | None:
         return self.generations[-1] if self.generations else None
 
-    def start(self, time: float | None, source: str) -> NodeConfig:
+    def start(self, time: float | None, source: str, *, running: bool = False) -> NodeConfig:
+        """Begin a generation: at its start-up lines, or (`running`) where it is first seen
+        running without them."""
         previous = self.current
         if previous is None:
             config = NodeConfig(node=self.node, generation=0, since=time, source=source)
@@ -162,6 +172,7 @@ class _NodeHistory:
         self.rank_pools = {}
         self.capacity_time = None
         self.stated = set()
+        self.running_since = (time if time is not None else start) if running else None
         if previous is not None and self.role_strength == _WEAK:
             self.role_strength = 0
         return config
@@ -174,6 +185,14 @@ class _NodeHistory:
 
     def is_stated(self, field: str) -> bool:
         return field in self.stated and getattr(self.generations[-1], field) is not None
+
+    def started_before(self, time: float | None) -> bool:
+        """A start-up line at `time` belongs to a new process: this generation was already seen
+        running well before it (start-up lines are printed before a server serves)."""
+        since = self.running_since
+        return since is not None and (
+            time is None or time - since > _RUNNING_BEFORE_STARTUP_SECONDS
+        )
 
 
 class ConfigTimeline:
@@ -322,6 +341,7 @@ class ConfigTimeline:
                 "rank_pools": [[list(map(list, r)), p] for r, p in sorted(h.rank_pools.items())],
                 "capacity_time": h.capacity_time,
                 "stated": sorted(h.stated),
+                "running_since": h.running_since,
             }
             for node, h in self._nodes.items()
         }
@@ -344,6 +364,7 @@ class ConfigTimeline:
             history.rank_pools = {_rank_key(r): int(p) for r, p in data["rank_pools"]}
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
+            history.running_since = data.get("running_since")
             timeline._nodes[node] = history
         return timeline
 
@@ -359,7 +380,12 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         or history.capacity_time is None
         or event.time - history.capacity_time > _SAME_STARTUP_SECONDS
     )
-    restart = history.current is None or history.has_server_args or after_capacity
+    restart = (
+        history.current is None
+        or history.has_server_args
+        or after_capacity
+        or history.started_before(event.time)
+    )
     if restart:
         history.start(event.time, event.source)
     history.has_server_args = True
@@ -405,7 +431,11 @@ def _on_capacity(history: _NodeHistory, event: Event) -> bool:
     )
     if repeat:
         return False
-    restart = current is None or rank in history.capacity_ranks
+    restart = (
+        current is None
+        or rank in history.capacity_ranks
+        or (not history.has_server_args and history.started_before(event.time))
+    )
     if restart:
         history.start(event.time, event.source)
     history.capacity_ranks.add(rank)
@@ -452,7 +482,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         or (version is not None and history.is_stated("version") and version != current.version)
     )
     if restart:
-        history.start(event.time, event.source)
+        history.start(event.time, event.source, running=True)
     changes: dict[str, Any] = {"source": event.source}
     if version is not None:
         changes["version"] = version
@@ -488,7 +518,7 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
         role = _role_from_mode(fields.get("role"), mode_present=False)
         if role is not None:
             if history.current is None:
-                history.start(event.time, event.source)
+                history.start(event.time, event.source, running=True)
             history.role_strength = _STRONG
             history.replace_current(role=role)
         return False
@@ -501,7 +531,7 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
     known = getattr(current, field) if current is not None else None
     restart = current is None or (history.is_stated(field) and known != value)
     if restart:
-        history.start(event.time, event.source)
+        history.start(event.time, event.source, running=True)
     changes: dict[str, Any] = {field: value}
     if role is not None and history.role_strength < _STRONG:
         changes["role"] = role
@@ -535,7 +565,7 @@ def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
         return False
     restart = history.current is None
     if restart:
-        history.start(event.time, event.source)
+        history.start(event.time, event.source, running=True)
     if history.generations[-1].role != role:
         history.replace_current(role=role)
     history.role_strength = strength
