@@ -39,7 +39,6 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
-from sklearn.linear_model import QuantileRegressor
 
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig
@@ -150,6 +149,8 @@ class FloorModel:
         pairs = self.samples
         data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
         if solver == "sklearn":
+            from sklearn.linear_model import QuantileRegressor  # a second to import: when chosen
+
             model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
             model.fit(data[:, :1], data[:, 1])
             self.coef = (float(model.intercept_), float(model.coef_[0]))

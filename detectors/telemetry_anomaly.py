@@ -31,11 +31,13 @@ import math
 import warnings
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 import numpy as np
 from pydantic import Field
-from sklearn.neighbors import BallTree, LocalOutlierFactor
+
+if TYPE_CHECKING:
+    from sklearn.neighbors import LocalOutlierFactor
 
 from collector.events import Event
 from collector.state.node_windows import NODE_WINDOW, SOURCE_KINDS, NodeWindow
@@ -148,6 +150,8 @@ class _NodeModel:
         """scikit-learn's model of the last fit, built on first use: the scorer repeats its
         arithmetic, so it is needed only where distances tie (and by tests comparing)."""
         if self.fitted_lof is None and self.fit_x is not None:
+            from sklearn.neighbors import LocalOutlierFactor
+
             lof = LocalOutlierFactor(
                 n_neighbors=self.n_neighbors, novelty=True, algorithm="ball_tree"
             )
@@ -173,6 +177,10 @@ def _training_neighbours(fit_x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
     rows, asked for `k + 1` neighbours, each row's own entry dropped as scikit-learn drops it
     (with duplicates, the first entry when the row is not among them), so the same bits.
     """
+    # Imported where first needed: scikit-learn takes a second to import, and forensics starts
+    # its parsing workers before the first fit.
+    from sklearn.neighbors import BallTree
+
     distances, indices = BallTree(fit_x, leaf_size=_LEAF_SIZE, metric="euclidean").query(
         fit_x, k + 1
     )
