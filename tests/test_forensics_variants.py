@@ -3,7 +3,8 @@
 The incident replay is rerun with the logging options real deployments differ in (request logs
 as JSON, request logs without text, no time-stats lines) and with logs whose start rotated away
 and no snapshots beside them (no start-up lines, so no pool or context figures): the exposed
-responses are still named, all of them and nothing else.
+responses are still named, all of them and nothing else. A healthy long-context deployment
+logging less raises nothing above info.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collector.forensics.driver import run_forensics
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario, scenario_from_dict
 
-SCENARIO = Path(__file__).parents[1] / "simulator" / "scenarios" / "incident-replay-small.yaml"
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
 
 
-def _variant(**role_options: Any) -> Any:
-    data = yaml.safe_load(SCENARIO.read_text())
+def _variant(scenario: str = "incident-replay-small", **role_options: Any) -> Any:
+    data = yaml.safe_load((SCENARIOS / f"{scenario}.yaml").read_text())
     for role in ("prefill", "decode"):
         data["deployment"][role].update(role_options)
     return scenario_from_dict(data, "variant")
@@ -59,6 +60,25 @@ def test_every_exposed_response_is_named_under_each_logging_choice(
     truth = _truth(tmp_path / "sim")
     assert len(truth) >= 10
     assert _exposed(result.summary) == truth
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"log_requests_level": 0}, {"request_time_stats": False}],
+    ids=["request-logs-without-text", "no-time-stats"],
+)
+def test_a_healthy_long_context_deployment_raises_nothing_above_info_under_each_choice(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    run_offline(_variant("healthy-long-context-small", **options), tmp_path / "sim")
+    result = run_forensics(
+        [str(tmp_path / "sim" / "logs"), str(tmp_path / "sim" / "snapshots")],
+        tmp_path / "out",
+        write_parquet=False,
+    )
+    assert result.summary["requests"]["total"] > 100
+    severities = result.summary["findings_by_severity"]
+    assert (severities["critical"], severities["warning"]) == (0, 0)
 
 
 def test_logs_whose_start_rotated_away_still_name_the_exposed_responses(tmp_path: Path) -> None:
