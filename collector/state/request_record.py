@@ -179,14 +179,27 @@ _side_values: Final = operator.attrgetter(*(f.name for f in dataclasses.fields(S
 class RequestRecord:
     """The sides of one request, joined by `bootstrap_room` (or one side, outside PD).
 
-    The ledger builds a record when the request is over, so its sides no longer change: each
-    derived fact is computed on first use and kept in `memo`, where every detector judging the
-    record (and the forensics report) finds it. Code deriving further facts shared by several
-    detectors may keep them there too, under its own key. The memo is a slot, not a field: it
-    is not part of the record's data (`asdict`, equality, `to_json_dict`).
+    The ledger builds a record when the request is over, so its sides no longer change: the
+    facts every detector asks (which side served, the prompt length, when) are worked out once,
+    when the record is made, and read as plain attributes. Code deriving further facts shared by
+    several detectors keeps them in `memo` (`remember`). Facts and memo are slots, not fields:
+    they are not part of the record's data (`asdict`, equality, `to_json_dict`).
     """
 
-    __slots__ = ("key", "bootstrap_room", "sides", "complete", "memo")
+    __slots__ = (
+        "key",
+        "bootstrap_room",
+        "sides",
+        "complete",
+        "memo",
+        "prefill",
+        "serving",
+        "prefill_refused",
+        "prompt_tokens",
+        "cached_tokens",
+        "time",
+        "start_time",
+    )
 
     key: str
     bootstrap_room: str | None
@@ -195,6 +208,18 @@ class RequestRecord:
 
     def __post_init__(self) -> None:
         self.memo: dict[str, Any] = {}
+        # The first prefill side; the side that answered the client (decode in PD, the only
+        # node otherwise).
+        self.prefill: SideRecord | None = _prefill(self)
+        self.serving: SideRecord | None = _serving(self)
+        # Prefill refused the request, and no other prefill attempt for the room succeeded.
+        self.prefill_refused: bool = _prefill_refused(self)
+        self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
+        self.cached_tokens: int | None = _largest(*(s.cached_length for s in self.sides))
+        # When the client got its answer (the serving side's finish), else the latest event.
+        self.time: float | None = _time(self)
+        # When the request began: the earliest start any side reports.
+        self.start_time: float | None = _start_time(self)
 
     def remember(self, name: str, derive: Callable[[RequestRecord], _T]) -> _T:
         """`derive(self)`, computed once per record and kept in `memo` under `name`."""
@@ -208,15 +233,6 @@ class RequestRecord:
         return [s for s in self.sides if s.role == role]
 
     @property
-    def prefill(self) -> SideRecord | None:
-        return self.remember("prefill", _prefill)
-
-    @property
-    def serving(self) -> SideRecord | None:
-        """The side that answered the client: decode in PD, the only node otherwise."""
-        return self.remember("serving", _serving)
-
-    @property
     def served(self) -> bool:
         side = self.serving
         return side is not None and side.succeeded
@@ -228,34 +244,11 @@ class RequestRecord:
         )
 
     @property
-    def prefill_refused(self) -> bool:
-        """Prefill refused the request, and no other prefill attempt for the room succeeded."""
-        return self.remember("prefill_refused", _prefill_refused)
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        return self.remember("prompt_tokens", _prompt_tokens)
-
-    @property
-    def cached_tokens(self) -> int | None:
-        return self.remember("cached_tokens", _cached_tokens)
-
-    @property
     def uncached_tokens(self) -> int | None:
         prompt = self.prompt_tokens
         if prompt is None:
             return None
         return max(prompt - (self.cached_tokens or 0), 0)
-
-    @property
-    def time(self) -> float | None:
-        """When the client got its answer (the serving side's finish), else the latest event."""
-        return self.remember("time", _time)
-
-    @property
-    def start_time(self) -> float | None:
-        """When the request began: the earliest start any side reports."""
-        return self.remember("start_time", _start_time)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -266,7 +259,7 @@ class RequestRecord:
         }
 
 
-# -- the derived facts, each computed once per record (`RequestRecord.remember`) -------------
+# -- the derived facts, worked out once per record ---------------------------------------------
 
 
 def _prefill(record: RequestRecord) -> SideRecord | None:
@@ -288,16 +281,8 @@ def _prefill_refused(record: RequestRecord) -> bool:
     )
 
 
-def _prompt_tokens(record: RequestRecord) -> int | None:
-    return _largest(*(s.prompt_length for s in record.sides))
-
-
-def _cached_tokens(record: RequestRecord) -> int | None:
-    return _largest(*(s.cached_length for s in record.sides))
-
-
 def _time(record: RequestRecord) -> float | None:
-    serving = record.serving
+    serving = record.serving  # set before `time` in `__post_init__`
     if serving is not None and serving.end_time is not None:
         return serving.end_time
     return _largest(*(s.end_time for s in record.sides))
