@@ -263,3 +263,151 @@ def test_sides_give_the_same_records_and_findings_as_lines_on_a_replay(
     assert side_findings == line_findings
     assert by_sides.timeline.to_json_dict() == by_lines.timeline.to_json_dict()
     assert by_sides.ledger.stats.events * 2 < by_lines.ledger.stats.events
+
+
+def test_lines_before_the_stream_has_a_time_wait_from_its_first_time() -> None:
+    asm = RequestSideAssembler(settle_seconds=5.0)
+    assert asm.observe(ev("request_finished", None, rid="early", bootstrap_room="3")) == []
+    assert asm.observe(ev("decode_batch", T)) == []  # waits from T, not from the epoch
+    (side_event,) = asm.observe(ev("decode_batch", T + 6))
+    assert side_event.time == T + 5 and side_event.fields["side"].rid == "early"
+
+
+# Random deployments with the disorder real logs have: requests overlapping, lines a little behind
+# their stream's latest time, quiet gaps of minutes (longer than the join window too), refusals,
+# stubs and transfer failures. A node writes one request's lines within a second or two of each
+# other; a line straggling past the settle time is the one case where the inputs differ (below).
+@st.composite
+def pd_streams(draw: st.DrawFn) -> list[list[Event]]:
+    prefill: list[tuple[float, int, Event]] = []
+    decode: list[tuple[float, int, Event]] = []
+    t = T
+    for n in range(draw(st.integers(1, 25))):
+        t += draw(st.sampled_from([0.0, 1.0, 3.0, 40.0, 400.0]))
+        room, p_rid, d_rid = str(1000 + n), f"p{n}", f"d{n}"
+        refused = draw(st.booleans())
+        p_lines = [("request_received", {"rid": p_rid, "bootstrap_room": room})]
+        if refused:
+            p_lines.append(
+                ("request_rejected", {"rid": p_rid, "input_tokens": 9, "limit_tokens": 5})
+            )
+            p_lines.append(
+                (
+                    "request_finished",
+                    {
+                        "rid": p_rid,
+                        "bootstrap_room": room,
+                        "prompt_tokens": 1,
+                        "finish_type": "abort",
+                    },
+                )
+            )
+        else:
+            p_lines.append(
+                (
+                    "request_time_stats",
+                    {
+                        "rid": p_rid,
+                        "bootstrap_room": room,
+                        "role": "prefill",
+                        "input_len": 700,
+                        "forward_duration": 0.2,
+                    },
+                )
+            )
+            p_lines.append(
+                (
+                    "request_finished",
+                    {
+                        "rid": p_rid,
+                        "bootstrap_room": room,
+                        "prompt_tokens": 700,
+                        "finish_type": "length",
+                    },
+                )
+            )
+        if draw(st.booleans()):
+            p_lines.append(("transfer_failed", {"bootstrap_room": room, "reason": "timeout"}))
+        d_lines = [
+            ("request_received", {"rid": d_rid, "bootstrap_room": room}),
+            (
+                "request_time_stats",
+                {
+                    "rid": d_rid,
+                    "bootstrap_room": room,
+                    "role": "decode",
+                    "input_len": 700,
+                    "output_len": 30,
+                },
+            ),
+            (
+                "request_finished",
+                {
+                    "rid": d_rid,
+                    "bootstrap_room": room,
+                    "prompt_tokens": 700,
+                    "completion_tokens": 30,
+                    "finish_type": "stop",
+                    "first_token_latency": 0.3,
+                },
+            ),
+        ]
+        for lines, out, lag in ((p_lines, prefill, 0.0), (d_lines, decode, 1.0)):
+            when = t + lag
+            for kind, fields in lines:
+                when += draw(st.sampled_from([0.0, 0.0, 1.0, 2.0]))
+                skew = draw(st.sampled_from([0.0, 0.0, -1.0]))  # a line stamped a bit early
+                out.append(
+                    (
+                        when,
+                        len(out),
+                        ev(
+                            kind,
+                            when + skew,
+                            "prefill-0" if out is prefill else "decode-0",
+                            **fields,
+                        ),
+                    )
+                )
+    # Each node writes its lines in the order it logs them: by when, not by their stamps. Its
+    # log starts with its server args, so its role is known. (Without them a role is learnt
+    # from a time-stats line, which in sides is shipped ahead of the other lines of its second:
+    # a request emitted across a quiet gap, just before its prefill node's first time stats,
+    # can then be known as complete from sides and not from lines.)
+    return [
+        [ev("server_args", T - 60, node, disaggregation_mode=node.split("-")[0])]
+        + [e for *_, e in sorted(lines)]
+        for node, lines in (("prefill-0", prefill), ("decode-0", decode))
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(streams=pd_streams())
+def test_sides_join_like_lines_on_disordered_streams(streams: list[list[Event]]) -> None:
+    line_records, line_findings, by_lines = _judged(streams, "events")
+    side_records, side_findings, by_sides = _judged([_as_sides(s) for s in streams], "sides")
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, side_records)) == sorted(map(key, line_records))
+    assert side_findings == line_findings
+    assert by_sides.ledger.stats.emitted_complete == by_lines.ledger.stats.emitted_complete
+
+
+def test_a_line_straggling_past_the_settle_time_still_joins_its_side() -> None:
+    # Decode's finish comes 7 s after its time stats. Reading lines, the ledger emits the request
+    # once 5 s pass on any node and drops the finish as late; a side folds the node's lines
+    # before it is shipped, so the finish is kept.
+    prefill = [
+        ev("request_time_stats", T, "prefill-0", rid="p", bootstrap_room="1", role="prefill"),
+        ev("request_finished", T, "prefill-0", rid="p", bootstrap_room="1", finish_type="length"),
+        ev("decode_batch", T + 6, "prefill-0"),
+    ]
+    decode = [
+        ev("request_time_stats", T + 1, "decode-0", rid="d", bootstrap_room="1", role="decode"),
+        ev("request_finished", T + 8, "decode-0", rid="d", bootstrap_room="1", finish_type="stop"),
+    ]
+    (by_lines,), _, lines = _judged([prefill, decode], "events")
+    (by_sides,), _, _ = _judged([_as_sides(prefill), _as_sides(decode)], "sides")
+    assert lines.ledger.stats.late_events == 1
+    finish_types = {s["node"]: s["finish_type"] for s in by_sides["sides"]}
+    assert finish_types == {"prefill-0": "length", "decode-0": "stop"}
+    assert {s["node"]: s["finish_type"] for s in by_lines["sides"]}["decode-0"] is None

@@ -149,6 +149,10 @@ class RequestLedger:
         self._forced: list[RequestRecord] = []
         self._now: float | None = None
         self.stats = LedgerStats()
+        # A side reaches the ledger up to one settle time after its last line (the worker waits
+        # that long for more), so an entry read from sides waits that much longer: every line
+        # that would have joined it as a line joins it in its side.
+        self._settle = self.config.settle_seconds * (2 if self.config.input == "sides" else 1)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -357,9 +361,9 @@ class RequestLedger:
         if earliest_done is None:
             deadline = last + cfg.max_open_seconds
         elif self._complete_with(entry, done):
-            deadline = last + cfg.settle_seconds
+            deadline = last + self._settle
         else:
-            deadline = max(earliest_done + cfg.join_window_seconds, last + cfg.settle_seconds)
+            deadline = max(earliest_done + cfg.join_window_seconds, last + self._settle)
         if deadline != entry.deadline:
             entry.deadline = deadline
             self._seq += 1
@@ -379,7 +383,8 @@ class RequestLedger:
         if not any(s.terminal for s in sides):
             self.stats.expired_open += 1
         self._resolve_roles(entry.room, sides)
-        sides.sort(key=lambda s: (s.end_time is None, s.end_time or 0.0, s.node))
+        # Ties broken by rid: the order does not depend on which side arrived first.
+        sides.sort(key=lambda s: (s.end_time is None, s.end_time or 0.0, s.node, s.rid or ""))
         self.stats.emitted += 1
         if complete:
             self.stats.emitted_complete += 1

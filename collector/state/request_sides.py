@@ -36,6 +36,8 @@ _TIME_STATS: Final = "request_time_stats"
 _ROLES: Final = frozenset({"prefill", "decode", "unified"})
 # Lines that start a new engine generation: its first role-naming time stats go out again.
 _STARTUP_KINDS: Final = frozenset({"server_args", "capacity"})
+# Request lines held while the stream has no time yet (a log starting with untimed lines).
+_MAX_UNTIMED: Final = 10_000
 
 
 class _Open:
@@ -83,6 +85,7 @@ class RequestSideAssembler:
         "_seq",
         "_latest",
         "_role_forwarded",
+        "_untimed",
         "health_checks",
         "unkeyed",
     )
@@ -103,6 +106,7 @@ class RequestSideAssembler:
         self._seq = 0
         self._latest: float | None = None  # the stream's watermark
         self._role_forwarded = False
+        self._untimed: list[Event] = []
         self.health_checks = 0
         self.unkeyed = 0
 
@@ -110,24 +114,35 @@ class RequestSideAssembler:
         """Take the stream's next event; return what to ship before it."""
         out: list[Event] = []
         time = event.time
-        if time is not None and (self._latest is None or time > self._latest):
+        advanced = time is not None and (self._latest is None or time > self._latest)
+        if advanced:
+            first = self._latest is None
             self._latest = time
+            if first and self._untimed:
+                self._fold_untimed(out)
+        kind = event.kind
+        if kind in SIDE_SOURCE_KINDS:
+            # Folded before the sides due by now go out, as the ledger adds an event before it
+            # lets time pass: a line at a side's deadline still joins it.
+            if self._latest is None and len(self._untimed) < _MAX_UNTIMED:
+                self._untimed.append(event)  # the stream has no time yet
+            else:
+                self._fold(event, out)
+        elif kind in _STARTUP_KINDS:
+            self._role_forwarded = False
+        if advanced and time is not None:
             heap = self._heap
             if heap and heap[0][0] <= time:
                 self._ship_due(time, out)
-        kind = event.kind
-        if kind in SIDE_SOURCE_KINDS:
-            self._fold(event, out)
-            if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
-                self._role_forwarded = True
-                out.append(event)
-        elif kind in _STARTUP_KINDS:
-            self._role_forwarded = False
+        if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
+            self._role_forwarded = True
+            out.append(event)
         return out
 
     def flush(self) -> list[Event]:
         """End of the stream: every open side, the longest-waiting first."""
         out: list[Event] = []
+        self._fold_untimed(out)
         for key, _ in sorted(self._open.items(), key=lambda item: item[1].deadline):
             self._ship(key, out, self._latest)
         self._heap.clear()
@@ -157,14 +172,26 @@ class RequestSideAssembler:
         elif entry.room is None:
             entry.room = room
         time = event.time if event.time is not None else self._latest
+        apply_event(entry.side, event, fields, time)
+        self._schedule(key, entry)
+
+    def _schedule(self, key: str, entry: _Open) -> None:
         side = entry.side
-        apply_event(side, event, fields, time)
-        last = side.last_time if side.last_time is not None else (self._latest or 0.0)
+        last = side.last_time if side.last_time is not None else self._latest
+        if last is None:
+            return  # no time yet on the stream: scheduled when the first one comes
         deadline = last + (self.settle_seconds if side.terminal else self.max_open_seconds)
         if deadline != entry.deadline:
             entry.deadline = deadline
             self._seq += 1
             heapq.heappush(self._heap, (deadline, self._seq, key))
+
+    def _fold_untimed(self, out: list[Event]) -> None:
+        """Lines from before the stream's first time take that time (the ledger would give
+        them its latest time), or none if the stream never had one."""
+        untimed, self._untimed = self._untimed, []
+        for event in untimed:
+            self._fold(event, out)
 
     def _ship_due(self, now: float, out: list[Event]) -> None:
         heap = self._heap
