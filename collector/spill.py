@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
@@ -36,11 +36,12 @@ StreamKey = tuple[str, str]  # (node, file kind)
 
 
 class Stage(Protocol):
-    """Sees one stream's events in order; returns events to emit before each one."""
+    """Sees one stream's events in order; returns events to emit before each one (usually
+    none: an empty sequence, which callers test before iterating)."""
 
-    def observe(self, event: Event) -> list[Event]: ...
+    def observe(self, event: Event) -> Sequence[Event]: ...
 
-    def flush(self) -> list[Event]: ...
+    def flush(self) -> Sequence[Event]: ...
 
 
 StageFactory = Callable[[StreamKey], Stage | None]
@@ -53,12 +54,12 @@ class ChainedStages:
     def __init__(self, stages: Iterable[Stage]) -> None:
         self.stages = tuple(stages)
 
-    def observe(self, event: Event) -> list[Event]:
-        out: list[Event] = []
+    def observe(self, event: Event) -> Sequence[Event]:
+        out: Sequence[Event] = ()
         for stage in self.stages:
             shipped = stage.observe(event)
             if shipped:
-                out += shipped
+                out = shipped if not out else [*out, *shipped]
         return out
 
     def flush(self) -> list[Event]:
@@ -96,10 +97,13 @@ def _stream(
     stage_factory: StageFactory | None,
 ) -> Iterator[Event]:
     stage = stage_factory(key) if stage_factory is not None else None
+    observe = stage.observe if stage is not None else None
     for tf in files:
         for event in file_events(tf, stats):
-            if stage is not None:
-                yield from stage.observe(event)
+            if observe is not None:
+                shipped = observe(event)
+                if shipped:
+                    yield from shipped
             if wanted(event):
                 yield event
     if stage is not None:

@@ -111,7 +111,8 @@ class RequestSideAssembler:
         self.unkeyed = 0
 
     def observe(self, event: Event) -> list[Event]:
-        """Take the stream's next event; return what to ship before it."""
+        """Take the stream's next event; return what to ship before it (usually nothing: an
+        empty list)."""
         out: list[Event] = []
         time = event.time
         advanced = time is not None and (self._latest is None or time > self._latest)
