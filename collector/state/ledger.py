@@ -153,6 +153,8 @@ class RequestLedger:
         # that long for more), so an entry read from sides waits that much longer: every line
         # that would have joined it as a line joins it in its side.
         self._settle = self.config.settle_seconds * (2 if self.config.input == "sides" else 1)
+        # The event kinds `add` reads under this ledger's `input`.
+        self.accepted_kinds = LEDGER_KINDS if self.config.input == "events" else SIDE_INPUT_KINDS
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -162,11 +164,6 @@ class RequestLedger:
         return len(self._pending)
 
     # -- feeding -------------------------------------------------------------------------------
-
-    @property
-    def accepted_kinds(self) -> frozenset[str]:
-        """The event kinds `add` reads under this ledger's `input`."""
-        return LEDGER_KINDS if self.config.input == "events" else SIDE_INPUT_KINDS
 
     def add(self, event: Event) -> bool:
         """Take one event; False when the ledger has no use for it."""
@@ -192,13 +189,13 @@ class RequestLedger:
         else:
             rid = fields.get("rid")
             if rid is not None:
-                rid = (rid.strip() or None) if type(rid) is str else _text(rid)
+                rid = (rid.strip() or None) if type(rid) is str else text_or_none(rid)
                 if rid is not None and rid.startswith(HEALTH_PREFIX):
                     stats.health_checks += 1
                     return False
             room = fields.get("bootstrap_room")
             if room is not None:
-                room = (room.strip() or None) if type(room) is str else _text(room)
+                room = (room.strip() or None) if type(room) is str else text_or_none(room)
         node = event.node
         node_rid = (node, rid or "")
         if room is not None:
@@ -521,7 +518,7 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
     elif kind == "request_time_stats":
         side.has_stats = True
         role = get("role")
-        role = (role.strip() or None) if type(role) is str else _text(role)
+        role = (role.strip() or None) if type(role) is str else text_or_none(role)
         if role in _ROLES:
             side.role_hint = role
         value = get("input_len")
@@ -555,10 +552,10 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         side.metadata_corruption = True
     elif kind == "request_trace":
         side.has_trace = True
-        role = _text(fields.get("role"))
+        role = text_or_none(fields.get("role"))
         if role in _ROLES:
             side.role_hint = role
-        side.trace_status = _text(fields.get("status"))
+        side.trace_status = text_or_none(fields.get("status"))
         side.trace_ttft = _float(fields.get("ttft"), side.trace_ttft)
         side.trace_e2e = _float(fields.get("e2e"), side.trace_e2e)
         side.trace_prefill_seconds = _float(
@@ -659,7 +656,8 @@ def _apply_rejection(
     side.reject_limit_tokens = _int(fields.get("limit_tokens"), side.reject_limit_tokens)
 
 
-def _text(value: Any) -> str | None:
+def text_or_none(value: Any) -> str | None:
+    """An id or label as the ledger keys it: stripped text, None when there is none."""
     if value is None:
         return None
     text = str(value).strip()

@@ -27,6 +27,7 @@ from collector.state.ledger import (
     REQUEST_SIDE,
     SIDE_SOURCE_KINDS,
     apply_event,
+    text_or_none,
 )
 from collector.state.request_record import SideRecord
 
@@ -154,11 +155,11 @@ class RequestSideAssembler:
 
     def _fold(self, event: Event, out: list[Event]) -> None:
         fields = event.fields
-        rid = _text(fields.get("rid"))
+        rid = text_or_none(fields.get("rid"))
         if rid is not None and rid.startswith(HEALTH_PREFIX):
             self.health_checks += 1
             return
-        room = _text(fields.get("bootstrap_room"))
+        room = text_or_none(fields.get("bootstrap_room"))
         if rid is None and room is None:
             self.unkeyed += 1
             return
@@ -208,13 +209,6 @@ class RequestSideAssembler:
         fields: dict[str, Any] = {"side": side, "room": entry.room}
         source = side.sources[0] if side.sources else side.node
         out.append(Event(REQUEST_SIDE, side.node, time, source, fields))
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = value.strip() if type(value) is str else str(value).strip()
-    return text or None
 
 
 def _names_role(event: Event) -> bool:
