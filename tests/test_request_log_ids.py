@@ -54,3 +54,9 @@ def test_a_prompt_that_imitates_the_keys_does_not_win() -> None:
         "rid='abc123', bootstrap_room=99)"
     )
     assert _obj_ids(text) == ("abc123", "99")
+
+
+def test_an_empty_rid_literal_first_does_not_hide_the_real_one() -> None:
+    # Found by the property test above: blanking turns the first `rid='...'` into `rid=''`.
+    text = "rid=', GenerateReqInput(text='rid='4f1c9a'"
+    assert _obj_ids(text) == _reference(text) == ("4f1c9a", None)

@@ -79,13 +79,10 @@ def _obj_ids(obj_text: str) -> tuple[str | None, str | None]:
         room_at = obj_text.find("bootstrap_room=")
     rid = None
     if rid_at >= 0:
-        if obj_text.startswith("'", rid_at + 4):
-            m = _OBJ_RID.match(obj_text, rid_at)
-            rid = m.group(1) if m else None
-        else:  # `rid=None` first: a later `rid='...'` is the one (as a search would find)
-            at = obj_text.find("rid='", rid_at)
-            m = _OBJ_RID.match(obj_text, at) if at >= 0 else None
-            rid = m.group(1) if m else None
+        # The first `rid='<id>'` from the first `rid=` on (`rid=None` or an empty literal there:
+        # a later one is the one, as a search of the whole text would find).
+        m = _OBJ_RID.search(obj_text, rid_at)
+        rid = m.group(1) if m else None
     room = None
     if room_at >= 0:
         m = _OBJ_ROOM.match(obj_text, room_at)
