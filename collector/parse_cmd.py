@@ -8,10 +8,12 @@ import sys
 import time
 from typing import TextIO
 
+from collector.batch_gc import batch_gc_schedule
 from collector.parallel import count_events
 from collector.parse import ParseStats, events_by_node, events_in_time_order
 
 
+@batch_gc_schedule()
 def run_parse(
     paths: list[str],
     *,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from collector import __version__
+from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import PlotData, TimingPoint
@@ -251,6 +252,7 @@ def _total_bytes(paths: Iterable[str]) -> int:
     return total
 
 
+@batch_gc_schedule()
 def run_forensics(
     paths: list[str],
     out_dir: Path,
