@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -58,7 +58,11 @@ def interleaved(baseline: list[str], command: list[str], runs: int) -> tuple[flo
 Column = tuple[str, str, int, int]
 
 
-def print_table(columns: Sequence[Column], rows: Sequence[dict[str, float]]) -> None:
+def print_table(columns: Sequence[Column], rows: Sequence[Mapping[str, float | str]]) -> None:
     print(" ".join(f"{header:>{width}}" for header, _, width, _ in columns))
     for row in rows:
-        print(" ".join(f"{row[key]:{width}.{decimals}f}" for _, key, width, decimals in columns))
+        print(" ".join(_cell(row[key], width, decimals) for _, key, width, decimals in columns))
+
+
+def _cell(value: float | str, width: int, decimals: int) -> str:
+    return f"{value:>{width}}" if isinstance(value, str) else f"{value:{width}.{decimals}f}"
