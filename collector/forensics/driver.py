@@ -94,27 +94,31 @@ class _Evidence:
         else:
             self.findings_dropped[finding.detector] += 1
         if finding.exposure:
-            key = finding.bootstrap_room or f"rid:{finding.node}:{finding.rid}"
-            entry = self.exposed.get(key)
-            if entry is None:
-                entry = ExposedRequest(
-                    finding.rid,
-                    finding.bootstrap_room,
-                    finding.node,
-                    finding.time,
-                    _int(finding.evidence.get("prompt_tokens")),
-                )
-                self.exposed[key] = entry
-            entry.evidence.append(finding.detector)
+            self._exposed_entry(finding).evidence.append(finding.detector)
+
+    def _exposed_entry(self, finding: Finding) -> ExposedRequest:
+        key = finding.bootstrap_room or f"rid:{finding.node}:{finding.rid}"
+        entry = self.exposed.get(key)
+        if entry is None:
+            entry = self.exposed[key] = ExposedRequest(
+                finding.rid,
+                finding.bootstrap_room,
+                finding.node,
+                finding.time,
+                _int(finding.evidence.get("prompt_tokens")),
+            )
+        return entry
 
     def record(self, record: RequestRecord, findings: list[Finding]) -> None:
+        # Called from inside the pipeline, before the driver notes these findings: the entry
+        # is made here, so the request's details reach it (the findings then add their names).
         self.records += 1
-        exposed_by = [f.detector for f in findings if f.exposure]
+        exposing = [f for f in findings if f.exposure]
+        exposed_by = [f.detector for f in exposing]
         serving = record.serving
         prefill = record.prefill
-        key = record.bootstrap_room or (f"rid:{serving.node}:{serving.rid}" if serving else None)
-        if exposed_by and key is not None and key in self.exposed:
-            entry = self.exposed[key]
+        if exposing:
+            entry = self._exposed_entry(exposing[0])
             if serving is not None:
                 entry.rid, entry.node = serving.rid, serving.node
                 entry.time = serving.finished_time or entry.time
