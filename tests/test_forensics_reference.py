@@ -1,8 +1,16 @@
-"""Forensics on logs written by hand from SGLang's formats, not by the simulator."""
+"""Forensics on logs written by hand from SGLang's formats, not by the simulator, and on the same
+incident rewritten in the other forms the reference documents (JSON request logs, the refusal
+without its rid or as the PD capacity check, DP-attention prefixes)."""
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from collector.forensics.driver import run_forensics
 
@@ -32,3 +40,60 @@ def test_the_refused_then_served_response_is_exposed_with_both_halves(tmp_path: 
     )
     critical = {f["detector"] for f in summary["findings"] if f["severity"] == "critical"}
     assert {"pool_below_context", "over_length_answered", "rejected_then_served"} <= critical
+
+
+def _json_request_logs(line: str) -> str:
+    """`--log-requests-format json`: the same request lines as JSON records (§2.5)."""
+    m = re.match(
+        r"^\[([^\]]+)\] (Receive|Finish): obj=GenerateReqInput\((.*?)\)(?:, out=(\{.*\}))?$", line
+    )
+    if m is None:
+        return line
+    stamp, event, obj_text, out = m.groups()
+    obj = {
+        key: ast.literal_eval(value) for key, value in re.findall(r"(\w+)=('[^']*'|\w+)", obj_text)
+    }
+    record = {
+        "timestamp": stamp.replace(" ", "T") + "Z",
+        "event": "request.received" if event == "Receive" else "request.finished",
+        "rid": obj["rid"],
+        "obj": obj,
+    }
+    if out is not None:
+        record["out"] = ast.literal_eval(out)
+    return f"[{stamp}] {json.dumps(record)}"
+
+
+REFUSAL = re.compile(
+    r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)\. "
+    r"Use a shorter input or enable --allow-auto-truncate\., self\.rid='(\w+)'"
+)
+VARIANTS: dict[str, Callable[[str], str]] = {
+    "json-request-logs": _json_request_logs,
+    "refusal-without-rid": lambda line: re.sub(r", self\.rid='\w+'$", "", line),
+    "pd-capacity-refusal": lambda line: REFUSAL.sub(
+        r"Request \3 exceeds the maximum number of tokens: \1 > \2", line
+    ),
+    "dp-attention-prefix": lambda line: line.replace(" TP0] ", " DP0 TP0 EP0] "),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_same_incident_in_other_formats_exposes_the_same_response(
+    tmp_path: Path, variant: str
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for log in LOGS.glob("*.log"):
+        lines = log.read_text().splitlines()
+        (logs / log.name).write_text("\n".join(VARIANTS[variant](x) for x in lines) + "\n")
+    rewritten = [log.read_text() for log in sorted(logs.glob("*.log"))]
+    assert rewritten != [log.read_text() for log in sorted(LOGS.glob("*.log"))]
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["unclassified_engine_lines"] == 0
+    (exposed,) = summary["exposure"]["requests"]
+    assert (exposed["bootstrap_room"], exposed["prefill_rid"]) == (
+        "5523401987766512300",
+        "b2e1d4f3c5a6b7988877665544332222",
+    )
+    assert "rejected_then_served" in exposed["evidence"]
