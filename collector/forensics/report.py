@@ -83,18 +83,28 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _prefill(req: dict[str, Any]) -> str:
+    """Where to find the request's prefill lines: the prefill node and its own id for it."""
+    if req.get("prefill_node") is None:
+        return ""
+    return f"{req['prefill_node']} {req.get('prefill_rid') or ''}".strip()
+
+
 def write_markdown(path: Path, summary: dict[str, Any]) -> None:
     out = ["# kvwatch forensics report", ""]
     out += [f"- {line}" for line in _headline(summary)]
     exposure = summary["exposure"]
     out += ["", "## Exposed responses", ""]
     if exposure["requests"]:
-        out.append("| time | node | rid | bootstrap_room | prompt tokens | evidence |")
-        out.append("|---|---|---|---|---|---|")
+        out.append(
+            "| time | node | rid | bootstrap_room | prompt tokens | prefill (node, rid) "
+            "| evidence |"
+        )
+        out.append("|---|---|---|---|---|---|---|")
         for req in exposure["requests"][:TABLE_ROWS]:
             out.append(
                 f"| {req['time']} | {req['node']} | {req['rid']} | {req['bootstrap_room']} | "
-                f"{req['prompt_tokens']} | {', '.join(req['evidence'])} |"
+                f"{req['prompt_tokens']} | {_prefill(req)} | {', '.join(req['evidence'])} |"
             )
         if len(exposure["requests"]) > TABLE_ROWS:
             out.append(f"\n({len(exposure['requests']) - TABLE_ROWS:,} more in the JSON summary)")
@@ -177,13 +187,14 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
     if exposure["requests"]:
         parts.append(
             "<table><tr><th>time</th><th>node</th><th>rid</th><th>bootstrap_room</th>"
-            "<th>prompt tokens</th><th>evidence</th></tr>"
+            "<th>prompt tokens</th><th>prefill (node, rid)</th><th>evidence</th></tr>"
         )
         for req in exposure["requests"][:TABLE_ROWS]:
             parts.append(
                 f"<tr><td>{_e(req['time'])}</td><td>{_e(req['node'])}</td><td><code>"
                 f"{_e(req['rid'])}</code></td><td><code>{_e(req['bootstrap_room'])}</code></td>"
-                f"<td>{_e(req['prompt_tokens'])}</td><td>{_e(', '.join(req['evidence']))}</td></tr>"
+                f"<td>{_e(req['prompt_tokens'])}</td><td><code>{_e(_prefill(req))}</code></td>"
+                f"<td>{_e(', '.join(req['evidence']))}</td></tr>"
             )
         parts.append("</table>")
         if len(exposure["requests"]) > TABLE_ROWS:
