@@ -9,18 +9,30 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from collector.sglang.templates import Converter, Layouts, Slot
 from collector.sglang.values import duration_seconds, number
 
 _PAIR = re.compile(
     r"(\w+)(?:=|\()(-?[\d.]+(?:e[-+]?\d+)?(?:ms|us|s)?|[^,()\s]+)(?: (GB/s|MB|GB|KB))?"
 )
 _UNIT_SUFFIX = {"GB/s": "_gb_s", "MB": "_mb", "GB": "_gb", "KB": "_kb"}
+# One engine prints the same time-stats layout request after request (one per role).
+_layouts = Layouts()
 
 
 def parse_time_stats(message: str) -> dict[str, Any]:
+    fields = _layouts.read(message)
+    if fields is None:
+        fields, slots = read_time_stats(message)
+        _layouts.learn(message, fields, slots)
+    return fields
+
+
+def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
+    """The generic read: the fields, and where each value read from the line sits in it."""
+    head_start = len("ReqTimeStats(")
     head_end = message.find("):")
-    head = message[len("ReqTimeStats(") : head_end if head_end > 0 else len(message)]
-    tail = message[head_end + 2 :] if head_end > 0 else ""
+    head = message[head_start : head_end if head_end > 0 else len(message)]
     fields: dict[str, Any] = {
         "rid": None,
         "bootstrap_room": None,
@@ -29,25 +41,76 @@ def parse_time_stats(message: str) -> dict[str, Any]:
         "cached_input_len": None,
         "output_len": None,
     }
+    slots: list[Slot] = []
+    at = head_start
     for item in head.split(", "):
         key, sep, value = item.partition("=")
+        start = at + len(key) + 1
+        at += len(item) + 2
         if not sep:
             continue
         if key == "type":
-            fields["role"] = value
-        elif key in ("rid", "bootstrap_room"):
-            fields[key] = value.strip("'") if value not in ("None", "") else None
-        else:
-            fields[key] = number(value)
-    for key, value, unit in _PAIR.findall(tail):
-        if unit:
-            fields[key + _UNIT_SUFFIX[unit]] = number(value)
-        elif key.endswith("_time"):
-            fields[key] = number(value)
-        elif value.endswith("s") or key.endswith("duration") or "_" not in key:
-            seconds = duration_seconds(value)
-            name = key if key.endswith("duration") else f"{key}_duration"
-            fields[name] = seconds if seconds is not None else value
-        else:
-            fields[key] = number(value)
-    return fields
+            fields["role"] = value  # part of the layout: one per role
+            continue
+        convert = _id if key in ("rid", "bootstrap_room") else _number(value)
+        fields[key] = convert(value)
+        slots.append(Slot(start, start + len(value), key, convert))
+    if head_end > 0:
+        for m in _PAIR.finditer(message, head_end + 2):
+            key, value, unit = m.groups()
+            if unit:
+                name, convert = key + _UNIT_SUFFIX[unit], _number(value)
+            elif key.endswith("_time"):
+                name, convert = key, _number(value)
+            elif value.endswith("s") or key.endswith("duration") or "_" not in key:
+                name = key if key.endswith("duration") else f"{key}_duration"
+                convert = _seconds(value)
+            else:
+                name, convert = key, _number(value)
+            fields[name] = convert(value)
+            slots.append(Slot(*m.span(2), name, convert))
+    return fields, slots
+
+
+# The conversion of a value, chosen by its form: plain `int` and `float` (and milliseconds)
+# where they give exactly what `number` and `duration_seconds` would for every value of that
+# form, so a learnt layout converts without a Python call per value.
+_INT = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
+_DURATION = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(ms|us|s)")
+
+
+def _number(value: str) -> Converter:
+    if _INT.fullmatch(value):
+        return int
+    if _DECIMAL.fullmatch(value):
+        return float
+    return number
+
+
+def _seconds(value: str) -> Converter:
+    m = _DURATION.fullmatch(value)
+    if m is None:
+        return _seconds_or_text
+    return {"ms": _milliseconds, "us": _microseconds, "s": _whole_seconds}[m.group(1)]
+
+
+def _milliseconds(value: str) -> float:
+    return float(value[:-2]) * 0.001  # as `duration_seconds`
+
+
+def _microseconds(value: str) -> float:
+    return float(value[:-2]) * 1e-6
+
+
+def _whole_seconds(value: str) -> float:
+    return float(value[:-1]) * 1.0
+
+
+def _id(value: str) -> str | None:
+    return value.strip("'") if value not in ("None", "") else None
+
+
+def _seconds_or_text(value: str) -> Any:
+    seconds = duration_seconds(value)
+    return seconds if seconds is not None else value
