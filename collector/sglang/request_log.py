@@ -12,8 +12,10 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
+from collector.sglang.templates import Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
 
 _META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
@@ -35,6 +37,12 @@ _FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
 _STATUS_CODE = re.compile(r"'status_code': (\d+)")
 _OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
+_UNSIGNED = re.compile(r"[0-9]+")
+_SIGNED_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
+_INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
+_FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
+# One engine writes meta_info with the same keys in the same order finish after finish.
+_meta_layouts = Layouts()
 _STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 
 # Abort messages the engine writes itself, mapped to stable codes. Any other message is dropped:
@@ -200,12 +208,84 @@ def parse_text_receive(message: str) -> dict[str, Any]:
 
 
 def parse_text_finish(message: str) -> dict[str, Any]:
+    return read_text_finish(message, _meta_layouts)
+
+
+def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
+    """A `Finish:` line's fields, its `meta_info` read by a layout in `layouts` when one fits
+    (and learnt there when it does not)."""
     meta_text = _meta_info_text(message)
     out_at = message.rfind(", out={")
     obj_text = message[: out_at if out_at > 0 else len(message)]
     rid, room = _obj_ids(obj_text)
-    meta = _meta_from_text(meta_text) if meta_text is not None else {}
-    return _finished_fields(meta, rid, room)
+    if meta_text is None:
+        return _finished_fields({}, rid, room)
+    fields = layouts.read(meta_text)
+    if fields is None:
+        fields, slots = read_meta_fields(meta_text)
+        if slots is not None:
+            layouts.learn(meta_text, fields, slots)
+    if fields["rid"] is None:  # no id in meta_info: the request's own
+        fields["rid"] = rid
+    fields["bootstrap_room"] = room
+    return fields
+
+
+def read_meta_fields(meta_text: str) -> tuple[dict[str, Any], list[Slot] | None]:
+    """The generic read of a `meta_info` dict (the fields of its finish line, rid from its `id`
+    only, no room), and where its values sit for a layout (None: no layout, e.g. an abort,
+    whose message can hold anything, or a key written twice)."""
+    meta = _meta_from_text(meta_text)
+    return _finished_fields(meta, None, None), _meta_slots(meta_text, meta)
+
+
+def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict) and ("status_code" in finish or "message" in finish):
+        return None
+    if "num_retractions" in meta and "total_retractions" in meta:
+        return None
+    slots: list[Slot] = []
+    seen: set[str] = set()
+    for m in _META_SCALAR.finditer(meta_text):
+        key = m.group(1)
+        if key in seen:
+            return None  # read as a literal by the generic reader
+        seen.add(key)
+        start, end = m.span(2)
+        quoted = meta_text[start] == "'"
+        if quoted:
+            start, end = start + 1, end - 1
+        value = meta_text[start:end]
+        if key == "type":
+            continue  # the finish type: part of the layout
+        if key == "id":
+            if not quoted:
+                return None  # `'id': None` and the like: the request's own rid is used
+            slots.append(Slot(start, end, "rid", str))
+            continue
+        name = "num_retractions" if key == "total_retractions" else key
+        if name in _INT_KEYS or name in _FLOAT_KEYS:
+            convert = _number_as(value, float if name in _FLOAT_KEYS else None)
+            if convert is None:
+                return None  # None, True, False or text where a number belongs
+            slots.append(Slot(start, end, name, convert))
+        else:
+            slots.append(Slot(start, end, key, None))  # read by nobody
+    return slots
+
+
+def _number_as(value: str, as_float: Callable[[str], float] | None) -> Converter | None:
+    """The conversion `as_int` / `as_float` makes of a value of this form, as a C call."""
+    if _UNSIGNED.fullmatch(value) or _SIGNED_DECIMAL.fullmatch(value):
+        if as_float is not None:
+            return as_float
+        return int if _UNSIGNED.fullmatch(value) else _int_of_decimal
+    return None
+
+
+def _int_of_decimal(value: str) -> int:
+    return int(float(value))  # as `as_int` reads a decimal
 
 
 def _exported_metrics_record(record: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

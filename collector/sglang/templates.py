@@ -43,12 +43,13 @@ _MAX_SEEN = 1024
 
 
 class Slot(NamedTuple):
-    """Where a value sits in a message, the field it becomes, and its conversion."""
+    """Where a value sits in a message, the field it becomes, and its conversion (None: a value
+    the fields do not depend on, matched by its form and otherwise ignored)."""
 
     start: int
     end: int
     name: str
-    convert: Converter
+    convert: Converter | None
 
 
 class _Layout:
@@ -107,7 +108,8 @@ class Layouts:
     def learn(self, text: str, fields: dict[str, Any], slots: Sequence[Slot]) -> None:
         """Remember the layout of `text`, which the generic reader read as `fields` with the
         values at `slots` (in order, not overlapping); compiled when seen a second time."""
-        names = [slot.name for slot in slots]
+        kept = [slot for slot in slots if slot.convert is not None]
+        names = [slot.name for slot in kept]
         if len(set(names)) != len(names):
             return  # a field set twice: leave it to the generic reader
         pieces: list[str] = []
@@ -119,7 +121,7 @@ class Layouts:
             if form is None:
                 return
             pieces.append(re.escape(text[at : slot.start]))
-            pieces.append(f"({form})")
+            pieces.append(f"({form})" if slot.convert is not None else f"(?:{form})")
             at = slot.end
         pieces.append(re.escape(text[at:]))
         key = tuple(pieces)
@@ -134,7 +136,7 @@ class Layouts:
             re.compile("".join(pieces), re.DOTALL),
             {name: (None if name in unset else value) for name, value in fields.items()},
             tuple(names),
-            tuple(slot.convert for slot in slots),
+            tuple(slot.convert for slot in kept if slot.convert is not None),
         )
         self._layouts.insert(0, layout)
         del self._layouts[self.max_layouts :]
