@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from timing import Column, kvwatch_command, print_table
+from timing import Column, kvwatch_command, print_table, work_folder
 
 os.environ.setdefault("POLARS_MAX_THREADS", "1")  # one core, as one forensics worker
 
@@ -145,8 +143,7 @@ def main() -> int:
     except ImportError:
         print("polars is not installed: pip install polars", file=sys.stderr)
         return 2
-    base = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-probe-"))
-    try:
+    with work_folder(args.keep, "kvwatch-probe-") as base:
         log = args.log
         if log is None:
             folder = base / "incident-replay-small"
@@ -181,9 +178,6 @@ def main() -> int:
             f"{log} ({log.stat().st_size / 1e6:.0f} MB), one core each; 'all lines' is reading and "
             "classifying, the families are their fields; ratio = kvwatch time / polars time"
         )
-    finally:
-        if args.keep is None:
-            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from timing import Column, interleaved, kvwatch_command, print_table
+from timing import Column, interleaved, kvwatch_command, print_table, work_folder
 
 
 def _log_text_bytes(folder: Path) -> int:
@@ -85,8 +83,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None)
     args = parser.parse_args()
     kvwatch = kvwatch_command()
-    base = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-fbench-"))
-    try:
+    with work_folder(args.keep, "kvwatch-fbench-") as base:
         rows = []
         for scale in (args.small_scale, args.scale):
             folder = base / f"{args.scenario}-x{scale}"
@@ -113,9 +110,6 @@ def main() -> int:
             f"cores: {os.cpu_count()}; ratio = forensics speed / grep -c '' speed over the same "
             f"log text (median of {args.runs} interleaved runs, page cache warm)"
         )
-    finally:
-        if args.keep is None:
-            shutil.rmtree(base, ignore_errors=True)
     return 0
 
 

@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from timing import Column, interleaved, kvwatch_command, print_table
+from timing import Column, interleaved, kvwatch_command, print_table, work_folder
 
 WORDS = (
     "the of and to in is that for it as with was on be by this are from at or an have not "
@@ -169,9 +167,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="write the logs here and keep them")
     args = parser.parse_args()
     kvwatch = kvwatch_command()
-    workdir = args.keep or Path(tempfile.mkdtemp(prefix="kvwatch-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with work_folder(args.keep, "kvwatch-bench-") as workdir:
         results = []
         for mb in (args.small_mb, args.size_mb):
             path = workdir / f"mixed-{mb}mb.log"
@@ -184,9 +180,6 @@ def main() -> int:
             f"cores: {os.cpu_count()}; ratio = kvwatch speed / grep -c '' speed (median of "
             f"{args.runs} interleaved runs, page cache warm)"
         )
-    finally:
-        if args.keep is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

@@ -11,14 +11,31 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 
 def kvwatch_command() -> str:
     """This environment's `kvwatch` (the virtualenv's when it is not on PATH)."""
     return shutil.which("kvwatch") or str(Path(sys.executable).parent / "kvwatch")
+
+
+@contextmanager
+def work_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """`keep` when given (created if need be, left in place), else a temporary folder that is
+    removed afterwards."""
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def timed(cmd: list[str]) -> tuple[float, int]:
