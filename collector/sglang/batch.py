@@ -19,12 +19,12 @@ from collections.abc import Callable
 from operator import call
 from typing import Any
 
+from collector.sglang.templates import DECIMAL
 from collector.sglang.values import normalise_key, number
 
 # `key: value` items; keys never hold `:` or `,`, values never hold `,`. One C-level findall
 # instead of a Python loop of split/partition.
 _ITEM = re.compile(r"([^,:]+): ([^,]*)")
-_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 _BOOLEANS = {"True": True, "False": False}
 # Shapes remembered per first key: engines of a few eras in one folder, not more.
 MAX_SHAPES = 8
@@ -54,7 +54,7 @@ def _value_form(value: str) -> tuple[str, Converter]:
     """The pattern a value of this form matches, and the conversion that `number` would make."""
     if value.isascii() and value.isdigit():
         return "([0-9]+)", int
-    if _DECIMAL.fullmatch(value):
+    if DECIMAL.fullmatch(value):
         return r"(-?[0-9]+\.[0-9]+)", float
     if value in _BOOLEANS:
         return "(True|False)", _BOOLEANS.__getitem__

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from collector.sglang.templates import Converter, Layouts, Slot
+from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
 
 _META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
@@ -37,8 +37,6 @@ _FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
 _STATUS_CODE = re.compile(r"'status_code': (\d+)")
 _OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
-_UNSIGNED = re.compile(r"[0-9]+")
-_SIGNED_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 _INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
 _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 # One engine writes meta_info with the same keys in the same order finish after finish.
@@ -277,10 +275,10 @@ def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
 
 def _number_as(value: str, as_float: Callable[[str], float] | None) -> Converter | None:
     """The conversion `as_int` / `as_float` makes of a value of this form, as a C call."""
-    if _UNSIGNED.fullmatch(value) or _SIGNED_DECIMAL.fullmatch(value):
+    if UNSIGNED.fullmatch(value) or DECIMAL.fullmatch(value):
         if as_float is not None:
             return as_float
-        return int if _UNSIGNED.fullmatch(value) else _int_of_decimal
+        return int if UNSIGNED.fullmatch(value) else _int_of_decimal
     return None
 
 

@@ -19,18 +19,21 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from operator import call
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 Converter = Callable[[str], Any]
 
+# The numeric forms, shared with the readers that choose a value's conversion by its form.
+UNSIGNED: Final = re.compile(r"[0-9]+")
+DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+")
 # Forms a value may take in a layout, narrowest first: a value of none of them is not learnt.
 # Every value of a form must convert as the value the layout was learnt from did (the generic
 # reader may choose its conversion by the value's form, never by anything narrower).
 _FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(form), form)
     for form in (
-        r"[0-9]+",
-        r"-?[0-9]+\.[0-9]+",
+        UNSIGNED.pattern,
+        DECIMAL.pattern,
         # One form per unit: a value's conversion may depend on it.
         r"-?[0-9]+(?:\.[0-9]+)?ms",
         r"-?[0-9]+(?:\.[0-9]+)?us",

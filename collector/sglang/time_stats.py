@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.sglang.templates import Converter, Layouts, Slot
+from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import duration_seconds, number
 
 _PAIR = re.compile(
@@ -75,15 +75,13 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
 # The conversion of a value, chosen by its form: plain `int` and `float` (and milliseconds)
 # where they give exactly what `number` and `duration_seconds` would for every value of that
 # form, so a learnt layout converts without a Python call per value.
-_INT = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 _DURATION = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(ms|us|s)")
 
 
 def _number(value: str) -> Converter:
-    if _INT.fullmatch(value):
+    if UNSIGNED.fullmatch(value):
         return int
-    if _DECIMAL.fullmatch(value):
+    if DECIMAL.fullmatch(value):
         return float
     return number
 
