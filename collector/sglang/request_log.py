@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable
 from typing import Any
 
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
@@ -264,7 +263,7 @@ def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
             continue
         name = "num_retractions" if key == "total_retractions" else key
         if name in _INT_KEYS or name in _FLOAT_KEYS:
-            convert = _number_as(value, float if name in _FLOAT_KEYS else None)
+            convert = _meta_number(value, floating=name in _FLOAT_KEYS)
             if convert is None:
                 return None  # None, True, False or text where a number belongs
             slots.append(Slot(start, end, name, convert))
@@ -273,12 +272,13 @@ def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
     return slots
 
 
-def _number_as(value: str, as_float: Callable[[str], float] | None) -> Converter | None:
-    """The conversion `as_int` / `as_float` makes of a value of this form, as a C call."""
-    if UNSIGNED.fullmatch(value) or DECIMAL.fullmatch(value):
-        if as_float is not None:
-            return as_float
-        return int if UNSIGNED.fullmatch(value) else _int_of_decimal
+def _meta_number(value: str, *, floating: bool) -> Converter | None:
+    """The conversion `as_float` (`floating`) or `as_int` makes of every value of this value's
+    form, as a C call; None for other forms."""
+    if UNSIGNED.fullmatch(value):
+        return float if floating else int
+    if DECIMAL.fullmatch(value):
+        return float if floating else _int_of_decimal
     return None
 
 
