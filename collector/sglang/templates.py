@@ -4,10 +4,11 @@ An engine prints a message family with the same keys in the same order line afte
 values change. A generic reader that reports where each value sits in a message (its span), the
 field it becomes and the conversion it goes through lets the message's layout be learnt: the text
 between the values, and each value's form. A later message of exactly that layout is read by one
-`fullmatch` and the same conversions, a few times faster. The forms are narrow (digits, decimals,
-durations, words), so a message that fits a layout is one the generic reader would split the same
-way, and the conversions are the generic reader's own functions; anything else takes the generic
-reader (property-tested equal).
+`fullmatch` and the same conversions, two to three times faster. The forms are narrow (digits,
+decimals, durations per unit, words), so a message that fits a layout is one the generic reader
+would split the same way; the generic reader chooses each conversion by the value's form (plain
+`int` or `float` where they give what its own rule gives), so it holds for every value the
+layout accepts. Anything else takes the generic reader (property-tested equal).
 
 A layout is compiled on its second sighting (compiling costs as much as dozens of generic reads,
 and a log whose layouts never repeat must not pay it every line); a few are kept per family, most
