@@ -26,7 +26,13 @@ from collector.files import (
     read_line_blocks,
     read_lines,
 )
-from collector.sglang.logs import NOISE_PREFIX, UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER, LineParser
+from collector.sglang.logs import (
+    NOISE_PREFIX,
+    UNCLASSIFIED_ENGINE,
+    UNCLASSIFIED_OTHER,
+    BatchSink,
+    LineParser,
+)
 
 BLANK = NOISE_PREFIX + "blank"
 _HEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}(?: [A-Za-z][A-Za-z_-]{0,23})?")
@@ -105,18 +111,22 @@ class ParseStats:
 
 
 def file_events(
-    tf: TelemetryFile, stats: ParseStats, byte_range: tuple[int, int] | None = None
+    tf: TelemetryFile,
+    stats: ParseStats,
+    byte_range: tuple[int, int] | None = None,
+    batch_lane: BatchSink | None = None,
 ) -> Iterator[Event]:
     """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
 
     With `byte_range`, only that line-aligned part of a plain log file (line numbers then count
-    from the start of the range).
+    from the start of the range). With `batch_lane`, batch lines it takes are counted but not
+    yielded (see `LineParser`).
     """
     if byte_range is None or byte_range[0] == 0:
         stats.files += 1
     read = ReadStats(progress=stats.progress)
     if tf.kind == "log":
-        parser = LineParser(tf.node)
+        parser = LineParser(tf.node, batch_lane)
         prefix = f"{tf.path}:"
         count = stats.count
         parse = parser.parse

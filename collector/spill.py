@@ -8,7 +8,9 @@ merges the workers' already-ordered outputs by time as they arrive, so parsing a
 at the same time. Pipes block when full: memory stays bounded whatever the input size.
 
 A per-stream stage (`StageFactory`) may turn a node's raw events into other events inside the
-worker (forensics uses it to pre-aggregate dense batch lines into per-window partials).
+worker (forensics uses it to pre-aggregate dense batch lines into per-window partials). A stage
+that can fold batch lines from samples (`BatchStage`) gets them through a `BatchLane` when nobody
+wants the batch events themselves: over half of all lines then never become events.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from collector.events import Event
+from collector.events import DECODE_BATCH, PREFILL_BATCH, Event
 from collector.files import TelemetryFile
 from collector.parse import ParseStats, file_events, merge_by_time, streams_of
+from collector.sglang.batch import BatchSample, BatchSampler
+from collector.state.node_windows import BATCH_PICKS
 
 BATCH = 2048
 # Below this much input the worker processes cost more than they save.
@@ -45,6 +49,17 @@ class Stage(Protocol):
 
 
 StageFactory = Callable[[StreamKey], Stage | None]
+ObserveBatch = Callable[[str, str, float, str, BatchSample], Sequence[Event]]
+
+
+@runtime_checkable
+class BatchStage(Stage, Protocol):
+    """A stage that takes a batch line as (kind, node, time, source, sample of `BATCH_PICKS`)
+    in place of its event, with the same effect."""
+
+    def observe_batch(
+        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+    ) -> Sequence[Event]: ...
 
 
 class ChainedStages:
@@ -67,6 +82,53 @@ class ChainedStages:
         for stage in self.stages:
             out += stage.flush()
         return out
+
+    def observe_batch(
+        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+    ) -> Sequence[Event]:
+        """For chains of `BatchStage`s only (see `batch_observer`)."""
+        out: Sequence[Event] = ()
+        for stage in self.stages:
+            shipped = stage.observe_batch(kind, node, time, source, sample)  # type: ignore[attr-defined]
+            if shipped:
+                out = shipped if not out else [*out, *shipped]
+        return out
+
+
+def batch_observer(stage: Stage | None, wanted: Wanted) -> ObserveBatch | None:
+    """The stage's `observe_batch`, when batch lines may skip being events: every stage takes
+    samples, and the consumer does not want the batch events themselves."""
+    if not isinstance(wanted, KindFilter) or wanted.kinds & {DECODE_BATCH, PREFILL_BATCH}:
+        return None
+    if isinstance(stage, ChainedStages):
+        if all(isinstance(inner, BatchStage) for inner in stage.stages):
+            return stage.observe_batch
+        return None
+    return stage.observe_batch if isinstance(stage, BatchStage) else None
+
+
+class BatchLane:
+    """Batch lines read straight into a stage's fold (`LineParser` hands them over): a learnt
+    shape's match and three conversions in place of an event, its fields and the stage's generic
+    path. What the stage ships goes to `outbox`, which the stream empties before its next event.
+    A line no learnt shape fits is declined and becomes an event as usual."""
+
+    __slots__ = ("node", "observe", "outbox", "_sample")
+
+    def __init__(self, node: str, observe: ObserveBatch, outbox: list[Event]) -> None:
+        self.node = node
+        self.observe = observe
+        self.outbox = outbox
+        self._sample = BatchSampler(BATCH_PICKS)
+
+    def __call__(self, kind: str, time: float, source: str, line: str, offset: int) -> bool:
+        sample = self._sample(line, offset)
+        if sample is None:
+            return False
+        shipped = self.observe(kind, self.node, time, source, sample)
+        if shipped:
+            self.outbox.extend(shipped)
+        return True
 
 
 @dataclass(frozen=True)
@@ -98,14 +160,23 @@ def _stream(
 ) -> Iterator[Event]:
     stage = stage_factory(key) if stage_factory is not None else None
     observe = stage.observe if stage is not None else None
+    observe_batch = batch_observer(stage, wanted)
+    outbox: list[Event] = []
+    lane = BatchLane(key[0], observe_batch, outbox) if observe_batch is not None else None
     for tf in files:
-        for event in file_events(tf, stats):
+        for event in file_events(tf, stats, batch_lane=lane):
+            if outbox:  # what the lane's lines shipped comes before this event
+                yield from outbox
+                outbox.clear()
             if observe is not None:
                 shipped = observe(event)
                 if shipped:
                     yield from shipped
             if wanted(event):
                 yield event
+        if outbox:
+            yield from outbox
+            outbox.clear()
     if stage is not None:
         yield from stage.flush()
 

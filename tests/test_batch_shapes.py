@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.sglang import batch
-from collector.sglang.batch import parse_batch_fields, parse_batch_fields_generic
+from collector.sglang.batch import BatchSampler, parse_batch_fields, parse_batch_fields_generic
 
 DECODE = (
     ", #running-req: 1, #token: 3136, token usage: 0.00, pre-allocated usage: 0.00, "
@@ -99,3 +99,54 @@ def test_shaped_and_generic_reads_agree(bodies: list[str], rng) -> None:  # type
 def _typed(fields: dict[str, object]) -> list[tuple[str, type, object]]:
     """Fields with their types and order: `1 == 1.0 == True` must not hide a wrong conversion."""
     return [(key, type(value), value) for key, value in fields.items()]
+
+
+_PICKS = ("token_usage", "queue_req", "gen_throughput", "x")
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(_bodies, min_size=1, max_size=6),
+    st.sampled_from(["", " [7]", ".", ",,"]),
+    st.randoms(use_true_random=False),
+)
+def test_a_sampler_reads_what_the_full_read_gives(bodies: list[str], lead: str, rng) -> None:  # type: ignore[no-untyped-def]
+    """The sampler (used in place of the full read, which it falls back to) gives the picked
+    keys exactly as the full read does, or declines; and it declines only lines no learnt
+    shape fits."""
+    _forget()
+    sampler = BatchSampler(_PICKS)
+    head = "[2026-09-06 00:00:02 TP0] Decode batch"
+    lines = [lead + body for body in bodies] * 3
+    rng.shuffle(lines)
+    for body in lines:
+        line = head + body
+        sample = sampler(line, len(head))
+        fields = parse_batch_fields(body)
+        if sample is None:
+            continue
+        keys, values = sample
+        assert set(keys) == set(fields)
+        expected = [fields.get(key) for key in _PICKS]
+        assert [(type(v), v) for v in values] == [(type(v), v) for v in expected]
+    # Every layout seen three times is learnt: the sampler then reads all of them (iteration
+    # numbers aside, which only the full read handles).
+    if lead != " [7]":
+        readable = [line for line in lines if _learned_fits(line)]
+        assert all(sampler(head + body, len(head)) is not None for body in readable)
+
+
+def _learned_fits(body: str) -> bool:
+    stripped = body.lstrip(".,")
+    return any(
+        shape.pattern.fullmatch(stripped) for shapes in batch._shapes.values() for shape in shapes
+    )
+
+
+def test_a_sampler_picks_the_last_of_a_repeated_key_and_none_for_a_missing_one() -> None:
+    _forget()
+    body = ", #queue-req: 3, token usage: 0.25, #queue-req: 9"
+    parse_batch_fields(body)
+    parse_batch_fields(body)
+    sample = BatchSampler(("queue_req", "gen_throughput", "token_usage"))("Decode batch" + body, 12)
+    assert sample == (("queue_req", "token_usage", "queue_req"), [9, None, 0.25])

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.parse import ParseStats, events_by_node
-from collector.sglang.logs import LineParser
+from collector.sglang.logs import _HEADS, RULES, LineParser
 from tests.golden import GOLDEN
 
 REAL_LINES = [
@@ -79,3 +80,34 @@ def test_every_line_lands_in_exactly_one_bucket(tmp_path: Path, lines: list[str]
         + stats.dropped.get("line_too_long", 0)
     )
     assert accounted == stats.lines == len(lines)
+
+
+_HEAD_ALTERNATION = re.compile(
+    "|".join(f"(?P<r{i}>{re.escape(rule.head)})" for i, rule in enumerate(RULES))
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.one_of(
+        st.sampled_from([rule.head for rule in RULES]).flatmap(
+            lambda head: st.builds(
+                lambda cut, tail: head[:cut] + tail, st.integers(0, 40), st.text(max_size=20)
+            )
+        ),
+        st.text(max_size=40),
+    ),
+    st.text(max_size=5),
+)
+def test_the_head_index_picks_the_rule_one_alternation_of_all_heads_picks(
+    message: str, before: str
+) -> None:
+    """The index stands in for the alternation of every rule's head: first rule in order wins."""
+    hit = _HEADS.match(before + message, len(before))
+    m = _HEAD_ALTERNATION.match(before + message, len(before))
+    if m is None:
+        assert hit is None
+    else:
+        assert hit is not None
+        rule, _, end = hit
+        assert rule is RULES[int((m.lastgroup or "r-1")[1:])] and end == m.end()

@@ -59,3 +59,43 @@ def test_parallel_equals_serial_for_the_wanted_events(
     # Everything was still read and counted, wanted or not.
     assert parallel_stats.events == serial_stats.events
     assert parallel_stats.lines == serial_stats.lines and parallel_stats.bytes == serial_stats.bytes
+
+
+def test_batch_lines_read_by_the_lane_give_what_their_events_give(
+    telemetry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forensics workers' stages fed batch lines as samples ship exactly what they ship
+    when fed the lines' events: the same windows, hints and sides, in the same order."""
+    from collector.forensics.driver import WorkerStages, _anomaly_window, _for_workers, consumed
+    from collector.parse import streams_of
+    from detectors.pipeline import DetectionPipeline, PipelineConfig
+
+    config = _for_workers(PipelineConfig())
+    wanted = consumed(DetectionPipeline(config), node_windows=True)
+    streams = streams_of([telemetry / "logs"])
+
+    def run() -> tuple[list[tuple], ParseStats]:
+        stats = ParseStats()
+        stages = WorkerStages(config.ledger, _anomaly_window(config))
+        rows = [
+            (e.kind, e.node, e.time, e.source, repr(e.fields), e.ranks)
+            for e in spill._merged(streams, stats, wanted, stages)
+        ]
+        return rows, stats
+
+    taken = []
+    lane_call = spill.BatchLane.__call__
+
+    def counting(self, *args):  # type: ignore[no-untyped-def]
+        took = lane_call(self, *args)
+        taken.append(took)
+        return took
+
+    monkeypatch.setattr(spill.BatchLane, "__call__", counting)
+    with_lane, lane_stats = run()
+    monkeypatch.setattr(spill, "batch_observer", lambda stage, wanted: None)
+    without_lane, event_stats = run()
+    assert sum(taken) > 0.9 * len(taken) > 1000  # the lane did take the batch lines
+    assert with_lane == without_lane
+    assert {row[0] for row in with_lane} >= {"node_window", "request_side"}
+    assert lane_stats.events == event_stats.events and lane_stats.lines == event_stats.lines

@@ -30,17 +30,24 @@ _BOOLEANS = {"True": True, "False": False}
 MAX_SHAPES = 8
 
 Converter = Callable[[str], Any]
+# What a `BatchSampler` gives: the line's keys, and the values of the keys picked.
+BatchSample = tuple[tuple[str, ...], list[Any]]
 
 
 class _Shape:
-    __slots__ = ("pattern", "names", "converters")
+    __slots__ = ("pattern", "names", "converters", "parts")
 
     def __init__(
-        self, pattern: re.Pattern[str], names: tuple[str, ...], converters: tuple[Converter, ...]
+        self,
+        pattern: re.Pattern[str],
+        names: tuple[str, ...],
+        converters: tuple[Converter, ...],
+        parts: tuple[tuple[str, str], ...],
     ):
         self.pattern = pattern
         self.names = names
         self.converters = converters
+        self.parts = parts  # (key as printed, pattern of its value's form), in line order
 
 
 # By the line's first key (prefill and decode lines alternate in a merged stream), each list
@@ -53,12 +60,12 @@ _seen_once: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
 def _value_form(value: str) -> tuple[str, Converter]:
     """The pattern a value of this form matches, and the conversion that `number` would make."""
     if value.isascii() and value.isdigit():
-        return "([0-9]+)", int
+        return "[0-9]+", int
     if DECIMAL.fullmatch(value):
-        return r"(-?[0-9]+\.[0-9]+)", float
+        return r"-?[0-9]+\.[0-9]+", float
     if value in _BOOLEANS:
-        return "(True|False)", _BOOLEANS.__getitem__
-    return "([^,]*)", number
+        return "True|False", _BOOLEANS.__getitem__
+    return "[^,]*", number
 
 
 def _learn(body: str, items: list[tuple[str, str]]) -> None:
@@ -82,13 +89,13 @@ def _learn(body: str, items: list[tuple[str, str]]) -> None:
         if not stripped:
             return
         names.append(normalise_key(stripped))
-    pattern = re.compile(
-        ",".join(f"{re.escape(key)}: {form}" for key, (form, _) in zip(keys, forms, strict=True))
-    )
+    parts = tuple((key, form) for key, (form, _) in zip(keys, forms, strict=True))
+    pattern = re.compile(",".join(f"{re.escape(key)}: ({form})" for key, form in parts))
     if len(_shapes) > 64:  # junk that looks like batch lines: start again
         _shapes.clear()
     shapes = _shapes.setdefault(_first_key(body), [])
-    shapes.insert(0, _Shape(pattern, tuple(names), tuple(convert for _, convert in forms)))
+    converters = tuple(convert for _, convert in forms)
+    shapes.insert(0, _Shape(pattern, tuple(names), converters, parts))
     del shapes[MAX_SHAPES:]
 
 
@@ -109,6 +116,93 @@ def _read_by_shape(body: str, fields: dict[str, Any]) -> bool:
                 shapes.insert(0, shapes.pop(index))
             return True
     return False
+
+
+class _Sampling:
+    """One learnt shape read for a few keys: its pattern captures only their values, by name, so
+    one `group(*names)` call returns them in the order picked."""
+
+    __slots__ = ("pattern", "names", "groups", "converters", "slots")
+
+    def __init__(self, shape: _Shape, picks: tuple[str, ...]) -> None:
+        # The last of repeated keys wins, as in the dict the full read builds.
+        last = {name: index for index, name in enumerate(shape.names)}
+        wanted = {last[key]: slot for slot, key in enumerate(picks) if key in last}
+        items = []
+        for index, (key, form) in enumerate(shape.parts):
+            slot = wanted.get(index)
+            value = f"(?P<p{slot}>{form})" if slot is not None else f"(?:{form})"
+            items.append(f"{re.escape(key)}: {value}")
+        # The full read strips leading `.` and `,` first; a first key never starts with either.
+        self.pattern = re.compile("[.,]*+" + ",".join(items))
+        self.names = shape.names
+        self.slots = tuple(sorted(wanted.values()))
+        self.groups = tuple(f"p{slot}" for slot in self.slots)
+        by_slot = {slot: shape.converters[index] for index, slot in wanted.items()}
+        self.converters = tuple(by_slot[slot] for slot in self.slots)
+
+
+class BatchSampler:
+    """Reads the values of a few keys (`picks`) from batch lines, by the learnt shapes, without
+    building their fields or copying their text: for consumers that fold a few values of every
+    batch line (the per-node windows), over half of all lines.
+
+    `sampler(line, offset)` with `offset` just after the head (`Decode batch`) gives (every key,
+    the picked values in `picks` order, None for a key the line lacks): exactly what
+    `parse_batch_fields` gives those keys (property-tested). None when no learnt shape fits the
+    line: `parse_batch_fields` then reads it, and learns its shape.
+    """
+
+    __slots__ = ("picks", "_recent")
+
+    def __init__(self, picks: tuple[str, ...]) -> None:
+        self.picks = picks
+        self._recent: list[_Sampling] = []  # most recently used first
+
+    def __call__(self, line: str, offset: int) -> BatchSample | None:
+        recent = self._recent
+        for index, sampling in enumerate(recent):
+            m = sampling.pattern.fullmatch(line, offset)
+            if m is not None:
+                if index:
+                    recent.insert(0, recent.pop(index))
+                return sampling.names, self._values(sampling, m)
+        shape = _shape_of(line[offset:])
+        if shape is None:
+            return None
+        sampling = _Sampling(shape, self.picks)
+        m = sampling.pattern.fullmatch(line, offset)
+        if m is None:  # cannot happen: the same shape, fewer groups
+            return None
+        recent.insert(0, sampling)
+        del recent[2 * MAX_SHAPES :]
+        return sampling.names, self._values(sampling, m)
+
+    def _values(self, sampling: _Sampling, m: re.Match[str]) -> list[Any]:
+        groups = sampling.groups
+        if len(groups) > 1:
+            values = list(map(call, sampling.converters, m.group(*groups)))
+        elif groups:
+            values = [sampling.converters[0](m.group(groups[0]))]
+        else:
+            values = []
+        if len(values) == len(self.picks):
+            return values
+        padded: list[Any] = [None] * len(self.picks)
+        for slot, value in zip(sampling.slots, values, strict=True):
+            padded[slot] = value
+        return padded
+
+
+def _shape_of(body: str) -> _Shape | None:
+    """The learnt shape the full read would use for this body, if any."""
+    body = body.lstrip(".,")
+    if body.startswith(" ["):
+        return None  # an iteration number first: for the full read
+    for shape in _shapes.get(_first_key(body), ()):
+        if shape.pattern.fullmatch(body) is not None:
+            return shape
+    return None
 
 
 def parse_batch_fields(body: str) -> dict[str, Any]:

@@ -98,14 +98,23 @@ def cached_head(line: str) -> tuple[float, dict[str, int], int] | None:
     if line[:1] == "[":
         close = line.find("] ", 20, 80)
         if close > 0:
-            head = line[:close]
-            cached = _head_cache.get(head)
+            if line[17] == ":" and line[20] in " ]":
+                # Whole seconds: by the minute, as most seconds print too few lines to repeat.
+                second = _SECONDS.get(line[18:20])
+                if second is not None:
+                    minute = _minute_cache.get(line[:18] + line[20:close])
+                    if minute is not None:
+                        return minute[0] + second, minute[1], close + 2
+            cached = _head_cache.get(line[:close])
             if cached is None:
                 cached = _learn_head(line, close)
                 if cached is None:
                     return None
             return cached[0], cached[1], close + 2
     return None
+
+
+_SECONDS: Final = {f"{second:02d}": second for second in range(61)}  # 60: a leap second
 
 
 def _learn_head(line: str, close: int) -> tuple[float, dict[str, int]] | None:

@@ -31,6 +31,11 @@ FieldParser = Callable[[str], Fields]
 # the message (the common case: classification is certain, extraction can wait), or None.
 Outcome = tuple[str, Fields | FieldParser | None]
 Handler = Callable[[str], Outcome]
+StaticOutcome = tuple[str, FieldParser]
+# Takes a batch line in place of its event: (kind, time, source, line, offset of the body after
+# the head) → whether it took it. See `collector.spill.BatchLane`.
+BatchSink = Callable[[str, float, str, str, int], bool]
+_BATCH_KINDS: Final = frozenset({ev.PREFILL_BATCH, ev.DECODE_BATCH})
 
 UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
 UNCLASSIFIED_OTHER: Final = "unclassified_other"
@@ -207,13 +212,34 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule('File "', _noise("traceback")),
 )
 
-_HEADS = re.compile("|".join(f"(?P<r{i}>{re.escape(rule.head)})" for i, rule in enumerate(RULES)))
-_HANDLERS: Final[dict[str, Handler]] = {f"r{i}": rule.handle for i, rule in enumerate(RULES)}
-_STATIC: Final[dict[str, tuple[str, FieldParser]]] = {
-    f"r{i}": rule.handle.outcome  # type: ignore[misc]
-    for i, rule in enumerate(RULES)
-    if isinstance(rule.handle, _Static)
-}
+
+class _HeadIndex:
+    """The first rule whose head starts a message, by the message's first character and then
+    `startswith` in rule order: what one regex alternation of all heads would answer, without
+    the match object with a slot per rule (that cost a microsecond on every line)."""
+
+    __slots__ = ("_by_first",)
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        by_first: dict[str, list[tuple[str, Rule, StaticOutcome | None]]] = {}
+        for rule in rules:
+            handle = rule.handle
+            static = handle.outcome if isinstance(handle, _Static) else None
+            by_first.setdefault(rule.head[0], []).append((rule.head, rule, static))  # type: ignore[arg-type]
+        self._by_first = {first: tuple(candidates) for first, candidates in by_first.items()}
+
+    def match(self, text: str, start: int = 0) -> tuple[Rule, StaticOutcome | None, int] | None:
+        """(rule, its (kind, field parser) when the head alone decides them, end of the head)
+        for the message at `text[start:]`, else None."""
+        candidates = self._by_first.get(text[start : start + 1])
+        if candidates is not None:
+            for head, rule, static in candidates:
+                if text.startswith(head, start):
+                    return rule, static, start + len(head)
+        return None
+
+
+_HEADS = _HeadIndex(RULES)
 
 # Second look, for lines whose head did not match (glued or wrapped lines).
 _CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
@@ -236,10 +262,10 @@ _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
 def classify(message: str, engine: bool) -> Outcome:
     """(kind, fields or field parser) for an event; (`noise:<category>`, None); or
     (`unclassified_*`, None)."""
-    m = _HEADS.match(message)
+    hit = _HEADS.match(message)
     head_outcome: Outcome | None = None
-    if m is not None:
-        head_outcome = _HANDLERS[m.lastgroup or ""](message)
+    if hit is not None:
+        head_outcome = hit[0].handle(message)
         if head_outcome[1] is not None:
             return head_outcome
     # A known-noise head can still carry a glued line (the capacity line after `Memory pool end`).
@@ -284,13 +310,15 @@ class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
     Holds the little context a line needs from its predecessors: the date, for 2024 builds that
-    printed only the time of day.
+    printed only the time of day. A `batch_sink` may take batch lines with SGLang's own prefix
+    instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "_day", "_last_tod")
+    __slots__ = ("node", "batch_sink", "_day", "_last_tod")
 
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, batch_sink: BatchSink | None = None) -> None:
         self.node = node
+        self.batch_sink = batch_sink
         self._day: float | None = None
         self._last_tod = 0.0
 
@@ -301,14 +329,29 @@ class LineParser:
             when, ranks, start = hit
             self._last_tod = when % 86400
             self._day = when - self._last_tod
-            m = _HEADS.match(line, start)
-            if m is not None:
-                static = _STATIC.get(m.lastgroup or "")
+            head = _HEADS.match(line, start)
+            if head is not None:
+                static = head[1]
                 if static is not None:
                     kind, parse = static
+                    sink = self.batch_sink
+                    if (
+                        sink is not None
+                        and kind in _BATCH_KINDS
+                        and sink(kind, when, source, line, head[2])
+                    ):
+                        return kind, None
                     return kind, ev.Event.deferred(
                         kind, self.node, when, source, parse, line, ranks, start
                     )
+                if line[start] != "{":  # JSON first meets Docker's unwrapping (`_parse_general`)
+                    # A head that decides by the message (`INFO:` access lines): when it names a
+                    # field parser, `classify` would return just that.
+                    kind, payload = head[0].handle(line[start:])
+                    if callable(payload):
+                        return kind, ev.Event.deferred(
+                            kind, self.node, when, source, payload, line, ranks, start
+                        )
         return self._parse_general(line, source)
 
     def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:

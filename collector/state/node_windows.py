@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from collector.events import Event
+from collector.sglang.batch import BatchSample
 from collector.state.config_timeline import (
     NODE_WINDOW,
     Role,
@@ -32,6 +33,7 @@ from collector.state.config_timeline import (
 
 __all__ = [
     "BATCH_KINDS",
+    "BATCH_PICKS",
     "NODE_WINDOW",
     "SOURCE_KINDS",
     "NodeWindow",
@@ -46,6 +48,8 @@ _DEFERRED_RELEASE: Final = "deferred_release"
 # Batch lines: read only for these sums and the role hint, so a worker that ships partial
 # windows (to a detector reading them and a timeline that accepts their hint) can drop them.
 BATCH_KINDS: Final = frozenset({"prefill_batch", "decode_batch"})
+# What a window reads of a batch line, in `NodeWindow.add_batch`'s order.
+BATCH_PICKS: Final = ("token_usage", "queue_req", "gen_throughput")
 # The raw kinds a `NodeWindow` folds: exactly what the telemetry anomaly detector reads.
 SOURCE_KINDS: Final = frozenset(
     {_FINISHED, _REJECTED, _TRANSFER_FAILED, _DEFERRED_RELEASE} | BATCH_KINDS
@@ -101,16 +105,23 @@ class NodeWindow:
             if fields.get("outcome") == "timeout":
                 counts["deferred_timeouts"] = counts.get("deferred_timeouts", 0) + 1
         else:
-            counts["batches"] = counts.get("batches", 0) + 1
-            usage = fields.get("token_usage")
-            if type(usage) is float or type(usage) is int:
-                self.add("token_usage", float(usage))
-            queue = fields.get("queue_req")
-            if (type(queue) is float or type(queue) is int) and queue > self.queue_max:
-                self.queue_max = float(queue)
-            throughput = fields.get("gen_throughput")
-            if type(throughput) is float or type(throughput) is int:
-                self.add("gen_throughput", float(throughput))
+            self.add_batch(
+                fields.get("token_usage"), fields.get("queue_req"), fields.get("gen_throughput")
+            )
+
+    def add_batch(self, usage: Any, queue: Any, throughput: Any) -> None:
+        """Fold one batch line by the values of its `BATCH_PICKS` keys (None when absent)."""
+        counts, sums = self.counts, self.sums
+        counts["batches"] = counts.get("batches", 0) + 1
+        # `add`, spelt out: this runs for over half of all lines.
+        if type(usage) is float or type(usage) is int:
+            sums["token_usage"] = sums.get("token_usage", 0.0) + float(usage)
+            counts["n_token_usage"] = counts.get("n_token_usage", 0) + 1
+        if (type(queue) is float or type(queue) is int) and queue > self.queue_max:
+            self.queue_max = float(queue)
+        if type(throughput) is float or type(throughput) is int:
+            sums["gen_throughput"] = sums.get("gen_throughput", 0.0) + float(throughput)
+            counts["n_gen_throughput"] = counts.get("n_gen_throughput", 0) + 1
 
     def merge(self, other: NodeWindow) -> None:
         """Add another part of the same window (into an empty window: an exact copy)."""
@@ -201,16 +212,39 @@ class NodeWindowAggregator:
         out: list[Event] = []
         time = event.time
         if time is not None and (self._latest is None or time > self._latest):
-            if self._start is None or time >= self._end:
-                if self._events:
-                    out.append(self._close())
-                width = self.window_seconds
-                self._start = math.floor(time / width) * width
-                self._end = self._start + width
-            self._latest = time
+            self._advance(time, out)
         if event.kind in SOURCE_KINDS:
             self._fold(event, out)
         return out
+
+    def observe_batch(
+        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+    ) -> list[Event]:
+        """`observe` for a batch line read as a sample (a `BatchSampler` of `BATCH_PICKS`)
+        instead of an event: the same windows, sums and hints, without the event's cost."""
+        out: list[Event] = []
+        if self._latest is None or time > self._latest:
+            self._advance(time, out)
+        if self._node is None:
+            self._node = node
+        elif node != self._node:
+            raise ValueError(f"one aggregator per node: got {node!r} after {self._node!r}")
+        keys, (usage, queue, throughput) = sample
+        self._window.add_batch(usage, queue, throughput)
+        self._events += 1
+        if self._hint_strength < _SURE:
+            role = batch_role_hint(kind, keys)
+            self._hint_role(role, time, source, out)
+        return out
+
+    def _advance(self, time: float, out: list[Event]) -> None:
+        if self._start is None or time >= self._end:
+            if self._events:
+                out.append(self._close())
+            width = self.window_seconds
+            self._start = math.floor(time / width) * width
+            self._end = self._start + width
+        self._latest = time
 
     def flush(self) -> list[Event]:
         """End of the stream: the open window, if it holds anything."""
@@ -226,12 +260,17 @@ class NodeWindowAggregator:
         self._events += 1
         if event.kind in BATCH_KINDS and self._hint_strength < _SURE:
             role = batch_role_hint(event.kind, event.fields.keys())
-            strength = batch_hint_strength(role)
-            if strength > self._hint_strength:
-                self._hint, self._hint_strength = role, strength
-            if strength > self._shipped_strength:
-                self._shipped_strength = strength
-                out.append(self._partial(NodeWindow(), 0, role, event.time, event.source))
+            self._hint_role(role, event.time, event.source, out)
+
+    def _hint_role(
+        self, role: Role | None, time: float | None, source: str, out: list[Event]
+    ) -> None:
+        strength = batch_hint_strength(role)
+        if strength > self._hint_strength:
+            self._hint, self._hint_strength = role, strength
+        if strength > self._shipped_strength:
+            self._shipped_strength = strength
+            out.append(self._partial(NodeWindow(), 0, role, time, source))
 
     def _close(self) -> Event:
         node = self._node or ""

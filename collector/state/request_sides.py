@@ -22,6 +22,7 @@ from collections import OrderedDict
 from typing import Any, Final
 
 from collector.events import Event
+from collector.sglang.batch import BatchSample
 from collector.state.ledger import (
     HEALTH_PREFIX,
     REQUEST_SIDE,
@@ -139,6 +140,21 @@ class RequestSideAssembler:
         if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
             self._role_forwarded = True
             out.append(event)
+        return out
+
+    def observe_batch(
+        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+    ) -> list[Event]:
+        """`observe` for a batch line read as a sample: to the assembler only its time counts."""
+        out: list[Event] = []
+        if self._latest is None or time > self._latest:
+            first = self._latest is None
+            self._latest = time
+            if first and self._untimed:
+                self._fold_untimed(out)
+            heap = self._heap
+            if heap and heap[0][0] <= time:
+                self._ship_due(time, out)
         return out
 
     def flush(self) -> list[Event]:
