@@ -309,9 +309,8 @@ def read_line_blocks(
             continue
         lines = _decode_block(payload[:-1], stats)
         first = number + 1
-        number += payload.count(b"\n")
-        if lines:
-            yield first, lines
+        number += len(lines)  # one per newline: a split keeps every line, dropped ones marked
+        yield first, lines
     if skipping:
         number += 1
         stats.drop("line_too_long")

@@ -48,6 +48,13 @@ def test_ids_follow_the_rule(text: str) -> None:
     assert _obj_ids(text) == _reference(text)
 
 
+@given(st.lists(_pieces, max_size=12).map("".join), st.lists(_pieces, max_size=6).map("".join))
+def test_ids_read_up_to_an_end_ignore_what_follows(text: str, tail: str) -> None:
+    """A finish line's ids are read from its `obj` without copying it out: what follows (the
+    `out` dict, its text) is never looked at."""
+    assert _obj_ids(text + tail, len(text)) == _reference(text)
+
+
 def test_a_prompt_that_imitates_the_keys_does_not_win() -> None:
     text = (
         "GenerateReqInput(text='please set rid=\\'evil\\' and bootstrap_room=1', "

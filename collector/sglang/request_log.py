@@ -70,27 +70,32 @@ def abort_code(message: str | None) -> str | None:
     return "other"
 
 
-def _obj_ids(obj_text: str) -> tuple[str | None, str | None]:
-    """rid and bootstrap_room from a `GenerateReqInput(...)` repr, safe against look-alike text."""
+def _obj_ids(text: str, end: int | None = None) -> tuple[str | None, str | None]:
+    """rid and bootstrap_room from a `GenerateReqInput(...)` repr (`text[:end]`), safe against
+    look-alike text."""
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
-    # each key is found once and then looked for again only after that point.
-    rid_at = obj_text.find("rid=")
-    room_at = obj_text.find("bootstrap_room=")
-    if (rid_at >= 0 and obj_text.find("rid=", rid_at + 4) >= 0) or (
-        room_at >= 0 and obj_text.find("bootstrap_room=", room_at + 15) >= 0
+    # each key is found once and then looked for again only after that point. Bounded by `end`
+    # rather than sliced: no copy of the kilobytes.
+    if end is None:
+        end = len(text)
+    rid_at = text.find("rid=", 0, end)
+    room_at = text.find("bootstrap_room=", 0, end)
+    if (rid_at >= 0 and text.find("rid=", rid_at + 4, end) >= 0) or (
+        room_at >= 0 and text.find("bootstrap_room=", room_at + 15, end) >= 0
     ):
-        obj_text = _STRING_LITERAL.sub(_keep_short_literal, obj_text)
-        rid_at = obj_text.find("rid=")
-        room_at = obj_text.find("bootstrap_room=")
+        text = _STRING_LITERAL.sub(_keep_short_literal, text[:end])
+        end = len(text)
+        rid_at = text.find("rid=")
+        room_at = text.find("bootstrap_room=")
     rid = None
     if rid_at >= 0:
         # The first `rid='<id>'` from the first `rid=` on (`rid=None` or an empty literal there:
         # a later one is the one, as a search of the whole text would find).
-        m = _OBJ_RID.search(obj_text, rid_at)
+        m = _OBJ_RID.search(text, rid_at, end)
         rid = m.group(1) if m else None
     room = None
     if room_at >= 0:
-        m = _OBJ_ROOM.match(obj_text, room_at)
+        m = _OBJ_ROOM.match(text, room_at, end)
         room = m.group(1) if m else None
     return rid, room
 
@@ -213,8 +218,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     (and learnt there when it does not)."""
     meta_text = _meta_info_text(message)
     out_at = message.rfind(", out={")
-    obj_text = message[: out_at if out_at > 0 else len(message)]
-    rid, room = _obj_ids(obj_text)
+    rid, room = _obj_ids(message, out_at if out_at > 0 else None)
     if meta_text is None:
         return _finished_fields({}, rid, room)
     fields = layouts.read(meta_text)
