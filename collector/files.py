@@ -291,26 +291,30 @@ def read_line_blocks(
                 carry = b""
                 skipping = True
             continue
-        head, carry_next = block[: cut + 1], block[cut + 1 :]
+        # The block's whole lines are decoded where they lie (a memoryview, no copy); only the
+        # line that straddles the previous block is put together.
+        first_end = block.find(b"\n")
+        lead: bytes | None = None
         if skipping:
-            first_end = head.find(b"\n")
-            head = head[first_end + 1 :]
             number += 1
             stats.drop("line_too_long")
             skipping = False
-            payload = head
+        elif carry:
+            lead = carry + block[:first_end]
         else:
-            payload = carry + head
-        carry = carry_next
+            first_end = -1  # the block starts with a whole line
+        carry = block[cut + 1 :]
         if len(carry) > MAX_LINE_BYTES:
             carry = b""
             skipping = True
-        if not payload:
-            continue
-        lines = _decode_block(payload[:-1], stats)
-        first = number + 1
-        number += len(lines)  # one per newline: a split keeps every line, dropped ones marked
-        yield first, lines
+        lines = _decode_block(lead, stats) if lead is not None else []
+        if first_end < cut:
+            rest = _decode_block(memoryview(block)[first_end + 1 : cut], stats)
+            lines = lines + rest if lines else rest
+        if lines:
+            first = number + 1
+            number += len(lines)  # one per newline: a split keeps every line, dropped ones marked
+            yield first, lines
     if skipping:
         number += 1
         stats.drop("line_too_long")
@@ -330,9 +334,9 @@ def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
                 yield first + offset, line
 
 
-def _decode_block(payload: bytes, stats: ReadStats) -> list[str]:
+def _decode_block(payload: bytes | memoryview, stats: ReadStats) -> list[str]:
     """Lines of a block of whole lines. Dropped lines become `DROPPED` (keeping line numbers)."""
-    text = payload.decode("utf-8", "replace")
+    text = str(payload, "utf-8", "replace")
     lines = text.split("\n")
     if "\r" in text:
         lines = [line[:-1] if line.endswith("\r") else line for line in lines]

@@ -6,6 +6,11 @@ import gzip
 import os
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector import files
 from collector.events import iso_time
 from collector.files import MAX_LINE_BYTES, ReadStats, describe, discover, read_lines
 from collector.parse import ParseStats, events_by_node, events_in_time_order
@@ -143,3 +148,59 @@ def test_snapshots_are_placed_by_their_time_in_the_timeline(tmp_path: Path) -> N
     )
     kinds = [e.kind for e in events_in_time_order([tmp_path], ParseStats())]
     assert kinds == ["decode_batch", "metric", "decode_batch"]
+
+
+_pieces = st.sampled_from(
+    [b"a", b"line", b"\n", b"\r\n", b"\xc3\xa9", b"\xe2\x82\xac", b"\xff", b"\x00", b" ", b"\n\n"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_pieces, max_size=80).map(b"".join),
+    st.sampled_from([1, 2, 3, 5, 8, 64]),
+    st.booleans(),
+)
+def test_blocks_give_the_lines_of_the_whole_file_wherever_blocks_cut(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, block: int, gzipped: bool
+) -> None:
+    """Lines are put together across block boundaries (even inside a multi-byte character):
+    whatever the block size, the lines, their numbers and what was dropped are those of reading
+    the file in one piece."""
+    folder = tmp_path_factory.mktemp("blocks")
+    path = folder / ("x.log.gz" if gzipped else "x.log")
+    path.write_bytes(gzip.compress(data) if gzipped else data)
+
+    def read(size: int) -> tuple[list[tuple[int, str]], ReadStats]:
+        stats = ReadStats()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(files, "BLOCK_SIZE", size)
+            rows = [
+                (first + offset, line)
+                for first, lines in files.read_line_blocks(path, stats)
+                for offset, line in enumerate(lines)
+            ]
+        return rows, stats
+
+    whole, whole_stats = read(1 << 20)
+    cut, cut_stats = read(block)
+    assert cut == whole
+    assert (cut_stats.lines, cut_stats.bytes, cut_stats.dropped) == (
+        whole_stats.lines,
+        whole_stats.bytes,
+        whole_stats.dropped,
+    )
+    # And reading in one piece is the plain rule: split on newlines, CRs at line ends dropped.
+    text = data.decode("utf-8", "replace")
+    expected = text.split("\n") if text else []
+    if text.endswith("\n"):
+        expected.pop()
+    assert [line for _, line in whole if line != files.DROPPED] == [
+        line.removesuffix("\r").replace("\x00", "")
+        for line in expected
+        if not _mostly_junk(line.removesuffix("\r"))
+    ]
+
+
+def _mostly_junk(line: str) -> bool:
+    return (line.count("\x00") + line.count("\ufffd")) * 4 > len(line)
