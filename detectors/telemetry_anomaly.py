@@ -173,21 +173,55 @@ def _training_neighbours(fit_x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndar
     `LocalOutlierFactor(n_neighbors=k, algorithm="ball_tree")` finds them.
 
     Why: that fit validates its input and dispatches through joblib, about a quarter of its
-    time on a few hundred windows. This is its tree query itself: the same tree over the same
-    rows, asked for `k + 1` neighbours, each row's own entry dropped as scikit-learn drops it
-    (with duplicates, the first entry when the row is not among them), so the same bits.
+    time on a few hundred windows. This is its tree query itself: the same neighbours of the
+    same rows, `k + 1` of them, each row's own entry dropped as scikit-learn drops it (with
+    duplicates, the first entry when the row is not among them), so the same bits. Found by
+    `_exact_neighbours` when no distances tie (no scikit-learn import: a second of every run),
+    else by scikit-learn's ball tree, whose order among equal distances is its own.
     """
-    # Imported where first needed: scikit-learn takes a second to import, and forensics starts
-    # its parsing workers before the first fit.
-    from sklearn.neighbors import BallTree
+    found = _exact_neighbours(fit_x, k + 1)
+    if found is not None:
+        distances, indices = found
+    else:
+        # Imported where first needed: scikit-learn takes a second to import.
+        from sklearn.neighbors import BallTree
 
-    distances, indices = BallTree(fit_x, leaf_size=_LEAF_SIZE, metric="euclidean").query(
-        fit_x, k + 1
-    )
+        distances, indices = BallTree(fit_x, leaf_size=_LEAF_SIZE, metric="euclidean").query(
+            fit_x, k + 1
+        )
     keep = indices != np.arange(len(fit_x))[:, np.newaxis]
     keep[:, 0][np.all(keep, axis=1)] = False
     shape = (len(fit_x), k)
     return np.reshape(distances[keep], shape), np.reshape(indices[keep], shape)
+
+
+# Rows up to which every pairwise distance is worked out (a matrix of this many squared).
+_EXACT_MAX_ROWS: Final = 2048
+
+
+def _exact_neighbours(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each row's `k` nearest rows (itself included), nearest first, with the distances a
+    ball tree's query returns bit for bit (squared differences summed feature by feature,
+    then the square root); None when a distance ties inside the `k` or at their edge, or
+    there are too many rows to compare all pairs."""
+    n = len(rows)
+    if n > _EXACT_MAX_ROWS or k >= n:
+        return None
+    squared = np.zeros((n, n))
+    for column in np.ascontiguousarray(rows.T):
+        difference = column[:, np.newaxis] - column[np.newaxis, :]
+        difference *= difference
+        squared += difference
+    # The k nearest and the next one, to see a tie at the edge.
+    reach = min(k + 1, n)
+    nearest = np.argpartition(squared, reach - 1, axis=1)[:, :reach]
+    at = np.arange(n)[:, np.newaxis]
+    near = squared[at, nearest]
+    order = np.argsort(near, axis=1, kind="stable")
+    nearest, near = nearest[at, order], near[at, order]
+    if (near[:, 1:] == near[:, :-1]).any():
+        return None
+    return np.sqrt(near[:, :k]), nearest[:, :k]
 
 
 class _NoveltyScorer:

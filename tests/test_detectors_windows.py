@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -411,3 +413,40 @@ def test_an_event_joins_the_window_of_the_watermark_not_of_its_own_time():
     assert list(pipeline.run(events)) == []  # in this order, unsorted
     first, second = det.models_["decode-0"].buffer
     assert first[0] == pytest.approx(math.log1p(2)) and second[0] == pytest.approx(math.log1p(1))
+
+
+@pytest.mark.parametrize("rows, k", [(30, 6), (200, 21), (512, 21)])
+def test_exact_neighbours_are_the_ball_trees_bit_for_bit(rows: int, k: int) -> None:
+    from sklearn.neighbors import BallTree
+
+    from detectors.telemetry_anomaly import _exact_neighbours
+
+    data = np.random.default_rng(rows).normal(size=(rows, 10)) * [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    found = _exact_neighbours(data, k)
+    assert found is not None
+    distances, indices = BallTree(data, leaf_size=30).query(data, k)
+    assert np.array_equal(found[0], distances) and np.array_equal(found[1], indices)
+
+
+def test_exact_neighbours_leave_ties_to_the_ball_tree() -> None:
+    from detectors.telemetry_anomaly import _exact_neighbours
+
+    grid = np.array([[float(i % 4), float(i // 4)] + [0.0] * 8 for i in range(16)])
+    assert _exact_neighbours(grid, 5) is None  # neighbours one step away tie everywhere
+
+
+def test_windows_are_learnt_and_scored_without_importing_scikit_learn() -> None:
+    """Scikit-learn takes about a second to import; untied windows never need it."""
+    code = (
+        "import random, sys\n"
+        "from detectors.telemetry_anomaly import TelemetryAnomaly\n"
+        "det = TelemetryAnomaly(min_windows=8, refit_every=8, n_neighbors=5)\n"
+        "rng = random.Random(11)\n"
+        "for _ in range(60):\n"
+        "    det.learn_one({'node': 'n', 'features': [rng.uniform(0, 9) for _ in range(10)]})\n"
+        "score = det.score_one({'node': 'n', 'features': [4.0] * 10})\n"
+        "assert det.models_['n'].fit_x is not None and score > 0\n"
+        "print(any(name.split('.')[0] == 'sklearn' for name in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
