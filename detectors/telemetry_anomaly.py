@@ -208,9 +208,10 @@ def _exact_neighbours(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     if n > _EXACT_MAX_ROWS or k >= n:
         return None
     squared = np.zeros((n, n))
+    difference = np.empty((n, n))
     for column in np.ascontiguousarray(rows.T):
-        difference = column[:, np.newaxis] - column[np.newaxis, :]
-        difference *= difference
+        np.subtract(column[:, np.newaxis], column[np.newaxis, :], out=difference)
+        np.multiply(difference, difference, out=difference)
         squared += difference
     # The k nearest and the next one, to see a tie at the edge.
     reach = min(k + 1, n)
