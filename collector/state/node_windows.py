@@ -225,10 +225,7 @@ class NodeWindowAggregator:
         out: list[Event] = []
         if self._latest is None or time > self._latest:
             self._advance(time, out)
-        if self._node is None:
-            self._node = node
-        elif node != self._node:
-            raise ValueError(f"one aggregator per node: got {node!r} after {self._node!r}")
+        self._own(node)
         keys, (usage, queue, throughput) = sample
         self._window.add_batch(usage, queue, throughput)
         self._events += 1
@@ -250,12 +247,14 @@ class NodeWindowAggregator:
         """End of the stream: the open window, if it holds anything."""
         return [self._close()] if self._events else []
 
+    def _own(self, node: str) -> None:
+        if self._node is None:
+            self._node = node
+        elif node != self._node:
+            raise ValueError(f"one aggregator per node: got {node!r} after {self._node!r}")
+
     def _fold(self, event: Event, out: list[Event]) -> None:
-        node = self._node
-        if node is None:
-            node = self._node = event.node
-        elif event.node != node:
-            raise ValueError(f"one aggregator per node: got {event.node!r} after {node!r}")
+        self._own(event.node)
         self._window.add_event(event)
         self._events += 1
         if event.kind in BATCH_KINDS and self._hint_strength < _SURE:

@@ -117,12 +117,10 @@ class RequestSideAssembler:
         empty list)."""
         out: list[Event] = []
         time = event.time
-        advanced = time is not None and (self._latest is None or time > self._latest)
-        if advanced:
-            first = self._latest is None
-            self._latest = time
-            if first and self._untimed:
-                self._fold_untimed(out)
+        advanced = False
+        if time is not None and (self._latest is None or time > self._latest):
+            advanced = True
+            self._advance(time, out)
         kind = event.kind
         if kind in SIDE_SOURCE_KINDS:
             # Folded before the sides due by now go out, as the ledger adds an event before it
@@ -134,9 +132,7 @@ class RequestSideAssembler:
         elif kind in _STARTUP_KINDS:
             self._role_forwarded = False
         if advanced and time is not None:
-            heap = self._heap
-            if heap and heap[0][0] <= time:
-                self._ship_due(time, out)
+            self._ship_due(time, out)
         if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
             self._role_forwarded = True
             out.append(event)
@@ -148,14 +144,16 @@ class RequestSideAssembler:
         """`observe` for a batch line read as a sample: to the assembler only its time counts."""
         out: list[Event] = []
         if self._latest is None or time > self._latest:
-            first = self._latest is None
-            self._latest = time
-            if first and self._untimed:
-                self._fold_untimed(out)
-            heap = self._heap
-            if heap and heap[0][0] <= time:
-                self._ship_due(time, out)
+            self._advance(time, out)
+            self._ship_due(time, out)
         return out
+
+    def _advance(self, time: float, out: list[Event]) -> None:
+        """The stream's watermark moves to `time`; lines held for want of a time are folded."""
+        first = self._latest is None
+        self._latest = time
+        if first and self._untimed:
+            self._fold_untimed(out)
 
     def flush(self) -> list[Event]:
         """End of the stream: every open side, the longest-waiting first."""
