@@ -205,7 +205,7 @@ def _exact_neighbours(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     then the square root); None when a distance ties inside the `k` or at their edge, or
     there are too many rows to compare all pairs."""
     n = len(rows)
-    if n > _EXACT_MAX_ROWS or k >= n:
+    if n > _EXACT_MAX_ROWS or k > n:
         return None
     squared = np.zeros((n, n))
     difference = np.empty((n, n))

@@ -450,3 +450,15 @@ def test_windows_are_learnt_and_scored_without_importing_scikit_learn() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_exact_neighbours_of_every_row_need_no_edge() -> None:
+    from sklearn.neighbors import BallTree
+
+    from detectors.telemetry_anomaly import _exact_neighbours
+
+    data = np.random.default_rng(7).normal(size=(9, 10))
+    found = _exact_neighbours(data, 9)
+    assert found is not None
+    distances, indices = BallTree(data, leaf_size=30).query(data, 9)
+    assert np.array_equal(found[0], distances) and np.array_equal(found[1], indices)
