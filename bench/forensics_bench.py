@@ -4,8 +4,9 @@ Writes a simulator scenario offline (default: the full incident replay at a traf
 gives at least 1 GB of logs, rotated and gzipped as a shipper leaves them), then times
 `grep -c ''` over the uncompressed bytes (`zcat -f` for the gzipped siblings, counted the same
 way) and `kvwatch forensics` over the folder, interleaved, and prints MB/s of log text, the
-ratio, and the peak memory of each forensics run. A smaller run is measured too, so memory
-growth with input size is visible.
+ratio, the CPU seconds of all its processes (and the cores they kept busy), and the peak memory
+of each forensics run. A smaller run is measured too, so memory growth with input size is
+visible.
 
     python bench/forensics_bench.py [--scenario incident-replay] [--scale 0.25]
         [--small-scale 0.05] [--runs 2] [--keep DIR]
@@ -42,6 +43,8 @@ COLUMNS: list[Column] = [
     ("forensics MB/s", "kv_mb_s", 15, 1),
     ("seconds", "kv_seconds", 8, 1),
     ("ratio", "ratio", 7, 3),
+    ("CPU s", "cpu_seconds", 7, 1),
+    ("cores", "cores", 6, 2),
     ("peak MiB", "peak_mib", 9, 0),
 ]
 
@@ -63,13 +66,17 @@ def measure(folder: Path, runs: int, kvwatch: str) -> dict[str, float]:
         str(folder / "forensics-out"),
         "--quiet",
     ]
-    grep_s, kv_s, peak_kib = interleaved(["sh", "-c", grep_cmd], forensics, runs)
+    grep_s, kv_s, peak_kib, cpu_s = interleaved(["sh", "-c", grep_cmd], forensics, runs)
     return {
         "mb": text_bytes / 1e6,
         "grep_mb_s": text_bytes / grep_s / 1e6,
         "kv_mb_s": text_bytes / kv_s / 1e6,
         "kv_seconds": kv_s,
         "ratio": grep_s / kv_s,
+        # All processes' CPU, and how many cores that kept busy on average: the ratio can only
+        # grow by less CPU once this is near the core count.
+        "cpu_seconds": cpu_s,
+        "cores": cpu_s / kv_s,
         "peak_mib": peak_kib / 1024,
     }
 

@@ -147,7 +147,7 @@ def _measure(path: Path, runs: int, kvwatch: str) -> dict[str, float]:
     size = path.stat().st_size
     grep = ["grep", "-c", "", str(path)]
     lines = int(subprocess.run(grep, capture_output=True, text=True, check=True).stdout)
-    grep_s, kv_s, peak_kib = interleaved(grep, [kvwatch, "parse", "--stats", str(path)], runs)
+    grep_s, kv_s, peak_kib, _ = interleaved(grep, [kvwatch, "parse", "--stats", str(path)], runs)
     return {
         "mb": size / 1e6,
         "lines": lines,

@@ -1,4 +1,4 @@
-"""What the benchmarks share: timing a command (wall time, peak memory) and printing the table.
+"""What the benchmarks share: timing a command (wall time, peak memory, CPU) and printing the table.
 
 Imported by the bench scripts as a sibling module (`python bench/<name>.py` puts this folder on
 the path).
@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 
 def kvwatch_command() -> str:
@@ -38,8 +39,15 @@ def work_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak RSS in KiB of the command's largest process, workers included)."""
+class Run(NamedTuple):
+    """One timed run of a command."""
+
+    wall: float  # seconds
+    peak_kib: int  # peak RSS of the command's largest process, workers included
+    cpu: float  # user + system seconds of the command and every process it waited for
+
+
+def timed(cmd: list[str]) -> Run:
     start = time.perf_counter()
     # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it sees that
     # its output is /dev/null, which would make the baseline meaningless.
@@ -51,24 +59,37 @@ def timed(cmd: list[str]) -> tuple[float, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd} failed with {proc.returncode}")
-    return wall, usage.ru_maxrss
+    return Run(wall, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
-def interleaved(baseline: list[str], command: list[str], runs: int) -> tuple[float, float, int]:
-    """Median seconds of `baseline` and of `command`, and the command's peak RSS (KiB).
+class Comparison(NamedTuple):
+    """Medians of interleaved runs of a baseline and a command."""
+
+    baseline_wall: float
+    wall: float
+    peak_kib: int  # the largest of the command's runs
+    cpu: float  # the command's CPU seconds (median)
+
+
+def interleaved(baseline: list[str], command: list[str], runs: int) -> Comparison:
+    """Median seconds of `baseline` and of `command`, the command's peak RSS and CPU seconds.
 
     The two run alternately, so that machine drift hits both alike. The baseline runs once
     untimed first: it then reads the files from the page cache like every later run (a cold
     first read would flatter the ratio several times over).
     """
     timed(baseline)
-    baseline_times, times, peaks = [], [], []
+    baseline_times: list[float] = []
+    measured: list[Run] = []
     for _ in range(runs):
-        baseline_times.append(timed(baseline)[0])
-        wall, rss = timed(command)
-        times.append(wall)
-        peaks.append(rss)
-    return statistics.median(baseline_times), statistics.median(times), max(peaks)
+        baseline_times.append(timed(baseline).wall)
+        measured.append(timed(command))
+    return Comparison(
+        statistics.median(baseline_times),
+        statistics.median(run.wall for run in measured),
+        max(run.peak_kib for run in measured),
+        statistics.median(run.cpu for run in measured),
+    )
 
 
 # (header, row key, width, decimals): the header is right-aligned over its column.
