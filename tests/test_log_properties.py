@@ -9,8 +9,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from collector.events import Event
 from collector.parse import ParseStats, events_by_node
 from collector.sglang.logs import _HEADS, RULES, LineParser
+from collector.spill import BatchLane, ChainedStages
+from collector.state.node_windows import NodeWindowAggregator
+from collector.state.request_sides import RequestSideAssembler
 from tests.golden import GOLDEN
 
 REAL_LINES = [
@@ -37,6 +41,23 @@ def test_line_parser_never_raises_and_fields_always_materialise(line: str) -> No
     if event is not None:
         assert event.kind == bucket
         event.to_json_dict()  # forces the deferred field extraction
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(mutated_lines, st.sampled_from(REAL_LINES)), max_size=30))
+def test_batch_lines_handed_to_the_stages_never_raise(lines: list[str]) -> None:
+    """The forensics workers' lane (batch lines read straight into the node windows and the
+    side assembler) meets the same drift as the parser, and must never raise either."""
+    stages = ChainedStages([NodeWindowAggregator(60.0), RequestSideAssembler()])
+    outbox: list[Event] = []
+    parser = LineParser("n", BatchLane("n", stages.observe_batch, outbox))
+    for number, line in enumerate(lines):
+        bucket, event = parser.parse(line, f"x:{number}")
+        assert isinstance(bucket, str) and bucket
+        if event is not None:
+            outbox += stages.observe(event)
+    outbox += stages.flush()
+    assert all(isinstance(shipped, Event) for shipped in outbox)
 
 
 @settings(
