@@ -19,6 +19,8 @@ CAPACITY: Final = "capacity"
 POOL_BELOW_CONTEXT_WARNING: Final = "pool_below_context_warning"
 PREFILL_BATCH: Final = "prefill_batch"
 DECODE_BATCH: Final = "decode_batch"
+# The engine's periodic batch lines: the densest kinds, read for a few sums.
+BATCH_KINDS: Final = frozenset({PREFILL_BATCH, DECODE_BATCH})
 REQUEST_RECEIVED: Final = "request_received"
 REQUEST_FINISHED: Final = "request_finished"
 REQUEST_TIME_STATS: Final = "request_time_stats"

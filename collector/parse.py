@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.events import Event
+from collector.events import BATCH_KINDS, Event
 from collector.files import (
     DROPPED,
     ReadStats,
@@ -131,6 +131,8 @@ def file_events(
         count = stats.count
         parse = parser.parse
         events = stats.events
+        # Kinds whose lines the lane takes (no event): counted as events without `count`'s tests.
+        taken = BATCH_KINDS if batch_lane is not None else frozenset()
         try:
             for first, lines in read_line_blocks(tf.path, read, byte_range):
                 for number, line in enumerate(lines, first):
@@ -142,6 +144,8 @@ def file_events(
                     if event is not None:
                         events[bucket] += 1
                         yield event
+                    elif bucket in taken:
+                        events[bucket] += 1
                     elif bucket == UNCLASSIFIED_ENGINE:
                         count(bucket, parser_message_head(line))
                     else:

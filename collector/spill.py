@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from collector.events import DECODE_BATCH, PREFILL_BATCH, Event
+from collector.events import BATCH_KINDS, Event
 from collector.files import TelemetryFile
 from collector.parse import ParseStats, file_events, merge_by_time, streams_of
 from collector.sglang.batch import BatchSample, BatchSampler
@@ -98,7 +98,7 @@ class ChainedStages:
 def batch_observer(stage: Stage | None, wanted: Wanted) -> ObserveBatch | None:
     """The stage's `observe_batch`, when batch lines may skip being events: every stage takes
     samples, and the consumer does not want the batch events themselves."""
-    if not isinstance(wanted, KindFilter) or wanted.kinds & {DECODE_BATCH, PREFILL_BATCH}:
+    if not isinstance(wanted, KindFilter) or wanted.kinds & BATCH_KINDS:
         return None
     if isinstance(stage, ChainedStages):
         if all(isinstance(inner, BatchStage) for inner in stage.stages):

@@ -35,7 +35,6 @@ StaticOutcome = tuple[str, FieldParser]
 # Takes a batch line in place of its event: (kind, time, source, line, offset of the body after
 # the head) → whether it took it. See `collector.spill.BatchLane`.
 BatchSink = Callable[[str, float, str, str, int], bool]
-_BATCH_KINDS: Final = frozenset({ev.PREFILL_BATCH, ev.DECODE_BATCH})
 
 UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
 UNCLASSIFIED_OTHER: Final = "unclassified_other"
@@ -337,7 +336,7 @@ class LineParser:
                     sink = self.batch_sink
                     if (
                         sink is not None
-                        and kind in _BATCH_KINDS
+                        and kind in ev.BATCH_KINDS
                         and sink(kind, when, source, line, head[2])
                     ):
                         return kind, None

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from collector.events import Event
+from collector.events import BATCH_KINDS, Event
 from collector.sglang.batch import BatchSample
 from collector.state.config_timeline import (
     NODE_WINDOW,
@@ -45,10 +45,9 @@ _FINISHED: Final = "request_finished"
 _REJECTED: Final = "request_rejected"
 _TRANSFER_FAILED: Final = "transfer_failed"
 _DEFERRED_RELEASE: Final = "deferred_release"
-# Batch lines: read only for these sums and the role hint, so a worker that ships partial
-# windows (to a detector reading them and a timeline that accepts their hint) can drop them.
-BATCH_KINDS: Final = frozenset({"prefill_batch", "decode_batch"})
-# What a window reads of a batch line, in `NodeWindow.add_batch`'s order.
+# What a window reads of a batch line (`BATCH_KINDS`), in `NodeWindow.add_batch`'s order. Batch
+# lines are read only for these sums and the role hint, so a worker that ships partial windows
+# (to a detector reading them and a timeline that accepts their hint) can drop them.
 BATCH_PICKS: Final = ("token_usage", "queue_req", "gen_throughput")
 # The raw kinds a `NodeWindow` folds: exactly what the telemetry anomaly detector reads.
 SOURCE_KINDS: Final = frozenset(
