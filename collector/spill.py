@@ -68,6 +68,9 @@ class ChainedStages:
 
     def __init__(self, stages: Iterable[Stage]) -> None:
         self.stages = tuple(stages)
+        # Each stage's `observe_batch` when every stage has one (`BatchStage`), else empty.
+        observers = [s.observe_batch for s in self.stages if isinstance(s, BatchStage)]
+        self.batch_observers = tuple(observers) if len(observers) == len(self.stages) else ()
 
     def observe(self, event: Event) -> Sequence[Event]:
         out: Sequence[Event] = ()
@@ -86,10 +89,10 @@ class ChainedStages:
     def observe_batch(
         self, kind: str, node: str, time: float, source: str, sample: BatchSample
     ) -> Sequence[Event]:
-        """For chains of `BatchStage`s only (see `batch_observer`)."""
+        """For chains of `BatchStage`s only (`batch_observers` not empty)."""
         out: Sequence[Event] = ()
-        for stage in self.stages:
-            shipped = stage.observe_batch(kind, node, time, source, sample)  # type: ignore[attr-defined]
+        for observe_batch in self.batch_observers:
+            shipped = observe_batch(kind, node, time, source, sample)
             if shipped:
                 out = shipped if not out else [*out, *shipped]
         return out
@@ -101,9 +104,7 @@ def batch_observer(stage: Stage | None, wanted: Wanted) -> ObserveBatch | None:
     if not isinstance(wanted, KindFilter) or wanted.kinds & BATCH_KINDS:
         return None
     if isinstance(stage, ChainedStages):
-        if all(isinstance(inner, BatchStage) for inner in stage.stages):
-            return stage.observe_batch
-        return None
+        return stage.observe_batch if stage.batch_observers else None
     return stage.observe_batch if isinstance(stage, BatchStage) else None
 
 

@@ -49,7 +49,7 @@ class _Static:
     __slots__ = ("outcome",)
 
     def __init__(self, kind: str, parse: FieldParser) -> None:
-        self.outcome: Outcome = (kind, parse)
+        self.outcome: StaticOutcome = (kind, parse)
 
     def __call__(self, message: str) -> Outcome:
         return self.outcome
@@ -224,7 +224,7 @@ class _HeadIndex:
         for rule in rules:
             handle = rule.handle
             static = handle.outcome if isinstance(handle, _Static) else None
-            by_first.setdefault(rule.head[0], []).append((rule.head, rule, static))  # type: ignore[arg-type]
+            by_first.setdefault(rule.head[0], []).append((rule.head, rule, static))
         self._by_first = {first: tuple(candidates) for first, candidates in by_first.items()}
 
     def match(self, text: str, start: int = 0) -> tuple[Rule, StaticOutcome | None, int] | None:
