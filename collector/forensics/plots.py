@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import os
+import pickle
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -76,21 +78,27 @@ def timing_plot(data: PlotData) -> bytes:
     if not honest and not exposed:
         _empty(ax, "no request timings in the input")
         return _png(fig)
+    # Markers of one line rather than a scatter: tens of thousands of equal dots are drawn as
+    # one stamped marker by Agg, 1.6 times faster than a collection of paths.
     if honest:
-        ax.scatter(
+        ax.plot(
             [p.prompt_tokens for p in honest],
             [p.seconds_per_uncached_token for p in honest],
-            s=6,
+            linestyle="none",
+            marker="o",
+            markersize=2.4,
+            markeredgewidth=0,
             alpha=0.35,
             color="#2c7fb8",
             label=f"served honestly ({len(honest):,} sampled)",
         )
     if exposed:
-        ax.scatter(
+        ax.plot(
             [p.prompt_tokens for p in exposed],
             [p.seconds_per_uncached_token for p in exposed],
-            s=22,
+            linestyle="none",
             marker="x",
+            markersize=4.7,
             color=_SEVERITY_COLOURS["critical"],
             label=f"exposed ({len(exposed):,})",
         )
@@ -210,12 +218,51 @@ def _time_axis(ax: Axes, data: PlotData) -> None:
 
 
 def render_all(data: PlotData) -> dict[str, bytes]:
-    return {
-        "timing": timing_plot(data),
-        "findings": findings_timeline(data),
-        "deferred": deferred_plot(data),
-        "pools": pool_plot(data),
-    }
+    """Every plot as PNG, in report order. The report is forensics' last step on one core, so
+    the slowest plot (the prefill-speed scatter, half the drawing) is drawn in a forked child
+    meanwhile, where a second core and fork exist."""
+    aside = _drawn_aside((timing_plot,), data)
+    findings, deferred, pools = findings_timeline(data), deferred_plot(data), pool_plot(data)
+    (timing,) = aside()
+    return {"timing": timing, "findings": findings, "deferred": deferred, "pools": pools}
+
+
+Render = Callable[[PlotData], bytes]
+
+
+def _drawn_aside(renders: Sequence[Render], data: PlotData) -> Callable[[], list[bytes]]:
+    """Start drawing `renders` in a forked child; the returned call waits for their PNGs. Drawn
+    here instead when there is no second core or no fork, and again here if the child fails."""
+
+    def here() -> list[bytes]:
+        return [render(data) for render in renders]
+
+    if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
+        pngs = here()
+        return lambda: pngs
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover -- the child's coverage is not collected
+        status = 1
+        try:
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                pickle.dump(here(), out, pickle.HIGHEST_PROTOCOL)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+
+    def result() -> list[bytes]:
+        with os.fdopen(read_end, "rb") as received:
+            payload = received.read()
+        _, status = os.waitpid(child, 0)
+        if status != 0:
+            return here()
+        pngs: list[bytes] = pickle.loads(payload)
+        return pngs
+
+    return result
 
 
 def sample_evenly(points: Sequence[TimingPoint], limit: int) -> list[TimingPoint]:
