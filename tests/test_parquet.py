@@ -1,0 +1,59 @@
+"""The joined requests as Parquet: written a bounded batch at a time, every row kept in order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from collector.forensics.parquet import SCHEMA, RequestParquetWriter
+from collector.state.request_record import RequestRecord, SideRecord
+
+
+def _record(i: int) -> RequestRecord:
+    prefill = SideRecord(node="prefill-0", rid=f"p{i}", role="prefill", first_time=100.0 + i)
+    decode = SideRecord(
+        node="decode-0",
+        rid=f"d{i}",
+        role="decode",
+        first_time=100.5 + i,
+        last_time=103.0 + i,
+        finished_time=103.0 + i,
+        prompt_tokens=1000 + i,
+        completion_tokens=7,
+        finish_type="stop",
+    )
+    return RequestRecord(f"room:{i}", str(i), [prefill, decode], True)
+
+
+def test_rows_are_written_a_batch_at_a_time_and_read_back_in_order(tmp_path: Path) -> None:
+    writer = RequestParquetWriter(tmp_path / "requests.parquet", batch_rows=4)
+    for i in range(10):
+        writer.add(_record(i), ["over_length_answered"] if i == 6 else [])
+        assert len(writer._rows["key"]) < 4  # never more than a batch held as Python objects
+    writer.close()
+    file = pq.ParquetFile(tmp_path / "requests.parquet")
+    assert file.metadata.num_row_groups == 3  # 4 + 4 + 2
+    table = file.read()
+    assert table.schema.equals(SCHEMA)
+    assert table.column("key").to_pylist() == [f"room:{i}" for i in range(10)]
+    assert table.column("prompt_tokens").to_pylist() == [1000 + i for i in range(10)]
+    assert table.column("serving_rid").to_pylist() == [f"d{i}" for i in range(10)]
+    assert table.column("prefill_rid").to_pylist() == [f"p{i}" for i in range(10)]
+    exposed = table.column("exposed_by").to_pylist()
+    assert exposed[6] == ["over_length_answered"]
+    assert [e for i, e in enumerate(exposed) if i != 6] == [[]] * 9
+    assert writer.rows == 10
+
+
+def test_no_requests_still_make_a_valid_empty_file(tmp_path: Path) -> None:
+    writer = RequestParquetWriter(tmp_path / "requests.parquet")
+    writer.close()
+    table = pq.read_table(tmp_path / "requests.parquet")
+    assert table.num_rows == 0 and table.schema.equals(SCHEMA)
+
+
+def test_a_batch_must_hold_a_row(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="batch_rows"):
+        RequestParquetWriter(tmp_path / "requests.parquet", batch_rows=0)
