@@ -209,16 +209,23 @@ def _exact_neighbours(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     if n > _EXACT_MAX_ROWS or k > n:
         return None
     columns = np.ascontiguousarray(rows.T)
-    squared = np.zeros((n, n))
-    difference = np.empty((_BLOCK_ROWS, n))
-    # A block of rows at a time, so what is summed stays in the CPU cache (1.7x faster).
+    squared = np.empty((n, n))
+    differences, sums = np.empty(_BLOCK_ROWS * n), np.empty(_BLOCK_ROWS * n)
+    # A block of rows at a time, summed in a contiguous buffer small enough for the CPU cache
+    # (1.7x faster), and only from the block's own first column on: the rest mirrors blocks
+    # already summed, as (a - b)² and (b - a)² are the same float (1.3x faster again).
     for first in range(0, n, _BLOCK_ROWS):
         last = min(first + _BLOCK_ROWS, n)
-        block, scratch = squared[first:last], difference[: last - first]
+        shape = (last - first, n - first)
+        scratch = differences[: shape[0] * shape[1]].reshape(shape)
+        block = sums[: shape[0] * shape[1]].reshape(shape)
+        block.fill(0.0)
         for column in columns:
-            np.subtract(column[first:last, np.newaxis], column[np.newaxis, :], out=scratch)
+            np.subtract(column[first:last, np.newaxis], column[np.newaxis, first:], out=scratch)
             np.multiply(scratch, scratch, out=scratch)
             block += scratch
+        squared[first:last, first:] = block
+        squared[first:last, :first] = squared[:first, first:last].T
     # The k nearest and the next one, to see a tie at the edge.
     reach = min(k + 1, n)
     nearest = np.argpartition(squared, reach - 1, axis=1)[:, :reach]
