@@ -219,8 +219,8 @@ def _time_axis(ax: Axes, data: PlotData) -> None:
 
 def render_all(data: PlotData) -> dict[str, bytes]:
     """Every plot as PNG, in report order. The report is forensics' last step on one core, so
-    the slowest plot (the prefill-speed scatter, half the drawing) is drawn in a forked child
-    meanwhile, where a second core and fork exist."""
+    the slowest plot (the prefill-speed scatter, two fifths of the drawing) is drawn in a
+    forked child meanwhile, where a second core and fork exist."""
     aside = _drawn_aside((timing_plot,), data)
     findings, deferred, pools = findings_timeline(data), deferred_plot(data), pool_plot(data)
     (timing,) = aside()
