@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -40,6 +41,19 @@ def test_a_failing_child_is_redrawn_here() -> None:
         return b"drawn here"
 
     assert plots._drawn_aside((fails_in_child,), _data())() == [b"drawn here"]
+
+
+def test_a_child_that_hangs_is_stopped_and_its_plot_drawn_here() -> None:
+    parent = os.getpid()
+
+    def hangs_in_child(data: PlotData) -> bytes:
+        if os.getpid() != parent:
+            time.sleep(3600)
+        return b"drawn here"
+
+    started = time.monotonic()
+    assert plots._drawn_aside((hangs_in_child,), _data(), timeout=0.5)() == [b"drawn here"]
+    assert time.monotonic() - started < 30
 
 
 def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) -> None:

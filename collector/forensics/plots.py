@@ -12,6 +12,9 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import select
+import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -228,11 +231,17 @@ def render_all(data: PlotData) -> dict[str, bytes]:
 
 
 Render = Callable[[PlotData], bytes]
+# A child that has not delivered by then is stopped and its plots are drawn here: one plot takes
+# under a second, and a report must never wait on a child that hangs.
+CHILD_SECONDS = 60.0
 
 
-def _drawn_aside(renders: Sequence[Render], data: PlotData) -> Callable[[], list[bytes]]:
+def _drawn_aside(
+    renders: Sequence[Render], data: PlotData, timeout: float = CHILD_SECONDS
+) -> Callable[[], list[bytes]]:
     """Start drawing `renders` in a forked child; the returned call waits for their PNGs. Drawn
-    here instead when there is no second core or no fork, and again here if the child fails."""
+    here instead when there is no second core or no fork, and again here if the child fails or
+    takes longer than `timeout` seconds."""
 
     def here() -> list[bytes]:
         return [render(data) for render in renders]
@@ -241,6 +250,7 @@ def _drawn_aside(renders: Sequence[Render], data: PlotData) -> Callable[[], list
         pngs = here()
         return lambda: pngs
     read_end, write_end = os.pipe()
+    deadline = time.monotonic() + timeout
     child = os.fork()
     if child == 0:  # pragma: no cover -- the child's coverage is not collected
         status = 1
@@ -254,15 +264,33 @@ def _drawn_aside(renders: Sequence[Render], data: PlotData) -> Callable[[], list
     os.close(write_end)
 
     def result() -> list[bytes]:
-        with os.fdopen(read_end, "rb") as received:
-            payload = received.read()
+        payload = _read_until(read_end, deadline)
+        if payload is None:  # too late: the child is stopped
+            os.kill(child, signal.SIGKILL)
         _, status = os.waitpid(child, 0)
-        if status != 0:
+        if payload is None or status != 0:
             return here()
         pngs: list[bytes] = pickle.loads(payload)
         return pngs
 
     return result
+
+
+def _read_until(fd: int, deadline: float) -> bytes | None:
+    """Everything written to the pipe `fd` until its writer closes it, or None at `deadline`.
+    The descriptor is closed either way."""
+    chunks: list[bytes] = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def sample_evenly(points: Sequence[TimingPoint], limit: int) -> list[TimingPoint]:
