@@ -99,3 +99,35 @@ def test_batch_lines_read_by_the_lane_give_what_their_events_give(
     assert with_lane == without_lane
     assert {row[0] for row in with_lane} >= {"node_window", "request_side"}
     assert lane_stats.events == event_stats.events and lane_stats.lines == event_stats.lines
+
+
+def test_streams_are_pulled_a_chunk_at_a_time_in_their_order() -> None:
+    pulled: list[int] = []
+
+    def stream():
+        for item in range(10):
+            pulled.append(item)
+            yield item
+
+    seen = [(item, len(pulled)) for item in spill._in_chunks(stream(), 4)]
+    assert [item for item, _ in seen] == list(range(10))
+    # Never more than a chunk ahead of what was handed on.
+    assert [ahead for _, ahead in seen] == [4, 4, 4, 4, 8, 8, 8, 8, 10, 10]
+    assert list(spill._in_chunks(iter([]), 4)) == []
+
+
+def test_chunked_streams_merge_exactly_as_one_event_at_a_time(
+    telemetry: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streams = spill.streams_of([telemetry / "logs", telemetry / "snapshots"])
+    wanted = KindFilter(frozenset({"request_finished", "deferred_release", "metric"}))
+    default = spill.STREAM_CHUNK
+
+    def merged(chunk: int) -> list[tuple]:
+        monkeypatch.setattr(spill, "STREAM_CHUNK", chunk)
+        return _rows(spill._merged(streams, ParseStats(), wanted, None))
+
+    one_at_a_time = merged(1)
+    assert len(one_at_a_time) > 1000
+    assert merged(7) == one_at_a_time
+    assert merged(default) == one_at_a_time
