@@ -56,6 +56,17 @@ def test_a_child_that_hangs_is_stopped_and_its_plot_drawn_here() -> None:
     assert time.monotonic() - started < 30
 
 
+def test_a_child_reaped_elsewhere_is_redrawn_here() -> None:
+    parent = os.getpid()
+
+    def where(data: PlotData) -> bytes:
+        return b"here" if os.getpid() == parent else b"child"
+
+    result = plots._drawn_aside((where,), _data())
+    os.waitpid(-1, 0)  # something else in the process reaps the child first
+    assert result() == [b"here"]
+
+
 def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     parent = os.getpid()

@@ -265,9 +265,12 @@ def _drawn_aside(
 
     def result() -> list[bytes]:
         payload = _read_until(read_end, deadline)
-        if payload is None:  # too late: the child is stopped
-            os.kill(child, signal.SIGKILL)
-        _, status = os.waitpid(child, 0)
+        try:
+            if payload is None:  # too late: the child is stopped
+                os.kill(child, signal.SIGKILL)
+            _, status = os.waitpid(child, 0)
+        except (ProcessLookupError, ChildProcessError):  # already gone, reaped elsewhere
+            status = 1
         if payload is None or status != 0:
             return here()
         pngs: list[bytes] = pickle.loads(payload)
