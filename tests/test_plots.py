@@ -29,7 +29,7 @@ def test_every_plot_is_a_png_in_report_order() -> None:
 def test_the_child_draws_what_this_process_would() -> None:
     """The same PNG bytes as drawn here (Agg is deterministic for the same figure)."""
     data = _data()
-    assert plots._drawn_aside((plots.timing_plot,), data)() == [plots.timing_plot(data)]
+    assert plots._drawn_aside(plots.timing_plot, data)() == plots.timing_plot(data)
 
 
 def test_a_failing_child_is_redrawn_here() -> None:
@@ -40,7 +40,7 @@ def test_a_failing_child_is_redrawn_here() -> None:
             raise RuntimeError("the child cannot draw")
         return b"drawn here"
 
-    assert plots._drawn_aside((fails_in_child,), _data())() == [b"drawn here"]
+    assert plots._drawn_aside(fails_in_child, _data())() == b"drawn here"
 
 
 def test_a_child_that_hangs_is_stopped_and_its_plot_drawn_here() -> None:
@@ -52,7 +52,7 @@ def test_a_child_that_hangs_is_stopped_and_its_plot_drawn_here() -> None:
         return b"drawn here"
 
     started = time.monotonic()
-    assert plots._drawn_aside((hangs_in_child,), _data(), timeout=0.5)() == [b"drawn here"]
+    assert plots._drawn_aside(hangs_in_child, _data(), timeout=0.5)() == b"drawn here"
     assert time.monotonic() - started < 30
 
 
@@ -62,9 +62,9 @@ def test_a_child_reaped_elsewhere_is_redrawn_here() -> None:
     def where(data: PlotData) -> bytes:
         return b"here" if os.getpid() == parent else b"child"
 
-    result = plots._drawn_aside((where,), _data())
+    result = plots._drawn_aside(where, _data())
     os.waitpid(-1, 0)  # something else in the process reaps the child first
-    assert result() == [b"here"]
+    assert result() == b"here"
 
 
 def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,5 +76,5 @@ def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) ->
         pids.append(os.getpid())
         return b"png"
 
-    assert plots._drawn_aside((note_pid,), _data())() == [b"png"]
+    assert plots._drawn_aside(note_pid, _data())() == b"png"
     assert pids == [parent]

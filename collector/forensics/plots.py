@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import pickle
 import select
 import signal
 import time
@@ -224,31 +223,25 @@ def render_all(data: PlotData) -> dict[str, bytes]:
     """Every plot as PNG, in report order. The report is forensics' last step on one core, so
     the slowest plot (the prefill-speed scatter, two fifths of the drawing) is drawn in a
     forked child meanwhile, where a second core and fork exist."""
-    aside = _drawn_aside((timing_plot,), data)
+    timing = _drawn_aside(timing_plot, data)
     findings, deferred, pools = findings_timeline(data), deferred_plot(data), pool_plot(data)
-    (timing,) = aside()
-    return {"timing": timing, "findings": findings, "deferred": deferred, "pools": pools}
+    return {"timing": timing(), "findings": findings, "deferred": deferred, "pools": pools}
 
 
-Render = Callable[[PlotData], bytes]
-# A child that has not delivered by then is stopped and its plots are drawn here: one plot takes
+# A child that has not delivered by then is stopped and its plot is drawn here: one plot takes
 # under a second, and a report must never wait on a child that hangs.
 CHILD_SECONDS = 60.0
 
 
 def _drawn_aside(
-    renders: Sequence[Render], data: PlotData, timeout: float = CHILD_SECONDS
-) -> Callable[[], list[bytes]]:
-    """Start drawing `renders` in a forked child; the returned call waits for their PNGs. Drawn
-    here instead when there is no second core or no fork, and again here if the child fails or
-    takes longer than `timeout` seconds."""
-
-    def here() -> list[bytes]:
-        return [render(data) for render in renders]
-
+    render: Callable[[PlotData], bytes], data: PlotData, timeout: float = CHILD_SECONDS
+) -> Callable[[], bytes]:
+    """Start `render(data)` in a forked child; the returned call waits for its PNG. Drawn here
+    instead when there is no second core or no fork, and again here if the child fails, is
+    reaped elsewhere or takes longer than `timeout` seconds."""
     if not hasattr(os, "fork") or (os.cpu_count() or 1) < 2:
-        pngs = here()
-        return lambda: pngs
+        png = render(data)
+        return lambda: png
     read_end, write_end = os.pipe()
     deadline = time.monotonic() + timeout
     child = os.fork()
@@ -257,24 +250,21 @@ def _drawn_aside(
         try:
             os.close(read_end)
             with os.fdopen(write_end, "wb") as out:
-                pickle.dump(here(), out, pickle.HIGHEST_PROTOCOL)
+                out.write(render(data))
             status = 0
         finally:
             os._exit(status)
     os.close(write_end)
 
-    def result() -> list[bytes]:
-        payload = _read_until(read_end, deadline)
+    def result() -> bytes:
+        png = _read_until(read_end, deadline)
         try:
-            if payload is None:  # too late: the child is stopped
+            if png is None:  # too late: the child is stopped
                 os.kill(child, signal.SIGKILL)
             _, status = os.waitpid(child, 0)
         except (ProcessLookupError, ChildProcessError):  # already gone, reaped elsewhere
             status = 1
-        if payload is None or status != 0:
-            return here()
-        pngs: list[bytes] = pickle.loads(payload)
-        return pngs
+        return png if png is not None and status == 0 else render(data)
 
     return result
 
