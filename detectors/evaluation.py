@@ -4,8 +4,11 @@ Runs a simulator scenario offline, runs forensics over what it wrote, and scores
 against the scenario's ground truth — the responses that really carried another request's data
 (`exposed`) and the corruptions the KV checksum caught (`caught`). Scores are per detector and
 overall: precision, recall, and the time from the first exposed response to the first critical
-finding. A request is identified by its bootstrap room (the only id shared by prefill, decode
-and the ground truth).
+finding. That time is given twice, because the two answer different questions: to the first
+critical finding of any kind (negative when a configuration check warned before anything leaked)
+and to the first critical finding naming an exposed response (how long the leak ran before
+kvwatch named it). A request is identified by its bootstrap room (the only id shared by prefill,
+decode and the ground truth).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Score:
     true_positives: int
     truth: int
     covered: int
+    # Seconds from the first target response to the detector's first finding naming a target.
+    first_seconds: float | None = None
 
     @property
     def precision(self) -> float | None:
@@ -52,6 +57,7 @@ class Score:
             "covered": self.covered,
             "precision": self.precision,
             "recall": self.recall,
+            "first_seconds": self.first_seconds,
         }
 
 
@@ -62,8 +68,14 @@ class Evaluation:
     detectors: dict[str, Score]
     first_exposed: float | None
     first_critical: float | None
+    # The first critical finding naming an exposed response, and what raised each kind.
+    first_critical_on_exposed: float | None
+    first_critical_detector: str | None
+    first_critical_on_exposed_detector: str | None
     findings_above_info: int
     findings_above_info_before_faults: int
+    # Which detectors raised the findings above info that came before the first fault.
+    before_faults_by_detector: dict[str, int]
     fault_start: float | None
     window_truth: tuple[str | None, str | None]
     window_found: tuple[str | None, str | None]
@@ -75,6 +87,13 @@ class Evaluation:
             return None
         return self.first_critical - self.first_exposed
 
+    @property
+    def time_to_name_exposed(self) -> float | None:
+        """Seconds from the first exposed response to the first critical finding naming one."""
+        if self.first_exposed is None or self.first_critical_on_exposed is None:
+            return None
+        return self.first_critical_on_exposed - self.first_exposed
+
     def to_json_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
@@ -83,16 +102,43 @@ class Evaluation:
             "first_exposed": iso_time(self.first_exposed),
             "first_critical": iso_time(self.first_critical),
             "time_to_detect_seconds": self.time_to_detect,
+            "first_critical_detector": self.first_critical_detector,
+            "first_critical_on_exposed": iso_time(self.first_critical_on_exposed),
+            "first_critical_on_exposed_detector": self.first_critical_on_exposed_detector,
+            "time_to_name_exposed_seconds": self.time_to_name_exposed,
             "findings_above_info": self.findings_above_info,
             "findings_above_info_before_faults": self.findings_above_info_before_faults,
+            "before_faults_by_detector": dict(sorted(self.before_faults_by_detector.items())),
             "window_truth": list(self.window_truth),
             "window_found": list(self.window_found),
             **self.extra,
         }
 
 
-def _score(flagged: set[str], truth: set[str], target: set[str]) -> Score:
-    return Score(len(flagged), len(flagged & truth), len(target), len(flagged & target))
+def _score(
+    flagged: set[str],
+    truth: set[str],
+    target: set[str],
+    first_seconds: float | None = None,
+) -> Score:
+    return Score(
+        len(flagged), len(flagged & truth), len(target), len(flagged & target), first_seconds
+    )
+
+
+def _first(
+    findings: list[dict[str, Any]], rooms: set[str] | None = None
+) -> tuple[float | None, str | None]:
+    """The earliest finding (naming one of `rooms`, when given): its time and detector."""
+    best: tuple[float, str] | None = None
+    for finding in findings:
+        room = finding.get("bootstrap_room")
+        if rooms is not None and (room is None or str(room) not in rooms):
+            continue
+        when = parse_iso_time(finding["time"])
+        if when is not None and (best is None or when < best[0]):
+            best = (when, str(finding["detector"]))
+    return best if best is not None else (None, None)
 
 
 def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
@@ -100,31 +146,43 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
     exposed = {str(e["bootstrap_room"]) for e in truth.get("exposed", [])}
     caught = {str(e["bootstrap_room"]) for e in truth.get("caught", [])}
     every = exposed | caught
+    truth_time = {
+        str(e["bootstrap_room"]): parse_iso_time(e.get("time"))
+        for e in (*truth.get("exposed", []), *truth.get("caught", []))
+    }
     found = {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]}
-    by_detector: dict[str, set[str]] = {}
     serious = [f for f in summary["findings"] if f["severity"] != "info"]
+    by_detector: dict[str, list[dict[str, Any]]] = {}
     for finding in serious:
-        room = finding.get("bootstrap_room")
-        if room is not None:
-            by_detector.setdefault(finding["detector"], set()).add(str(room))
+        if finding.get("bootstrap_room") is not None:
+            by_detector.setdefault(finding["detector"], []).append(finding)
     detectors = {}
-    for name, rooms in by_detector.items():
+    for name, flagged in by_detector.items():
         target = {"exposed": exposed, "caught": caught}.get(TARGETS.get(name, ""), every)
-        detectors[name] = _score(rooms, every, target)
+        first_target = min(
+            (t for r in target if (t := truth_time.get(r)) is not None), default=None
+        )
+        first_flag, _ = _first(flagged, target)
+        latency = (
+            first_flag - first_target
+            if first_flag is not None and first_target is not None
+            else None
+        )
+        rooms = {str(f["bootstrap_room"]) for f in flagged}
+        detectors[name] = _score(rooms, every, target, latency)
     exposed_times = [parse_iso_time(e["time"]) for e in truth.get("exposed", [])]
     first_exposed = min((t for t in exposed_times if t is not None), default=None)
-    critical_times = [
-        parse_iso_time(f["time"]) for f in summary["findings"] if f["severity"] == "critical"
-    ]
-    first_critical = min((t for t in critical_times if t is not None), default=None)
+    critical = [f for f in serious if f["severity"] == "critical"]
+    first_critical, first_critical_detector = _first(critical)
+    on_exposed, on_exposed_detector = _first(critical, exposed)
     faults = [parse_iso_time(p.get("start")) for p in truth.get("phases", [])]
     fault_start = min((t for t in faults if t is not None), default=None)
-    before = 0
+    before: dict[str, int] = {}
     if fault_start is not None:
         for finding in serious:
             when = parse_iso_time(finding["time"])
             if when is not None and when < fault_start:
-                before += 1
+                before[finding["detector"]] = before.get(finding["detector"], 0) + 1
     truth_times = sorted(t for t in exposed_times if t is not None)
     return Evaluation(
         scenario=str(truth.get("scenario")),
@@ -132,8 +190,12 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
         detectors=detectors,
         first_exposed=first_exposed,
         first_critical=first_critical,
+        first_critical_on_exposed=on_exposed,
+        first_critical_detector=first_critical_detector,
+        first_critical_on_exposed_detector=on_exposed_detector,
         findings_above_info=len(serious),
-        findings_above_info_before_faults=before,
+        findings_above_info_before_faults=sum(before.values()),
+        before_faults_by_detector=before,
         fault_start=fault_start,
         window_truth=(
             iso_time(truth_times[0]) if truth_times else None,
@@ -159,15 +221,33 @@ def format_evaluation(ev: Evaluation) -> str:
     ttd = ev.time_to_detect
     lines.append(
         "time from first exposed response to first critical finding: "
-        + ("n/a" if ttd is None else f"{ttd:+.1f} s")
+        + ("n/a" if ttd is None else f"{ttd:+.1f} s ({ev.first_critical_detector})")
     )
+    named = ev.time_to_name_exposed
+    lines.append(
+        "  to the first critical finding naming an exposed response: "
+        + ("n/a" if named is None else f"{named:+.1f} s ({ev.first_critical_on_exposed_detector})")
+    )
+    before = ", ".join(f"{k} {v}" for k, v in sorted(ev.before_faults_by_detector.items()))
     lines.append(
         f"findings above info: {ev.findings_above_info} "
-        f"({ev.findings_above_info_before_faults} before the first fault)"
+        f"({ev.findings_above_info_before_faults} before the first fault"
+        + (f": {before})" if before else ")")
     )
-    lines.append(f"{'detector':<28} {'flagged':>8} {'precision':>10} {'recall':>8}")
+    lines.append(
+        f"{'detector':<28} {'flagged':>8} {'precision':>10} {'recall':>8} {'first (s)':>10}"
+    )
     for name, s in sorted(ev.detectors.items()):
-        lines.append(f"{name:<28} {s.flagged:>8} {_fmt(s.precision):>10} {_fmt(s.recall):>8}")
+        first = "n/a" if s.first_seconds is None else f"{s.first_seconds:+.1f}"
+        lines.append(
+            f"{name:<28} {s.flagged:>8} {_fmt(s.precision):>10} {_fmt(s.recall):>8} {first:>10}"
+        )
+    latencies = [named, *(s.first_seconds for s in ev.detectors.values())]
+    if any(v is not None and -1.0 < v < 0.0 for v in latencies):
+        lines.append(
+            "(a latency negative by under a second: SGLang's log times are whole seconds, "
+            "the ground truth's are not)"
+        )
     return "\n".join(lines) + "\n"
 
 

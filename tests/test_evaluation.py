@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from detectors.evaluation import score
+from detectors.evaluation import format_evaluation, score
 
 
 def _finding(
@@ -58,6 +58,50 @@ def test_precision_recall_and_time_to_detect() -> None:
     assert ev.time_to_detect == 30.0  # first exposure 12:10:00, first critical 12:10:30
     assert ev.findings_above_info == 5
     assert ev.findings_above_info_before_faults == 1
+    assert ev.before_faults_by_detector == {"pool_below_context": 1}
+    # Each detector's latency: from the first response it targets to its first finding on one.
+    assert over.first_seconds == 30.0  # exposed from 12:10:00, room 1 flagged at 12:10:30
+    assert ev.detectors["checksum_mismatch"].first_seconds == 600.0  # caught 12:40, flagged 12:50
+
+
+def test_a_configuration_alarm_before_the_leak_does_not_hide_how_long_the_leak_ran() -> None:
+    summary = _summary(
+        ["1"],
+        [
+            # At start-up, before any fault: a critical finding naming no request.
+            _finding("unsafe_engine_version", None, t="2026-09-08T12:00:00.000Z"),
+            # A critical naming a room that was not exposed comes first among the named ones.
+            _finding("impossibly_fast_prefill", "7", t="2026-09-08T12:09:00.000Z"),
+            _finding("rejected_then_served", "2", t="2026-09-08T12:25:00.000Z"),
+            _finding("over_length_answered", "1", t="2026-09-08T12:40:00.000Z"),
+        ],
+    )
+    ev = score(summary, TRUTH)
+    assert ev.time_to_detect == -600.0  # 12:00 is ten minutes before the first exposure
+    assert ev.first_critical_detector == "unsafe_engine_version"
+    assert ev.time_to_name_exposed == 900.0  # room 2 at 12:25, fifteen minutes after 12:10
+    assert ev.first_critical_on_exposed_detector == "rejected_then_served"
+    assert ev.before_faults_by_detector == {"unsafe_engine_version": 1}
+    printed = format_evaluation(ev)
+    assert "first critical finding: -600.0 s (unsafe_engine_version)" in printed
+    assert "naming an exposed response: +900.0 s (rejected_then_served)" in printed
+    assert "(1 before the first fault: unsafe_engine_version 1)" in printed
+    assert "whole seconds" not in printed  # no latency is negative by under a second
+    data = ev.to_json_dict()
+    assert data["time_to_name_exposed_seconds"] == 900.0
+    assert data["detectors"]["over_length_answered"]["first_seconds"] == 1800.0
+
+
+def test_a_latency_just_below_zero_is_explained_by_whole_second_log_times() -> None:
+    # The log says 12:09:59 for a response the ground truth times at 12:10:00.000.
+    flagged = _finding("over_length_answered", "1", t="2026-09-08T12:09:59.000Z")
+    ev = score(_summary(["1"], [flagged]), TRUTH)
+    assert ev.detectors["over_length_answered"].first_seconds == -1.0
+    assert "whole seconds" not in format_evaluation(ev)  # a whole second early is not rounding
+    flagged["time"] = "2026-09-08T12:09:59.500Z"
+    ev = score(_summary(["1"], [flagged]), TRUTH)
+    assert ev.time_to_name_exposed == -0.5
+    assert "whole seconds" in format_evaluation(ev)
 
 
 def test_eval_command_on_the_small_incident_meets_its_bar() -> None:
