@@ -188,3 +188,41 @@ def test_forensics_cli_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert config.returncode == 2 and "no_such_detector" in config.stderr
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_fail_on_turns_what_was_found_into_the_exit_status(
+    incident: Run, healthy: Run, tmp_path: Path
+) -> None:
+    leaked = [str(incident.sim / "logs"), str(incident.sim / "snapshots")]
+    calm = [str(healthy.sim / "logs"), str(healthy.sim / "snapshots")]
+    exposed = incident.summary["exposure"]["count"]
+    assert exposed > 0 and healthy.summary["exposure"]["count"] == 0
+    # Reports are written either way; only the status says what was found.
+    default = _cli(*leaked, "--out", str(tmp_path / "a"))
+    assert default.returncode == 0, default.stderr
+    failed = _cli(*leaked, "--out", str(tmp_path / "b"), "--fail-on", "exposure")
+    assert failed.returncode == 1
+    assert f"--fail-on exposure: {exposed} exposed responses" in failed.stderr
+    assert (tmp_path / "b" / "forensics.json").exists()
+    critical = incident.summary["findings_by_severity"]["critical"]
+    paged = _cli(*leaked, "--out", str(tmp_path / "b"), "--fail-on", "critical")
+    assert paged.returncode == 1 and f": {critical} critical findings" in paged.stderr
+    # The healthy deployment finds nothing above info: it passes even the strictest level.
+    strict = _cli(*calm, "--out", str(tmp_path / "c"), "--fail-on", "warning", "--workers", "1")
+    assert strict.returncode == 0, strict.stderr
+    assert (tmp_path / "c" / "report.html").exists()
+    # One worker or every core: the same responses named.
+    one = _cli(*leaked, "--out", str(tmp_path / "d"), "--workers", "1")
+    named = json.loads((tmp_path / "d" / "forensics.json").read_text())["exposure"]["requests"]
+    assert one.returncode == 0 and len(named) == exposed
+    zero = _cli(*calm, "--out", str(tmp_path / "e"), "--workers", "0")
+    assert zero.returncode == 2 and "--workers must be at least 1" in zero.stderr

@@ -1,14 +1,27 @@
-"""`kvwatch forensics PATH... --out DIR --json FILE`."""
+"""`kvwatch forensics PATH... --out DIR --json FILE`.
+
+Exit status: 0 when the reports are written, 1 when they are and `--fail-on` names something
+they found (so a scheduled run or a post-incident script can ask "is it still happening?"
+without reading the JSON), 2 on bad arguments or no telemetry.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
+
+# What each `--fail-on` level counts in the summary.
+FAIL_ON: dict[str, str] = {
+    "never": "nothing",
+    "exposure": "exposed responses",
+    "critical": "critical findings",
+    "warning": "findings above info",
+}
 
 
 def add_forensics_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +47,31 @@ def add_forensics_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-parquet", action="store_true", help="skip requests.parquet")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes parsing logs at once (default: one per core)",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=tuple(FAIL_ON),
+        default="never",
+        help="exit 1 when the run finds an exposed response, a critical finding, or any "
+        "finding above info (default: never; the reports are written either way)",
+    )
+
+
+def _failing(summary: dict[str, Any], level: str) -> int:
+    """How many of what `level` names the summary holds."""
+    by_severity = summary["findings_by_severity"]
+    if level == "exposure":
+        return int(summary["exposure"]["count"])
+    if level == "critical":
+        return int(by_severity.get("critical", 0))
+    if level == "warning":
+        return int(by_severity.get("critical", 0)) + int(by_severity.get("warning", 0))
+    return 0
 
 
 def load_detection_config(path: Path | None) -> object:
@@ -50,6 +88,9 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     from collector.forensics.driver import print_outcome, run_forensics, stderr_is_terminal
     from detectors.pipeline import PipelineConfig
 
+    if args.workers is not None and args.workers < 1:
+        err.write(f"kvwatch forensics: --workers must be at least 1, not {args.workers}\n")
+        return 2
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
         err.write(f"kvwatch forensics: no such file or folder: {', '.join(missing)}\n")
@@ -73,9 +114,14 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         config=config,
         progress_stream=progress,
         write_parquet=not args.no_parquet,
+        workers=args.workers,
     )
     print_outcome(result, out)
     if result.summary["input"]["files"] == 0:
         err.write("kvwatch forensics: no telemetry files found in the given paths\n")
         return 2
+    found = _failing(result.summary, args.fail_on)
+    if found:
+        err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
+        return 1
     return 0
