@@ -29,6 +29,7 @@ TARGETS: dict[str, str] = {
     "impossibly_fast_prefill": "exposed",
     "checksum_mismatch": "caught",
     "metadata_corruption": "caught",
+    "kv_canary_violation": "exposed",
 }
 
 
@@ -76,6 +77,8 @@ class Evaluation:
     findings_above_info_before_faults: int
     # Which detectors raised the findings above info that came before the first fault.
     before_faults_by_detector: dict[str, int]
+    # Exposed responses not named but listed among a finding's candidates (one of which was hit).
+    exposure_listed: int
     fault_start: float | None
     window_truth: tuple[str | None, str | None]
     window_found: tuple[str | None, str | None]
@@ -109,6 +112,7 @@ class Evaluation:
             "findings_above_info": self.findings_above_info,
             "findings_above_info_before_faults": self.findings_above_info_before_faults,
             "before_faults_by_detector": dict(sorted(self.before_faults_by_detector.items())),
+            "exposure_listed": self.exposure_listed,
             "window_truth": list(self.window_truth),
             "window_found": list(self.window_found),
             **self.extra,
@@ -152,6 +156,11 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
     }
     found = {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]}
     serious = [f for f in summary["findings"] if f["severity"] != "info"]
+    listed = {
+        str(c.get("bootstrap_room"))
+        for f in serious
+        for c in (f.get("evidence") or {}).get("candidates") or ()
+    }
     by_detector: dict[str, list[dict[str, Any]]] = {}
     for finding in serious:
         if finding.get("bootstrap_room") is not None:
@@ -196,6 +205,7 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
         findings_above_info=len(serious),
         findings_above_info_before_faults=sum(before.values()),
         before_faults_by_detector=before,
+        exposure_listed=len((listed - found) & exposed),
         fault_start=fault_start,
         window_truth=(
             iso_time(truth_times[0]) if truth_times else None,
@@ -216,6 +226,11 @@ def format_evaluation(ev: Evaluation) -> str:
         f"exposure: precision {_fmt(e.precision)}  recall {_fmt(e.recall)}  "
         f"(found {e.flagged}, true {e.true_positives}, truth {e.truth})"
     )
+    if ev.exposure_listed:
+        lines.append(
+            f"          and {ev.exposure_listed} more among the candidates of findings that "
+            f"hit one of several ({e.true_positives + ev.exposure_listed} of {e.truth})"
+        )
     lines.append(f"window: truth {ev.window_truth[0]} .. {ev.window_truth[1]}")
     lines.append(f"        found {ev.window_found[0]} .. {ev.window_found[1]}")
     ttd = ev.time_to_detect

@@ -4,26 +4,121 @@ Feeds the alert `KVWatchKVCanaryViolation`.
 
 `--kv-canary log|raise` stamps canaries into KV slots and verifies them around kernel launches;
 a violation (`kv_canary violation: launch_tag=... fail_reason=...`) means a slot was written by
-the wrong request or at the wrong position. Any violation is critical. One finding per node,
-launch tag, slot and position, so a sweep that reports the same slot again does not page twice.
+the wrong request or at the wrong position: in PD, most often an aborted transfer's RDMA writes
+landing after decode released and re-let the pages (the abort race). Any violation is critical,
+at once. One finding per node, launch tag, slot and position, so a sweep that reports the same
+slot again does not page twice.
+
+The line names a slot, not a request. But the slot belongs to a request holding KV on that node
+at that moment, and in `log` mode that request goes on to answer from the overwritten KV. So each
+violation is also *attributed*: the requests whose side on the node spans its time are gathered
+as they end, and once `attribution_seconds` have passed the violation names them. When exactly
+one was in flight, that is the request hit: a critical finding naming it, an exposed response
+if it was answered with success. When several were, a warning lists them (one of them was hit).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from collections import deque
+from typing import Any, ClassVar, NamedTuple
+
+from pydantic import Field
 
 from collector.events import Event
+from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 
 
 class KVCanaryViolationConfig(DetectorConfig):
-    """No knobs: every violation is critical."""
+    # How long after a violation the requests in flight then are gathered (they are judged when
+    # they end); one still running this much later is not considered.
+    attribution_seconds: float = Field(default=1800.0, gt=0)
+    # Violations awaiting attribution at once; beyond this the oldest is attributed early.
+    max_pending: int = Field(default=10_000, ge=1)
+    # Requests listed per violation when several were in flight (the rest are counted).
+    max_candidates: int = Field(default=50, ge=1)
+
+
+class Candidate(NamedTuple):
+    """A request in flight on the violation's node: the ids, nodes and figures a responder
+    needs to find it (metadata only), and whether the client got an answer."""
+
+    rid: str | None  # the serving node's id for it
+    bootstrap_room: str | None
+    node: str | None  # the serving node
+    time: float | None  # when the client got the answer
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    prefill_node: str | None
+    prefill_rid: str | None
+    served: bool
+
+
+class _Pending:
+    """A violation waiting for the requests that were in flight when it happened."""
+
+    __slots__ = ("node", "time", "deadline", "subject", "evidence", "candidates", "more")
+
+    def __init__(
+        self,
+        node: str,
+        time: float,
+        deadline: float,
+        subject: str,
+        evidence: dict[str, Any],
+        candidates: list[Candidate] | None = None,
+        more: int = 0,
+    ) -> None:
+        self.node = node
+        self.time = time
+        self.deadline = deadline
+        self.subject = subject
+        self.evidence = evidence
+        self.candidates: list[Candidate] = candidates if candidates is not None else []
+        self.more = more
+
+    def spans(self, start: float | None, end: float | None) -> bool:
+        """A side from `start` to `end` held KV at the violation's time. Log times are cut to
+        the second (or the millisecond), the true moment lies in `[time, time + resolution)`:
+        so the side began before `time + resolution`, and its end, cut or not, is not before
+        the violation's second."""
+        if start is None or end is None:
+            return False
+        time = self.time
+        resolution = 1.0 if time == math.floor(time) else 0.001
+        return start < time + resolution and end >= math.floor(time)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "time": self.time,
+            "deadline": self.deadline,
+            "subject": self.subject,
+            "evidence": self.evidence,
+            "candidates": [list(c) for c in self.candidates],
+            "more": self.more,
+        }
+
+    @classmethod
+    def from_state(cls, raw: dict[str, Any]) -> _Pending:
+        candidates = [Candidate._make([*c[:-1], bool(c[-1])]) for c in raw["candidates"]]
+        return cls(
+            str(raw["node"]),
+            float(raw["time"]),
+            float(raw["deadline"]),
+            str(raw["subject"]),
+            dict(raw["evidence"]),
+            candidates,
+            int(raw["more"]),
+        )
 
 
 class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
-    """Critical finding per canary violation; feeds `KVWatchKVCanaryViolation`.
+    """Critical finding per canary violation, then the request it hit; feeds
+    `KVWatchKVCanaryViolation`.
 
     Examples
     --------
@@ -40,6 +135,26 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
     alert: ClassVar[str] = "KVWatchKVCanaryViolation"
     config_class: ClassVar[type[DetectorConfig]] = KVCanaryViolationConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"kv_canary_violation"})
+    wants_requests: ClassVar[bool] = True
+    windowed: ClassVar[bool] = True
+
+    @classmethod
+    def _unit_test_params(cls) -> dict[str, Any]:
+        return {"attribution_seconds": 600.0}
+
+    def _init_learned(self) -> None:
+        # Violations awaiting attribution, oldest first (deadlines follow event time).
+        self.pending_: deque[_Pending] = deque()
+
+    def _learned_state(self) -> dict[str, Any]:
+        return {"pending": [p.to_state() for p in self.pending_]}
+
+    def _load_learned(self, state: dict[str, Any]) -> None:
+        self.pending_ = deque(_Pending.from_state(raw) for raw in state.get("pending") or [])
+
+    def due_at(self) -> float:
+        pending = self.__dict__.get("pending_")
+        return pending[0].deadline if pending else math.inf
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
         tag = event.get("launch_tag")
@@ -50,17 +165,136 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             f"KV canary violation on {event.node}: {tag} failed {reason} at slot {slot}, "
             f"position {position}; a KV slot holds data it should not"
         )
-        return [
+        subject = f"{event.node}:{tag}:{slot}:{position}"
+        evidence = {
+            "launch_tag": tag,
+            "fail_reason": reason,
+            "slot_idx": slot,
+            "position": position,
+        }
+        findings = [
             self._event_finding(
-                "critical",
-                event,
-                summary=summary,
-                subject=f"{event.node}:{tag}:{slot}:{position}",
+                "critical", event, summary=summary, subject=subject, evidence=evidence
+            )
+        ]
+        # A slot reported again while its first report waits is attributed once, at the first.
+        if event.time is not None and all(p.subject != subject for p in self.pending_):
+            if len(self.pending_) >= self.config.max_pending:
+                findings += self._attribute(self.pending_.popleft())
+            self.pending_.append(
+                _Pending(
+                    event.node,
+                    event.time,
+                    event.time + self.config.attribution_seconds,
+                    subject,
+                    {**evidence, "source": event.source},
+                )
+            )
+        return findings
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        if not self.pending_:
+            return []  # the usual case: no violation waiting
+        serving = record.serving
+        for pending in self.pending_:
+            for side in record.sides:
+                if side.node != pending.node or not pending.spans(side.start_time, side.end_time):
+                    continue
+                if len(pending.candidates) >= self.config.max_candidates:
+                    pending.more += 1
+                    break
+                answered_by = serving if serving is not None else side
+                prefill = record.prefill
+                pending.candidates.append(
+                    Candidate(
+                        answered_by.rid,
+                        record.bootstrap_room,
+                        answered_by.node,
+                        record.time,
+                        record.prompt_tokens,
+                        record.cached_tokens,
+                        prefill.node if prefill is not None else None,
+                        prefill.rid if prefill is not None else None,
+                        record.served,
+                    )
+                )
+                break
+        return []
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        findings: list[Finding] = []
+        pending = self.pending_
+        while pending and pending[0].deadline <= now:
+            findings += self._attribute(pending.popleft())
+        return findings
+
+    def _attribute(self, pending: _Pending) -> list[Finding]:
+        """The finding naming what a violation hit: nothing when no logged request was in
+        flight on its node then."""
+        count = len(pending.candidates) + pending.more
+        if count == 0:
+            return []
+        where = f"KV canary violation on {pending.node} at slot {pending.evidence['slot_idx']}"
+        if count == 1:
+            hit = pending.candidates[0]
+            outcome = (
+                "answered with success from the overwritten KV"
+                if hit.served
+                else "not answered with success"
+            )
+            return [
+                self._finding(
+                    "critical",
+                    time=hit.time if hit.time is not None else pending.time,
+                    node=hit.node,
+                    summary=(
+                        f"{where}: the only request in flight there, rid={hit.rid} "
+                        f"room={hit.bootstrap_room} ({hit.prompt_tokens} prompt tokens), was "
+                        f"{outcome}"
+                    ),
+                    subject=(
+                        f"room:{hit.bootstrap_room}"
+                        if hit.bootstrap_room
+                        else f"{hit.node}:{hit.rid}"
+                    ),
+                    evidence={
+                        **pending.evidence,
+                        "violation_time": pending.time,
+                        "in_flight": 1,
+                        "prompt_tokens": hit.prompt_tokens,
+                        "cached_tokens": hit.cached_tokens,
+                        "prefill_node": hit.prefill_node,
+                        "prefill_rid": hit.prefill_rid,
+                    },
+                    rid=hit.rid,
+                    bootstrap_room=hit.bootstrap_room,
+                    exposure=(hit.served and hit.prompt_tokens is not None and hit.rid is not None),
+                )
+            ]
+        rooms = [c.bootstrap_room for c in pending.candidates]
+        shown = ", ".join(str(r) for r in rooms[:5]) + (", ..." if count > 5 else "")
+        return [
+            self._finding(
+                "warning",
+                time=pending.time,
+                node=pending.node,
+                summary=(
+                    f"{where}: one of the {count} requests in flight there was hit (rooms {shown})"
+                ),
+                subject=f"{pending.subject}:in-flight",
                 evidence={
-                    "launch_tag": tag,
-                    "fail_reason": reason,
-                    "slot_idx": slot,
-                    "position": position,
+                    **pending.evidence,
+                    "in_flight": count,
+                    "candidates": [
+                        {
+                            "rid": c.rid,
+                            "bootstrap_room": c.bootstrap_room,
+                            "node": c.node,
+                            "time": c.time,
+                            "served": c.served,
+                        }
+                        for c in pending.candidates
+                    ],
                 },
             )
         ]

@@ -87,3 +87,75 @@ def test_canary_violations_are_critical_once_per_slot():
     )
     assert [f.evidence["slot_idx"] for f in findings] == [18433, 7]
     assert all(f.severity == "critical" for f in findings)
+
+
+VIOLATION = {
+    "launch_tag": "TAIL_K_FULL",
+    "fail_reason": "verify_chain_hash",
+    "slot_idx": 18433,
+    "position": 511,
+}
+
+
+def _served(room: int, start: float, end: float, decode: str = "decode-0") -> list[Event]:
+    """An honest request whose decode side holds KV on `decode` from `start` to `end`."""
+    from detectors.examples import request
+
+    return request(
+        room, start, prompt=4000, prefill_seconds=0.5, ttft=end - start - 3.0, decode=decode
+    )
+
+
+def _attribute(*events: Event) -> list:
+    detector = KVCanaryViolation(attribution_seconds=600.0)
+    ordered = sorted(events, key=lambda e: e.time or 0.0)
+    return list(DetectionPipeline(detectors=[detector]).run(ordered))
+
+
+def test_a_canary_violation_names_the_only_request_in_flight_on_its_node():
+    findings = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION),
+        # The same slot reported again while the first report waits, when room 5 is in flight.
+        ev("kv_canary_violation", "decode-0", T + 95, **VIOLATION),
+        *_served(5, T + 92, T + 99),
+        *_served(1, T + 40, T + 90),  # holds KV on decode-0 across the violation: hit
+        *_served(2, T + 45, T + 80, decode="decode-1"),  # in flight, but on another node
+        *_served(3, T, T + 49.5),  # ended on decode-0 half a second before it
+        *_served(4, T + 51, T + 70),  # began on decode-0 the second after it
+    )
+    page, named = findings  # the page at once, then the request it hit (the repeat: neither)
+    assert page.severity == "critical" and page.bootstrap_room is None and page.time == T + 50
+    assert named.severity == "critical" and named.exposure
+    assert (named.bootstrap_room, named.rid, named.node) == ("1", "d1", "decode-0")
+    assert named.evidence["violation_time"] == T + 50 and named.evidence["prompt_tokens"] == 4000
+
+
+def test_a_canary_violation_with_several_requests_in_flight_lists_them_without_naming_one():
+    findings = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION),
+        *_served(1, T + 40, T + 90),
+        # Log times are whole seconds: a side that ended at 50.7 or began at 50.5 may have
+        # held KV at the violation, which happened somewhere in [50, 51).
+        *_served(2, T + 20, T + 50.7),
+        *_served(3, T + 50.5, T + 75),
+    )
+    page, listed = findings
+    assert listed.severity == "warning" and not listed.exposure and listed.bootstrap_room is None
+    rooms = {c["bootstrap_room"] for c in listed.evidence["candidates"]}
+    assert rooms == {"1", "2", "3"} and listed.evidence["in_flight"] == 3
+
+
+def test_a_canary_violation_that_hit_a_failed_request_names_it_but_exposes_nothing():
+    from detectors.examples import request
+
+    aborted = request(5, T + 40, prompt=4000, prefill_seconds=0.5, ttft=1.0)
+    aborted[-1].fields.update(finish_type="abort", status_code=500, completion_tokens=0)
+    page, named = _attribute(ev("kv_canary_violation", "decode-0", T + 41, **VIOLATION), *aborted)
+    assert named.severity == "critical" and named.bootstrap_room == "5" and not named.exposure
+
+
+def test_a_canary_violation_with_nothing_logged_in_flight_only_pages():
+    (page,) = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *_served(1, T, T + 10)
+    )
+    assert page.severity == "critical" and page.bootstrap_room is None

@@ -92,6 +92,17 @@ def test_a_configuration_alarm_before_the_leak_does_not_hide_how_long_the_leak_r
     assert data["detectors"]["over_length_answered"]["first_seconds"] == 1800.0
 
 
+def test_exposed_responses_listed_among_candidates_are_counted_apart_from_those_named() -> None:
+    listing = _finding("kv_canary_violation", None, "warning")
+    # Room 1 is named elsewhere, room 2 was exposed but only listed, room 8 was never exposed.
+    listing["evidence"] = {"candidates": [{"bootstrap_room": r} for r in ("1", "2", "8")]}
+    ev = score(_summary(["1"], [listing]), TRUTH)
+    assert ev.exposure.recall == 1 / 3 and ev.exposure_listed == 1
+    assert "and 1 more among the candidates of findings that hit one of several (2 of 3)" in (
+        format_evaluation(ev)
+    )
+
+
 def test_a_latency_just_below_zero_is_explained_by_whole_second_log_times() -> None:
     # The log says 12:09:59 for a response the ground truth times at 12:10:00.000.
     flagged = _finding("over_length_answered", "1", t="2026-09-08T12:09:59.000Z")

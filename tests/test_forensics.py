@@ -121,6 +121,37 @@ def test_abort_race_mismatches_and_corruptions_are_critical_and_named(abort_race
         assert caught == named, cause
 
 
+def test_abort_race_canary_violations_name_the_responses_late_writes_hit(abort_race: Run) -> None:
+    hit = {e["bootstrap_room"] for e in abort_race.truth["exposed"] if e["cause"] == "late_write"}
+    findings = [f for f in abort_race.summary["findings"] if f["detector"] == "kv_canary_violation"]
+    pages = [f for f in findings if f["severity"] == "critical" and f["bootstrap_room"] is None]
+    named = {
+        r["bootstrap_room"]
+        for r in abort_race.summary["exposure"]["requests"]
+        if "kv_canary_violation" in r["evidence"]
+    }
+    lists = [f["evidence"]["candidates"] for f in findings if "candidates" in f["evidence"]]
+    assert pages and named and lists
+    # Every response it names was really hit, and every list holds a response that was.
+    assert named <= hit
+    assert all({c["bootstrap_room"] for c in listed} & hit for listed in lists)
+    # Each violation is accounted for: it named the request it hit, or listed those in flight.
+    singles = [f for f in findings if f["bootstrap_room"] is not None]
+    assert len(singles) + len(lists) == len(pages)
+    # Named after their rows were written, they are exposed in the request table too, and the
+    # report can say where their prefill lines are.
+    table = pq.read_table(abort_race.out / "requests.parquet", columns=["key", "exposed_by"])
+    marked = {
+        key
+        for key, by in zip(table["key"].to_pylist(), table["exposed_by"].to_pylist(), strict=True)
+        if "kv_canary_violation" in by
+    }
+    assert marked == named
+    entries = abort_race.summary["exposure"]["requests"]
+    assert all(r["prefill_node"] for r in entries if r["bootstrap_room"] in named)
+    jsonschema.validate(abort_race.summary, json.loads(SCHEMA_PATH.read_text()))
+
+
 def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Run) -> None:
     storm = [f for f in abort_race.serious() if f["detector"] == "deferred_release_timeouts"]
     assert storm

@@ -47,6 +47,27 @@ def test_rows_are_written_a_batch_at_a_time_and_read_back_in_order(tmp_path: Pat
     assert writer.rows == 10
 
 
+def test_requests_exposed_after_their_row_was_written_are_marked_when_the_file_closes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "requests.parquet"
+    writer = RequestParquetWriter(path, batch_rows=4)
+    for i in range(10):
+        writer.add(_record(i), ["over_length_answered"] if i == 6 else [])
+    # Rows 2 and 6 were exposed later (6 already was, by another detector); "room:99" has no row.
+    later = {"room:2": {"kv_canary_violation"}, "room:6": {"kv_canary_violation"}}
+    writer.close(exposed_later={**later, "room:99": {"kv_canary_violation"}})
+    table = pq.read_table(path)
+    assert table.schema.equals(SCHEMA) and table.num_rows == 10
+    assert table.column("key").to_pylist() == [f"room:{i}" for i in range(10)]
+    exposed = table.column("exposed_by").to_pylist()
+    assert exposed[2] == ["kv_canary_violation"]
+    assert exposed[6] == ["kv_canary_violation", "over_length_answered"]
+    assert [e for i, e in enumerate(exposed) if i not in (2, 6)] == [[]] * 8
+    assert table.column("prompt_tokens").to_pylist() == [1000 + i for i in range(10)]
+    assert [p.name for p in tmp_path.iterdir()] == ["requests.parquet"]  # no scratch file left
+
+
 def test_no_requests_still_make_a_valid_empty_file(tmp_path: Path) -> None:
     writer = RequestParquetWriter(tmp_path / "requests.parquet")
     writer.close()

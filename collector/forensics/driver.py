@@ -87,6 +87,12 @@ class _Evidence:
         self.deferred: dict[float, Counter[str]] = {}
         self.parquet = parquet
         self.records = 0
+        # Exposure findings made while their request was judged (`record`), not yet noted.
+        self._judged_with_record: set[int] = set()
+        # Requests exposed by a finding made after their row was written (a KV canary
+        # violation is attributed once the requests in flight have ended): Parquet key ->
+        # detectors, for `RequestParquetWriter.close`.
+        self.exposed_later: dict[str, set[str]] = {}
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -95,17 +101,28 @@ class _Evidence:
             self.findings_dropped[finding.detector] += 1
         if finding.exposure:
             self._exposed_entry(finding).evidence.append(finding.detector)
+            if id(finding) in self._judged_with_record:
+                self._judged_with_record.discard(id(finding))
+            else:
+                key = finding.bootstrap_room or f"{finding.node}|{finding.rid}"
+                self.exposed_later.setdefault(key, set()).add(finding.detector)
 
     def _exposed_entry(self, finding: Finding) -> ExposedRequest:
         key = finding.bootstrap_room or f"rid:{finding.node}:{finding.rid}"
         entry = self.exposed.get(key)
         if entry is None:
+            evidence = finding.evidence
+            # Filled from the request itself when it is judged (`record`); a finding made
+            # later carries the same details in its evidence.
             entry = self.exposed[key] = ExposedRequest(
                 finding.rid,
                 finding.bootstrap_room,
                 finding.node,
                 finding.time,
-                _int(finding.evidence.get("prompt_tokens")),
+                _int(evidence.get("prompt_tokens")),
+                _int(evidence.get("cached_tokens")),
+                _text(evidence.get("prefill_node")),
+                _text(evidence.get("prefill_rid")),
             )
         return entry
 
@@ -115,6 +132,7 @@ class _Evidence:
         self.records += 1
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
+        self._judged_with_record.update(id(f) for f in exposing)
         serving = record.serving
         prefill = record.prefill
         if exposing:
@@ -235,6 +253,10 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _text(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
 @dataclass
 class ForensicsResult:
     summary: dict[str, Any]
@@ -301,7 +323,7 @@ def run_forensics(
     finally:
         progress.close()
         if parquet is not None:
-            parquet.close()
+            parquet.close(exposed_later=evidence.exposed_later)
     stats.finished = time.perf_counter()
     if parquet is not None:
         outputs["parquet"] = parquet.path

@@ -7,6 +7,8 @@ only: no text ever reaches a `RequestRecord`.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -99,8 +101,34 @@ class RequestParquetWriter:
         self._writer.write_table(table)
         self._rows = {name: [] for name in SCHEMA.names}
 
-    def close(self) -> None:
+    def close(self, exposed_later: Mapping[str, Set[str]] | None = None) -> None:
+        """Finish the file. `exposed_later` (row `key` -> detectors) names requests that a
+        finding exposed after their row was written: their `exposed_by` gains those detectors,
+        in a second pass over the file a batch at a time (taken only when there are any)."""
         self._flush()
         if self._writer is None:  # no requests at all: still an empty, valid file
             self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
         self._writer.close()
+        if exposed_later:
+            self._add_exposures(exposed_later)
+
+    def _add_exposures(self, exposed_later: Mapping[str, Set[str]]) -> None:
+        rewritten = self.path.with_name(self.path.name + ".tmp")
+        column = SCHEMA.get_field_index("exposed_by")
+        with (
+            pq.ParquetFile(self.path) as source,
+            pq.ParquetWriter(rewritten, SCHEMA, compression="zstd") as writer,
+        ):
+            for batch in source.iter_batches(batch_size=self.batch_rows):
+                keys = batch.column("key").to_pylist()
+                if not any(key in exposed_later for key in keys):
+                    writer.write_batch(batch)
+                    continue
+                exposed_by = [
+                    sorted(set(before) | exposed_later[key]) if key in exposed_later else before
+                    for key, before in zip(keys, batch.column(column).to_pylist(), strict=True)
+                ]
+                columns = list(batch.columns)
+                columns[column] = pa.array(exposed_by, type=SCHEMA.field(column).type)
+                writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
+        os.replace(rewritten, self.path)
