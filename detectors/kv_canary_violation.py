@@ -11,8 +11,9 @@ slot again does not page twice.
 
 The line names a slot, not a request. But the slot belongs to a request holding KV on that node
 at that moment, and in `log` mode that request goes on to answer from the overwritten KV. So each
-violation is also *attributed*: the requests whose side on the node spans its time are gathered
-as they end, and once `attribution_seconds` have passed the violation names them. When exactly
+violation is also *attributed*: the requests whose side on the node spans its time (for a check
+at a kernel launch, whose forward pass had begun) are gathered as they end, and once
+`attribution_seconds` have passed the violation names them. When exactly
 one was in flight, that is the request hit: a critical finding naming it, an exposed response
 if it was answered with success. When several were, a warning lists them (one of them was hit).
 """
@@ -26,7 +27,7 @@ from typing import Any, ClassVar, NamedTuple
 from pydantic import Field
 
 from collector.events import Event
-from collector.state.request_record import RequestRecord
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -40,6 +41,9 @@ class KVCanaryViolationConfig(DetectorConfig):
     max_pending: int = Field(default=10_000, ge=1)
     # Requests listed per violation when several were in flight (the rest are counted).
     max_candidates: int = Field(default=50, ge=1)
+    # How far a finish line may trail the scheduler's end of the request; a request whose
+    # forward pass began later than this after the violation was not hit (launch checks only).
+    finish_lag_seconds: float = Field(default=1.0, ge=0)
 
 
 class Candidate(NamedTuple):
@@ -80,16 +84,29 @@ class _Pending:
         self.candidates: list[Candidate] = candidates if candidates is not None else []
         self.more = more
 
-    def spans(self, start: float | None, end: float | None) -> bool:
-        """A side from `start` to `end` held KV at the violation's time. Log times are cut to
-        the second (or the millisecond), the true moment lies in `[time, time + resolution)`:
-        so the side began before `time + resolution`, and its end, cut or not, is not before
-        the violation's second."""
+    def hit_could_be(self, side: SideRecord, finish_lag: float) -> bool:
+        """`side` could be the one whose slot the violation found overwritten.
+
+        Log times are cut to the second (or the millisecond): the true moment lies in
+        `[time, time + resolution)`. So the side held KV then if it began before
+        `time + resolution` and its end, cut or not, is not before the violation's second.
+        A check at a kernel launch (`HEAD_`/`TAIL_` tags, not `SWEEP_`) reads the slots of
+        requests in the batch being run, so a side whose forward pass (time stats:
+        `forward_duration` before its finish line, which may trail the scheduler by up to
+        `finish_lag`) began later than that was still waiting, not hit."""
+        start, end = side.start_time, side.end_time
         if start is None or end is None:
             return False
         time = self.time
-        resolution = 1.0 if time == math.floor(time) else 0.001
-        return start < time + resolution and end >= math.floor(time)
+        latest = time + (1.0 if time == math.floor(time) else 0.001)
+        if not (start < latest and end >= math.floor(time)):
+            return False
+        forward = side.durations.get("forward_duration")
+        if forward is None or side.finished_time is None:
+            return True
+        if str(self.evidence.get("launch_tag") or "").startswith("SWEEP"):
+            return True
+        return side.finished_time - forward < latest + finish_lag
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -196,9 +213,10 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
         if not self.pending_:
             return []  # the usual case: no violation waiting
         serving = record.serving
+        finish_lag = self.config.finish_lag_seconds
         for pending in self.pending_:
             for side in record.sides:
-                if side.node != pending.node or not pending.spans(side.start_time, side.end_time):
+                if side.node != pending.node or not pending.hit_could_be(side, finish_lag):
                     continue
                 if len(pending.candidates) >= self.config.max_candidates:
                     pending.more += 1

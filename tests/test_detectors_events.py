@@ -159,3 +159,36 @@ def test_a_canary_violation_with_nothing_logged_in_flight_only_pages():
         ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *_served(1, T, T + 10)
     )
     assert page.severity == "critical" and page.bootstrap_room is None
+
+
+def _decoding_from(room: int, start: float, forward_start: float, end: float) -> list[Event]:
+    """A request holding KV on decode-0 from `start`, in the running batch from `forward_start`
+    (its decode time stats say so) until `end`."""
+    stats = ev(
+        "request_time_stats",
+        "decode-0",
+        end,
+        rid=f"d{room:x}",
+        bootstrap_room=str(room),
+        role="decode",
+        input_len=4000,
+        cached_input_len=0,
+        output_len=100,
+        forward_duration=end - forward_start,
+    )
+    return [*_served(room, start, end), stats]
+
+
+def test_a_launch_check_cannot_have_hit_a_request_still_waiting_for_its_forward_pass():
+    waiting = _decoding_from(1, T + 40, forward_start=T + 60, end=T + 90)
+    running = _decoding_from(2, T + 40, forward_start=T + 45, end=T + 90)
+    page, named = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *waiting, *running
+    )
+    assert named.bootstrap_room == "2" and named.exposure
+    # A sweep checks every protected slot, waiting requests' too: both stay candidates.
+    sweep = dict(VIOLATION, launch_tag="SWEEP_K_FULL")
+    page, listed = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **sweep), *waiting, *running
+    )
+    assert {c["bootstrap_room"] for c in listed.evidence["candidates"]} == {"1", "2"}
