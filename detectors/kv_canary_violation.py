@@ -160,18 +160,34 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
         return {"attribution_seconds": 600.0}
 
     def _init_learned(self) -> None:
-        # Violations awaiting attribution, oldest first (deadlines follow event time).
-        self.pending_: deque[_Pending] = deque()
+        # Violations awaiting attribution by subject, oldest first (deadlines follow event
+        # time), and the same per node, where requests look them up.
+        self.pending_: dict[str, _Pending] = {}
+        self.pending_by_node_: dict[str, deque[_Pending]] = {}
 
     def _learned_state(self) -> dict[str, Any]:
-        return {"pending": [p.to_state() for p in self.pending_]}
+        return {"pending": [p.to_state() for p in self.pending_.values()]}
 
     def _load_learned(self, state: dict[str, Any]) -> None:
-        self.pending_ = deque(_Pending.from_state(raw) for raw in state.get("pending") or [])
+        for raw in state.get("pending") or []:
+            self._wait(_Pending.from_state(raw))
+
+    def _wait(self, pending: _Pending) -> None:
+        self.pending_[pending.subject] = pending
+        self.pending_by_node_.setdefault(pending.node, deque()).append(pending)
+
+    def _settle_oldest(self) -> list[Finding]:
+        subject = next(iter(self.pending_))
+        pending = self.pending_.pop(subject)
+        queue = self.pending_by_node_[pending.node]
+        queue.popleft()  # the node's oldest too: both follow event time
+        if not queue:
+            del self.pending_by_node_[pending.node]
+        return self._attribute(pending)
 
     def due_at(self) -> float:
         pending = self.__dict__.get("pending_")
-        return pending[0].deadline if pending else math.inf
+        return next(iter(pending.values())).deadline if pending else math.inf
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
         tag = event.get("launch_tag")
@@ -195,10 +211,10 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             )
         ]
         # A slot reported again while its first report waits is attributed once, at the first.
-        if event.time is not None and all(p.subject != subject for p in self.pending_):
+        if event.time is not None and subject not in self.pending_:
             if len(self.pending_) >= self.config.max_pending:
-                findings += self._attribute(self.pending_.popleft())
-            self.pending_.append(
+                findings += self._settle_oldest()
+            self._wait(
                 _Pending(
                     event.node,
                     event.time,
@@ -212,38 +228,48 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         if not self.pending_:
             return []  # the usual case: no violation waiting
-        serving = record.serving
         finish_lag = self.config.finish_lag_seconds
-        for pending in self.pending_:
-            for side in record.sides:
-                if side.node != pending.node or not pending.hit_could_be(side, finish_lag):
-                    continue
-                if len(pending.candidates) >= self.config.max_candidates:
-                    pending.more += 1
+        given: set[int] = set()  # violations this request is already a candidate of
+        for side in record.sides:
+            queue = self.pending_by_node_.get(side.node)
+            start = side.start_time
+            if queue is None or start is None:
+                continue
+            # Newest first, down to the side's own start: a flood of violations on one node
+            # costs each request only the ones during its life there.
+            for pending in reversed(queue):
+                if pending.time < start - 1.0:
                     break
-                answered_by = serving if serving is not None else side
-                prefill = record.prefill
-                pending.candidates.append(
-                    Candidate(
-                        answered_by.rid,
-                        record.bootstrap_room,
-                        answered_by.node,
-                        record.time,
-                        record.prompt_tokens,
-                        record.cached_tokens,
-                        prefill.node if prefill is not None else None,
-                        prefill.rid if prefill is not None else None,
-                        record.served,
-                    )
-                )
-                break
+                if id(pending) in given or not pending.hit_could_be(side, finish_lag):
+                    continue
+                given.add(id(pending))
+                self._add_candidate(pending, record, side)
         return []
+
+    def _add_candidate(self, pending: _Pending, record: RequestRecord, side: SideRecord) -> None:
+        if len(pending.candidates) >= self.config.max_candidates:
+            pending.more += 1
+            return
+        answered_by = record.serving if record.serving is not None else side
+        prefill = record.prefill
+        pending.candidates.append(
+            Candidate(
+                answered_by.rid,
+                record.bootstrap_room,
+                answered_by.node,
+                record.time,
+                record.prompt_tokens,
+                record.cached_tokens,
+                prefill.node if prefill is not None else None,
+                prefill.rid if prefill is not None else None,
+                record.served,
+            )
+        )
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
         findings: list[Finding] = []
-        pending = self.pending_
-        while pending and pending[0].deadline <= now:
-            findings += self._attribute(pending.popleft())
+        while self.pending_ and next(iter(self.pending_.values())).deadline <= now:
+            findings += self._settle_oldest()
         return findings
 
     def _attribute(self, pending: _Pending) -> list[Finding]:

@@ -192,3 +192,24 @@ def test_a_launch_check_cannot_have_hit_a_request_still_waiting_for_its_forward_
         ev("kv_canary_violation", "decode-0", T + 50, **sweep), *waiting, *running
     )
     assert {c["bootstrap_room"] for c in listed.evidence["candidates"]} == {"1", "2"}
+
+
+def test_beyond_max_pending_the_oldest_violation_is_attributed_with_what_it_has():
+    detector = KVCanaryViolation(attribution_seconds=600.0, max_pending=1)
+    stream = sorted(
+        [
+            *_served(1, T + 40, T + 45),
+            ev("kv_canary_violation", "decode-0", T + 42, **VIOLATION),
+            # Later than the ledger's wait for room 1 (its roles are unknown: the join window).
+            ev("kv_canary_violation", "decode-0", T + 400, **dict(VIOLATION, slot_idx=7)),
+        ],
+        key=lambda e: e.time or 0.0,
+    )
+    findings = list(DetectionPipeline(detectors=[detector]).run(stream))
+    # The second violation pages, and settles the first at once, long before its 600 s: room 1,
+    # which had ended by then, is named.
+    assert [(f.time, f.bootstrap_room) for f in findings] == [
+        (T + 42, None),
+        (T + 400, None),
+        (T + 45, "1"),
+    ]
