@@ -9,13 +9,13 @@ landing after decode released and re-let the pages (the abort race). Any violati
 at once. One finding per node, launch tag, slot and position, so a sweep that reports the same
 slot again does not page twice.
 
-The line names a slot, not a request. But the slot belongs to a request holding KV on that node
-at that moment, and in `log` mode that request goes on to answer from the overwritten KV. So each
-violation is also *attributed*: the requests whose side on the node spans its time (for a check
-at a kernel launch, whose forward pass had begun) are gathered as they end, and once
-`attribution_seconds` have passed the violation names them. When exactly
-one was in flight, that is the request hit: a critical finding naming it, an exposed response
-if it was answered with success. When several were, a warning lists them (one of them was hit).
+The line names a slot, not a request. But the slot belongs to a request holding KV on that node at
+that moment, and in `log` mode that request goes on to answer from the overwritten KV. So each
+violation is also *attributed*: the requests whose side on the node spans its time (for a check at
+a kernel launch, whose forward pass had begun) are gathered as they end, and once
+`attribution_seconds` have passed the violation names them. When exactly one was in flight, that is
+the request hit: a critical finding naming it, an exposed response if it was answered with success.
+When several were, a warning lists them (one of them was hit).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
         subject = next(iter(self.pending_))
         pending = self.pending_.pop(subject)
         queue = self.pending_by_node_[pending.node]
-        queue.popleft()  # the node's oldest too: both follow event time
+        queue.popleft()  # the node's oldest too: both keep the order violations came in
         if not queue:
             del self.pending_by_node_[pending.node]
         return self._attribute(pending)
