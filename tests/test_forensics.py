@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import subprocess
@@ -105,6 +106,7 @@ def test_reports_carry_no_request_text(incident: Run) -> None:
 def test_healthy_long_context_raises_nothing_above_info(healthy: Run) -> None:
     assert healthy.summary["exposure"]["count"] == 0
     assert healthy.serious() == []
+    assert "Possibly hit" not in (healthy.out / "report.md").read_text()
     assert healthy.summary["input"]["unclassified_engine_lines"] == 0
 
 
@@ -150,6 +152,15 @@ def test_abort_race_canary_violations_name_the_responses_late_writes_hit(abort_r
     entries = abort_race.summary["exposure"]["requests"]
     assert all(r["prefill_node"] for r in entries if r["bootstrap_room"] in named)
     jsonschema.validate(abort_race.summary, json.loads(SCHEMA_PATH.read_text()))
+    # The report lists them for a responder, the CSV keeps each list as JSON.
+    report = (abort_race.out / "report.md").read_text()
+    section = report.split("## Possibly hit: one request of each row was")[1].split("\n## ")[0]
+    assert all(c["bootstrap_room"] in section for listed in lists for c in listed)
+    with open(abort_race.out / "findings.csv", newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if "candidates=" in r["evidence"]]
+    # Evidence keys are sorted, so the list runs from "candidates=" to the next key.
+    in_csv = [r["evidence"].removeprefix("candidates=").split(";fail_reason=")[0] for r in rows]
+    assert [json.loads(text) for text in in_csv] == lists
 
 
 def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Run) -> None:

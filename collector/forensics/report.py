@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,8 +40,32 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
         for finding in findings:
             row = [finding.get(c) for c in columns[:-1]]
             evidence = finding.get("evidence") or {}
-            row.append(";".join(f"{k}={v}" for k, v in sorted(evidence.items())))
+            row.append(";".join(f"{k}={_value(v)}" for k, v in sorted(evidence.items())))
             writer.writerow(["" if v is None else v for v in row])
+
+
+def _value(value: Any) -> str:
+    """An evidence value for the CSV: lists and mappings (a finding's candidates) as JSON."""
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Findings that list the requests one of which was hit (a KV canary violation with several
+    in flight on its node): the responses a responder checks next, after the exposed ones."""
+    return [
+        f
+        for f in summary["findings"]
+        if f["severity"] != "info" and (f.get("evidence") or {}).get("candidates")
+    ]
+
+
+def _candidates(finding: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{c.get('bootstrap_room') or '-'} ({c.get('node') or '?'} {c.get('rid') or '?'})"
+        for c in finding["evidence"]["candidates"]
+    )
 
 
 class ConfigGap(NamedTuple):
@@ -110,6 +135,18 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
             out.append(f"\n({len(exposure['requests']) - TABLE_ROWS:,} more in the JSON summary)")
     else:
         out.append("None.")
+    lists = possibly_hit(summary)
+    if lists:
+        out += ["", "## Possibly hit: one request of each row was", ""]
+        out.append("| time | node | finding | requests in flight: room (node, rid) |")
+        out.append("|---|---|---|---|")
+        for finding in lists[:TABLE_ROWS]:
+            out.append(
+                f"| {finding['time']} | {finding['node']} | {finding['detector']} | "
+                f"{_candidates(finding)} |"
+            )
+        if len(lists) > TABLE_ROWS:
+            out.append(f"\n({len(lists) - TABLE_ROWS:,} more in the JSON summary)")
     out += ["", "## Findings (critical and warning)", ""]
     serious = [f for f in summary["findings"] if f["severity"] != "info"]
     for finding in serious[:TABLE_ROWS]:
@@ -201,6 +238,20 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
             parts.append(
                 f"<p class='muted'>{len(exposure['requests']) - TABLE_ROWS:,} more in the JSON.</p>"
             )
+    lists = possibly_hit(summary)
+    if lists:
+        parts.append(f"<h2>Possibly hit: one request of each row was ({len(lists):,})</h2>")
+        parts.append(
+            "<table><tr><th>time</th><th>node</th><th>finding</th>"
+            "<th>requests in flight: room (node, rid)</th></tr>"
+        )
+        for finding in lists[:TABLE_ROWS]:
+            parts.append(
+                f"<tr><td>{_e(finding['time'])}</td><td>{_e(finding['node'])}</td>"
+                f"<td>{_e(finding['detector'])}</td><td><code>{_e(_candidates(finding))}</code>"
+                "</td></tr>"
+            )
+        parts.append("</table>")
     parts.append("<h2>Findings</h2><table><tr><th>time</th><th>severity</th><th>detector</th>")
     parts.append("<th>node</th><th>summary</th></tr>")
     ordered = sorted(
