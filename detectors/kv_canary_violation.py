@@ -292,7 +292,7 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
                     time=hit.time if hit.time is not None else pending.time,
                     node=hit.node,
                     summary=(
-                        f"{where}: the only request in flight there, rid={hit.rid} "
+                        f"{where}: the only request logged in flight there, rid={hit.rid} "
                         f"room={hit.bootstrap_room} ({hit.prompt_tokens} prompt tokens), was "
                         f"{outcome}"
                     ),
