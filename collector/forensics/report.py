@@ -183,6 +183,7 @@ max-width:1100px;color:#222;padding:0 1rem}h1{margin-bottom:.2rem}
 background:#fdf2f0;padding:.6rem 1rem}.verdict.ok{border-color:#27ae60;background:#f0fbf4}
 table{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0 1.5rem}
 th,td{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
+td code{overflow-wrap:anywhere}
 th{background:#f6f6f6}.critical{color:#c0392b;font-weight:600}.warning{color:#d35400}
 .info{color:#7f8c8d}figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
 code{font-size:.85rem}.muted{color:#777;font-size:.85rem}
