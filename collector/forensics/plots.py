@@ -145,7 +145,8 @@ def findings_timeline(data: PlotData) -> bytes:
     ax.set_yticklabels(detectors, fontsize=8)
     ax.set_title("Findings over time")
     _time_axis(ax, data)
-    ax.legend(loc="upper left", fontsize=8)
+    # Outside the axes: inside, it covered the first hours, where start-up findings sit.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
     return _png(fig)
 
 
