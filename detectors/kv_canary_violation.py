@@ -93,7 +93,9 @@ class _Pending:
         A check at a kernel launch (`HEAD_`/`TAIL_` tags, not `SWEEP_`) reads the slots of
         requests in the batch being run, so a side whose forward pass (time stats:
         `forward_duration` before its finish line, which may trail the scheduler by up to
-        `finish_lag`) began later than that was still waiting, not hit."""
+        `finish_lag`) began later than that was still waiting, not hit. And the slot held the
+        token at `position` of its request, so a request that never had more tokens than that
+        is not it."""
         start, end = side.start_time, side.end_time
         if start is None or end is None:
             return False
@@ -101,6 +103,12 @@ class _Pending:
         latest = time + (1.0 if time == math.floor(time) else 0.001)
         if not (start < latest and end >= math.floor(time)):
             return False
+        position = self.evidence.get("position")
+        prompt = side.prompt_length
+        if type(position) is int and prompt is not None:
+            generated = side.completion_tokens or side.output_len or 0
+            if prompt + generated <= position:
+                return False
         forward = side.durations.get("forward_duration")
         if forward is None or side.finished_time is None:
             return True

@@ -213,3 +213,16 @@ def test_beyond_max_pending_the_oldest_violation_is_attributed_with_what_it_has(
         (T + 400, None),
         (T + 45, "1"),
     ]
+
+
+def test_a_request_that_never_reached_the_slots_position_was_not_hit():
+    from detectors.examples import request
+
+    # The slot held token 511 of its request; this one never had more than 300 + 100 tokens.
+    short = request(1, T + 40, prompt=300, prefill_seconds=0.5, ttft=47.0, completion=100)
+    page, named = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION),
+        *short,
+        *_served(2, T + 40, T + 90),
+    )
+    assert named.bootstrap_room == "2" and named.exposure
