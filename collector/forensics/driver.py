@@ -35,7 +35,7 @@ from collector.forensics.report import (
 from collector.parse import ParseStats
 from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
-from collector.state.ledger import LedgerConfig
+from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
 from collector.state.request_sides import RequestSideAssembler
@@ -104,7 +104,7 @@ class _Evidence:
             if id(finding) in self._judged_with_record:
                 self._judged_with_record.discard(id(finding))
             else:
-                key = finding.bootstrap_room or f"{finding.node}|{finding.rid}"
+                key = request_key(finding.bootstrap_room, finding.node, finding.rid)
                 self.exposed_later.setdefault(key, set()).add(finding.detector)
 
     def _exposed_entry(self, finding: Finding) -> ExposedRequest:

@@ -212,7 +212,7 @@ class RequestLedger:
                     _apply_rejection(part, fields, time, event.source)
                 self._pending[node_rid] = part
                 return True
-            key = known if known is not None else f"{node}|{rid}"
+            key = known if known is not None else request_key(None, node, rid)
         else:
             stats.unkeyed += 1
             return False
@@ -469,6 +469,12 @@ class RequestLedger:
 
 
 # -- applying one event to one side ------------------------------------------------------------
+
+
+def request_key(room: str | None, node: str | None, rid: str | None) -> str:
+    """The key a request is held and emitted under (`RequestRecord.key`): its bootstrap room,
+    else the node and the node's id for it (outside PD, the only side)."""
+    return room if room is not None else f"{node}|{rid}"
 
 
 def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: float | None) -> None:
