@@ -138,18 +138,44 @@ def discover(paths: Iterable[str | Path]) -> list[TelemetryFile]:
 
 def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """Folder-per-host layouts (`prefill-0/sglang.log`, `decode-0/sglang.log`) name the node by
-    folder: when one file name of one kind stands in several folders, the folder becomes part of
-    the node. Different kinds for one name in different folders (`logs/prefill-0.log` beside
-    `snapshots/prefill-0@….prom`) are the same node seen through different sources."""
+    folder: when one file name of one kind stands in several folders, the folder is the node,
+    so the logs meet the snapshots saved as `prefill-0@….prom` on one node. Different kinds for
+    one name in different folders (`logs/prefill-0.log` beside `snapshots/prefill-0@….prom`)
+    are the same node seen through different sources."""
     parents: dict[tuple[str, FileKind], set[Path]] = {}
     for f in files:
         parents.setdefault((f.node, f.kind), set()).add(f.path.parent)
+    names: dict[Path, str] = {}
+    for folders in parents.values():
+        if len(folders) > 1:
+            names.update(folder_names(folders))
     return [
-        replace(f, node=f"{f.path.parent.name}/{f.node}")
-        if len(parents[(f.node, f.kind)]) > 1
-        else f
+        replace(f, node=names[f.path.parent]) if len(parents[(f.node, f.kind)]) > 1 else f
         for f in files
     ]
+
+
+def folder_names(folders: set[Path]) -> dict[Path, str]:
+    """The shortest end of each folder's path that tells it from the others, once the end they
+    all share is set aside (`host-a/logs`, `host-b/logs` -> `host-a`, `host-b`).
+
+    >>> sorted(folder_names({Path("x/decode-0"), Path("x/prefill-0")}).values())
+    ['decode-0', 'prefill-0']
+    >>> sorted(folder_names({Path("a/n1"), Path("b/n1"), Path("c/n2")}).values())
+    ['a/n1', 'b/n1', 'c/n2']
+    """
+    parts = {folder: folder.parts for folder in folders}
+    shared = 0
+    while all(len(p) > shared + 1 for p in parts.values()) and (
+        len({p[-1 - shared] for p in parts.values()}) == 1
+    ):
+        shared += 1
+    trimmed = {folder: p[: len(p) - shared] for folder, p in parts.items()}
+    for depth in range(1, max(len(p) for p in trimmed.values()) + 1):
+        named = {folder: "/".join(p[-depth:]) for folder, p in trimmed.items()}
+        if len(set(named.values())) == len(named):
+            return named
+    return {folder: str(folder) for folder in folders}
 
 
 def is_gzip(path: Path) -> bool:

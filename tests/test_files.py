@@ -61,7 +61,18 @@ def test_folder_per_host_layout_names_nodes_by_folder(tmp_path: Path) -> None:
         (tmp_path / host).mkdir()
         (tmp_path / host / "sglang.log").write_text(_line(1, 1) + "\n")
     nodes = sorted({f.node for f in discover([tmp_path])})
-    assert nodes == ["decode-0/sglang", "prefill-0/sglang"]
+    assert nodes == ["decode-0", "prefill-0"]
+
+
+def test_folders_named_alike_are_told_apart_by_what_differs(tmp_path: Path) -> None:
+    for host in ("host-a", "host-b"):
+        (tmp_path / host / "logs").mkdir(parents=True)
+        (tmp_path / host / "logs" / "sglang.log").write_text(_line(1, 1) + "\n")
+    for site, node in (("east", "n1"), ("west", "n1"), ("west", "n2")):
+        (tmp_path / site / node).mkdir(parents=True, exist_ok=True)
+        (tmp_path / site / node / "server.log").write_text(_line(1, 1) + "\n")
+    nodes = sorted({f.node for f in discover([tmp_path])})
+    assert nodes == ["east/n1", "host-a", "host-b", "west/n1", "west/n2"]
 
 
 def test_truncated_gzip_keeps_what_was_readable_and_counts_the_damage(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from collector.forensics.driver import run_forensics
 
 LOGS = Path(__file__).parent / "testdata" / "reference_incident"
+SNAPSHOTS = Path(__file__).parent / "testdata" / "audit" / "incident"
 
 
 def test_the_refused_then_served_response_is_exposed_with_both_halves(tmp_path: Path) -> None:
@@ -40,6 +42,30 @@ def test_the_refused_then_served_response_is_exposed_with_both_halves(tmp_path: 
     )
     critical = {f["detector"] for f in summary["findings"] if f["severity"] == "critical"}
     assert {"pool_below_context", "over_length_answered", "rejected_then_served"} <= critical
+
+
+def test_logs_in_a_folder_per_host_meet_their_snapshots_on_one_node(tmp_path: Path) -> None:
+    """`prefill-0/sglang.log` and `snapshots/prefill-0@….server_info.json` are one node: the
+    version, which SGLang logs nowhere, comes from the snapshot and sets the severity of the
+    pool gap on the node whose logs show it."""
+    for log in LOGS.glob("*.log"):
+        host = tmp_path / "hosts" / log.stem
+        host.mkdir(parents=True)
+        shutil.copy(log, host / "sglang.log")
+    (tmp_path / "snapshots").mkdir()
+    for snapshot in SNAPSHOTS.glob("*.server_info.json"):
+        shutil.copy(snapshot, tmp_path / "snapshots" / snapshot.name)
+    summary = run_forensics([str(tmp_path)], tmp_path / "out", write_parquet=False).summary
+    assert sorted(summary["nodes"]) == ["decode-0", "prefill-0"]
+    assert summary["nodes"]["prefill-0"]["config"][0]["version"] == "0.5.19"
+    (exposed,) = summary["exposure"]["requests"]
+    assert (exposed["node"], exposed["prefill_node"]) == ("decode-0", "prefill-0")
+    gaps = {
+        (f["node"], f["severity"])
+        for f in summary["findings"]
+        if f["detector"] == "pool_below_context"
+    }
+    assert ("prefill-0", "critical") in gaps and {node for node, _ in gaps} == {"prefill-0"}
 
 
 def _json_request_logs(line: str) -> str:
