@@ -82,7 +82,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         prefill = record.prefill
-        if prefill is None or not prefill.stub_abort:
+        if prefill is None or not (
+            prefill.stub_abort or (prefill.stub_stats and record.refused(prefill))
+        ):
             return []
         return self._note_refusal(prefill.node, ctx)
 

@@ -6,8 +6,9 @@ Engines before 0.5.20 refused an over-length prompt on prefill (`Input length (N
 exceeds the maximum allowed length` / `Request ... exceeds the maximum number of tokens`),
 swapped it for a one-token stub and still sent that stub's KV to decode, which answered from
 the rest of its reserved pages: other requests' KV. In the logs this is a refusal on prefill
-(a `request_rejected`, or an aborted finish with `prompt_tokens: 1`) and a successful finish
-of the same `bootstrap_room` on decode. Critical and an exposure. If another prefill attempt
+(a `request_rejected`, an aborted finish with `prompt_tokens: 1`, or, with request logging off,
+time stats of a one-token input for a room whose prompt decode logs as longer) and a successful
+finish of the same `bootstrap_room` on decode. Critical and an exposure. If another prefill attempt
 for the room succeeded, decode had real KV and nothing is raised.
 """
 
@@ -22,8 +23,9 @@ from detectors.finding import Finding
 
 
 class RejectedThenServedConfig(DetectorConfig):
-    # Count an aborted prefill finish with a one-token prompt as a refusal (old engines log
-    # only that stub when the refusal line is missing).
+    # Count a one-token stub as a refusal: an aborted prefill finish with a one-token prompt,
+    # or time stats of a one-token input for a longer prompt (old engines log only the stub
+    # when the refusal line is missing or carries no rid).
     count_stub_aborts: bool = True
 
 
@@ -51,9 +53,11 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
             return []
         prefills = record.sides_with_role("prefill")
         refusals = [
-            s for s in prefills if s.rejected or (self.config.count_stub_aborts and s.stub_abort)
+            s
+            for s in prefills
+            if s.rejected or (self.config.count_stub_aborts and record.refused(s))
         ]
-        if not refusals or any(s.succeeded and not s.refused for s in prefills):
+        if not refusals or any(s.succeeded and not record.refused(s) for s in prefills):
             return []
         refusal = next((s for s in refusals if s.rejected), refusals[0])
         prompt = record.prompt_tokens
@@ -68,8 +72,10 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
                 if (refusal.reject_input_tokens is not None and limit is not None)
                 else ")"
             )
-        else:
+        elif refusal.stub_abort:
             what = "aborted it as a one-token stub"
+        else:
+            what = "ran it as a one-token stub (its time stats)"
         summary = (
             f"Prefill {refusal.node} {what} but decode {serving.node} answered bootstrap_room "
             f"{room} with success: the answer was generated without the prompt's KV"
@@ -83,7 +89,13 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
                 evidence={
                     "prompt_tokens": prompt,
                     "completion_tokens": serving.completion_tokens,
-                    "refusal": "rejected" if refusal.rejected else "stub_abort",
+                    "refusal": (
+                        "rejected"
+                        if refusal.rejected
+                        else "stub_abort"
+                        if refusal.stub_abort
+                        else "stub_time_stats"
+                    ),
                     "reject_reason": refusal.reject_reason,
                     "reject_input_tokens": refusal.reject_input_tokens,
                     "reject_limit_tokens": refusal.reject_limit_tokens,

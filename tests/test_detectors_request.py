@@ -332,6 +332,59 @@ def test_a_genuine_one_token_prompt_aborted_on_prefill_is_not_a_refusal():
     )
 
 
+def prefill_stub_stats(room: int, t: float) -> list[Event]:
+    """All that prefill logs of a refused request with request logging off: the refusal line
+    without its rid (2025 builds), then the one-token stub's time stats."""
+    return [
+        ev("request_rejected", "prefill-0", t, input_tokens=700_000, reason="input_too_long"),
+        ev(
+            "request_time_stats",
+            "prefill-0",
+            t + 0.01,
+            rid=f"p{room}",
+            bootstrap_room=str(room),
+            role="prefill",
+            input_len=1,
+            cached_input_len=0,
+            output_len=1,
+            queue_duration=0.0004,
+            forward_duration=0.004,
+        ),
+    ]
+
+
+def test_time_stats_of_a_one_token_stub_for_a_longer_prompt_count_as_a_refusal():
+    (finding,) = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_stub_stats(21, T + 500),
+        decode_answer(21, T + 500, 700_000, ttft=0.05),
+    )
+    assert finding.severity == "critical" and finding.exposure
+    assert (finding.bootstrap_room, finding.evidence["refusal"]) == ("21", "stub_time_stats")
+    assert finding.evidence["prefill_rid"] == "p21"
+    # A genuine one-token prompt leaves the same time stats; decode then reports one token too.
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_stub_stats(22, T + 500),
+            decode_answer(22, T + 500, 1, ttft=0.05),
+        )
+        == []
+    )
+    # Prefill that ran the whole prompt is no stub.
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_ok(23, T + 500, 700_000)[1:2],
+            decode_answer(23, T + 500, 700_000, ttft=0.05),
+        )
+        == []
+    )
+
+
 # -- impossibly fast prefill --------------------------------------------------------------------
 
 GLM = {"model_active_params": 3.2e10}  # 2 * 3.2e10 FLOPs/token on 8 x 989 TFLOP/s

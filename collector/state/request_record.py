@@ -118,6 +118,14 @@ class SideRecord:
         return self.finish_type == "abort" and self.prompt_tokens == 1
 
     @property
+    def stub_stats(self) -> bool:
+        """Time stats of a one-token input and no finish line: all that a refused request's stub
+        leaves when request logging is off (old engines). A real one-token prompt looks the
+        same, so it is a refusal only where another side of the room reports a longer prompt
+        (`RequestRecord.refused`)."""
+        return self.has_stats and self.finished_time is None and self.prompt_length == 1
+
+    @property
     def refused(self) -> bool:
         return self.rejected or self.stub_abort
 
@@ -212,9 +220,9 @@ class RequestRecord:
         # node otherwise).
         self.prefill: SideRecord | None = _prefill(self)
         self.serving: SideRecord | None = _serving(self)
+        self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         # Prefill refused the request, and no other prefill attempt for the room succeeded.
         self.prefill_refused: bool = _prefill_refused(self)
-        self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         self.cached_tokens: int | None = _largest(*(s.cached_length for s in self.sides))
         # When the client got its answer (the serving side's finish), else the latest event.
         self.time: float | None = _time(self)
@@ -231,6 +239,11 @@ class RequestRecord:
 
     def sides_with_role(self, role: str) -> list[SideRecord]:
         return [s for s in self.sides if s.role == role]
+
+    def refused(self, side: SideRecord) -> bool:
+        """`side` refused the request: a refusal or stub of its own, or time stats of a
+        one-token stub while another side reports the longer prompt it stood in for."""
+        return side.refused or (side.stub_stats and (self.prompt_tokens or 0) > 1)
 
     @property
     def served(self) -> bool:
@@ -276,8 +289,9 @@ def _serving(record: RequestRecord) -> SideRecord | None:
 
 def _prefill_refused(record: RequestRecord) -> bool:
     prefills = record.sides_with_role("prefill")
-    return any(s.refused for s in prefills) and not any(
-        s.succeeded and not s.refused for s in prefills
+    refused = [record.refused(s) for s in prefills]
+    return any(refused) and not any(
+        s.succeeded and not r for s, r in zip(prefills, refused, strict=True)
     )
 
 
