@@ -152,6 +152,7 @@ def file_events(
                         count(bucket)
         finally:
             stats.absorb(read)
+            stats.dropped.update(parser.close())
         return
     yield from _document_events(tf, stats, read)
 

@@ -94,7 +94,36 @@ REFUSAL = re.compile(
     r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)\. "
     r"Use a shorter input or enable --allow-auto-truncate\., self\.rid='(\w+)'"
 )
+
+
+def _runtime_stamp(line: str) -> str:
+    """The line's own time as a runtime's RFC3339 stamp (the runtime sees it as it is printed)."""
+    m = re.match(r"\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)", line)
+    assert m is not None, line
+    return f"{m.group(1)}T{m.group(2)}.000000123Z"
+
+
+def _cri_split(line: str, piece: int = 97) -> str:
+    """containerd's CRI file: a line longer than `piece` (16 KiB in containerd) split into `P`
+    pieces and a last `F` one, the bare request lines without SGLang's prefix (§2.5)."""
+    stamp = _runtime_stamp(line)
+    text = re.sub(r"^\[[^\]]*\] (?=Receive|Finish)", "", line)
+    pieces = [text[i : i + piece] for i in range(0, len(text), piece)] or [""]
+    flags = ["P"] * (len(pieces) - 1) + ["F"]
+    return "\n".join(f"{stamp} stdout {f} {p}" for f, p in zip(flags, pieces, strict=True))
+
+
+def _docker_split(line: str, piece: int = 89) -> str:
+    """Docker's json-file records, a long line split: only the last piece ends in a newline."""
+    stamp = _runtime_stamp(line)
+    text = line + "\n"
+    pieces = [text[i : i + piece] for i in range(0, len(text), piece)]
+    return "\n".join(json.dumps({"log": p, "stream": "stderr", "time": stamp}) for p in pieces)
+
+
 VARIANTS: dict[str, Callable[[str], str]] = {
+    "containerd-split-lines": _cri_split,
+    "docker-split-lines": _docker_split,
     "json-request-logs": _json_request_logs,
     "refusal-without-rid": lambda line: re.sub(r", self\.rid='\w+'$", "", line),
     "pd-capacity-refusal": lambda line: REFUSAL.sub(

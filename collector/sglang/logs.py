@@ -12,7 +12,6 @@ not match.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from collector.events import parse_iso_time
 from collector.sglang import pd, refusals, request_log, startup
 from collector.sglang.batch import parse_batch_fields
 from collector.sglang.envelope import cached_head, peel
+from collector.sglang.runtime_wrappers import HELD, RuntimeLines
 from collector.sglang.time_stats import parse_time_stats
 
 Fields = dict[str, Any]
@@ -39,6 +39,8 @@ BatchSink = Callable[[str, float, str, str, int], bool]
 UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
 UNCLASSIFIED_OTHER: Final = "unclassified_other"
 NOISE_PREFIX: Final = "noise:"
+# A piece of a line a container runtime split, kept until its last piece brings the line.
+SPLIT_PIECE: Final = NOISE_PREFIX + "split_line_piece"
 
 
 class _Static:
@@ -287,24 +289,6 @@ def classify(message: str, engine: bool) -> Outcome:
     return (UNCLASSIFIED_ENGINE if engine else UNCLASSIFIED_OTHER), None
 
 
-def _docker_json_line(message: str) -> str | None:
-    """The line inside Docker's json-file format: `{"log": "<line>\\n", "stream", "time"}`.
-
-    When the inner line has no timestamp of its own, Docker's is put in front in SGLang's style.
-    """
-    try:
-        record = json.loads(message)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(record, dict) or not isinstance(record.get("log"), str):
-        return None
-    inner: str = record["log"].rstrip("\r\n")
-    stamp = record.get("time")
-    if isinstance(stamp, str) and not inner.startswith("[") and len(stamp) >= 19:
-        inner = f"[{stamp[:10]} {stamp[11:19]}] {inner}"
-    return inner
-
-
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -313,13 +297,21 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "_day", "_last_tod")
+    __slots__ = ("node", "batch_sink", "_day", "_last_tod", "_runtime")
 
     def __init__(self, node: str, batch_sink: BatchSink | None = None) -> None:
         self.node = node
         self.batch_sink = batch_sink
         self._day: float | None = None
         self._last_tod = 0.0
+        self._runtime = RuntimeLines()
+
+    def close(self) -> dict[str, int]:
+        """End of the stream: lines lost in a runtime's pieces, by drop reason."""
+        return self._runtime.close()
+
+    def _last_time(self) -> float | None:
+        return None if self._day is None else self._day + self._last_tod
 
     def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
@@ -354,11 +346,15 @@ class LineParser:
         return self._parse_general(line, source)
 
     def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:
-        envelope = peel(line)
-        if envelope.message.startswith('{"log"'):
-            inner = _docker_json_line(envelope.message)
-            if inner is not None:
-                return self.parse(inner, source)
+        inner = self._runtime.unwrap(line, self._last_time())
+        if inner is None:
+            envelope = peel(line)
+            if envelope.message.startswith('{"log"'):  # Docker's record behind a shipper's
+                inner = self._runtime.unwrap(envelope.message)
+        if inner is HELD:
+            return SPLIT_PIECE, None
+        if isinstance(inner, str):
+            return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
         when = envelope.time
         if when is not None and envelope.time_of_day is None:

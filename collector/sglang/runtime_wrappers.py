@@ -1,0 +1,201 @@
+"""Lines as container runtimes hand them over: the engine's line inside, whole again.
+
+Kubernetes and Docker do not store what the engine printed, line for line. containerd's CRI
+format puts `<RFC3339> <stream> <P|F> ` in front and splits a line longer than 16 KiB into
+pieces marked `P`, the last one `F`; Docker's json-file driver writes `{"log": …, "stream": …,
+"time": …}` records and splits the same way, only the last piece ending in a newline;
+`kubectl logs --timestamps` puts `<RFC3339> ` in front; syslog puts `Sep  1 10:00:00 host
+prog[pid]: ` (no year: the year of the file's last dated line, when there is one). Request logs
+with prompt text are the long lines, so an over-length prompt's `Receive`/`Finish` arrive in
+pieces. And the request logger may print no time of its own (reference §2.5, §8), so the
+runtime's time is the line's.
+
+`RuntimeLines.unwrap` returns the engine's line, joined from its pieces and, when it carries no
+SGLang prefix, given one from the runtime's time; `HELD` while pieces wait for their last;
+None for a line no runtime wrapped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Final
+
+from collector.events import epoch_from_parts
+
+# The engine's line is longer than this once joined: dropped, as the file reader drops one.
+MAX_JOINED_CHARS: Final = 1 << 20
+
+_RFC3339 = r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
+_CRI: Final = re.compile(_RFC3339 + r" (stdout|stderr) ([PF]) ")
+_KUBECTL: Final = re.compile(_RFC3339 + r" ")
+_MONTHS: Final = (
+    "Jan",
+    "Feb",
+    "Mar",
+    "Apr",
+    "May",
+    "Jun",
+    "Jul",
+    "Aug",
+    "Sep",
+    "Oct",
+    "Nov",
+    "Dec",
+)
+_SYSLOG: Final = re.compile(
+    r"(" + "|".join(_MONTHS) + r") ([ \d]\d) (\d\d):(\d\d):(\d\d) \S+ [^\s:\[]+(?:\[\d+\])?: "
+)
+# A syslog time more than this before the last dated line is in the next year.
+_HALF_YEAR: Final = 183 * 86400.0
+# Dynamo-style wrappers re-render records as `<RFC3339>  INFO module: msg`: not a runtime's
+# timestamp in front of the engine's line, and `peel` reads them.
+_LEVEL_AFTER: Final = re.compile(r"\s*(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s")
+# An SGLang prefix (`[2026-09-01 10:00:00 TP0]`, or the 2024 time of day `[10:00:00 TP0]`).
+_ENGINE_PREFIX: Final = re.compile(r"\[(?:\d{4}-\d\d-\d\d[ T])?\d\d:\d\d:\d\d")
+
+
+class _Held:
+    """The marker for a piece kept until the rest of its line arrives."""
+
+    def __repr__(self) -> str:
+        return "HELD"
+
+
+HELD: Final = _Held()
+
+
+class RuntimeLines:
+    """Unwraps one file's runtime-wrapped lines (see the module docstring); keeps the pieces of
+    a split line per stream (stdout and stderr interleave) until the last piece.
+
+    Examples
+    --------
+    >>> lines = RuntimeLines()
+    >>> lines.unwrap("2026-09-01T10:00:00.5Z stdout P Finish: obj=GenerateReqInput(rid='a1'")
+    HELD
+    >>> lines.unwrap("2026-09-01T10:00:00.5Z stdout F ), out={}")
+    "[2026-09-01 10:00:00.500000] Finish: obj=GenerateReqInput(rid='a1'), out={}"
+    >>> lines.unwrap("2026-09-01T10:00:01Z [2026-09-01 10:00:01 TP0] Prefill batch, ...")
+    '[2026-09-01 10:00:01 TP0] Prefill batch, ...'
+    >>> lines.unwrap("[2026-09-01 10:00:01 TP0] Prefill batch, ...") is None
+    True
+    """
+
+    __slots__ = ("_pieces", "_sizes", "_skipping", "dropped")
+
+    def __init__(self) -> None:
+        self._pieces: dict[str, list[str]] = {}
+        self._sizes: dict[str, int] = {}
+        self._skipping: set[str] = set()  # streams whose line grew too long: pieces discarded
+        # Lines lost, by reason: joined past `MAX_JOINED_CHARS`, or pieces left at the end.
+        self.dropped: dict[str, int] = {}
+
+    def unwrap(self, line: str, last_time: float | None = None) -> str | _Held | None:
+        """The engine's line inside `line` (see the class); `last_time`, the time of the file's
+        last dated line, gives a syslog header its year."""
+        first = line[:1]
+        if first.isdigit():
+            m = _CRI.match(line)
+            if m is not None:
+                joined = self._join(m.group(9), line[m.end() :], m.group(10) == "F")
+                return joined if isinstance(joined, _Held) else _with_prefix(joined, _epoch(m))
+            m = _KUBECTL.match(line)
+            if m is not None and not _LEVEL_AFTER.match(line, m.end()):
+                return _with_prefix(line[m.end() :], _epoch(m))
+        elif first == "{" and line.startswith('{"log"'):
+            return self._docker(line)
+        elif last_time is not None and first in "ADFJMNOS":
+            m = _SYSLOG.match(line)
+            if m is not None:
+                return _with_prefix(line[m.end() :], _syslog_epoch(m, last_time))
+        return None
+
+    def close(self) -> dict[str, int]:
+        """End of the file: pieces whose last piece never came are lost lines."""
+        for _ in self._pieces:
+            self._count("unfinished_split_line")
+        self._pieces.clear()
+        self._sizes.clear()
+        self._skipping.clear()
+        return self.dropped
+
+    def _docker(self, line: str) -> str | _Held | None:
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+            return None
+        text: str = record["log"]
+        stream = record.get("stream")
+        complete = text.endswith("\n")
+        joined = self._join(stream if isinstance(stream, str) else "", text, complete)
+        if isinstance(joined, _Held):
+            return joined
+        joined = joined.rstrip("\r\n")
+        stamp = record.get("time")
+        m = _KUBECTL.match(stamp + " ") if isinstance(stamp, str) else None
+        return _with_prefix(joined, _epoch(m)) if m is not None else joined
+
+    def _join(self, stream: str, piece: str, last: bool) -> str | _Held:
+        if stream in self._skipping:
+            if last:
+                self._skipping.discard(stream)
+            return HELD
+        held = self._pieces.get(stream)
+        if held is None:
+            if last:
+                return piece
+            held = self._pieces[stream] = []
+            self._sizes[stream] = 0
+        size = self._sizes[stream] + len(piece)
+        if size > MAX_JOINED_CHARS:
+            self._count("line_too_long")
+            del self._pieces[stream], self._sizes[stream]
+            if not last:
+                self._skipping.add(stream)
+            return HELD
+        held.append(piece)
+        self._sizes[stream] = size
+        if not last:
+            return HELD
+        del self._pieces[stream], self._sizes[stream]
+        return "".join(held)
+
+    def _count(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+
+def _epoch(m: re.Match[str]) -> float:
+    year, month, day, hour, minute, second, fraction, zone = m.groups()[:8]
+    when = epoch_from_parts(int(year), int(month), int(day), int(hour), int(minute), int(second))
+    if fraction:
+        when += int(fraction[:6].ljust(6, "0")) / 1e6
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        when -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return when
+
+
+def _syslog_epoch(m: re.Match[str], last_time: float) -> float:
+    month, day, hour, minute, second = m.groups()
+    parts = (_MONTHS.index(month) + 1, int(day), int(hour), int(minute), int(second))
+    year = time.gmtime(last_time).tm_year
+    when = epoch_from_parts(year, *parts)
+    return epoch_from_parts(year + 1, *parts) if when < last_time - _HALF_YEAR else when
+
+
+def _with_prefix(text: str, when: float) -> str:
+    """`text` as the engine's line: as it is when it has SGLang's prefix, else behind one
+    made from the runtime's time (UTC, microseconds)."""
+    if text[:1] == "[" and _ENGINE_PREFIX.match(text):
+        return text
+    whole = int(when)
+    micros = round((when - whole) * 1e6)
+    if micros >= 1_000_000:
+        whole, micros = whole + 1, micros - 1_000_000
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(whole))
+    return f"[{stamp}.{micros:06d}] {text}" if micros else f"[{stamp}] {text}"

@@ -1,0 +1,124 @@
+"""Lines as container runtimes store them: split pieces joined, bare lines given the runtime's
+time, and what cannot be joined counted, never parsed as a fragment."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.events import iso_time
+from collector.files import TelemetryFile
+from collector.parse import ParseStats, file_events
+from collector.sglang import runtime_wrappers
+from collector.sglang.logs import LineParser
+
+FINISH = (
+    "Finish: obj=GenerateReqInput(rid='d5523', bootstrap_host='10.0.1.10', bootstrap_port=8998, "
+    "bootstrap_room=5523401987766512300, text='a {prompt} with ) and } inside'), "
+    "out={'meta_info': {'id': 'd5523', 'finish_reason': {'type': 'stop', 'matched': 2}, "
+    "'prompt_tokens': 912384, 'completion_tokens': 150, 'cached_tokens': 0, 'e2e_latency': 5.1}}"
+)
+BATCH = "[2026-08-27 10:14:50 TP0] Decode batch, #running-req: 1, #token: 9, token usage: 0.01"
+
+
+def _events(tmp_path: Path, lines: list[str]) -> tuple[list, ParseStats]:
+    path = tmp_path / "decode-0.log"
+    path.write_text("\n".join(lines) + "\n")
+    stats = ParseStats()
+    events = list(file_events(TelemetryFile(path, "decode-0", "log", (0, "~")), stats))
+    return events, stats
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _finish_fields(events: list) -> dict:
+    (finished,) = [e for e in events if e.kind == "request_finished"]
+    return {"time": iso_time(finished.time), **finished.fields}
+
+
+def test_containerd_pieces_make_the_line_whole_again_per_stream(tmp_path: Path) -> None:
+    stamp = "2026-08-27T10:14:52.250000Z"
+    pieces = _pieces(FINISH, 40)
+    lines = [f"{stamp} stdout P {p}" for p in pieces[:-1]]
+    # stderr's lines interleave with stdout's pieces without breaking them.
+    lines.insert(2, f"2026-08-27T10:14:50Z stderr F {BATCH}")
+    lines.append(f"{stamp} stdout F {pieces[-1]}")
+    events, stats = _events(tmp_path, lines)
+    whole, _ = _events(tmp_path, [f"[2026-08-27 10:14:52.250000] {FINISH}"])
+    assert _finish_fields(events) == _finish_fields(whole)
+    assert _finish_fields(events)["prompt_tokens"] == 912384
+    assert _finish_fields(events)["time"] == "2026-08-27T10:14:52.250Z"  # the runtime's time
+    assert [e.kind for e in events] == ["decode_batch", "request_finished"]
+    assert stats.noise["split_line_piece"] == len(pieces) - 1
+
+
+def test_docker_records_are_joined_until_the_piece_that_ends_the_line(tmp_path: Path) -> None:
+    pieces = _pieces(FINISH + "\n", 64)
+    lines = [
+        json.dumps({"log": p, "stream": "stdout", "time": "2026-08-27T12:14:52.5+02:00"})
+        for p in pieces
+    ]
+    events, stats = _events(tmp_path, lines)
+    fields = _finish_fields(events)
+    assert (fields["rid"], fields["bootstrap_room"]) == ("d5523", "5523401987766512300")
+    assert fields["time"] == "2026-08-27T10:14:52.500Z"  # the offset taken off
+    assert stats.noise["split_line_piece"] == len(pieces) - 1 and not stats.dropped
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        "2026-08-27T10:14:52Z stdout F {line}",
+        "2026-08-27T10:14:52.000000000Z {line}",  # kubectl logs --timestamps
+        '{{"log": {json_line}, "stream": "stdout", "time": "2026-08-27T10:14:52Z"}}',
+    ],
+)
+def test_a_bare_request_line_takes_the_runtimes_time(tmp_path: Path, wrapped: str) -> None:
+    line = wrapped.format(line=FINISH, json_line=json.dumps(FINISH + "\n"))
+    events, _ = _events(tmp_path, [BATCH, line])
+    assert _finish_fields(events)["time"] == "2026-08-27T10:14:52.000Z"
+
+
+def test_syslog_takes_its_year_from_the_files_dated_lines_or_is_not_guessed(
+    tmp_path: Path,
+) -> None:
+    line = f"Aug 27 10:14:52 gpu-7 sglang[4127]: {FINISH}"
+    events, _ = _events(tmp_path, [BATCH, line])
+    assert _finish_fields(events)["time"] == "2026-08-27T10:14:52.000Z"
+    new_year, _ = _events(
+        tmp_path, [BATCH.replace("2026-08-27", "2026-12-31"), "Jan  2" + line[6:]]
+    )
+    assert _finish_fields(new_year)["time"] == "2027-01-02T10:14:52.000Z"
+    events, stats = _events(tmp_path, [line])  # no dated line: no year to give it
+    assert not [e for e in events if e.kind == "request_finished"]
+    assert stats.unclassified_other == 1
+
+
+def test_pieces_that_never_end_or_grow_too_long_are_counted_drops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stamp = "2026-08-27T10:14:52Z"
+    cut = [f"{stamp} stdout P {p}" for p in _pieces(FINISH, 50)]
+    events, stats = _events(tmp_path, cut)
+    assert not [e for e in events if e.kind == "request_finished"]
+    assert stats.dropped["unfinished_split_line"] == 1
+
+    monkeypatch.setattr(runtime_wrappers, "MAX_JOINED_CHARS", 120)
+    pieces = _pieces(FINISH, 50)
+    long_line = [f"{stamp} stdout P {p}" for p in pieces[:-1]] + [f"{stamp} stdout F {pieces[-1]}"]
+    events, stats = _events(tmp_path, [*long_line, f"{stamp} stdout F {BATCH}"])
+    assert [e.kind for e in events] == ["decode_batch"]  # the next line is read as usual
+    assert stats.dropped["line_too_long"] == 1
+
+
+def test_runtime_lines_keep_their_own_prefix_and_leave_unwrapped_lines_alone() -> None:
+    parser = LineParser("decode-0")
+    bucket, event = parser.parse(f"2026-08-27T10:14:55Z stderr F {BATCH}", "x:1")
+    assert event is not None and iso_time(event.time) == "2026-08-27T10:14:50.000Z"
+    # A wrapper that re-renders records with a level (`<RFC3339>  INFO mod: msg`) is not a
+    # runtime's timestamp: `peel` reads it as before.
+    assert runtime_wrappers.RuntimeLines().unwrap("2026-08-27T10:14:55Z  INFO sglang: x") is None
