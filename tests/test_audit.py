@@ -313,6 +313,55 @@ def test_checksum_off_is_a_failure_unless_allowed() -> None:
     assert lenient.status == "WARN"
 
 
+def _snapshot(directory: Path, node: str, role: str, *, checksum: bool) -> None:
+    """A saved /server_info + /v1/models pair: engine 0.5.23, pool 2,400,000, context 1M."""
+    stem = directory / f"{node}@20261101T100000Z"
+    info = {
+        "disaggregation_mode": role,
+        "disaggregation_transfer_backend": "mooncake",
+        "disaggregation_enable_kv_checksum": checksum,
+        "max_total_num_tokens": 2_400_000,
+        "version": "0.5.23",
+    }
+    models = {"object": "list", "data": [{"id": "m", "max_model_len": 1_048_576}]}
+    (directory / f"{stem.name}.server_info.json").write_text(json.dumps(info))
+    (directory / f"{stem.name}.v1_models.json").write_text(json.dumps(models))
+
+
+def test_checksum_is_compared_only_with_nodes_that_exchange_kv(tmp_path: Path) -> None:
+    # KV flows prefill -> decode only: decode-1 receives from prefill-0 (on), never from
+    # decode-0, so decode-0's checksum being off is no failure of decode-1.
+    _snapshot(tmp_path, "prefill-0", "prefill", checksum=True)
+    _snapshot(tmp_path, "decode-0", "decode", checksum=False)
+    _snapshot(tmp_path, "decode-1", "decode", checksum=True)
+    code, out, _ = run(str(tmp_path))
+    on = "KV checksum on (verification shows only in the logs: audit them too)"
+    assert lines(out) == [
+        "prefill-0  prefill  FAIL  KV checksum on here, off for decode-0 (one side only: "
+        "transfers unverified)",
+        "decode-0   decode   FAIL  KV checksum off here, on for prefill-0 (one side only: "
+        "transfers unverified)",
+        f"decode-1   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {on}",
+        "verdict: FAIL - 2 of 3 nodes failed (prefill-0, decode-0); do not roll out",
+    ]
+    assert code == 1
+
+
+def test_checksum_peers_by_role() -> None:
+    nodes = [
+        NodeFacts("prefill-0", role="prefill", kv_checksum=True),
+        NodeFacts("prefill-1", role="prefill", kv_checksum=False),
+        NodeFacts("decode-0", role="decode", kv_checksum=True),
+        NodeFacts("unified-0", role="unified", kv_checksum=False),
+    ]
+    deployment = Deployment.of(nodes)
+    assert deployment.kv_peers("prefill-0", "prefill") == {"decode-0"}
+    assert deployment.kv_peers("decode-0", "decode") == {"prefill-0", "prefill-1"}
+    assert deployment.kv_peers("unified-0", "unified") == frozenset()
+    # Unknown role: judged as PD, the strictest case, so any PD node may be its peer.
+    assert deployment.kv_peers("x", None) == {"prefill-0", "prefill-1", "decode-0"}
+
+
 # --- live endpoints -------------------------------------------------------------------------
 
 

@@ -104,6 +104,9 @@ class Deployment:
     advertised_by: str | None
     checksum_on: tuple[str, ...] = ()
     checksum_off: tuple[str, ...] = ()
+    # (node, role) of every reachable PD node: KV flows prefill -> decode only, so a node's
+    # checksum peers are the nodes of the other role (`kv_peers`).
+    pd_roles: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, nodes: list[NodeFacts]) -> Deployment:
@@ -122,7 +125,20 @@ class Deployment:
             advertised_by=best.node if best else None,
             checksum_on=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is True)),
             checksum_off=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is False)),
+            pd_roles=tuple(sorted((n.node, n.role or "unknown") for n in pd_nodes)),
         )
+
+    def kv_peers(self, node: str, role: str | None) -> frozenset[str]:
+        """The PD nodes `node` can exchange KV with: decodes for a prefill, prefills for a
+        decode. Two prefills (or two decodes) never exchange KV. A node of unknown role is
+        judged as PD, the strictest case: every PD node but itself may be its peer, and it may be
+        anyone's. A unified (non-PD) node has none."""
+        if role is None:
+            return frozenset(n for n, _ in self.pd_roles if n != node)
+        other = {"prefill": "decode", "decode": "prefill"}.get(role)
+        if other is None:
+            return frozenset()
+        return frozenset(n for n, r in self.pd_roles if r in (other, "unknown") and n != node)
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -131,4 +147,5 @@ class Deployment:
             "advertised_by": self.advertised_by,
             "kv_checksum_on": list(self.checksum_on),
             "kv_checksum_off": list(self.checksum_off),
+            "pd_roles": {n: r for n, r in self.pd_roles},
         }

@@ -300,8 +300,11 @@ def checksum_checks(
                 evidence,
             )
         )
-    peers_off = [n for n in deployment.checksum_off if n != facts.node]
-    peers_on = [n for n in deployment.checksum_on if n != facts.node]
+    # Only nodes of the other PD role exchange KV with this one (prefill -> decode): a decode
+    # with the checksum off leaves its prefills' transfers unverified, not another decode's.
+    peers = deployment.kv_peers(facts.node, facts.role)
+    peers_off = [n for n in deployment.checksum_off if n in peers]
+    peers_on = [n for n in deployment.checksum_on if n in peers]
     if on is True and peers_off and not seen.one_side:
         results.append(
             CheckResult(
