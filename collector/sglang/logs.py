@@ -270,9 +270,12 @@ def classify(message: str, engine: bool) -> Outcome:
         if head_outcome[1] is not None:
             return head_outcome
     # A known-noise head can still carry a glued line (the capacity line after `Memory pool end`).
-    for needle, handler in _CONTAINS:
-        if needle in message:
-            return handler(message)
+    # Only in the engine's own lines: a README or a note that quotes "KV checksum mismatch" is
+    # not a mismatch.
+    if engine:
+        for needle, handler in _CONTAINS:
+            if needle in message:
+                return handler(message)
     if head_outcome is not None and head_outcome[0] != UNCLASSIFIED_ENGINE:
         return head_outcome
     if not message.strip():
