@@ -174,10 +174,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if event.kind == "deferred_release":
             outcome = str(event.get("outcome") or "")
             room = str(event.get("bootstrap_room") or event.source)
-            if outcome == "timeout":
-                window.timeout_rooms.setdefault(event.node, set()).add(room)
-            elif outcome == "error":
-                window.error_rooms.setdefault(event.node, set()).add(room)
+            by_node = {"timeout": window.timeout_rooms, "error": window.error_rooms}.get(outcome)
+            if by_node is not None:
+                rooms = by_node.setdefault(event.node, set())
+                if room not in rooms:
+                    rooms.add(room)
+                    self._log_shows(f"{event.node}|{outcome}")
         elif event.kind in ("checksum_mismatch", "metadata_corruption"):
             window.mismatches += 1
         elif event.kind == "metric":
@@ -194,7 +196,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             return
         if signal in _RELEASE_SIGNALS:
             outcome = str(labels.get("outcome", ""))
-            delta = self._increase(event, value)
+            delta = self._increase(event, value, scope=f"{event.node}|{outcome}")
             dp = str(labels.get("dp_rank", ""))
             by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
             by_dp[dp] = max(by_dp.get(dp, 0.0), delta)

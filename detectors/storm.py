@@ -56,18 +56,27 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.clock_ = WindowClock(self.config.window_seconds)
         self.window_: W = self.window_class()
         self.counters_ = CounterDeltas()
+        # What the logs showed so far, per scope (a node, or a node and outcome), and for each
+        # counter series the count when it was last sampled: a snapshot an hour after the
+        # last must not count again, in its own window, what the lines showed as it happened.
+        self.logged_: dict[str, int] = {}
+        self.logged_at_: dict[str, int] = {}
 
     def _learned_state(self) -> dict[str, Any]:
         return {
             "clock_start": self.clock_.start,
             "window": self.window_.to_state(),
             "counters": self.counters_.to_state(),
+            "logged": dict(self.logged_),
+            "logged_at": dict(self.logged_at_),
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
         self.clock_ = WindowClock(self.config.window_seconds, state.get("clock_start"))
         self.window_ = self.window_class.from_state(state["window"])
         self.counters_ = CounterDeltas(state.get("counters"))
+        self.logged_ = {str(k): int(v) for k, v in (state.get("logged") or {}).items()}
+        self.logged_at_ = {str(k): int(v) for k, v in (state.get("logged_at") or {}).items()}
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -95,10 +104,21 @@ class StormDetector(Detector[S], Generic[S, W]):
                 findings.append(finding)
         return findings
 
-    def _increase(self, event: Event, value: float) -> float:
-        """The share of this window in a counter sample's increase since the series' last."""
+    def _log_shows(self, scope: str) -> None:
+        """A log line showed one more of what a counter of `scope` counts."""
+        self.logged_[scope] = self.logged_.get(scope, 0) + 1
+
+    def _increase(self, event: Event, value: float, scope: str | None = None) -> float:
+        """The share of this window in a counter sample's increase since the series' last,
+        less what the logs of `scope` showed meanwhile (`CounterDeltas.in_window`)."""
+        series = series_key(event.node, event.fields)
+        logged = 0
+        if scope is not None:
+            now = self.logged_.get(scope, 0)
+            logged = now - self.logged_at_.get(series, now)
+            self.logged_at_[series] = now
         return self.counters_.in_window(
-            series_key(event.node, event.fields), value, event.time, self.config.window_seconds
+            series, value, event.time, self.config.window_seconds, logged
         )
 
     # -- hooks ---------------------------------------------------------------------------------

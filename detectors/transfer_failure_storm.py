@@ -132,8 +132,11 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
 
     def _fold(self, event: Event) -> None:
         if event.kind == "transfer_failed":
-            room = event.get("bootstrap_room") or f"{event.get('rid')}"
-            self.window_.rooms.setdefault(event.node, set()).add(str(room))
+            room = str(event.get("bootstrap_room") or f"{event.get('rid')}")
+            rooms = self.window_.rooms.setdefault(event.node, set())
+            if room not in rooms:
+                rooms.add(room)
+                self._log_shows(event.node)
             return
         fields = event.fields
         signal = metric_signal(fields, _NAME_SIGNAL)
@@ -142,7 +145,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         value = sample_value(fields)
         if value is None:
             return
-        delta = self._increase(event, value)
+        delta = self._increase(event, value, scope=event.node)
         labels = event.get("labels") or {}
         key = (str(signal), str(labels.get("dp_rank", "")))
         per_node = self.window_.metric.setdefault(event.node, {})

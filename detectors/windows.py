@@ -103,8 +103,23 @@ class CounterDeltas:
             return value
         return value - previous[0]
 
-    def in_window(self, series: str, value: float, time: float | None, window: float) -> float:
-        """The increase attributable to one window ending at `time`."""
+    def in_window(
+        self, series: str, value: float, time: float | None, window: float, logged: float = 0.0
+    ) -> float:
+        """The increase attributable to one window ending at `time`. `logged`: how many of the
+        counted things the logs showed since the series' previous sample. Over a gap longer
+        than the window those were counted in the windows they happened in, so only the rest,
+        what the logs missed, is spread (a window's own lines and a scrape within it meet as
+        the larger of the two, in the detector).
+
+        >>> deltas = CounterDeltas()
+        >>> deltas.in_window("s", 0.0, 0.0, 300.0)
+        0.0
+        >>> deltas.in_window("s", 240.0, 3600.0, 300.0, logged=240)  # the logs saw them all
+        0.0
+        >>> deltas.in_window("s", 300.0, 3900.0, 300.0, logged=10)  # one window: the larger
+        60.0
+        """
         previous = self.last.get(series)
         increase = self.delta(series, value, time)
         if previous is None or previous[1] is None or time is None:
@@ -112,7 +127,7 @@ class CounterDeltas:
         elapsed = time - previous[1]
         if elapsed <= window:
             return increase
-        return increase * window / elapsed
+        return max(increase - logged, 0.0) * window / elapsed
 
     def to_state(self) -> dict[str, list[float | None]]:
         return {series: [value, time] for series, (value, time) in self.last.items()}

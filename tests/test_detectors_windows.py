@@ -229,6 +229,41 @@ def test_an_increase_between_sparse_snapshots_is_spread_over_the_time_between_th
     assert finding.evidence["failures"] == 120
 
 
+def test_a_snapshot_after_a_logged_storm_does_not_count_it_again_in_its_own_window():
+    def count(t: float, value: float) -> Event:
+        return ev(
+            "metric",
+            "decode-0",
+            t,
+            name="sglang:num_transfer_failed_reqs_total",
+            labels={"engine_type": "decode", "tp_rank": "0"},
+            value=value,
+            signal="transfer_failed_total",
+            role="decode",
+        )
+
+    # Hourly snapshots; a 10-minute storm of 240 failures in the logs between two of them.
+    storm = [failed(T + 1800 + 2.5 * k, 1000 + k) for k in range(240)]
+    snapshots = [count(T, 0.0), count(T + 3600, 240.0), count(T + 7200, 240.0)]
+    (finding,) = run(TransferFailureStorm(), storm + snapshots)
+    assert finding.time == T + 2100  # the storm's window, not the snapshot's an hour on
+    # Without the lines, the snapshots are all there is: their hourly average, 20 a window,
+    # in the window the later one lands in.
+    (alone,) = run(TransferFailureStorm(), snapshots)
+    assert alone.time == T + 3900 and alone.evidence["failures"] == 20
+    # The logs missed some: what they missed is still spread.
+    missed = [count(T, 0.0), count(T + 3600, 480.0)]
+    (first, second) = run(TransferFailureStorm(), storm + missed)
+    assert second.time == T + 3900 and second.evidence["failures"] == 20
+
+
+def test_deferred_release_counters_are_not_counted_again_after_the_logged_timeouts():
+    storm = [timeout(T + 1800 + 10 * k, 2000 + k) for k in range(120)]  # 20 minutes
+    snapshots = [counter(T, 0.0, "timeout"), counter(T + 3600, 120.0, "timeout")]
+    findings = run(DeferredReleaseTimeouts(), quiet_hours(1) + storm + snapshots)
+    assert [f.time for f in findings] == [T + 2100]
+
+
 def test_counter_reset_after_a_restart_is_not_a_negative_storm():
     deltas = CounterDeltas()
     assert deltas.delta("s", 100.0) == 0.0
