@@ -16,6 +16,7 @@ import pytest
 
 from collector.events import parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
+from collector.forensics.report import config_gaps
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
 
@@ -268,3 +269,26 @@ def test_fail_on_turns_what_was_found_into_the_exit_status(
     assert one.returncode == 0 and len(named) == exposed
     zero = _cli(*calm, "--out", str(tmp_path / "e"), "--workers", "0")
     assert zero.returncode == 2 and "--workers must be at least 1" in zero.stderr
+
+
+def test_a_config_gap_says_whether_a_restart_closed_it() -> None:
+    def point(time: str, pool: int) -> dict[str, object]:
+        return {"time": time, "max_total_num_tokens": pool, "context_len": 1_048_576}
+
+    summary = {
+        "nodes": {
+            "prefill-0": {
+                "role": "prefill",
+                "config": [point("T1", 681_280), point("T2", 2_040_000)],
+            },
+            "prefill-1": {
+                "role": "prefill",
+                "config": [point("T1", 2_040_000), point("T3", 681_280)],
+            },
+        }
+    }
+    gaps = {gap.node: gap.period() for gap in config_gaps(summary)}
+    assert gaps == {
+        "prefill-0": "from T1 until T2",
+        "prefill-1": "from T3, still in force when the logs end",
+    }

@@ -485,7 +485,7 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     for gap in config_gaps(summary):
         out.write(
             f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "
-            f"since {gap.since}\n"
+            f"{gap.period()}\n"
         )
     for name, path in result.outputs.items():
         out.write(f"{name:>8}: {path}\n")

@@ -74,15 +74,25 @@ class ConfigGap(NamedTuple):
     pool: int
     context: int
     since: str
+    # When the next configuration took over (a restart); None: still in force when the logs end.
+    until: str | None
+
+    def period(self) -> str:
+        """'from T' and how it ended: whether it is still open is what a responder asks."""
+        if self.until is None:
+            return f"from {self.since}, still in force when the logs end"
+        return f"from {self.since} until {self.until}"
 
 
 def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
     """Every configuration point, node by node, whose pool is smaller than its context."""
     for node, info in sorted(summary["nodes"].items()):
-        for point in info.get("config", []):
+        points = info.get("config", [])
+        for at, point in enumerate(points):
             pool, context = point.get("max_total_num_tokens"), point.get("context_len")
             if pool is not None and context is not None and pool < context:
-                yield ConfigGap(node, info.get("role"), pool, context, point["time"])
+                until = points[at + 1]["time"] if at + 1 < len(points) else None
+                yield ConfigGap(node, info.get("role"), pool, context, point["time"], until)
 
 
 def _headline(summary: dict[str, Any]) -> list[str]:
@@ -103,7 +113,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     for gap in config_gaps(summary):
         lines.append(
             f"{gap.node} ({gap.role or 'role unknown'}): pool {gap.pool:,} tokens below "
-            f"context {gap.context:,} from {gap.since}."
+            f"context {gap.context:,} {gap.period()}."
         )
     return lines
 
