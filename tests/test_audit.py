@@ -47,12 +47,12 @@ CHECKSUM_UNKNOWN = (
 )
 EARLIER_PREFILL = (
     "earlier config failed (generation 0, until 2026-09-09 19:40:00 UTC): pool 681,280 < "
-    "context 1,048,576 (35% of the window cannot fit), engine 0.5.19 < 0.5.21 (over-length "
+    "context 1,048,576 (35% of the window cannot fit), engine 0.5.19 < 0.5.20 (over-length "
     "leak path open)"
 )
 EARLIER_DECODE = (
     "earlier config failed (generation 0, until 2026-09-09 19:40:03 UTC): engine 0.5.19 < "
-    "0.5.21 (over-length leak path open)"
+    "0.5.20 (over-length leak path open)"
 )
 
 
@@ -75,8 +75,8 @@ def test_incident_pair_fails_with_the_numbers() -> None:
     code, out, err = run(str(DATA / "incident"))
     assert lines(out) == [
         "prefill-0  prefill  FAIL  pool 681,280 < context 1,048,576 (35% of the window cannot "
-        "fit); engine 0.5.19 < 0.5.21 (over-length leak path open)",
-        "decode-0   decode   FAIL  engine 0.5.19 < 0.5.21 (over-length leak path open)",
+        "fit); engine 0.5.19 < 0.5.20 (over-length leak path open)",
+        "decode-0   decode   FAIL  engine 0.5.19 < 0.5.20 (over-length leak path open)",
         "verdict: FAIL - 2 of 2 nodes failed (prefill-0, decode-0); do not roll out",
     ]
     assert code == 1
@@ -238,8 +238,8 @@ def test_nothing_to_audit_exits_2(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("version", "backend", "status", "reason"),
     [
-        ("0.5.19", "mooncake", "FAIL", "engine 0.5.19 < 0.5.21 (over-length leak path open)"),
-        ("0.5.20rc1", None, "FAIL", "engine 0.5.20rc1 < 0.5.21 (over-length leak path open)"),
+        ("0.5.19", "mooncake", "FAIL", "engine 0.5.19 < 0.5.20 (over-length leak path open)"),
+        ("0.5.20rc1", None, "FAIL", "engine 0.5.20rc1 < 0.5.20 (over-length leak path open)"),
         (
             "0.5.20",
             "mooncake",

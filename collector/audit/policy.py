@@ -237,7 +237,7 @@ def engine_check(facts: NodeFacts, policy: AuditPolicy, *, pd: bool) -> CheckRes
         return CheckResult(
             "engine",
             "FAIL",
-            f"engine {version} < {policy.pd_minimum} (over-length leak path open)",
+            f"engine {version} < {policy.leak_fixed} (over-length leak path open)",
             evidence,
         )
     if is_below(version, policy.pd_minimum):
