@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate", help="run the SGLang PD simulator (live or offline)", add_help=False
     )
     simulate.add_argument("rest", nargs=argparse.REMAINDER)
-    simulate.set_defaults(func=lambda a: _simulate(a.rest))
+    simulate.set_defaults(func=_simulate)
     return parser
 
 
@@ -118,7 +118,13 @@ def _forensics(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from detectors.evaluation import run_eval_command
+    from simulator.scenario import ScenarioError, load_scenario
 
+    try:  # a bad name is a usage error (2), not a score below the bar (1)
+        load_scenario(args.scenario)
+    except ScenarioError as exc:
+        sys.stderr.write(f"kvwatch eval: {exc}\n")
+        return 2
     return run_eval_command(
         args.scenario,
         seed=args.seed,
@@ -135,14 +141,21 @@ def _demo(out: Path, scale: float) -> int:
     return run_demo(workdir=out, scale=scale)
 
 
-def _simulate(rest: list[str]) -> int:
+def _simulate(args: argparse.Namespace) -> int:
     from simulator.cli import main as simulator_main
 
-    return int(simulator_main(rest))
+    return int(simulator_main(args.rest))
+
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if args.func is not _simulate:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        # `simulate --help`: argparse leaves a leading option out of the remainder.
+        args.rest = [*unknown, *args.rest]
     try:
         return int(args.func(args))
     except BrokenPipeError:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.cli import main
 from collector.parallel import count_events, plan
 from tests.golden import GOLDEN
 
@@ -107,3 +108,16 @@ def test_jsonl_is_strict_json_even_for_nan_samples(tmp_path: Path) -> None:
     assert by_name["sglang:max_total_num_tokens"]["value"] == 360072.0
     assert by_name["sglang:max_total_num_tokens"]["signal"] == "pool_tokens"
     assert by_name["sglang:max_total_num_tokens"]["node"] == "decode-0"
+
+
+def test_simulate_help_and_a_bad_scenario_name_are_usage_answers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as shown:
+        main(["simulate", "--help"])
+    assert shown.value.code == 0 and "kvwatch simulate" in capsys.readouterr().out
+    assert main(["eval", "--scenario", "no-such-scenario"]) == 2
+    assert "unknown scenario 'no-such-scenario'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["parse", "--no-such-flag", "x.log"])
+    assert refused.value.code == 2
