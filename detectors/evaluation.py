@@ -31,6 +31,20 @@ TARGETS: dict[str, str] = {
     "metadata_corruption": "caught",
     "kv_canary_violation": "exposed",
 }
+# Which caught corruptions each catching detector is for, by the ground truth's `cause`: the
+# metadata check sees metadata that belongs to another request, the KV checksum pages that
+# were overwritten (every other cause). Scoring each against all caught rooms would put the
+# other detector's catches in its recall.
+CAUGHT_CAUSES: dict[str, tuple[bool, frozenset[str]]] = {
+    "metadata_corruption": (True, frozenset({"metadata_corruption"})),
+    "checksum_mismatch": (False, frozenset({"metadata_corruption"})),
+}
+
+
+def caught_by(detector: str, cause: str | None) -> bool:
+    """Whether a corruption of `cause` is one `detector` is meant to catch."""
+    listed, causes = CAUGHT_CAUSES.get(detector, (False, frozenset()))
+    return (cause in causes) == listed
 
 
 @dataclass
@@ -167,7 +181,14 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
             by_detector.setdefault(finding["detector"], []).append(finding)
     detectors = {}
     for name, flagged in by_detector.items():
-        target = {"exposed": exposed, "caught": caught}.get(TARGETS.get(name, ""), every)
+        kind = TARGETS.get(name, "")
+        target = {"exposed": exposed, "caught": caught}.get(kind, every)
+        if kind == "caught":
+            target = {
+                str(e["bootstrap_room"])
+                for e in truth.get("caught", [])
+                if caught_by(name, e.get("cause"))
+            }
         first_target = min(
             (t for r in target if (t := truth_time.get(r)) is not None), default=None
         )

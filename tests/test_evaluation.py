@@ -64,6 +64,36 @@ def test_precision_recall_and_time_to_detect() -> None:
     assert ev.detectors["checksum_mismatch"].first_seconds == 600.0  # caught 12:40, flagged 12:50
 
 
+def test_each_catching_detector_is_scored_on_the_corruptions_it_is_for() -> None:
+    def caught(room: str, minute: int, cause: str) -> dict:
+        return {"bootstrap_room": room, "time": f"2026-09-08T12:{minute}:00.000Z", "cause": cause}
+
+    truth = {
+        "scenario": "abort-race",
+        "exposed": [],
+        "caught": [
+            caught("1", 10, "late_write"),
+            caught("2", 20, "late_write"),
+            caught("3", 30, "metadata_corruption"),
+        ],
+    }
+    summary = _summary(
+        [],
+        [
+            _finding("checksum_mismatch", "1", t="2026-09-08T12:10:01.000Z"),
+            _finding("checksum_mismatch", "2", t="2026-09-08T12:20:01.000Z"),
+            _finding("metadata_corruption", "3", t="2026-09-08T12:30:02.000Z"),
+        ],
+    )
+    detectors = score(summary, truth).detectors
+    checksum, metadata = detectors["checksum_mismatch"], detectors["metadata_corruption"]
+    # 2 of the 2 overwritten pages, 1 of the 1 swapped metadata: not 2 of 3 and 1 of 3.
+    assert (checksum.covered, checksum.truth) == (2, 2)
+    assert (metadata.covered, metadata.truth) == (1, 1)
+    # Each detector's latency runs from the first corruption of its own kind, not from 12:10.
+    assert (checksum.first_seconds, metadata.first_seconds) == (1.0, 2.0)
+
+
 def test_a_configuration_alarm_before_the_leak_does_not_hide_how_long_the_leak_ran() -> None:
     summary = _summary(
         ["1"],
