@@ -17,6 +17,7 @@ import pytest
 from collector.events import parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
 from collector.forensics.report import config_gaps
+from detectors.registry import REGISTRY
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
 
@@ -94,6 +95,29 @@ def test_outputs_exist_and_validate(incident: Run) -> None:
     assert len(exposed_rows) == data["exposure"]["count"]
     md = (incident.out / "report.md").read_text()
     assert f"{data['exposure']['count']:,} client responses" in md
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda d: d["findings"][0].update(prompt="a user's words"),  # no field for text
+        lambda d: d["findings"][0].update(detector="no_such_detector"),
+        lambda d: d["exposure"]["requests"][0].update(rid=None),
+        lambda d: d["exposure"]["requests"][0].update(evidence=["guess"]),
+        lambda d: d["exposure"].update(first=None),  # responses exposed, and no first time
+    ],
+)
+def test_the_schema_refuses_what_a_wrong_summary_would_hold(incident: Run, spoil) -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    data = json.loads(json.dumps(incident.summary))
+    spoil(data)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+
+
+def test_the_schema_names_every_registered_detector() -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert schema["$defs"]["detector"]["enum"] == sorted(REGISTRY)
 
 
 def test_reports_carry_no_request_text(incident: Run) -> None:
