@@ -4,6 +4,13 @@ Fleet logs come rotated (`x.log`, `x.log.1`, `x.log.2.gz`), gzipped, truncated m
 mid-gzip, with CRLF endings and stray non-UTF-8 bytes. A node's rotated siblings are read as one
 stream, oldest first. Damage becomes a counted drop with a reason, never an exception, and memory
 stays bounded by the block size however long a line is.
+
+A cut line must not become facts. When a stream ends early (a gzip cut short or damaged, a read
+error), the text after its last newline is known to be cut: it is dropped unread
+(`<why>_partial_line`). A plain file's last line without a newline is kept (hand-made files often
+end so, and a complete line must not be lost) unless it is a request record left incomplete by a
+writer still writing or a copy cut short (`truncated_request_line`; see
+`collector.sglang.request_log.cut_record`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
+from collector.sglang.request_log import cut_record
 
 FileKind = Literal["log", "prom", "json"]
 
@@ -208,15 +216,30 @@ def line_aligned_ranges(path: Path, target: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:], strict=False))
 
 
+class _Ending:
+    """Why a stream of blocks ended before its data did (the drop reason), None when it did not:
+    the text after the last newline is then cut, not a last line without its newline."""
+
+    __slots__ = ("early",)
+
+    def __init__(self) -> None:
+        self.early: str | None = None
+
+    def cut(self, stats: ReadStats, reason: str) -> None:
+        stats.drop(reason)
+        self.early = reason
+
+
 def _open_blocks(
-    path: Path, stats: ReadStats, byte_range: tuple[int, int] | None = None
+    path: Path, stats: ReadStats, ending: _Ending, byte_range: tuple[int, int] | None = None
 ) -> Iterator[bytes]:
-    """Yield the file's bytes in blocks, decompressing gzip (by magic, not by name).
+    """Yield the file's bytes in blocks, decompressing gzip (by magic, not by name); `ending`
+    learns whether the stream ended early.
 
     `byte_range` restricts a plain file to [start, end): one worker's share of a large file.
     """
     if byte_range is not None:
-        yield from _range_blocks(path, stats, byte_range)
+        yield from _range_blocks(path, stats, ending, byte_range)
         return
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed in finally below
@@ -227,7 +250,7 @@ def _open_blocks(
         magic = handle.read(2)
         handle.seek(0)
         if magic == b"\x1f\x8b":
-            yield from _gunzip_blocks(handle, stats)
+            yield from _gunzip_blocks(handle, stats, ending)
         else:
             while True:
                 block = handle.read(BLOCK_SIZE)
@@ -236,12 +259,12 @@ def _open_blocks(
                 stats.count_bytes(len(block))
                 yield block
     except OSError:
-        stats.drop("read_error")
+        ending.cut(stats, "read_error")
     finally:
         handle.close()
 
 
-def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
+def _gunzip_blocks(handle: BinaryIO, stats: ReadStats, ending: _Ending) -> Iterator[bytes]:
     """Stream-decompress gzip (multi-member too), yielding everything up to any damage.
 
     `gzip.GzipFile` discards the last partial block when the file is cut short; a shipper killed
@@ -258,7 +281,7 @@ def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
             try:
                 block = inflater.decompress(compressed)
             except zlib.error:
-                stats.drop("corrupt_gzip")
+                ending.cut(stats, "corrupt_gzip")
                 return
             if block:
                 stats.count_bytes(len(block))
@@ -269,17 +292,19 @@ def _gunzip_blocks(handle: BinaryIO, stats: ReadStats) -> Iterator[bytes]:
             inflater = zlib.decompressobj(wbits=31)
             member_open = False
             if compressed and not compressed.startswith(b"\x1f\x8b"):
-                stats.drop("trailing_garbage_after_gzip")
+                stats.drop("trailing_garbage_after_gzip")  # every member ended: nothing cut
                 return
     if member_open:
         tail = inflater.flush()
         if tail:
             stats.count_bytes(len(tail))
             yield tail
-        stats.drop("truncated_gzip")
+        ending.cut(stats, "truncated_gzip")
 
 
-def _range_blocks(path: Path, stats: ReadStats, byte_range: tuple[int, int]) -> Iterator[bytes]:
+def _range_blocks(
+    path: Path, stats: ReadStats, ending: _Ending, byte_range: tuple[int, int]
+) -> Iterator[bytes]:
     start, end = byte_range
     try:
         with open(path, "rb") as handle:
@@ -293,7 +318,7 @@ def _range_blocks(path: Path, stats: ReadStats, byte_range: tuple[int, int]) -> 
                 stats.count_bytes(len(block))
                 yield block
     except OSError:
-        stats.drop("read_error")
+        ending.cut(stats, "read_error")
 
 
 def read_line_blocks(
@@ -304,12 +329,15 @@ def read_line_blocks(
     Decoding and splitting happen once per block, not once per line: this is the innermost loop
     of forensics. Lines longer than MAX_LINE_BYTES are skipped (counted `line_too_long`) without
     ever being held whole. Bytes that are not UTF-8 are replaced; lines that are mostly binary are
-    dropped (`binary`).
+    dropped (`binary`). The text after the last newline is cut when the stream ended early
+    (dropped unread, `<why>_partial_line`), and may be when it is a request record left
+    incomplete (dropped, `truncated_request_line`); see the module docstring.
     """
     carry = b""
     skipping = False
     number = 0
-    for block in _open_blocks(path, stats, byte_range):
+    ending = _Ending()
+    for block in _open_blocks(path, stats, ending, byte_range):
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
@@ -345,10 +373,15 @@ def read_line_blocks(
         number += 1
         stats.drop("line_too_long")
     elif carry:
-        lines = _decode_block(carry, stats)
-        if lines:
-            yield number + 1, lines
         number += 1
+        if ending.early is not None:
+            stats.drop(ending.early + "_partial_line")
+        else:
+            lines = _decode_block(carry, stats)
+            if lines[0] != DROPPED and cut_record(lines[0]):
+                stats.drop("truncated_request_line")
+            else:
+                yield number, lines
     stats.lines += number
 
 

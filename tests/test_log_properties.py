@@ -84,10 +84,16 @@ def test_files_of_random_bytes_never_raise(
         st.one_of(st.sampled_from(REAL_LINES), mutated_lines, st.text(max_size=80)),
         min_size=1,
         max_size=40,
-    )
+    ),
+    st.booleans(),
 )
-def test_every_line_lands_in_exactly_one_bucket(tmp_path: Path, lines: list[str]) -> None:
-    text = "\n".join(line.replace("\r", " ").replace("\n", " ") for line in lines) + "\n"
+def test_every_line_lands_in_exactly_one_bucket(
+    tmp_path: Path, lines: list[str], final_newline: bool
+) -> None:
+    """Also when the file ends without its newline: a last line that is a request record cut
+    short is dropped (`truncated_request_line`), any other is read as it is."""
+    lines = [line.replace("\r", " ").replace("\n", " ") for line in lines]
+    text = "\n".join(lines) + ("\n" if final_newline or not lines[-1] else "")
     path = tmp_path / "mix.log"
     path.write_text(text, encoding="utf-8", errors="replace")
     stats = ParseStats()
@@ -99,8 +105,10 @@ def test_every_line_lands_in_exactly_one_bucket(tmp_path: Path, lines: list[str]
         + stats.unclassified_other
         + stats.dropped.get("binary", 0)
         + stats.dropped.get("line_too_long", 0)
+        + stats.dropped.get("truncated_request_line", 0)
     )
     assert accounted == stats.lines == len(lines)
+    assert stats.dropped.get("truncated_request_line", 0) <= (0 if final_newline else 1)
 
 
 _HEAD_ALTERNATION = re.compile(

@@ -67,3 +67,22 @@ def test_an_empty_rid_literal_first_does_not_hide_the_real_one() -> None:
     # Found by the property test above: blanking turns the first `rid='...'` into `rid=''`.
     text = "rid=', GenerateReqInput(text='rid='4f1c9a'"
     assert _obj_ids(text) == _reference(text) == ("4f1c9a", None)
+
+
+@given(st.lists(_pieces, max_size=12).map("".join), st.lists(_pieces, max_size=6).map("".join))
+def test_the_end_of_the_ids_is_where_they_end_in_the_text_itself(text: str, tail: str) -> None:
+    """A `Receive:` line is known complete by what follows its ids, so their end must be a
+    position in the line (not in the copy with user text blanked) right after one of them."""
+    rid, room, end = request_log._obj_ids_and_end(text + tail, len(text))
+    assert (rid, room) == _reference(text)
+    if end >= 0:
+        assert end <= len(text)
+        assert (rid is not None and text[:end].endswith(f"rid='{rid}'")) or (
+            room is not None and text[:end].endswith(f"bootstrap_room={room}")
+        )
+    else:
+        assert (
+            (rid is None and room is None)
+            or text.count("rid=") > 1
+            or (text.count("bootstrap_room=") > 1)
+        )

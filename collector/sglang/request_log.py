@@ -5,6 +5,16 @@ reasons and latencies: text never leaves this module. The text can also contain 
 strings that look like our keys (`rid='...'`, `'prompt_tokens': 1`), so values are taken from the
 structural position where SGLang writes them, and when a key appears more than once the record is
 read with a string-literal-aware parser instead of a search.
+
+A record cut before its end (the last line of a log still being written, or of a copy or a
+gzip cut short) says nothing: a room cut inside its digits or `'prompt_tokens': 18` for 185230
+would be a request that never was, or a false count. A text record's structure is walked as
+Python literal syntax (`obj=GenerateReqInput(...)`, `headers={...}`, `out={...}`, string
+literals with their escapes); one that ends with any of them open gives no fields, and the file
+reader counts it as a drop (`cut_record`). A `Finish:` whose `meta_info` fits a learnt layout
+(which ends with the closers of `meta_info` and `out`) is complete without the walk, and a
+`Receive:` whose text after its ids ends as a walked complete one did, too: the walk costs only
+lines that do not look like their predecessors.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from collector.sglang.envelope import peel
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
 
@@ -41,6 +52,21 @@ _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 # One engine writes meta_info with the same keys in the same order finish after finish.
 _meta_layouts = Layouts()
 _STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+_BRACKET = re.compile(r"[()\[\]{}]")
+# Text after a `Receive:` line's ids that ended complete lines, by length (the latest of each
+# length), so a line ending the same way needs no walk; compared in place, without a slice.
+_complete_receive_tails: dict[int, str] = {}
+_MAX_RECEIVE_TAILS = 64
+# What marks an unparseable JSON line as a request record (the JSON log, the exported metrics
+# record, or Docker's wrapping of a text record).
+_JSON_RECORD_MARKS = (
+    '"request.',
+    '"meta_info"',
+    '"rid"',
+    "Finish: obj=",
+    "Receive: obj=",
+    "Receive OpenAI: obj=",
+)
 
 # Abort messages the engine writes itself, mapped to stable codes. Any other message is dropped:
 # an error message can echo user input, and kvwatch must not store that.
@@ -73,6 +99,13 @@ def abort_code(message: str | None) -> str | None:
 def _obj_ids(text: str, end: int | None = None) -> tuple[str | None, str | None]:
     """rid and bootstrap_room from a `GenerateReqInput(...)` repr (`text[:end]`), safe against
     look-alike text."""
+    rid, room, _ = _obj_ids_and_end(text, end)
+    return rid, room
+
+
+def _obj_ids_and_end(text: str, end: int | None = None) -> tuple[str | None, str | None, int]:
+    """`_obj_ids`, and where the later of the two ends in `text` (-1: neither found, or found
+    in a copy with the user text blanked)."""
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
     # each key is found once and then looked for again only after that point. Bounded by `end`
     # rather than sliced: no copy of the kilobytes.
@@ -87,17 +120,142 @@ def _obj_ids(text: str, end: int | None = None) -> tuple[str | None, str | None]
         end = len(text)
         rid_at = text.find("rid=")
         room_at = text.find("bootstrap_room=")
+        blanked = True  # positions in the blanked copy are not the line's
+    else:
+        blanked = False
+    ids_end = -1
     rid = None
     if rid_at >= 0:
         # The first `rid='<id>'` from the first `rid=` on (`rid=None` or an empty literal there:
         # a later one is the one, as a search of the whole text would find).
         m = _OBJ_RID.search(text, rid_at, end)
-        rid = m.group(1) if m else None
+        if m:
+            rid = m.group(1)
+            ids_end = m.end()
     room = None
     if room_at >= 0:
         m = _OBJ_ROOM.match(text, room_at, end)
-        room = m.group(1) if m else None
-    return rid, room
+        if m:
+            room = m.group(1)
+            room_end = m.end()
+            if room_end > ids_end:
+                ids_end = room_end
+    return rid, room, -1 if blanked else ids_end
+
+
+def _last_group(text: str) -> tuple[int, int] | None:
+    """Where the last bracket group at the top level of `text` opens and where it ends (just
+    past its closer), read as Python literal syntax: brackets inside string literals do not
+    count, and a literal ends at its quote unless a backslash escapes it. None when the text
+    ends inside a literal or with a bracket open; (-1, -1) when it has no group.
+
+    Runs through the text with `str.find` from quote to quote (kilobytes of prompt are one
+    literal, skipped by one find) and a regex only over the short stretches between literals.
+    A closer without an opener is ignored: a cut line never has one, a complete line with an odd
+    object repr still reads as before.
+
+    >>> text = "obj=G(text='a (b', n={'k': [1]}), out={'x': 1}"
+    >>> opened, closed = _last_group(text)
+    >>> text[opened:closed], closed == len(text)
+    ("{'x': 1}", True)
+    >>> _last_group("obj=G(text='a (b', n={'k': [1]}), out={'x': 1") is None
+    True
+    >>> _last_group(r"G(text='it\\'s (a)', n=1)")
+    (1, 24)
+    >>> _last_group(r"G(text='it\\'s (a)") is None
+    True
+    """
+    size = len(text)
+    find = text.find
+    search = _BRACKET.search
+    depth = 0
+    opened = closed = -1
+    at = 0
+    single = find("'")
+    double = find('"')
+    while True:
+        if single < 0:
+            single = size
+        if double < 0:
+            double = size
+        quote_at = single if single < double else double
+        while True:  # the brackets before the next literal
+            m = search(text, at, quote_at)
+            if m is None:
+                break
+            at = m.end()
+            if text[at - 1] in "([{":
+                if not depth:
+                    opened = at - 1
+                depth += 1
+            elif depth:
+                depth -= 1
+                if not depth:
+                    closed = at
+        if quote_at == size:
+            return None if depth else (opened, closed)
+        quote = text[quote_at]
+        end = quote_at
+        while True:  # the literal's closing quote: one not escaped by an odd run of backslashes
+            end = find(quote, end + 1)
+            if end < 0:
+                return None
+            before = end - 1
+            while text[before] == "\\":
+                before -= 1
+            if (end - 1 - before) % 2 == 0:
+                break
+        at = end + 1
+        if single <= end:
+            single = find("'", at)
+        if double <= end:
+            double = find('"', at)
+
+
+def _text_record_complete(message: str, finish: bool) -> bool:
+    """Whether a text `Receive:`/`Finish:` record ends where such a record ends: every literal
+    and bracket closed, and the line ending with its last top-level group, which for a `Finish:`
+    is `out={...}` (a `Receive:` ends with its `obj=...(...)` or its `headers={...}`)."""
+    group = _last_group(message)
+    if group is None:
+        return False
+    opened, closed = group
+    if opened < 0 or (closed < len(message) and not message[closed:].isspace()):
+        return False
+    return not finish or message.startswith("out=", opened - 4)
+
+
+def _receive_walked(message: str, ids_end: int) -> bool:
+    """`_text_record_complete` for a `Receive:` line whose text after its ids (`ids_end`, see
+    `_obj_ids_and_end`) is not one that ended a walked complete line (a line ending as one did
+    needs no walk: what follows its ids closes what was open there, as it did in that line);
+    the text is remembered when the walk finds the line complete."""
+    if not _text_record_complete(message, finish=False):
+        return False
+    if ids_end >= 0:
+        tails = _complete_receive_tails
+        if len(tails) >= _MAX_RECEIVE_TAILS:
+            tails.clear()
+        tails[len(message) - ids_end] = message[ids_end:]
+    return True
+
+
+def cut_record(line: str) -> bool:
+    """Whether `line`, a whole log line, is a request record (text `Receive:`/`Finish:` or
+    JSON) cut before its end; see the module docstring. The file reader asks this of a last
+    line that has no newline: kept when complete (hand-made files often end so), dropped and
+    counted when cut."""
+    message = peel(line).message
+    if message.startswith("Finish: "):
+        return not _text_record_complete(message, finish=True)
+    if message.startswith(("Receive: ", "Receive OpenAI: ")):
+        return not _text_record_complete(message, finish=False)
+    if message.startswith("{"):
+        try:
+            json.loads(message)
+        except (ValueError, RecursionError):
+            return any(mark in message for mark in _JSON_RECORD_MARKS)
+    return False
 
 
 def _keep_short_literal(match: re.Match[str]) -> str:
@@ -205,8 +363,12 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
 
 
 def parse_text_receive(message: str) -> dict[str, Any]:
-    rid, room = _obj_ids(message)
-    return {"rid": rid, "bootstrap_room": room, "openai": message.startswith("Receive OpenAI")}
+    rid, room, ids_end = _obj_ids_and_end(message)
+    openai = message.startswith("Receive OpenAI")
+    tail = _complete_receive_tails.get(len(message) - ids_end) if ids_end >= 0 else None
+    if (tail is None or not message.endswith(tail)) and not _receive_walked(message, ids_end):
+        return {"rid": None, "bootstrap_room": None, "openai": openai}  # cut: no ids
+    return {"rid": rid, "bootstrap_room": room, "openai": openai}
 
 
 def parse_text_finish(message: str) -> dict[str, Any]:
@@ -215,13 +377,16 @@ def parse_text_finish(message: str) -> dict[str, Any]:
 
 def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     """A `Finish:` line's fields, its `meta_info` read by a layout in `layouts` when one fits
-    (and learnt there when it does not)."""
+    (and learnt there when it does not). A line cut before its end gives no fields (all None):
+    a layout ends where the line does, so only the generic reader has to check."""
     meta_text = _meta_info_text(message)
+    fields = layouts.read(meta_text) if meta_text is not None else None
+    if fields is None and not _text_record_complete(message, finish=True):
+        return _finished_fields({}, None, None)
     out_at = message.rfind(", out={")
-    rid, room = _obj_ids(message, out_at if out_at > 0 else None)
+    rid, room, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
     if meta_text is None:
         return _finished_fields({}, rid, room)
-    fields = layouts.read(meta_text)
     if fields is None:
         fields, slots = read_meta_fields(meta_text)
         if slots is not None:
