@@ -147,7 +147,6 @@ def _simulate(args: argparse.Namespace) -> int:
     return int(simulator_main(args.rest))
 
 
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)

@@ -89,6 +89,7 @@ def test_outputs_exist_and_validate(incident: Run) -> None:
     assert data == json.loads(json.dumps(incident.summary))
     csv_rows = (incident.out / "findings.csv").read_text().splitlines()
     assert len(csv_rows) == 1 + len(data["findings"])
+    assert "=None" not in "".join(csv_rows) and "=True" not in "".join(csv_rows)
     table = pq.read_table(incident.out / "requests.parquet")
     assert table.num_rows == data["requests"]["total"] > 1000
     exposed_rows = [r for r in table.column("exposed_by").to_pylist() if r]

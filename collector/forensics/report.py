@@ -45,8 +45,11 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
 
 
 def _value(value: Any) -> str:
-    """An evidence value for the CSV: lists and mappings (a finding's candidates) as JSON."""
-    if isinstance(value, list | dict):
+    """An evidence value for the CSV: lists and mappings (a finding's candidates), None and
+    booleans as JSON (`null`, `true`), so a reader needs no Python to parse them."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, bool | list | dict):
         return json.dumps(value, sort_keys=True)
     return str(value)
 
