@@ -122,3 +122,19 @@ def test_runtime_lines_keep_their_own_prefix_and_leave_unwrapped_lines_alone() -
     # A wrapper that re-renders records with a level (`<RFC3339>  INFO mod: msg`) is not a
     # runtime's timestamp: `peel` reads it as before.
     assert runtime_wrappers.RuntimeLines().unwrap("2026-08-27T10:14:55Z  INFO sglang: x") is None
+
+
+def test_a_bare_finish_line_takes_its_time_from_its_meta_info(tmp_path: Path) -> None:
+    """Unwrapped and unprefixed (0.5.10's request logger): with `--enable-metrics` the line
+    says when it finished; the batch line hours before is not its time."""
+    stamped = FINISH.replace(
+        "'e2e_latency': 5.1}", "'e2e_latency': 5.1, 'request_finished_ts': 1788500092.5}"
+    )
+    events, _ = _events(tmp_path, [BATCH, stamped])
+    assert _finish_fields(events)["time"] == iso_time(1788500092.5)
+    # Reply text that quotes the key does not stand in for the meta_info, which ends the line.
+    quoted = stamped.replace(
+        "text='a {prompt}", "text=\"'request_finished_ts': 1111111111, \" 'a {prompt}"
+    )
+    events, _ = _events(tmp_path, [BATCH, quoted])
+    assert _finish_fields(events)["time"] == iso_time(1788500092.5)

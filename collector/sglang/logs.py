@@ -292,6 +292,18 @@ def classify(message: str, engine: bool) -> Outcome:
     return (UNCLASSIFIED_ENGINE if engine else UNCLASSIFIED_OTHER), None
 
 
+_FINISHED_TS: Final = re.compile(r"'request_finished_ts': (\d{9,10}(?:\.\d+)?)[,}]")
+
+
+def _finished_stamp(message: str) -> float | None:
+    """When a request line without a time of its own finished, from its `meta_info`
+    (`request_finished_ts`, with `--enable-metrics`; reference §2.5). The last occurrence: the
+    meta_info ends the line, so reply text cannot stand in for it there."""
+    at = message.rfind("'request_finished_ts': ")
+    m = _FINISHED_TS.match(message, at) if at >= 0 else None
+    return float(m.group(1)) if m is not None else None
+
+
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -370,6 +382,8 @@ class LineParser:
                 self._day += 86400  # midnight passed
             self._last_tod = envelope.time_of_day
             when = self._day + envelope.time_of_day
+        if when is None and kind == ev.REQUEST_FINISHED:
+            when = _finished_stamp(envelope.message)
         if not isinstance(payload, dict):
             return kind, ev.Event.deferred(
                 kind, self.node, when, source, payload, envelope.message, envelope.ranks
