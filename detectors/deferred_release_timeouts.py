@@ -15,10 +15,12 @@ volume to mean it. Per window (event time) the score is the largest of
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
 
 and a window scoring at or above `threshold` raises a warning, critical when KV checksum
-mismatches or metadata corruption occur in the same or the previous window. Windows that fire
-do not enter the baseline. A storm lasting several windows is one finding (re-raised only if
-it turns critical). Log lines are counted per room (every TP rank may log the same release);
-counters are taken per node as the largest increase across TP ranks.
+mismatches or metadata corruption occur in the same or the previous window. Windows that fire do
+not enter the baseline. A storm lasting several windows is one finding (re-raised only if it
+turns critical), and it outlasts up to `episode_gap_windows` quiet windows in a row: a storm at
+the edge of the volume floor dips under it now and then. A KV mismatch at any time during the
+storm makes it critical. Log lines are counted per room (every TP rank may log the same
+release); counters are taken per node as the largest increase across TP ranks.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from collector.events import Event
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
-from detectors.storm import StormConfig, StormDetector, metric_signal, sample_value
+from detectors.storm import Episode, StormConfig, StormDetector, metric_signal, sample_value
 from detectors.windows import Baseline
 
 _RELEASE_SIGNALS = frozenset({"deferred_release_total"})
@@ -139,8 +141,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_share_ = Baseline(cfg.baseline_windows)
         self.baseline_held_ = Baseline(cfg.baseline_windows)
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
-        self.episode_: float | None = None
-        self.episode_severity_: str | None = None
+        self.episode_ = Episode()
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -150,8 +151,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_share": self.baseline_share_.to_list(),
             "baseline_held": self.baseline_held_.to_list(),
             "recent_mismatches": list(self.recent_mismatches_),
-            "episode": self.episode_,
-            "episode_severity": self.episode_severity_,
+            "episode": self.episode_.to_state(),
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -164,8 +164,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.recent_mismatches_ = deque(
             state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
         )
-        self.episode_ = state.get("episode")
-        self.episode_severity_ = state.get("episode_severity")
+        self.episode_ = Episode.from_state(state.get("episode"))
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -241,21 +240,21 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if cfg.mismatch_lookback_windows:
             self.recent_mismatches_.append(window.mismatches)
 
+        episode = self.episode_
         if score < cfg.threshold:
             self.baseline_timeouts_.add(timeouts)
             if share is not None:
                 self.baseline_share_.add(share)
             self.baseline_held_.add(held)
-            self.episode_ = None
-            self.episode_severity_ = None
+            episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             return None
 
+        new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
+        mismatches = episode.mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
-        if self.episode_ is None:
-            self.episode_ = start
-        elif self.episode_severity_ == "critical" or severity == self.episode_severity_:
+        if not new and (episode.severity == "critical" or severity == episode.severity):
             return None
-        self.episode_severity_ = severity
+        episode.severity = severity
         worst = max(sorted(nodes), key=lambda n: window.outcome_count(n, "timeout"), default=None)
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
@@ -271,7 +270,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             time=start + cfg.window_seconds,
             node=worst,
             summary=summary,
-            subject=f"episode:{self.episode_}:{severity}",
+            subject=f"episode:{episode.start}:{severity}",
             evidence={
                 "window_start": start,
                 "window_seconds": cfg.window_seconds,

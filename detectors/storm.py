@@ -27,6 +27,63 @@ class StormConfig(DetectorConfig):
     window_seconds: float = Field(default=300.0, gt=0)
     # Normal windows remembered for the baseline.
     baseline_windows: int = Field(default=48, ge=1)
+    # Quiet windows in a row a storm outlasts: one that dips under the bar now and then is
+    # still one storm (one finding), not a finding per burst.
+    episode_gap_windows: int = Field(default=3, ge=0)
+
+
+class Episode:
+    """The storm in progress: when it began, the quiet windows since it last fired, the
+    severity it was reported at, and the KV mismatches seen during it."""
+
+    __slots__ = ("start", "quiet", "severity", "mismatches")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.quiet = 0
+        self.severity: str | None = None
+        self.mismatches = 0
+
+    def end(self) -> None:
+        self.start, self.quiet, self.severity, self.mismatches = None, 0, None, 0
+
+    def quiet_window(self, gap: int, mismatches: int = 0) -> None:
+        """A window under the bar: the storm ends after more than `gap` in a row."""
+        if self.start is None:
+            return
+        self.quiet += 1
+        self.mismatches += mismatches
+        if self.quiet > gap:
+            self.end()
+
+    def fire(self, start: float, mismatches: int) -> bool:
+        """A window over the bar; True when it begins a storm. `mismatches`: those of the
+        window (and, for a new storm, of the windows just before it)."""
+        self.quiet = 0
+        self.mismatches += mismatches
+        if self.start is not None:
+            return False
+        self.start = start
+        return True
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "start": self.start,
+            "quiet": self.quiet,
+            "severity": self.severity,
+            "mismatches": self.mismatches,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any] | None) -> Episode:
+        episode = cls()
+        if state:
+            start = state.get("start")
+            episode.start = None if start is None else float(start)
+            episode.quiet = int(state.get("quiet", 0))
+            episode.severity = state.get("severity")
+            episode.mismatches = int(state.get("mismatches", 0))
+        return episode
 
 
 class WindowState(Protocol):

@@ -5,13 +5,14 @@ Feeds the alert `KVWatchTransferFailureStorm`.
 Every failed transfer is an abort mid-transfer on one side or the other: the condition of the
 abort race, where RDMA writes still in flight land in pages decode has re-let. A few failures
 are normal (client disconnects); a storm (a prefill node lost, a load balancer aborting) widens
-the race window for everyone. Per window (event time) the count of failed requests is
-compared with the baseline of earlier normal windows: score = failures / (`ratio` x
-baseline), a warning at or above `threshold` once failures reach `min_failures`. One finding
-per storm. Both sides log (and count) the same failed request, so failures are the larger of
-the distinct rooms in `... transfer failed` / `... handshake failed` lines across the
-deployment, and the increase of `sglang:num_transfer_failed_reqs_total` plus
-`sglang:num_bootstrap_failed_reqs_total` summed over the nodes of one role (the larger role).
+the race window for everyone. Per window (event time) the count of failed requests is compared
+with the baseline of earlier normal windows: score = failures / (`ratio` x baseline), a warning
+at or above `threshold` once failures reach `min_failures`. One finding per storm; a storm
+outlasts up to `episode_gap_windows` quiet windows in a row. Both sides log (and count) the same
+failed request, so failures are the larger of the distinct rooms in `... transfer failed` / `...
+handshake failed` lines across the deployment, and the increase of
+`sglang:num_transfer_failed_reqs_total` plus `sglang:num_bootstrap_failed_reqs_total` summed
+over the nodes of one role (the larger role).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collector.events import Event
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
-from detectors.storm import StormConfig, StormDetector, metric_signal, sample_value
+from detectors.storm import Episode, StormConfig, StormDetector, metric_signal, sample_value
 from detectors.windows import Baseline
 
 _FAILURE_SIGNALS = frozenset({"transfer_failed_total", "bootstrap_failed_total"})
@@ -116,19 +117,19 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
     def _init_learned(self) -> None:
         super()._init_learned()
         self.baseline_ = Baseline(self.config.baseline_windows)
-        self.in_storm_ = False
+        self.storm_ = Episode()
 
     def _learned_state(self) -> dict[str, Any]:
         return {
             **super()._learned_state(),
             "baseline": self.baseline_.to_list(),
-            "in_storm": self.in_storm_,
+            "storm": self.storm_.to_state(),
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
         super()._load_learned(state)
         self.baseline_ = Baseline(self.config.baseline_windows, state["baseline"])
-        self.in_storm_ = bool(state.get("in_storm"))
+        self.storm_ = Episode.from_state(state.get("storm"))
 
     def _fold(self, event: Event) -> None:
         if event.kind == "transfer_failed":
@@ -162,11 +163,10 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         score = failures / (cfg.ratio * base) if failures >= cfg.min_failures else 0.0
         if score < cfg.threshold:
             self.baseline_.add(failures)
-            self.in_storm_ = False
+            self.storm_.quiet_window(cfg.episode_gap_windows)
             return None
-        if self.in_storm_:
+        if not self.storm_.fire(start, 0):
             return None
-        self.in_storm_ = True
         worst = max(nodes, key=window.node_failures, default=None)
         summary = (
             f"KV transfer failure storm: {failures:.0f} failed requests in "

@@ -109,6 +109,44 @@ def test_storm_with_checksum_mismatches_is_critical_and_escalation_is_re_raised(
     assert findings[1].evidence["mismatches"] == 1
 
 
+def _burst(start: float, rooms: int, first_room: int) -> list[Event]:
+    """`rooms` timeouts spread over the 5-minute window that begins at `start`."""
+    return [timeout(start + 10 + 280 * k / rooms, first_room + k) for k in range(rooms)]
+
+
+def test_a_storm_that_dips_under_the_bar_for_a_few_windows_is_still_one_storm():
+    start = T + 6 * 3600
+    # Firing windows with one, two and three quiet windows between them: one storm.
+    fired = [0, 2, 5, 9]
+    storm = [e for n, w in enumerate(fired) for e in _burst(start + 300 * w, 8, 1000 + 10 * n)]
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm)
+    assert [f.time for f in findings] == [start + 300]
+    # Four quiet windows end it: the next burst is a storm of its own.
+    again = _burst(start + 300 * 14, 8, 2000)
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + again)
+    assert [f.time for f in findings] == [start + 300, start + 300 * 15]
+
+
+def test_a_mismatch_while_the_storm_dips_makes_the_storm_critical_when_it_fires_again():
+    start = T + 6 * 3600
+    storm = _burst(start, 8, 1000) + _burst(start + 900, 8, 1100)  # firing, 2 quiet, firing
+    mismatch = ev("metadata_corruption", "decode-0", start + 400, bootstrap_room="5")
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + [mismatch])
+    assert [(f.severity, f.time) for f in findings] == [
+        ("warning", start + 300),
+        ("critical", start + 1200),
+    ]
+
+
+def test_transfer_failure_storm_outlasts_a_quiet_window_or_two():
+    start = T + 30_000
+    bursts = [
+        failed(start + 300 * w + 10 + 20 * k, 100 * w + k) for w in (0, 2, 4) for k in range(12)
+    ]
+    (finding,) = run(TransferFailureStorm(), bursts)
+    assert finding.time == start + 300
+
+
 def test_timeout_share_from_counters_against_a_baseline_of_drained_releases():
     events = []
     drained = timeouts = 0.0
