@@ -125,3 +125,23 @@ def test_a_repeated_layout_is_read_by_its_pattern() -> None:
     assert read is not None and read == plain(other)
     assert (read["input_len"], read["forward_duration"]) == (912384, 11.40231)
     assert layouts.read(other.replace("type=prefill", "type=decode")) is None  # another layout
+
+
+def test_a_layout_learnt_from_a_word_does_not_take_a_number_or_a_duration_later() -> None:
+    """`alloc_wait(abc)` is kept as text; `alloc_wait(3s)` is a duration of 3 s. A layout learnt
+    from the first must leave the second to the generic reader."""
+
+    def line(alloc: str, attempts: str = "abc") -> str:
+        return (
+            f"ReqTimeStats(rid=42, input_len=2585, cached_input_len=0, output_len=7, "
+            f"attempts={attempts}, type=decode): prealloc_queue_duration(1.20ms) = "
+            f"alloc_wait({alloc}) + bootstrap(0.00ms) + other(7); transfer_duration=1.50ms, "
+            f"queue_duration=3s, forward_duration=1.20ms, entry_time=None"
+        )
+
+    layouts = Layouts()
+    for _ in range(2):  # a layout is compiled on its second sighting
+        read(layouts, line("abc"))
+    for alloc, attempts in (("3s", "abc"), ("12us", "abc"), ("abc", "1e3"), ("abc", "None")):
+        later = line(alloc, attempts)
+        assert typed(read(layouts, later)) == typed(plain(later)), (alloc, attempts)

@@ -39,7 +39,11 @@ _FORMS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         r"-?[0-9]+(?:\.[0-9]+)?ms",
         r"-?[0-9]+(?:\.[0-9]+)?us",
         r"-?[0-9]+(?:\.[0-9]+)?s",
-        r"[A-Za-z0-9_]+",
+        # A word, but never one the generic reader would read as a number, a duration or a
+        # constant (`12`, `1_000`, `1e3`, `3s`, `inf`, `None`): a layout learnt from `abc`
+        # must not take `3s` later and keep it as text.
+        r"(?!(?:[0-9_]+(?:[eE][+-]?[0-9_]+)?(?:ms|us|s)?|(?i:inf|infinity|nan)"
+        r"|True|False|None|null)(?![A-Za-z0-9_]))[A-Za-z0-9_]+",
     )
 )
 # Layouts seen once, remembered to compile on the second sighting (bounded).
