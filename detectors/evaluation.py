@@ -252,8 +252,12 @@ def format_evaluation(ev: Evaluation) -> str:
             f"          and {ev.exposure_listed} more among the candidates of findings that "
             f"hit one of several ({e.true_positives + ev.exposure_listed} of {e.truth})"
         )
-    lines.append(f"window: truth {ev.window_truth[0]} .. {ev.window_truth[1]}")
-    lines.append(f"        found {ev.window_found[0]} .. {ev.window_found[1]}")
+
+    def span(window: tuple[str | None, str | None]) -> str:
+        return "none" if window[0] is None else f"{window[0]} .. {window[1]}"
+
+    lines.append(f"window: truth {span(ev.window_truth)}")
+    lines.append(f"        found {span(ev.window_found)}")
     ttd = ev.time_to_detect
     lines.append(
         "time from first exposed response to first critical finding: "

@@ -165,3 +165,9 @@ def test_eval_command_on_the_small_incident_meets_its_bar() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "exposure: precision 1.000  recall 1.000" in done.stdout
+
+
+def test_a_run_without_exposures_says_so_instead_of_printing_none() -> None:
+    healthy = {"scenario": "healthy", "exposed": [], "caught": []}
+    text = format_evaluation(score(_summary([], []), healthy))
+    assert "window: truth none" in text and "found none" in text and "None" not in text

@@ -256,6 +256,7 @@ def test_forensics_cli_exit_codes(tmp_path: Path) -> None:
         text=True,
     )
     assert config.returncode == 2 and "no_such_detector" in config.stderr
+    assert "--config detection: detectors.no_such_detector: unknown detector" in config.stderr
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

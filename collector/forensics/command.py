@@ -102,8 +102,11 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         return 2
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        err.write(f"kvwatch forensics: --config detection.{where}: {first['msg']}\n")
+        # A check of the whole section (an unknown detector) has no location of its own: its
+        # message names the key.
+        where = ".".join(["detection", *(str(p) for p in first["loc"])])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        err.write(f"kvwatch forensics: --config {where}: {message}\n")
         return 2
     assert isinstance(config, PipelineConfig)
     progress = sys.stderr if (stderr_is_terminal() and not args.quiet) else None
