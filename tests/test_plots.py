@@ -1,14 +1,24 @@
-"""The report's plots: drawn aside in a forked child, and drawn here when that cannot be."""
+"""The report's plots: drawn aside in a forked child, and drawn here when that cannot be; and
+what they show (a storm's shape, a gap still open at the end, the floors fast replies broke)."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+import matplotlib.pyplot
+import numpy as np
 import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from collector.forensics import plots
-from collector.forensics.plots import PlotData, TimingPoint
+from collector.events import Event, parse_iso_time
+from collector.forensics import driver, plots
+from collector.forensics.driver import DEFERRED_BIN_WIDTHS, MAX_DEFERRED_BINS, _Evidence
+from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
+from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -78,3 +88,197 @@ def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) ->
 
     assert plots._drawn_aside(note_pid, _data())() == b"png"
     assert pids == [parent]
+
+
+# -- what the plots show ---------------------------------------------------------------------
+
+T0 = 1_789_000_200.0  # a multiple of 300 s (and of 3600 s less 600 s: not on an hour)
+LOGS = Path(__file__).parent / "testdata" / "reference_incident"
+
+
+def _axes_of(plot: Callable[[PlotData], bytes], data: PlotData, monkeypatch) -> Axes:
+    """The axes `plot` drew, instead of its PNG."""
+    figures: list[Figure] = []
+    monkeypatch.setattr(plots, "_png", lambda fig: figures.append(fig) or b"")
+    plot(data)
+    (figure,) = figures
+    axes = figure.axes[0]
+    matplotlib.pyplot.close(figure)
+    return axes
+
+
+def _release(t: float, outcome: str = "timeout") -> Event:
+    return Event("deferred_release", "decode-0", t, "decode-0.log", {"outcome": outcome})
+
+
+def test_a_storm_of_forty_minutes_shows_its_shape_in_five_minute_bins(monkeypatch) -> None:
+    evidence = _Evidence(None)
+    evidence.deferred_release(_release(T0 - 7200, "drained"))  # a quiet morning before
+    storm = T0 + 1200  # 20 minutes past the hour: hourly bins split it in two
+    for i in range(400):
+        evidence.deferred_release(_release(storm + i * 6))  # 40 minutes
+    assert evidence.deferred_bin_seconds == 300
+    counts = {t: c["timeout"] for t, c in evidence.deferred.items() if c["timeout"]}
+    assert len(counts) == 8 and set(counts.values()) == {50}
+    assert min(counts) == storm and max(counts) == storm + 35 * 60
+
+    data = PlotData(
+        deferred_outcomes={t: dict(c) for t, c in evidence.deferred.items()},
+        deferred_bin_seconds=evidence.deferred_bin_seconds,
+    )
+    assert plots.deferred_plot(data).startswith(PNG)
+    axes = _axes_of(plots.deferred_plot, data, monkeypatch)
+    assert axes.get_ylabel() == "releases per 5 min"
+    assert "5 min bins" in axes.get_title()
+
+
+def test_deferred_bins_stay_bounded_and_exact_over_weeks_of_logs() -> None:
+    evidence = _Evidence(None)
+    total = 0
+    for day in range(60):
+        for minute in range(0, 24 * 60, 7):
+            evidence.deferred_release(_release(T0 + day * 86400 + minute * 60))
+            total += 1
+        assert len(evidence.deferred) <= MAX_DEFERRED_BINS
+    width = evidence.deferred_bin_seconds
+    assert width in DEFERRED_BIN_WIDTHS and width > 3600  # coarser, still a ladder step
+    span = max(evidence.deferred) - min(evidence.deferred)
+    assert span / width < MAX_DEFERRED_BINS
+    assert all(t % width == 0 for t in evidence.deferred)  # merged exactly into the width
+    assert sum(c["timeout"] for c in evidence.deferred.values()) == total
+    # A release earlier than all before it widens the span backwards just as well.
+    evidence.deferred_release(_release(T0 - 400 * 86400))
+    assert len(evidence.deferred) <= MAX_DEFERRED_BINS
+    assert sum(c["timeout"] for c in evidence.deferred.values()) == total + 1
+
+
+@pytest.mark.parametrize(
+    ("seconds", "label"),
+    [
+        (300, "5 min"),
+        (900, "15 min"),
+        (3600, "1 h"),
+        (10800, "3 h"),
+        (86400, "1 day"),
+        (604800, "7 days"),
+        (45, "45 s"),
+    ],
+)
+def test_bin_widths_read_as_people_say_them(seconds: float, label: str) -> None:
+    assert plots.bin_width_label(seconds) == label
+
+
+def test_each_pool_line_reaches_the_end_of_the_logs(monkeypatch) -> None:
+    end = T0 + 6 * 3600
+    data = PlotData(
+        pools={
+            "prefill-0": [(T0, 681_280, 1_048_576)],
+            "decode-0": [(T0, 1_310_720, 1_048_576), (T0 + 3600, 2_040_000, 1_048_576)],
+        },
+        end_time=end,
+    )
+    axes = _axes_of(plots.pool_plot, data, monkeypatch)
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    for node, pool in (("prefill-0", 681_280), ("decode-0", 2_040_000)):
+        x, y = lines[f"{node} pool"].get_data()
+        assert x[-1] == pytest.approx(plots._dt(end)) and y[-1] == pool
+    # Marked where the configuration changed, not where the logs end.
+    assert lines["decode-0 pool"].get_markevery() == [0, 1]
+
+
+def test_the_driver_ends_the_pool_lines_at_the_last_event_read(monkeypatch, tmp_path) -> None:
+    """The reference incident: the prefill pool, below the context from 09:01, is still below
+    it when the logs end at 10:14:52 (the last line, decode's access log)."""
+    seen: list[PlotData] = []
+    monkeypatch.setattr(driver, "write_html", lambda path, summary, data: seen.append(data))
+    driver.run_forensics([str(LOGS)], tmp_path, write_parquet=False)
+    (data,) = seen
+    assert data.end_time == parse_iso_time("2026-08-27T10:14:52Z")
+    last_change = max(t for t, _, _ in data.pools["prefill-0"])
+    assert last_change < data.end_time
+    axes = _axes_of(plots.pool_plot, data, monkeypatch)
+    prefill = next(line for line in axes.get_lines() if line.get_label() == "prefill-0 pool")
+    assert prefill.get_xdata()[-1] == pytest.approx(plots._dt(data.end_time))
+    assert prefill.get_ydata()[-1] == 681_280
+
+
+def _fitted_detector() -> ImpossiblyFastPrefill:
+    det = ImpossiblyFastPrefill(min_history=5, refit_every=5, safety_factor=8.0)
+    for i in range(20):
+        tokens = 40_000 + 10_000 * i
+        for node, source, per_token in (
+            ("decode-0", "first_token_latency", 4e-5),
+            ("decode-1", "first_token_latency", 6e-5),
+            ("prefill-0", "prefill_forward", 3e-5),
+        ):
+            det.learn_one(
+                {
+                    "node": node,
+                    "source": source,
+                    "uncached_tokens": tokens,
+                    "seconds": 0.5 + per_token * tokens,
+                },
+                now=T0 + i,
+            )
+    return det
+
+
+def test_the_driver_takes_the_learned_floors_of_time_to_first_token() -> None:
+    det = _fitted_detector()
+    floors = driver._learned_floors(det)
+    # Prefill's forward time is not what the plot shows (time to first token): left out.
+    assert [(f.node, f.source) for f in floors] == [
+        ("decode-0", "first_token_latency"),
+        ("decode-1", "first_token_latency"),
+    ]
+    for floor in floors:
+        model = det.models_[f"{floor.node}|{floor.source}"]
+        # The line the detector judges by: the fit divided by the safety factor.
+        assert floor.seconds_per_token(100_000) * 100_000 == pytest.approx(
+            model.floor(100_000, 8.0)
+        )
+        assert floor.min_uncached_tokens == det.config.learned_min_uncached_tokens
+    assert driver._learned_floors(ImpossiblyFastPrefill()) == []  # nothing learned yet
+    assert driver._learned_floors(ImpossiblyFastPrefill(learn=False)) == []
+
+
+def _timing_with(floors: list[LearnedFloor]) -> PlotData:
+    timing = [TimingPoint(1000 * 2**i, 1000 * 2**i, 3e-5, False) for i in range(12)]
+    timing.append(TimingPoint(800_000, 800_000, 4e-8, True))
+    return PlotData(timing=timing, floor_seconds_per_token=2.6e-7, learned_floors=floors)
+
+
+def test_the_learned_floor_is_drawn_where_it_judges(monkeypatch) -> None:
+    floor = LearnedFloor("decode-0", "first_token_latency", 0.002, 4e-6, 32768)
+    axes = _axes_of(plots.timing_plot, _timing_with([floor]), monkeypatch)
+    lines = {line.get_label(): line for line in axes.get_lines()}
+    learned = lines["learned floor (node history, decode-0)"]
+    x, y = (np.asarray(v, dtype=float) for v in learned.get_data())
+    shown = np.isfinite(y)
+    assert x[shown].min() == pytest.approx(32768) and x[shown].max() == pytest.approx(2_048_000)
+    assert y[shown] == pytest.approx((0.002 + 4e-6 * x[shown]) / x[shown])
+    assert "physical floor (per uncached token)" in lines  # still there
+    legend = [t.get_text() for t in axes.get_legend().get_texts()]
+    assert "learned floor (node history, decode-0)" in legend
+
+
+def test_many_learned_floors_are_one_band_not_a_line_each(monkeypatch) -> None:
+    floors = [
+        LearnedFloor(f"decode-{i}", "first_token_latency", 0.0, (i + 1) * 1e-6, 32768)
+        for i in range(plots.MAX_LEARNED_FLOOR_LINES + 2)
+    ]
+    axes = _axes_of(plots.timing_plot, _timing_with(floors), monkeypatch)
+    assert not [line for line in axes.get_lines() if "learned" in str(line.get_label())]
+    (band,) = [c for c in axes.collections if "learned" in str(c.get_label())]
+    assert f"of {len(floors)} nodes" in str(band.get_label())
+    # Up to the cap, a line per node.
+    few = floors[: plots.MAX_LEARNED_FLOOR_LINES]
+    axes = _axes_of(plots.timing_plot, _timing_with(few), monkeypatch)
+    assert len([line for line in axes.get_lines() if "learned" in str(line.get_label())]) == 3
+
+
+def test_no_learned_floor_is_drawn_without_long_prompts(monkeypatch) -> None:
+    floor = LearnedFloor("decode-0", "first_token_latency", 0.0, 4e-6, 32768)
+    data = PlotData(timing=[TimingPoint(1000, 1000, 3e-5, False)], learned_floors=[floor])
+    axes = _axes_of(plots.timing_plot, data, monkeypatch)
+    assert not [line for line in axes.get_lines() if "learned" in str(line.get_label())]

@@ -3,8 +3,8 @@
 Events come from `events_in_time_order` (every node merged into one timeline, as a sidecar would
 see them) and go through the same `DetectionPipeline` the sidecar runs. Alongside, the driver
 keeps only what the report needs, in bounded memory: the findings, the exposed requests, a capped
-sample of request timings for the prefill-speed plot, hourly deferred-release outcomes, and the
-joined requests streamed to Parquet in batches.
+sample of request timings for the prefill-speed plot, deferred-release outcomes in bins that fit
+the span, and the joined requests streamed to Parquet in batches.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collector import __version__
 from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
 from collector.forensics.parquet import RequestParquetWriter
-from collector.forensics.plots import PlotData, TimingPoint
+from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
     config_gaps,
@@ -40,12 +40,18 @@ from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
 from collector.state.request_sides import RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
+from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_TIMING_POINTS = 20_000
 MAX_FINDINGS_KEPT = 200_000
+# Deferred-release outcomes are counted in bins of the first of these widths (the detectors'
+# 5-minute window) that keeps the span seen within MAX_DEFERRED_BINS bins: 5 minutes up to two
+# days, then coarser, each width a multiple of the one before so that bins merge exactly.
+DEFERRED_BIN_WIDTHS = (300.0, 900.0, 1800.0, 3600.0, 10800.0, 21600.0, 43200.0, 86400.0, 604800.0)
+MAX_DEFERRED_BINS = 600
 
 
 @dataclass
@@ -84,7 +90,11 @@ class _Evidence:
         self.timing: list[TimingPoint] = []
         self._timing_stride = 1
         self._timing_seen = 0
+        # bin start -> outcome -> count, `deferred_bin_seconds` wide; the first and last bin
+        # starts seen, to widen the bins (merging them) when the span outgrows the cap.
         self.deferred: dict[float, Counter[str]] = {}
+        self.deferred_bin_seconds = DEFERRED_BIN_WIDTHS[0]
+        self._deferred_span: tuple[float, float] | None = None
         self.parquet = parquet
         self.records = 0
         # Exposure findings made while their request was judged (`record`), not yet noted.
@@ -173,10 +183,28 @@ class _Evidence:
             self.timing = [p for i, p in enumerate(self.timing) if p.exposed or i % 2 == 0]
 
     def deferred_release(self, event: Event) -> None:
-        if event.time is None:
+        when = event.time
+        if when is None:
             return
-        hour = event.time - event.time % 3600
-        self.deferred.setdefault(hour, Counter())[str(event.get("outcome"))] += 1
+        width = self.deferred_bin_seconds
+        start = when - when % width
+        span = self._deferred_span
+        if span is None:
+            self._deferred_span = (start, start)
+        elif not span[0] <= start <= span[1]:
+            first, last = min(span[0], start), max(span[1], start)
+            if last - first >= MAX_DEFERRED_BINS * width:
+                # Too many bins for the span: the next width that fits, old bins merged into it.
+                while last - first >= MAX_DEFERRED_BINS * width:
+                    width = next((w for w in DEFERRED_BIN_WIDTHS if w > width), 2 * width)
+                    first, last = first - first % width, last - last % width
+                merged: dict[float, Counter[str]] = {}
+                for old, counts in self.deferred.items():
+                    merged.setdefault(old - old % width, Counter()).update(counts)
+                self.deferred, self.deferred_bin_seconds = merged, width
+                start = when - when % width
+            self._deferred_span = (first, last)
+        self.deferred.setdefault(start, Counter())[str(event.get("outcome"))] += 1
 
 
 def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> KindFilter:
@@ -426,11 +454,14 @@ def _plot_data(
     pipeline: DetectionPipeline, evidence: _Evidence, summary: dict[str, Any]
 ) -> PlotData:
     floor = None
+    learned: list[LearnedFloor] = []
     for det in pipeline.detectors:
         physical = getattr(det, "physical_floor", None)
         if callable(physical):
             tokens = 1_000_000
             floor = float(physical(tokens, 8)) / tokens
+        if isinstance(det, ImpossiblyFastPrefill):
+            learned = _learned_floors(det)
     pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
     for node in pipeline.timeline.nodes():
         for config in pipeline.timeline.history(node):
@@ -447,10 +478,46 @@ def _plot_data(
         timing=evidence.timing,
         floor_seconds_per_token=floor,
         findings=[(f.time, f.severity, f.detector) for f in evidence.findings if f.time],
+        learned_floors=learned,
         deferred_outcomes={h: dict(c) for h, c in evidence.deferred.items()},
+        deferred_bin_seconds=evidence.deferred_bin_seconds,
         pools=pools,
         exposure_window=window,
+        end_time=pipeline.now,
     )
+
+
+# The learned floors drawn against time to first token (the plot's y), in this order of
+# preference: the serving node's own TTFT, else the trace's.
+_TTFT_SOURCES = ("first_token_latency", "trace_ttft")
+
+
+def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
+    """The floors `det` learned from the nodes' own time to first token, as they stand at the
+    end of the run (the safety factor applied): the line the fast replies were judged by.
+    Drawn whether or not `learn` is on: floors loaded from a saved state judge just the same."""
+    cfg = det.config
+    if not det.is_fitted:
+        return []
+    fitted: dict[str, dict[str, tuple[float, float]]] = {}
+    for key, model in det.models_.items():
+        node, _, source = key.rpartition("|")
+        if model.coef is not None and source in _TTFT_SOURCES:
+            fitted.setdefault(node, {})[source] = model.coef
+    floors = []
+    for node, by_source in sorted(fitted.items()):
+        source = next(s for s in _TTFT_SOURCES if s in by_source)
+        intercept, slope = by_source[source]
+        floors.append(
+            LearnedFloor(
+                node,
+                source,
+                intercept / cfg.safety_factor,
+                slope / cfg.safety_factor,
+                cfg.learned_min_uncached_tokens,
+            )
+        )
+    return floors
 
 
 def print_outcome(result: ForensicsResult, out: TextIO) -> None:

@@ -1,10 +1,13 @@
 """The four pictures a responder looks at first, rendered to PNG with matplotlib (Agg, no display).
 
-1. Time per uncached prompt token against prompt length, the floor drawn: exposed replies sit
-   far below it, honest ones above, prefix-cache hits are judged on their uncached part.
+1. Time per uncached prompt token against prompt length, the floors drawn (the physical one from
+   the configured model and GPUs, and the one learned from the nodes' own history): exposed
+   replies sit far below them, honest ones above, prefix-cache hits are judged on their uncached
+   part.
 2. The findings timeline by severity.
-3. Deferred-release outcomes over time.
-4. Each node's pool against context over time: the configuration gap, and when it closed.
+3. Deferred-release outcomes over time, in bins fine enough for a storm to show its shape.
+4. Each node's pool against context over time, up to the end of the logs: the configuration
+   gap, and when it closed (or that it never did).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
@@ -38,6 +42,22 @@ class TimingPoint:
     exposed: bool
 
 
+@dataclass(frozen=True)
+class LearnedFloor:
+    """One node's learned floor at the end of the run: a prefill of `u` uncached tokens takes
+    at least `max(intercept + slope * u, 0)` seconds (the safety factor already applied), judged
+    only from `min_uncached_tokens` on."""
+
+    node: str
+    source: str
+    intercept: float
+    slope: float
+    min_uncached_tokens: int
+
+    def seconds_per_token(self, uncached: float) -> float:
+        return max(self.intercept + self.slope * uncached, 0.0) / uncached
+
+
 @dataclass
 class PlotData:
     """Everything the plots need, already reduced to bounded size by the forensics driver."""
@@ -45,14 +65,19 @@ class PlotData:
     timing: list[TimingPoint] = field(default_factory=list)
     # Seconds per uncached token below which a prefill is physically impossible (None: unknown).
     floor_seconds_per_token: float | None = None
+    # The floors learned from the serving nodes' own time to first token (empty: none learned).
+    learned_floors: list[LearnedFloor] = field(default_factory=list)
     # (time, severity, detector) per finding.
     findings: list[tuple[float, str, str]] = field(default_factory=list)
-    # hour start (epoch) -> outcome -> count
+    # bin start (epoch) -> outcome -> count, bins `deferred_bin_seconds` wide
     deferred_outcomes: dict[float, dict[str, int]] = field(default_factory=dict)
+    deferred_bin_seconds: float = 300.0
     # node -> [(time, pool, context)]
     pools: dict[str, list[tuple[float, int | None, int | None]]] = field(default_factory=dict)
     # (first, last) exposure window, to shade on time plots
     exposure_window: tuple[float, float] | None = None
+    # Time of the last event read: each node's last configuration holds until then.
+    end_time: float | None = None
 
 
 def _dt(epoch: float) -> float:
@@ -112,6 +137,8 @@ def timing_plot(data: PlotData) -> bytes:
             linewidth=1.2,
             label="physical floor (per uncached token)",
         )
+    prompts = [p.prompt_tokens for p in honest] + [p.prompt_tokens for p in exposed]
+    _learned_floor_lines(ax, data.learned_floors, min(prompts), max(prompts))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length (tokens)")
@@ -120,6 +147,53 @@ def timing_plot(data: PlotData) -> bytes:
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(loc="upper right", fontsize=8)
     return _png(fig)
+
+
+# More nodes than this are drawn as one band (lowest to highest floor), not a line each.
+MAX_LEARNED_FLOOR_LINES = 3
+_LEARNED_COLOUR = "#8e44ad"
+_LEARNED_STYLES = ("-.", (0, (1, 1.5)), (0, (6, 2)))
+
+
+def _learned_floor_lines(ax: Axes, floors: Sequence[LearnedFloor], low: float, high: float) -> None:
+    """Each node's learned floor over the prompt lengths it judges and the plot shows, a line
+    per node while they are few, else the band they span."""
+    judged = [f for f in floors if f.min_uncached_tokens < high]
+    if not judged:
+        return
+    start = max(low, min(f.min_uncached_tokens for f in judged))
+    tokens = np.geomspace(start, high, 96)
+    curves = []
+    for floor in judged:
+        per_token = np.maximum(floor.intercept + floor.slope * tokens, 0.0) / tokens
+        # Not drawn where the floor does not judge (short prompts) or says nothing (zero).
+        per_token[(tokens < floor.min_uncached_tokens) | (per_token <= 0)] = np.nan
+        if np.isfinite(per_token).any():
+            curves.append((floor.node, per_token))
+    if not curves:
+        return
+    if len(curves) <= MAX_LEARNED_FLOOR_LINES:
+        for index, (node, per_token) in enumerate(sorted(curves, key=lambda c: c[0])):
+            ax.plot(
+                tokens,
+                per_token,
+                color=_LEARNED_COLOUR,
+                linestyle=_LEARNED_STYLES[index],
+                linewidth=1.4,
+                label=f"learned floor (node history, {node})",
+            )
+        return
+    stacked = np.vstack([c for _, c in curves])
+    ax.fill_between(
+        tokens,
+        np.fmin.reduce(stacked, axis=0),
+        np.fmax.reduce(stacked, axis=0),
+        where=np.isfinite(stacked).any(axis=0),
+        color=_LEARNED_COLOUR,
+        alpha=0.25,
+        linewidth=0,
+        label=f"learned floor (node history), lowest to highest of {len(curves)} nodes",
+    )
 
 
 def findings_timeline(data: PlotData) -> bytes:
@@ -155,34 +229,70 @@ def deferred_plot(data: PlotData) -> bytes:
     if not data.deferred_outcomes:
         _empty(ax, "no deferred KV releases logged")
         return _png(fig)
-    hours = sorted(data.deferred_outcomes)
-    bottom = [0] * len(hours)
+    width = data.deferred_bin_seconds
+    edges, counts = _bin_runs(data.deferred_outcomes, width)
+    # Stacked steps, one filled outline per outcome rather than a bar per bin: hundreds of
+    # narrow bars draw slower and leave hairline seams between neighbours.
+    x = [_dt(t) for t in edges]
+    bottom = np.zeros(len(edges) - 1)
     for outcome, colour in _OUTCOME_COLOURS.items():
-        counts = [data.deferred_outcomes[h].get(outcome, 0) for h in hours]
-        if any(counts):
-            ax.bar(
-                [_dt(h) for h in hours],
-                counts,
-                width=1 / 24,
-                bottom=bottom,
-                color=colour,
-                label=outcome,
-                align="edge",
-            )
-            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
-    ax.set_ylabel("releases per hour")
-    ax.set_title("Deferred KV releases by outcome")
+        values = counts.get(outcome)
+        if values is not None and values.any():
+            ax.stairs(bottom + values, x, baseline=bottom, fill=True, color=colour, label=outcome)
+            bottom = bottom + values
+    label = bin_width_label(width)
+    ax.set_ylabel(f"releases per {label}")
+    ax.set_title(f"Deferred KV releases by outcome ({label} bins)")
+    ax.set_ylim(bottom=0)
     _time_axis(ax, data)
     ax.legend(loc="upper left", fontsize=8)
     return _png(fig)
 
 
+def _bin_runs(
+    bins: dict[float, dict[str, int]], width: float
+) -> tuple[list[float], dict[str, np.ndarray]]:
+    """Sparse bins (start -> outcome -> count) as step edges and counts per outcome, an empty
+    step closing each gap between bins (so the arrays grow with the bins, not the span)."""
+    edges: list[float] = []
+    rows: list[dict[str, int]] = []
+    for start in sorted(bins):
+        if edges and start > edges[-1]:
+            rows.append({})  # the gap since the previous bin
+            edges.append(start)
+        elif not edges:
+            edges.append(start)
+        rows.append(bins[start])
+        edges.append(start + width)
+    outcomes = {o for row in rows for o in row}
+    counts = {o: np.array([row.get(o, 0) for row in rows], dtype=float) for o in outcomes}
+    return edges, counts
+
+
+def bin_width_label(seconds: float) -> str:
+    """A bin width for an axis label: "5 min", "1 h", "7 days"."""
+    if seconds >= 86400 and seconds % 86400 == 0:
+        days = int(seconds // 86400)
+        return "1 day" if days == 1 else f"{days} days"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)} h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)} min"
+    return f"{seconds:g} s"
+
+
 def pool_plot(data: PlotData) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 3.6))
     drawn = False
-    for node, points in sorted(data.pools.items()):
+    nodes = sorted(data.pools.items())
+    for index, (node, points) in enumerate(nodes):
         pools = [(t, p) for t, p, _ in points if p is not None]
         if pools:
+            changes = len(pools)
+            # The last configuration holds until the logs end: a gap still open there is
+            # drawn open (the marks are the changes only).
+            if data.end_time is not None and data.end_time > pools[-1][0]:
+                pools.append((data.end_time, pools[-1][1]))
             ax.step(
                 [_dt(t) for t, _ in pools],
                 [p for _, p in pools],
@@ -190,6 +300,10 @@ def pool_plot(data: PlotData) -> bytes:
                 label=f"{node} pool",
                 marker="o",
                 markersize=3,
+                markevery=list(range(changes)),
+                # Each node's line thinner than the one before: nodes with the same pool (a
+                # prefill and its decode, often) stay visible one on top of the other.
+                linewidth=1.2 + 1.8 * (len(nodes) - 1 - index) / max(len(nodes) - 1, 1),
             )
             drawn = True
     contexts = sorted({c for pts in data.pools.values() for _, _, c in pts if c is not None})
@@ -204,7 +318,8 @@ def pool_plot(data: PlotData) -> bytes:
     ax.set_ylabel("tokens")
     ax.set_title("KV pool against context length, per node")
     _time_axis(ax, data)
-    ax.legend(loc="lower right", fontsize=7, ncol=2)
+    # Outside the axes, as on the findings timeline: inside, it hid where the lines end.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7)
     return _png(fig)
 
 

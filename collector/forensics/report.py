@@ -224,7 +224,10 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
     captions = {
         "timing": "Time to first token per uncached prompt token, against prompt length.",
         "findings": "Findings over time (the exposure window is shaded).",
-        "deferred": "Deferred KV releases per hour by outcome.",
+        "deferred": (
+            "Deferred KV releases by outcome (the bin width is on the axis): a storm of "
+            "timeouts is the sign of the abort race."
+        ),
         "pools": "Each node's KV pool against the context length, over time.",
     }
     for name, png in images.items():
