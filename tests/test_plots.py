@@ -132,6 +132,22 @@ def test_a_storm_of_forty_minutes_shows_its_shape_in_five_minute_bins(monkeypatc
     assert "5 min bins" in axes.get_title()
 
 
+def test_a_release_logged_by_every_tp_rank_is_counted_once() -> None:
+    evidence = _Evidence(None)
+    for room in range(3):
+        for _rank in range(8):
+            evidence.deferred_release(
+                Event(
+                    "deferred_release",
+                    "decode-0",
+                    T0 + room,
+                    "decode-0.log",
+                    {"outcome": "timeout", "bootstrap_room": str(100 + room)},
+                )
+            )
+    assert sum(c["timeout"] for c in evidence.deferred.values()) == 3
+
+
 def test_deferred_bins_stay_bounded_and_exact_over_weeks_of_logs() -> None:
     evidence = _Evidence(None)
     total = 0

@@ -47,6 +47,8 @@ from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_TIMING_POINTS = 20_000
 MAX_FINDINGS_KEPT = 200_000
+# Releases remembered to count a release logged by several TP ranks once (they log it together).
+RECENT_RELEASES = 4096
 # Deferred-release outcomes are counted in bins of the first of these widths (the detectors'
 # 5-minute window) that keeps the span seen within MAX_DEFERRED_BINS bins: 5 minutes up to two
 # days, then coarser, each width a multiple of the one before so that bins merge exactly.
@@ -95,6 +97,7 @@ class _Evidence:
         self.deferred: dict[float, Counter[str]] = {}
         self.deferred_bin_seconds = DEFERRED_BIN_WIDTHS[0]
         self._deferred_span: tuple[float, float] | None = None
+        self._recent_releases: dict[tuple[str, str, str], None] = {}
         self.parquet = parquet
         self.records = 0
         # Exposure findings made while their request was judged (`record`), not yet noted.
@@ -186,6 +189,15 @@ class _Evidence:
         when = event.time
         if when is None:
             return
+        # Every TP rank may log the same release: count it once, as the detector does.
+        room = event.get("bootstrap_room")
+        if room is not None:
+            key = (event.node, str(room), str(event.get("outcome")))
+            if key in self._recent_releases:
+                return
+            self._recent_releases[key] = None
+            if len(self._recent_releases) > RECENT_RELEASES:
+                del self._recent_releases[next(iter(self._recent_releases))]
         width = self.deferred_bin_seconds
         start = when - when % width
         span = self._deferred_span
