@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -126,22 +128,63 @@ def describe(path: Path) -> TelemetryFile | None:
     order = (-rotation if rotation else 0, date_key or "~")
     if snapshot_time is not None:
         order = (0, stamp.group(1) if stamp else "")
-    return TelemetryFile(path, name or path.name, kind, order, snapshot_time)
+    return TelemetryFile(path, _printable(name or path.name), kind, order, snapshot_time)
 
 
-def discover(paths: Iterable[str | Path]) -> list[TelemetryFile]:
-    """Every telemetry file under the given files and folders, grouped by node, oldest first."""
+def _printable(name: str) -> str:
+    """A node name from a file name, as text: bytes that are not UTF-8 (kept by the file system
+    as surrogates) become U+FFFD, which JSON, Parquet and the report's plots all accept."""
+    if name.isascii():
+        return name
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def discover(
+    paths: Iterable[str | Path], skipped: Counter[str] | None = None
+) -> list[TelemetryFile]:
+    """Every telemetry file under the given files and folders, grouped by node, oldest first.
+
+    What is passed over is counted in `skipped` by reason, never silently: folders that cannot
+    be read, links that lead nowhere or in a loop, and what is not a regular file (a FIFO would
+    block the reader forever, a device never end)."""
     found: list[TelemetryFile] = []
+    skip: Counter[str] = skipped if skipped is not None else Counter()
     for raw in paths:
         root = Path(raw)
-        candidates = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-        for path in candidates:
+        for path in _regular_files(root, skip) if root.is_dir() else _checked([root], skip):
             described = describe(path)
             if described is not None:
                 found.append(described)
     found = _disambiguate_nodes(found)
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
+
+
+def _regular_files(root: Path, skip: Counter[str]) -> list[Path]:
+    """The regular files under `root`, not following links into folders (as `rglob` does)."""
+    candidates: list[Path] = []
+
+    def unreadable(_: OSError) -> None:
+        skip["unreadable_folder"] += 1
+
+    for folder, _, names in os.walk(root, onerror=unreadable):
+        candidates.extend(Path(folder, name) for name in names)
+    return sorted(_checked(candidates, skip))
+
+
+def _checked(candidates: list[Path], skip: Counter[str]) -> list[Path]:
+    kept = []
+    for path in candidates:
+        try:
+            mode = path.stat().st_mode  # through a link, to what it leads to
+        except OSError:
+            skip["broken_or_looping_link" if path.is_symlink() else "unreadable_file"] += 1
+            continue
+        if stat.S_ISREG(mode):
+            kept.append(path)
+        elif not stat.S_ISDIR(mode):
+            skip["not_a_regular_file"] += 1
+    return kept
 
 
 def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
@@ -252,12 +295,16 @@ def _open_blocks(
         if magic == b"\x1f\x8b":
             yield from _gunzip_blocks(handle, stats, ending)
         else:
+            size, read = os.fstat(handle.fileno()).st_size, 0
             while True:
                 block = handle.read(BLOCK_SIZE)
                 if not block:
                     break
+                read += len(block)
                 stats.count_bytes(len(block))
                 yield block
+            if read < size:  # truncated while read (copytruncate rotation): its end is lost
+                ending.cut(stats, "file_shrank")
     except OSError:
         ending.cut(stats, "read_error")
     finally:
@@ -312,7 +359,8 @@ def _range_blocks(
             remaining = end - start
             while remaining > 0:
                 block = handle.read(min(BLOCK_SIZE, remaining))
-                if not block:
+                if not block:  # the file shrank after it was planned (truncated while read)
+                    ending.cut(stats, "file_shrank")
                     break
                 remaining -= len(block)
                 stats.count_bytes(len(block))

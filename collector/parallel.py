@@ -8,6 +8,7 @@ processes; each returns its counts and the counts are summed.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -21,9 +22,13 @@ CHUNK_BYTES = 16 << 20
 Task = tuple[TelemetryFile, tuple[int, int] | None]
 
 
-def plan(paths: Iterable[str | Path], chunk_bytes: int = CHUNK_BYTES) -> list[Task]:
+def plan(
+    paths: Iterable[str | Path],
+    chunk_bytes: int = CHUNK_BYTES,
+    skipped: Counter[str] | None = None,
+) -> list[Task]:
     tasks: list[Task] = []
-    for tf in discover(paths):
+    for tf in discover(paths, skipped):
         if tf.kind != "log" or is_gzip(tf.path):
             tasks.append((tf, None))
             continue
@@ -57,7 +62,7 @@ def count_events(
 ) -> ParseStats:
     """ParseStats over all files, computed by `workers` processes (default: all cores)."""
     total = ParseStats()
-    tasks = plan(paths, chunk_bytes)
+    tasks = plan(paths, chunk_bytes, total.dropped)
     workers = workers or os.cpu_count() or 1
     if workers <= 1 or len(tasks) <= 1:
         for task in tasks:

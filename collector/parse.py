@@ -206,11 +206,13 @@ def _parse_document(
 
 def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events, node after node, each node's files oldest first."""
-    for tf in discover(paths):
+    for tf in discover(paths, stats.dropped):
         yield from file_events(tf, stats)
 
 
-def streams_of(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[TelemetryFile]]:
+def streams_of(
+    paths: Iterable[str | Path], skipped: Counter[str] | None = None
+) -> dict[tuple[str, str], list[TelemetryFile]]:
     """Files grouped into streams that are each in time order: per node, its logs; per node and
     kind, its snapshots (.prom, saved /server_info) in snapshot-time order.
 
@@ -219,7 +221,7 @@ def streams_of(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[Teleme
     bounded: the merge holds one pending item per stream.
     """
     streams: dict[tuple[str, str], list[TelemetryFile]] = {}
-    for tf in discover(paths):
+    for tf in discover(paths, skipped):
         streams.setdefault((tf.node, tf.kind), []).append(tf)
     return streams
 
@@ -249,4 +251,5 @@ def stream_events(files: list[TelemetryFile], stats: ParseStats) -> Iterator[Eve
 
 def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events merged across nodes into one timeline (see `streams_of`, `merge_by_time`)."""
-    return merge_by_time(stream_events(files, stats) for files in streams_of(paths).values())
+    streams = streams_of(paths, stats.dropped)
+    return merge_by_time(stream_events(files, stats) for files in streams.values())

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from collector.batch_gc import batch_gc_schedule
@@ -27,6 +28,10 @@ def run_parse(
 ) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    missing = [str(p) for p in paths if not Path(p).exists() and not Path(p).is_symlink()]
+    if missing:  # as forensics and audit answer it: a usage error, not a read error to count
+        err.write(f"kvwatch parse: no such file or folder: {', '.join(missing)}\n")
+        return 2
     show_stats = show_stats or stats_json
     if fmt is None:
         fmt = "none" if show_stats else "jsonl"

@@ -304,7 +304,7 @@ def parallel_events_in_time_order(
 ) -> Iterator[Event]:
     """Like `parse.events_in_time_order`, restricted to `wanted` events (plus what the stages
     emit), parsed on every core. Unwanted events are still read and counted in `stats`."""
-    streams = streams_of(paths)
+    streams = streams_of(paths, stats.dropped)
     workers = workers or os.cpu_count() or 1
     total = sum(_size(files) for files in streams.values())
     if workers <= 1 or len(streams) <= 1 or total < PARALLEL_MIN_BYTES:

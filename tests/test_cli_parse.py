@@ -89,6 +89,8 @@ def test_no_files_is_a_clear_error(tmp_path: Path) -> None:
     done = _run("parse", str(tmp_path), "--stats")
     assert done.returncode == 2
     assert "no telemetry files" in done.stderr
+    missing = _run("parse", str(tmp_path / "nope.log"), "--stats")
+    assert missing.returncode == 2 and "no such file or folder" in missing.stderr
 
 
 def test_jsonl_is_strict_json_even_for_nan_samples(tmp_path: Path) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,14 @@ from hypothesis import strategies as st
 
 from collector import files
 from collector.events import iso_time
-from collector.files import MAX_LINE_BYTES, ReadStats, describe, discover, read_lines
+from collector.files import (
+    MAX_LINE_BYTES,
+    ReadStats,
+    describe,
+    discover,
+    read_line_blocks,
+    read_lines,
+)
 from collector.parse import ParseStats, events_by_node, events_in_time_order
 
 DECODE = (
@@ -215,3 +224,35 @@ def test_blocks_give_the_lines_of_the_whole_file_wherever_blocks_cut(
 
 def _mostly_junk(line: str) -> bool:
     return (line.count("\x00") + line.count("\ufffd")) * 4 > len(line)
+
+
+def test_what_discovery_passes_over_is_counted_never_opened(tmp_path: Path) -> None:
+    (tmp_path / "decode-0.log").write_text(_line(1, 1) + "\n")
+    os.mkfifo(tmp_path / "prefill-5.log")  # opening it would block forever
+    (tmp_path / "loop1.log").symlink_to(tmp_path / "loop2.log")
+    (tmp_path / "loop2.log").symlink_to(tmp_path / "loop1.log")
+    (tmp_path / "gone.log").symlink_to(tmp_path / "nowhere.log")
+    skipped: Counter[str] = Counter()
+    found = discover([tmp_path, tmp_path / "prefill-5.log"], skipped)
+    assert [f.path.name for f in found] == ["decode-0.log"]
+    assert skipped == {"not_a_regular_file": 2, "broken_or_looping_link": 3}
+
+
+def test_a_file_cut_short_while_it_is_read_is_counted(tmp_path: Path) -> None:
+    path = tmp_path / "decode-0.log"
+    path.write_text("".join(_line(s % 60, s) + "\n" for s in range(50_000)))
+    read = ReadStats()
+    lines = 0
+    for _, block in read_line_blocks(path, read):
+        if not lines:
+            path.write_text("")  # copytruncate rotation, mid-read
+        lines += len(block)
+    assert 0 < lines < 50_000
+    assert read.dropped["file_shrank"] == 1
+
+
+def test_a_node_name_that_is_not_utf8_becomes_text() -> None:
+    name = os.fsdecode(b"dec\xe9-7@20260827T100000Z.prom")
+    described = describe(Path(name))
+    assert described is not None and described.node == "dec\ufffd-7"
+    assert json.dumps(described.node)  # and JSON, Parquet and the plots take it

@@ -298,3 +298,17 @@ def test_no_learned_floor_is_drawn_without_long_prompts(monkeypatch) -> None:
     data = PlotData(timing=[TimingPoint(1000, 1000, 3e-5, False)], learned_floors=[floor])
     axes = _axes_of(plots.timing_plot, data, monkeypatch)
     assert not [line for line in axes.get_lines() if "learned" in str(line.get_label())]
+
+
+def test_a_plot_the_library_refuses_costs_the_report_that_plot_only() -> None:
+    """Year 9999 is past what matplotlib dates take: the pool plot says it could not be drawn,
+    the other plots are drawn as usual."""
+    far = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+    data = PlotData(
+        findings=[(T0, "critical", "pool_below_context")],
+        pools={"prefill-0": [(far, 100, 200)]},
+        end_time=far,
+    )
+    images = plots.render_all(data)
+    assert set(images) == {"timing", "findings", "deferred", "pools"}
+    assert all(png.startswith(PNG) for png in images.values())

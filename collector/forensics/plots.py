@@ -339,9 +339,26 @@ def render_all(data: PlotData) -> dict[str, bytes]:
     """Every plot as PNG, in report order. The report is forensics' last step on one core, so
     the slowest plot (the prefill-speed scatter, two fifths of the drawing) is drawn in a
     forked child meanwhile, where a second core and fork exist."""
-    timing = _drawn_aside(timing_plot, data)
-    findings, deferred, pools = findings_timeline(data), deferred_plot(data), pool_plot(data)
+    timing = _drawn_aside(_safely(timing_plot), data)
+    findings = _safely(findings_timeline)(data)
+    deferred, pools = _safely(deferred_plot)(data), _safely(pool_plot)(data)
     return {"timing": timing(), "findings": findings, "deferred": deferred, "pools": pools}
+
+
+def _safely(render: Callable[[PlotData], bytes]) -> Callable[[PlotData], bytes]:
+    """`render`, or a plot saying it could not be drawn: input the plotting library refuses
+    (a date in year 9999, a node name that is not text) must not cost the report the rest."""
+
+    def drawn(data: PlotData) -> bytes:
+        try:
+            return render(data)
+        except Exception as exc:  # noqa: BLE001 -- any failure of one plot, reported on it
+            plt.close("all")
+            fig, ax = plt.subplots(figsize=(9, 1.6))
+            _empty(ax, f"this plot could not be drawn from the input ({type(exc).__name__})")
+            return _png(fig)
+
+    return drawn
 
 
 # A child that has not delivered by then is stopped and its plot is drawn here: one plot takes
