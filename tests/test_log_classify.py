@@ -32,3 +32,16 @@ def test_the_engine_line_that_carries_a_glued_message_still_yields_it() -> None:
     )
     assert bucket == "checksum_mismatch" and event is not None
     assert event.fields["bootstrap_room"] == "2170015846053279415"
+
+
+def test_a_prefix_with_a_date_that_does_not_exist_is_no_prefix() -> None:
+    parser = LineParser("decode-0")
+    for line in (
+        "[2026-13-08 12:00:00] max_total_num_tokens=681280, context_len=1048576",
+        "[2026-00-08 12:00:00 TP0] Decode batch, #running-req: 1, token usage: 0.01",
+        "[0000-01-08 12:00:00] The server is fired up and ready to roll!",
+        "[2026-01-08 25:61:61] The server is fired up and ready to roll!",
+        "2026-01-08T12:00:00Z stdout F [2026-13-08 12:00:00] Receive: obj=GenerateReqInput()",
+    ):
+        bucket, event = parser.parse(line, "decode-0.log:1")  # no exception: a line unread
+        assert event is None or event.time is None, line
