@@ -42,7 +42,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=5.0,
         metavar="SECONDS",
-        help="per-request deadline for --endpoint (default 5)",
+        help="deadline for each --endpoint's whole exchange (default 5, at most 3600)",
     )
     parser.add_argument(
         "--allow-checksum-off",
@@ -52,7 +52,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from collector.audit.live import parse_target
+    from collector.audit.live import check_timeout, parse_target
     from collector.audit.policy import AuditPolicy
     from collector.audit.run import audit
 
@@ -61,8 +61,10 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not paths and not specs:
         err.write("kvwatch audit: give PATH... (logs, snapshots) and/or --endpoint NODE=URL\n")
         return EXIT_USAGE
-    if not args.timeout > 0:
-        err.write("kvwatch audit: --timeout must be a positive number of seconds\n")
+    try:
+        check_timeout(args.timeout)
+    except ValueError as exc:
+        err.write(f"kvwatch audit: {exc}\n")
         return EXIT_USAGE
     targets: list[Target] = []
     for spec in specs:

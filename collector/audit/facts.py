@@ -8,10 +8,18 @@ instead of guessing them.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from collector.events import iso_time
+
+# Token counts (pool, context) above this are not a real engine's: the largest pools are in the
+# tens of millions of tokens. Non-positive counts are not real either.
+MAX_PLAUSIBLE_TOKENS: Final = 10**12
+# Field -> the word the node's line uses for it.
+_TOKEN_FIELDS: Final = {"pool_tokens": "pool", "context_len": "context"}
 
 
 @dataclass
@@ -69,6 +77,26 @@ class NodeFacts:
     unreachable: str | None = None
     # Live only: endpoints that answered with an error or nothing usable, endpoint -> reason.
     endpoint_errors: dict[str, str] = field(default_factory=dict)
+    # Values a source stated that cannot be right, field -> reason ("pool value -1 not
+    # plausible", "disaggregation_mode 5 not understood"): the field is then None (unknown).
+    doubts: dict[str, str] = field(default_factory=dict)
+
+    def checked(self) -> NodeFacts:
+        """These facts with implausible token counts (non-positive, above
+        `MAX_PLAUSIBLE_TOKENS`, not whole numbers) made unknown, each with its reason in
+        `doubts`; `self` when there are none."""
+        bad = {
+            name: getattr(self, name)
+            for name in _TOKEN_FIELDS
+            if getattr(self, name) is not None and not plausible_tokens(getattr(self, name))
+        }
+        if not bad:
+            return self
+        doubts = dict(self.doubts)
+        for name, value in bad.items():
+            doubts[name] = token_doubt(name, value)
+        changes: dict[str, Any] = dict.fromkeys(bad)
+        return dataclasses.replace(self, doubts=doubts, **changes)
 
     def config_json(self) -> dict[str, Any]:
         return {
@@ -87,7 +115,79 @@ class NodeFacts:
             "live": self.live,
             "logs_read": self.logs_read,
             "endpoint_errors": dict(self.endpoint_errors),
+            "doubts": dict(self.doubts),
         }
+
+
+def plausible_tokens(value: object) -> bool:
+    """A pool or context length a real engine could state: a whole number in 1..10^12."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PLAUSIBLE_TOKENS
+    )
+
+
+def token_doubt(name: str, value: object) -> str:
+    """`pool value -1 not plausible`: why a token count stated for field `name` is not used."""
+    return f"{_TOKEN_FIELDS.get(name, name)} value {_short(value)} not plausible"
+
+
+def mode_doubt(document: object, endpoint: str) -> str | None:
+    """Why a `/server_info`, `/v1/loads` or `/model_info` document's disaggregation mode
+    cannot be read, or None.
+
+    The parser reads a mode that is not text (`5`, `[1]`, `{}`, `true`) as "not
+    disaggregated", which would make a PD node unified and skip its PD checks; the audit asks
+    this instead and treats the role as unknown. The mode is looked up where the parser looks
+    (`collector.sglang.server_info`)."""
+    if not isinstance(document, dict):
+        return None
+    raw: Any = None
+    if endpoint == "server_info":
+        raw = document.get("disaggregation_mode")
+        if raw is None:
+            states = document.get("internal_states")
+            first = (
+                next((s for s in states if isinstance(s, dict)), {})
+                if isinstance(states, list)
+                else {}
+            )
+            raw = first.get("disaggregation_mode")
+    elif endpoint == "v1_loads":
+        raw = _section(document).get("mode")
+        entries = document.get("loads")
+        for entry in entries if isinstance(entries, list) else []:
+            if raw is not None:
+                break
+            if isinstance(entry, dict):
+                raw = _section(entry).get("mode")
+    elif endpoint == "model_info":
+        raw = document.get("disaggregation_mode")
+    if raw is None or isinstance(raw, str):
+        return None
+    return f"disaggregation_mode {_short(raw)} not understood"
+
+
+def _section(container: dict[str, Any]) -> dict[str, Any]:
+    section = container.get("disaggregation")
+    return section if isinstance(section, dict) else {}
+
+
+def _short(value: object) -> str:
+    """A stated value as a person reads it: `-1`, `1e+308`, `[1]`, `true` (at most 40 chars)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) <= 10**15:
+            text = f"{value:,}"
+        else:
+            try:
+                text = f"{float(value):.3g}"
+            except OverflowError:
+                text = "above 1e+308"
+    else:
+        try:
+            text = json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError, RecursionError):
+            text = f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +213,7 @@ class Deployment:
         reachable = [n for n in nodes if n.unreachable is None]
         pd = any(n.role in ("prefill", "decode") for n in reachable)
         best: NodeFacts | None = None
-        for facts in sorted(reachable, key=lambda n: n.node):
+        for facts in sorted((n.checked() for n in reachable), key=lambda n: n.node):
             if facts.context_len is not None and (
                 best is None or best.context_len is None or facts.context_len > best.context_len
             ):

@@ -20,15 +20,16 @@ Only a version stated during a generation counts for it: one carried over a rest
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts
+from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts, mode_doubt
 from collector.events import Event
-from collector.files import TelemetryFile, discover
+from collector.files import ReadStats, TelemetryFile, discover, read_lines
 from collector.parse import ParseStats, file_events
 from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
 
@@ -41,6 +42,10 @@ _ROLE_HINT_KINDS: Final = frozenset(
 )
 _MERGED_FIELDS: Final = ("role", "pool_tokens", "context_len", "transfer_backend", "kv_checksum")
 _MAX_SOURCES: Final = 8
+# Set by `_mode_checked` on a server_info event whose document states a mode of the wrong type.
+_ROLE_DOUBT: Final = "audit_role_doubt"
+# Documents larger than this give no events (`collector.parse`), so none is re-read.
+_MAX_DOCUMENT: Final = 64 << 20
 
 
 @dataclass
@@ -52,6 +57,7 @@ class _Generation:
     evidence: ChecksumEvidence = field(default_factory=ChecksumEvidence)
     mismatch_keys: set[str] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
+    doubts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -121,6 +127,9 @@ class _Tracker:
             else:
                 gens.append(_Generation(timeline_gens=[after.generation]))
         gen = gens[-1]
+        doubt = event.get(_ROLE_DOUBT)
+        if doubt is not None:
+            gen.doubts["role"] = str(doubt)
         if event.kind == "server_info" and event.get("version") is not None:
             gen.version = str(event.get("version"))
         path = event.source.rsplit(":", 1)[0] if event.kind != "server_info" else event.source
@@ -146,7 +155,7 @@ def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
         if tf.kind == "log":
             logs[tf.node].append(tf)
         else:
-            documents[tf.node].extend(file_events(tf, stats))
+            documents[tf.node].extend(_mode_checked(tf, list(file_events(tf, stats))))
     tracker = _Tracker()
     for node in sorted(set(documents) | set(logs)):
         pending = sorted(documents.get(node, []), key=_time_key)
@@ -197,7 +206,9 @@ def _node_facts(node: str, number: int, gen: _Generation, configs: list[NodeConf
         if config.version is not None:
             carried_version = config.version
     since = configs[0].since if configs else None
-    return NodeFacts(
+    # A mode that could not be read explains an unknown role; another source may state it.
+    doubts = {k: v for k, v in gen.doubts.items() if merged.get(k) is None}
+    facts = NodeFacts(
         node=node,
         version=gen.version,
         stale_version=carried_version if gen.version is None else None,
@@ -205,8 +216,10 @@ def _node_facts(node: str, number: int, gen: _Generation, configs: list[NodeConf
         since=since,
         evidence=dataclasses.replace(gen.evidence),
         sources=list(gen.sources),
+        doubts=doubts,
         **merged,
     )
+    return facts.checked()
 
 
 def _end_of(facts: NodeFacts) -> float | None:
@@ -227,6 +240,55 @@ def _deployment_at(by_node: dict[str, list[NodeFacts]], when: float | None) -> D
                     chosen = facts
         in_force.append(chosen)
     return Deployment.of(in_force)
+
+
+def _mode_checked(tf: TelemetryFile, events: list[Event]) -> list[Event]:
+    """`events` of one saved document, with a disaggregation mode of the wrong type (`5`,
+    `[1]`, `{}`, `true`) made unknown instead of "not disaggregated".
+
+    The parser reads such a mode as unified (the event then has `role: unified` and no
+    `disaggregation_mode`), which would skip a PD node's PD checks. Only then is the document
+    read again (it is small: larger ones give no events) to see what it stated."""
+    suspects = [
+        i
+        for i, e in enumerate(events)
+        if e.kind == "server_info"
+        and e.get("role") == "unified"
+        and e.get("disaggregation_mode") is None
+    ]
+    if tf.kind != "json" or not suspects:
+        return events
+    document = _document(tf)
+    checked = list(events)
+    for index in suspects:
+        event = events[index]
+        doubt = mode_doubt(document, str(event.get("endpoint")))
+        if doubt is None:
+            continue
+        fields = {k: v for k, v in event.fields.items() if k != "disaggregation_mode"}
+        fields["role"] = None
+        fields[_ROLE_DOUBT] = doubt
+        checked[index] = Event(
+            event.kind, event.node, event.time, event.source, fields, event.ranks
+        )
+    return checked
+
+
+def _document(tf: TelemetryFile) -> Any:
+    """The decoded JSON of a saved document, read as `collector.parse` reads it (gzip too);
+    None when it cannot be read."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for _, line in read_lines(tf.path, ReadStats()):
+            encoded = line.encode()
+            size += len(encoded) + 1
+            if size > _MAX_DOCUMENT:
+                return None
+            chunks.append(encoded)
+        return json.loads(b"\n".join(chunks))
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def _without_unknown_mode(event: Event) -> Event:

@@ -2,14 +2,20 @@
 
 Each endpoint holds a different part of the answer (the version and checksum flag in
 `/server_info`, the effective context only in `/v1/models`, the pool in three places), so all
-four are fetched, concurrently, each under one deadline: a target that hangs costs the timeout
-once, not four times, and becomes that node's "unreachable" reason, never an exception.
+four are fetched, concurrently, under one deadline per node: the whole exchange (connecting,
+the deprecated alias after a 404, every byte of the body) ends by it, so a target that hangs
+or trickles costs the timeout once, not four times or once per read, and becomes that node's
+"unreachable" reason, never an exception. Bodies are streamed and read up to `_MAX_BODY`
+decoded bytes (a gzip bomb is decompressed only that far), then abandoned as oversized.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -17,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from collector.audit.facts import NodeFacts
+from collector.audit.facts import NodeFacts, mode_doubt, plausible_tokens, token_doubt
 from collector.events import Event
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
@@ -32,6 +38,22 @@ ENDPOINTS: Final[dict[str, tuple[str, ...]]] = {
 }
 _ROLES: Final = frozenset({"prefill", "decode", "unified"})
 _MAX_BODY: Final = 64 << 20
+# Most bytes one call of the body decoder returns: a 64 KB chunk of a gzip bomb inflates to
+# 64 MB, so it is inflated a step at a time and the cap is checked between steps.
+_INFLATE_STEP: Final = 1 << 20
+# Longest accepted --timeout: a gate that may wait longer than this is a hung gate.
+MAX_TIMEOUT: Final = 3600.0
+# What a fetch may raise besides the deadline: transport and protocol errors, and what a URL
+# that passed `parse_target` can still provoke (an unresolvable or over-long host name).
+_FETCH_ERRORS: Final = (
+    httpx.HTTPError,
+    httpx.InvalidURL,
+    httpx.StreamError,
+    OSError,
+    OverflowError,
+    ValueError,
+    zlib.error,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +73,46 @@ def parse_target(spec: str) -> Target:
         raise ValueError(
             f"--endpoint {spec!r}: expected NODE=URL, e.g. prefill-0=http://10.0.0.5:30000"
         )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # `http://[::1` and the like
+        raise ValueError(f"--endpoint {spec!r}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"--endpoint {spec!r}: URL must be http:// or https:// with a host")
+    if not parts.hostname:
+        raise ValueError(f"--endpoint {spec!r}: URL has no host")
+    if any(c.isspace() for c in parts.netloc):
+        raise ValueError(f"--endpoint {spec!r}: host contains a space")
+    try:
+        port = parts.port
+    except ValueError:
+        port_text = parts.netloc.rpartition("]")[2].partition(":")[2]
+        raise ValueError(
+            f"--endpoint {spec!r}: port {port_text!r} is not a number from 1 to 65535"
+        ) from None
+    if port == 0:
+        raise ValueError(f"--endpoint {spec!r}: port 0 is not a number from 1 to 65535")
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"--endpoint {spec!r}: give the engine's base URL, without ?query or #fragment"
+        )
+    try:
+        host = httpx.URL(url).host  # checked (IDNA, IPv4) only when asked for
+    except (httpx.InvalidURL, ValueError) as exc:  # IDNA errors are UnicodeErrors
+        raise ValueError(f"--endpoint {spec!r}: {exc}") from None
+    if not host:
+        raise ValueError(f"--endpoint {spec!r}: URL has no host")
     return Target(node, url.rstrip("/"))
+
+
+def check_timeout(timeout: float) -> None:
+    """ValueError unless `timeout` is a finite number of seconds in (0, `MAX_TIMEOUT`]."""
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout)):
+        raise ValueError(f"--timeout {timeout!r}: must be a finite number of seconds")
+    if not 0 < timeout <= MAX_TIMEOUT:
+        raise ValueError(
+            f"--timeout {timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g} seconds"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +130,9 @@ async def fetch_facts_async(
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.time,
 ) -> list[NodeFacts]:
-    """Facts of every target, fetched concurrently; each request ends within `timeout`."""
+    """Facts of every target, fetched concurrently; each target's exchange ends within
+    `timeout` seconds (ValueError unless finite and in (0, `MAX_TIMEOUT`])."""
+    check_timeout(timeout)
     limits = httpx.Timeout(timeout)
     async with httpx.AsyncClient(timeout=limits, transport=transport) as client:
         return list(await asyncio.gather(*(_node(client, t, timeout, clock) for t in targets)))
@@ -93,8 +153,12 @@ def fetch_facts(
 async def _node(
     client: httpx.AsyncClient, target: Target, timeout: float, clock: Callable[[], float]
 ) -> NodeFacts:
+    deadline = asyncio.get_running_loop().time() + timeout
     answers = await asyncio.gather(
-        *(_fetch(client, target.url, name, paths, timeout) for name, paths in ENDPOINTS.items())
+        *(
+            _fetch(client, target.url, name, paths, deadline, timeout)
+            for name, paths in ENDPOINTS.items()
+        )
     )
     facts = NodeFacts(node=target.node, live=True)
     for answer in answers:
@@ -108,6 +172,7 @@ async def _node(
     now = clock()
     events: dict[str, Event] = {}
     metric_events: list[Event] = []
+    mode_doubts: dict[str, str] = {}
     for answer in answered:
         assert answer.body is not None
         facts.sources.append(answer.url)
@@ -121,15 +186,26 @@ async def _node(
             answer.body, node=target.node, source=answer.url, time=now, endpoint=answer.endpoint
         )
         if outcome.events:
-            events[answer.endpoint] = outcome.events[0]
+            event = outcome.events[0]
+            events[answer.endpoint] = event
+            if event.get("role") == "unified" and event.get("disaggregation_mode") is None:
+                # A mode of the wrong type (5, [1], true) also reads as unified: look again.
+                doubt = mode_doubt(_json(answer.body), answer.endpoint)
+                if doubt is not None:
+                    mode_doubts[answer.endpoint] = doubt
         else:
             reasons = ", ".join(sorted(outcome.dropped)) or "nothing usable"
             facts.endpoint_errors[answer.endpoint] = f"unparseable ({reasons})"
-    _merge(facts, events, metric_events)
+    _merge(facts, events, metric_events, mode_doubts)
     return facts
 
 
-def _merge(facts: NodeFacts, events: dict[str, Event], metric_events: list[Event]) -> None:
+def _merge(
+    facts: NodeFacts,
+    events: dict[str, Event],
+    metric_events: list[Event],
+    mode_doubts: dict[str, str],
+) -> None:
     info = events.get("server_info")
     models = events.get("v1_models")
     loads = events.get("v1_loads")
@@ -138,49 +214,179 @@ def _merge(facts: NodeFacts, events: dict[str, Event], metric_events: list[Event
     def field(event: Event | None, name: str) -> Any:
         return event.get(name) if event is not None else None
 
+    def role(endpoint: str, event: Event | None) -> Any:
+        return None if endpoint in mode_doubts else field(event, "role")
+
     facts.version = _first(field(info, "version"), field(loads, "version"))
-    roles = [field(info, "role"), snap.role if snap else None, field(loads, "role")]
+    roles = [role("server_info", info), snap.role if snap else None, role("v1_loads", loads)]
     facts.role = _first(*(r for r in roles if r in _ROLES))
+    if facts.role is None and mode_doubts:
+        facts.doubts["role"] = next(iter(mode_doubts.values()))
     pools = [field(info, "max_total_num_tokens"), field(loads, "max_total_num_tokens")]
     pools.append(snap.pool_tokens if snap else None)
-    known_pools = [p for p in pools if isinstance(p, int)]
     # Ranks or endpoints that disagree: the smallest pool is the one a long prompt overflows.
-    facts.pool_tokens = min(known_pools) if known_pools else None
+    facts.pool_tokens = _plausible(facts, "pool_tokens", pools, min)
     contexts = [field(models, "context_len"), snap.context_len if snap else None]
     contexts.append(field(info, "context_len"))
-    known_contexts = [c for c in contexts if isinstance(c, int)]
-    facts.context_len = max(known_contexts) if known_contexts else None
+    facts.context_len = _plausible(facts, "context_len", contexts, max)
     facts.transfer_backend = _first(field(info, "transfer_backend"))
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
 
 
+def _plausible(
+    facts: NodeFacts, name: str, values: list[Any], pick: Callable[[list[int]], int]
+) -> int | None:
+    """`pick` of the plausible token counts among `values`; when the endpoints stated only
+    implausible ones (-1, 0, 1e308), None with the reason in `facts.doubts`."""
+    stated = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    good = [v for v in stated if plausible_tokens(v)]
+    if good:
+        return pick(good)
+    if stated:
+        facts.doubts[name] = token_doubt(name, stated[0])
+    return None
+
+
+class _Oversized(Exception):
+    """The body is over `_MAX_BODY` (decoded or on the wire)."""
+
+
+class _Undecodable(Exception):
+    """The body's Content-Encoding is not one this client asked for."""
+
+
+@dataclass
+class _Progress:
+    """How far one exchange got, for the reason given when its deadline passes."""
+
+    answered: bool = False
+    body_bytes: int = 0
+
+
 async def _fetch(
-    client: httpx.AsyncClient, base: str, endpoint: str, paths: tuple[str, ...], timeout: float
+    client: httpx.AsyncClient,
+    base: str,
+    endpoint: str,
+    paths: tuple[str, ...],
+    deadline: float,
+    timeout: float,
 ) -> _Answer:
     error = "no answer"
     url = base + paths[0]
     for index, path in enumerate(paths):
         url = base + path
+        progress = _Progress()
         try:
-            response = await asyncio.wait_for(client.get(url), timeout)
+            async with asyncio.timeout_at(deadline):
+                status, body = await _get(client, url, progress)
         except (TimeoutError, httpx.TimeoutException):
-            return _Answer(endpoint, url, None, f"no answer within {timeout:g} s (GET {url})")
-        except httpx.HTTPError as exc:
+            if progress.answered:
+                why = (
+                    f"answer not complete within {timeout:g} s ({progress.body_bytes:,} bytes "
+                    f"of the body read)"
+                )
+            else:
+                why = f"no answer within {timeout:g} s"
+            return _Answer(endpoint, url, None, f"{why} (GET {url})")
+        except _Oversized:
+            return _Answer(
+                endpoint, url, None, f"oversized answer: over {_MAX_BODY >> 20} MB (GET {url})"
+            )
+        except _Undecodable as exc:
+            return _Answer(endpoint, url, None, f"{exc} (GET {url})")
+        except zlib.error:
+            return _Answer(endpoint, url, None, f"answer not valid gzip or deflate (GET {url})")
+        except _FETCH_ERRORS as exc:
             return _Answer(endpoint, url, None, f"{_describe(exc)} (GET {url})")
-        if response.status_code == 404 and index + 1 < len(paths):
+        except ExceptionGroup as group:  # anyio's connect raises its errors grouped
+            matched, rest = group.split(_FETCH_ERRORS)
+            if matched is None or rest is not None:
+                raise
+            return _Answer(endpoint, url, None, f"{_describe(_first_leaf(matched))} (GET {url})")
+        if status == 404 and index + 1 < len(paths):
             error = f"HTTP 404 (GET {url})"
             continue
-        if response.status_code != 200:
-            return _Answer(endpoint, url, None, f"HTTP {response.status_code} (GET {url})")
-        body = response.content
-        if len(body) > _MAX_BODY:
-            return _Answer(endpoint, url, None, f"response over {_MAX_BODY >> 20} MB (GET {url})")
+        if status != 200 or body is None:
+            return _Answer(endpoint, url, None, f"HTTP {status} (GET {url})")
         return _Answer(endpoint, url, body, None)
     return _Answer(endpoint, url, None, error)
 
 
-def _describe(exc: httpx.HTTPError) -> str:
+async def _get(
+    client: httpx.AsyncClient, url: str, progress: _Progress
+) -> tuple[int, bytes | None]:
+    """Status and (for a 200) body of one GET, the body streamed and capped; the caller's
+    deadline bounds it."""
+    headers = {"Accept-Encoding": "gzip, deflate"}
+    async with client.stream("GET", url, headers=headers) as response:
+        progress.answered = True
+        if response.status_code != 200:
+            return response.status_code, None
+        decoder = _decoder(response.headers.get("Content-Encoding", ""))
+        declared = response.headers.get("Content-Length", "")
+        if decoder is None and declared.isdigit() and int(declared) > _MAX_BODY:
+            raise _Oversized
+        chunks: list[bytes] = []
+        wire = 0
+        async for raw in response.aiter_raw():
+            wire += len(raw)
+            if wire > _MAX_BODY:
+                raise _Oversized
+            if decoder is None:
+                _keep(raw, chunks, progress)
+                continue
+            data = raw
+            while True:
+                piece = decoder.decompress(data, _INFLATE_STEP)
+                _keep(piece, chunks, progress)
+                data = decoder.unconsumed_tail
+                if not data and len(piece) < _INFLATE_STEP:
+                    break
+        if decoder is not None:
+            _keep(decoder.flush(), chunks, progress)
+        return 200, b"".join(chunks)
+
+
+def _keep(data: bytes, chunks: list[bytes], progress: _Progress) -> None:
+    """Add `data` to the body, or `_Oversized` when the body would pass the cap."""
+    progress.body_bytes += len(data)
+    if progress.body_bytes > _MAX_BODY:
+        raise _Oversized
+    chunks.append(data)
+
+
+def _decoder(encoding: str) -> zlib._Decompress | None:
+    """A zlib decompressor for the body's Content-Encoding, None for identity; `_Undecodable`
+    for codings this client does not ask for (it asks for gzip and deflate only).
+
+    Decoding here, not in httpx, is what bounds a gzip bomb: httpx inflates each network chunk
+    whole (a 64 KB chunk of zeros is 64 MB), while `_get` inflates `_INFLATE_STEP` bytes at a
+    time and stops at the cap."""
+    codings = [c.strip().lower() for c in encoding.split(",")]
+    codings = [c for c in codings if c not in ("", "identity")]
+    if not codings:
+        return None
+    if codings in (["gzip"], ["x-gzip"]):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if codings == ["deflate"]:
+        return zlib.decompressobj(zlib.MAX_WBITS)
+    raise _Undecodable(f"answer in an unsupported Content-Encoding {encoding.strip()[:40]!r}")
+
+
+def _json(body: bytes | None) -> Any:
+    try:
+        return json.loads(body) if body is not None else None
+    except (ValueError, RecursionError):
+        return None
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _describe(exc: BaseException) -> str:
     """A short cause a person recognises (`connection refused`, not the transport's wording)."""
     cause: BaseException | None = exc
     for _ in range(8):

@@ -118,6 +118,7 @@ def judge_node(
     if facts.unreachable is not None:
         check = CheckResult("reachable", "FAIL", f"unreachable: {facts.unreachable}")
         return NodeResult(facts.node, facts.role, "FAIL", (check,), (), facts)
+    facts = facts.checked()
     checks = _checks(facts, deployment, policy)
     judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))
     notes: list[str] = []
@@ -140,15 +141,12 @@ def _checks(facts: NodeFacts, deployment: Deployment, policy: AuditPolicy) -> li
     checks: list[CheckResult] = []
     role = facts.role
     if role is None:
-        # A node whose role no source states is judged as PD, the strictest case.
-        checks.append(
-            CheckResult(
-                "role",
-                "UNKNOWN",
-                "role unknown (no server_args, PD batch fields, engine_type label or "
-                "/server_info): judged as PD",
-            )
+        # A node whose role no source states (or states with a value that cannot be read) is
+        # judged as PD, the strictest case.
+        why = facts.doubts.get(
+            "role", "no server_args, PD batch fields, engine_type label or /server_info"
         )
+        checks.append(CheckResult("role", "UNKNOWN", f"role unknown ({why}): judged as PD"))
     pd = role in PD_ROLES or role is None
     checks.append(pool_check(facts, deployment, pd=pd))
     engine = engine_check(facts, policy, pd=pd)
@@ -176,6 +174,15 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
         "node_context_len": facts.context_len,
         "context_from": by,
     }
+    doubted = [
+        facts.doubts[name]
+        for name in ("pool_tokens", "context_len")
+        if name in facts.doubts and getattr(facts, name) is None
+    ]
+    if doubted:
+        # The node stated a pool or context no engine has: nothing it says about them is judged.
+        evidence["doubts"] = doubted
+        return CheckResult("pool", "UNKNOWN", ", ".join(doubted), evidence)
     if pool is None:
         return CheckResult(
             "pool",

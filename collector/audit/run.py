@@ -61,7 +61,8 @@ def audit(
 
 
 def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
-    """Live facts over the same node's facts from files (live wins where it states a value)."""
+    """Live facts over the same node's facts from files (live wins where it states a value;
+    where it states one that cannot be right, the field is unknown, not the files' value)."""
     if base is None or live.unreachable is not None:
         return live
     merged = dataclasses.replace(
@@ -70,10 +71,18 @@ def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
         sources=[*base.sources, *live.sources],
         endpoint_errors=dict(live.endpoint_errors),
     )
+    doubts = dict(base.doubts)
     for name in _LIVE_FIELDS:
         value = getattr(live, name)
         if value is not None:
             setattr(merged, name, value)
+            doubts.pop(name, None)
+        elif name in live.doubts:
+            # The engine states it now, with a value that cannot be right: what the files said
+            # earlier is not the configuration in force, so the field is unknown.
+            setattr(merged, name, None)
+            doubts[name] = live.doubts[name]
+    merged.doubts = doubts
     if live.version is not None:
         merged.stale_version = None
     return merged

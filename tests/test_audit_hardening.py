@@ -1,0 +1,554 @@
+"""`kvwatch audit` against bad configuration, hostile engines and absurd answers.
+
+The engines here are real HTTP servers on 127.0.0.1 written on sockets, so that each can
+misbehave exactly: an endless body, a gzip bomb, a body trickled a byte a second, a 404 sent
+late. Each must end within the timeout (plus a margin), with memory bounded by the 64 MB cap,
+and become one readable line, never a traceback or a hang. Elapsed times are asserted only as
+generous upper bounds (a guard against hanging); what decides is the reason given and how
+much the client read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import socket
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from collector.audit import AuditPolicy, Deployment, NodeFacts, Target, audit, judge_node
+from collector.audit.command import add_audit_arguments, run_audit
+from collector.audit.live import fetch_facts
+
+MB = 1 << 20
+CAP_MB = 64
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="kvwatch audit")
+    add_audit_arguments(parser)
+    out, err = io.StringIO(), io.StringIO()
+    code = run_audit(parser.parse_args(list(argv)), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _closed_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = int(probe.getsockname()[1])
+    probe.close()
+    return port
+
+
+# --- bad configuration: fail fast, naming the key -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:99999", "port '99999' is not a number from 1 to 65535"),
+        ("http://127.0.0.1:-1", "port '-1' is not a number from 1 to 65535"),
+        ("http://127.0.0.1:0", "port 0 is not a number from 1 to 65535"),
+        ("http://127.0.0.1:1:1", "port '1:1' is not a number from 1 to 65535"),
+        ("http://256.256.256.256", "Invalid IPv4 address"),
+        ("http://[::1", "not a URL"),
+        ("http://exa mple.com", "host contains a space"),
+        ("http://xn--zz.com", "Invalid A-label"),
+        ("http://127.0.0.1:30000/?x=1", "without ?query or #fragment"),
+    ],
+)
+def test_malformed_endpoint_is_a_usage_error_naming_it(url: str, why: str) -> None:
+    code, out, err = run("--endpoint", f"prefill-0={url}")
+    assert (code, out) == (2, "")
+    assert err == f"kvwatch audit: --endpoint 'prefill-0={url}': {err.split(': ', 2)[2]}"
+    assert why in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:99999", "http://256.256.256.256", "http://127.0.0.1:1:1"]
+)
+def test_a_fetch_never_raises_for_a_bad_url(url: str) -> None:
+    """A URL that skipped `parse_target` (the library API) is unreachable with a reason."""
+    (facts,) = fetch_facts([Target("n", url)], timeout=2.0)
+    assert facts.unreachable is not None
+    assert facts.unreachable.endswith(f"(GET {url}/server_info)")
+
+
+@pytest.mark.parametrize("value", ["inf", "1e309", "nan", "1e300", "3601"])
+def test_timeout_must_be_finite_and_bounded(value: str) -> None:
+    # A refused port: were the timeout accepted, the audit would end at once (not hang).
+    code, out, err = run("--timeout", value, "--endpoint", f"n=http://127.0.0.1:{_closed_port()}")
+    assert (code, out) == (2, "")
+    assert err.startswith("kvwatch audit: --timeout ")
+    with pytest.raises(ValueError, match="--timeout"):
+        fetch_facts([Target("n", "http://127.0.0.1:1")], timeout=float(value))
+
+
+# --- hostile engines ------------------------------------------------------------------------
+
+
+Behaviour = Callable[[socket.socket, "_RawServer"], None]
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _RawServer:
+    """An HTTP/1.1 server on 127.0.0.1: `routes` maps a path to what the server does on a
+    connection asking for it; other paths get a 404. `sent` counts body bytes sent."""
+
+    def __init__(self, routes: dict[str, Behaviour]) -> None:
+        self.routes = routes
+        self.sent = 0
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self._listener.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def count(self, n: int) -> None:
+        with self._lock:
+            self.sent += n
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        conn.settimeout(10)
+        try:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                request += chunk
+            path = request.split(b" ", 2)[1].decode()
+            behaviour = self.routes.get(path)
+            if behaviour is None:
+                conn.sendall(NOT_FOUND)
+            else:
+                behaviour(conn, self)
+        except OSError:
+            pass  # the client hung up: what it is expected to do
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self._thread.join(timeout=2)
+        for conn in self._conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self._listener.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[dict[str, Behaviour]], _RawServer]]:
+    started: list[_RawServer] = []
+
+    def start(routes: dict[str, Behaviour]) -> _RawServer:
+        server = _RawServer(routes)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.close()
+
+
+def endless(conn: socket.socket, server: _RawServer) -> None:
+    """A 200 with no length whose body never ends (stopping, as a safety net, at 512 MB)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+    chunk = b"A" * MB
+    while server.sent < 512 * MB and not server.stop.is_set():
+        conn.sendall(chunk)
+        server.count(len(chunk))
+
+
+def trickle(conn: socket.socket, server: _RawServer) -> None:
+    """A 200 announcing 100 bytes, then sending one a second."""
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    )
+    for _ in range(100):
+        conn.sendall(b"{")
+        server.count(1)
+        if server.stop.wait(1.0):
+            return
+
+
+def late_404(conn: socket.socket, server: _RawServer) -> None:
+    """A 404, after 1.6 s."""
+    server.stop.wait(1.6)
+    conn.sendall(NOT_FOUND)
+
+
+@pytest.fixture(scope="module")
+def gzip_bomb() -> bytes:
+    """One gzip member inflating to 256 MB of zeros (about 260 KB on the wire)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(MB)
+    return b"".join(packer.compress(zeros) for _ in range(256)) + packer.flush()
+
+
+def test_endless_body_stops_at_the_cap(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    server = serve({"/server_info": endless})
+    started = time.monotonic()
+    code, out, _ = run("--timeout", "20", "--endpoint", f"n={server.url}")
+    elapsed = time.monotonic() - started
+    url = f"{server.url}/server_info"
+    assert out.splitlines()[0] == (
+        f"n  unknown  FAIL  unreachable: oversized answer: over {CAP_MB} MB (GET {url})"
+    )
+    assert code == 1
+    # The client hung up at the cap: what the server got out is the cap plus socket buffers,
+    # not whatever the timeout let through (a loopback carries gigabytes in 20 s).
+    assert CAP_MB * MB <= server.sent < (CAP_MB + 48) * MB
+    assert elapsed < 20
+
+
+def test_gzip_bomb_is_inflated_only_up_to_the_cap(
+    serve: Callable[[dict[str, Behaviour]], _RawServer], gzip_bomb: bytes
+) -> None:
+    def bomb(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(gzip_bomb)
+        )
+        conn.sendall(gzip_bomb)
+        server.count(len(gzip_bomb))
+
+    server = serve({"/server_info": bomb})
+    tracemalloc.start()
+    try:
+        started = time.monotonic()
+        report = audit(targets=[Target("n", server.url)], timeout=20)
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    (result,) = report.results
+    url = f"{server.url}/server_info"
+    assert result.reasons == [f"unreachable: oversized answer: over {CAP_MB} MB (GET {url})"]
+    # Inflated whole, the 256 MB would be held; stopped at the cap, 64 MB and a step are.
+    assert peak < CAP_MB * MB * 3 // 2
+    assert elapsed < 20
+
+
+def test_trickled_body_ends_at_the_deadline(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    server = serve({"/server_info": trickle})
+    started = time.monotonic()
+    report = audit(targets=[Target("n", server.url)], timeout=1.5)
+    elapsed = time.monotonic() - started
+    (result,) = report.results
+    (reason,) = result.reasons
+    url = f"{server.url}/server_info"
+    assert reason.startswith("unreachable: answer not complete within 1.5 s (")
+    assert reason.endswith(f" bytes of the body read) (GET {url})")
+    assert server.sent < 10
+    assert elapsed < 1.5 + 3
+
+
+def test_one_deadline_covers_the_alias_after_a_late_404(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """/server_info answers 404 after 1.6 s and /get_server_info trickles: the node's 2 s
+    deadline covers both requests (a deadline per request would take 3.6 s)."""
+    server = serve({"/server_info": late_404, "/get_server_info": trickle})
+    started = time.monotonic()
+    report = audit(targets=[Target("n", server.url)], timeout=2.0)
+    elapsed = time.monotonic() - started
+    (result,) = report.results
+    (reason,) = result.reasons
+    assert reason.startswith("unreachable: answer not complete within 2 s (")
+    assert reason.endswith(f"(GET {server.url}/get_server_info)")
+    assert elapsed < 3.2
+
+
+def test_unsupported_content_encoding_is_named(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    def brotli(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 3\r\n\r\nabc")
+
+    def bad_gzip(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc")
+
+    server = serve({"/server_info": brotli, "/v1/models": bad_gzip})
+    (facts,) = fetch_facts([Target("n", server.url)], timeout=5)
+    assert facts.endpoint_errors["server_info"] == (
+        f"answer in an unsupported Content-Encoding 'br' (GET {server.url}/server_info)"
+    )
+    assert facts.endpoint_errors["v1_models"] == (
+        f"answer not valid gzip or deflate (GET {server.url}/v1/models)"
+    )
+
+
+def test_gzip_answer_within_the_cap_is_read(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    info: dict[str, object] = {
+        "disaggregation_mode": "prefill",
+        "disaggregation_enable_kv_checksum": True,
+        "max_total_num_tokens": 2_400_000,
+        "version": "0.5.23",
+    }
+    models: dict[str, object] = {
+        "object": "list",
+        "data": [{"id": "m", "max_model_len": 1_048_576}],
+    }
+
+    def answer(document: dict[str, object]) -> Behaviour:
+        body = zlib.compress(json.dumps(document).encode(), wbits=16 + zlib.MAX_WBITS)
+
+        def send(conn: socket.socket, server: _RawServer) -> None:
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n"
+                % len(body)
+                + body
+            )
+
+        return send
+
+    server = serve({"/server_info": answer(info), "/v1/models": answer(models)})
+    (result,) = audit(targets=[Target("prefill-0", server.url)]).results
+    assert result.status == "PASS"
+    assert result.reasons[0] == "pool 2,400,000 >= context 1,048,576"
+
+
+# --- absurd values --------------------------------------------------------------------------
+
+
+def _info(directory: Path, node: str, document: dict[str, object]) -> None:
+    path = directory / f"{node}@20260908T130000Z.server_info.json"
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(-1, "-1"), (0, "0"), (1e308, "1e+308"), (10**13, "10,000,000,000,000")],
+)
+def test_absurd_pool_and_context_are_unknown_not_passed(
+    tmp_path: Path, value: float, shown: str
+) -> None:
+    _info(
+        tmp_path,
+        "n-0",
+        {"disaggregation_mode": "null", "max_total_num_tokens": value, "context_length": value},
+    )
+    code, out, _ = run(str(tmp_path))
+    assert out.splitlines()[0] == (
+        f"n-0  unified  UNKNOWN  pool value {shown} not plausible, context value {shown} not "
+        f"plausible"
+    )
+    assert code == 0
+    code, _, _ = run("--strict", str(tmp_path))
+    assert code == 1
+
+
+def test_absurd_values_in_a_prom_snapshot_are_unknown(tmp_path: Path) -> None:
+    (tmp_path / "n-0@20260908T130000Z.prom").write_text(
+        'sglang:max_total_num_tokens{engine_type="unified",tp_rank="0"} 0\n'
+        'sglang:context_len{engine_type="unified",tp_rank="0"} 0\n'
+    )
+    code, out, _ = run(str(tmp_path))
+    assert out.splitlines()[0] == (
+        "n-0  unified  UNKNOWN  pool value 0 not plausible, context value 0 not plausible"
+    )
+    assert code == 0
+
+
+def test_an_absurd_context_is_not_the_deployments_advertised_context(tmp_path: Path) -> None:
+    common: dict[str, object] = {
+        "disaggregation_transfer_backend": "mooncake",
+        "disaggregation_enable_kv_checksum": True,
+        "version": "0.5.23",
+    }
+    _info(
+        tmp_path,
+        "prefill-0",
+        {
+            **common,
+            "disaggregation_mode": "prefill",
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 1_048_576,
+        },
+    )
+    _info(
+        tmp_path,
+        "decode-0",
+        {
+            **common,
+            "disaggregation_mode": "decode",
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 10**13,
+        },
+    )
+    code, out, _ = run(str(tmp_path))
+    assert out.splitlines()[:2] == [
+        "prefill-0  prefill  PASS     pool 2,400,000 >= context 1,048,576; engine 0.5.23; KV "
+        "checksum on (verification shows only in the logs: audit them too)",
+        "decode-0   decode   UNKNOWN  context value 10,000,000,000,000 not plausible",
+    ]
+    assert code == 0
+
+
+def test_facts_built_by_hand_are_checked_too() -> None:
+    facts = NodeFacts("n", role="unified", pool_tokens=-1, context_len=-1)
+    result = judge_node(facts, Deployment.of([facts]), AuditPolicy())
+    assert result.status == "UNKNOWN"
+    assert result.reasons == ["pool value -1 not plausible, context value -1 not plausible"]
+    assert Deployment.of([NodeFacts("n", context_len=10**13)]).advertised_context is None
+
+
+@pytest.mark.parametrize(("mode", "shown"), [(5, "5"), ([1], "[1]"), ({}, "{}"), (True, "true")])
+def test_wrong_typed_mode_is_an_unknown_role_not_unified(
+    tmp_path: Path, mode: object, shown: str
+) -> None:
+    # Checksum off: judged as PD (unknown role), that fails; misread as unified, it passed.
+    _info(
+        tmp_path,
+        "n-0",
+        {
+            "disaggregation_mode": mode,
+            "disaggregation_enable_kv_checksum": False,
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 1_048_576,
+            "version": "0.5.23",
+        },
+    )
+    code, out, _ = run(str(tmp_path))
+    assert out.splitlines()[0] == (
+        f"n-0  unknown  FAIL  role unknown (disaggregation_mode {shown} not understood): judged "
+        f"as PD; KV checksum off (--disaggregation-enable-kv-checksum not set)"
+    )
+    assert code == 1
+
+
+def test_null_mode_is_still_unified(tmp_path: Path) -> None:
+    _info(
+        tmp_path,
+        "n-0",
+        {
+            "disaggregation_mode": "null",
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 1_048_576,
+            "version": "0.5.23",
+        },
+    )
+    code, out, _ = run(str(tmp_path))
+    assert (
+        out.splitlines()[0]
+        == "n-0  unified  PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23"
+    )
+    assert code == 0
+
+
+def test_wrong_typed_mode_in_v1_loads_is_an_unknown_role(tmp_path: Path) -> None:
+    loads = {
+        "loads": [{"dp_rank": 0, "max_total_num_tokens": 2_400_000}],
+        "disaggregation": {"mode": 5},
+    }
+    (tmp_path / "n-0@20260908T130000Z.v1_loads.json").write_text(json.dumps(loads))
+    _, out, _ = run(str(tmp_path))
+    assert out.startswith(
+        "n-0  unknown  UNKNOWN  role unknown (disaggregation_mode 5 not understood)"
+    )
+
+
+def _static(documents: dict[str, dict[str, object]]) -> dict[str, Behaviour]:
+    def answer(document: dict[str, object]) -> Behaviour:
+        body = json.dumps(document).encode()
+
+        def send(conn: socket.socket, server: _RawServer) -> None:
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                b"Connection: close\r\n\r\n" % len(body) + body
+            )
+
+        return send
+
+    return {path: answer(document) for path, document in documents.items()}
+
+
+def test_live_absurd_values_and_wrong_typed_mode(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    absurd = serve(
+        _static(
+            {
+                "/server_info": {
+                    "disaggregation_mode": "null",
+                    "max_total_num_tokens": -1,
+                    "context_length": -1,
+                }
+            }
+        )
+    )
+    odd_mode = serve(
+        _static(
+            {
+                "/server_info": {
+                    "disaggregation_mode": [1],
+                    "disaggregation_enable_kv_checksum": True,
+                    "max_total_num_tokens": 2_400_000,
+                    "version": "0.5.23",
+                },
+                "/v1/models": {"object": "list", "data": [{"id": "m", "max_model_len": 1_048_576}]},
+            }
+        )
+    )
+    code, out, _ = run("--endpoint", f"a={absurd.url}", "--endpoint", f"b={odd_mode.url}")
+    assert out.splitlines()[:2] == [
+        "a  unified  UNKNOWN  pool value -1 not plausible, context value -1 not plausible",
+        "b  unknown  UNKNOWN  role unknown (disaggregation_mode [1] not understood): judged as PD",
+    ]
+    assert code == 0
+
+
+def test_live_absurd_pool_overrides_a_plausible_one_from_the_logs(
+    tmp_path: Path, serve: Callable[[dict[str, Behaviour]], _RawServer]
+) -> None:
+    """The engine states its pool now: a value that cannot be right is not replaced by what
+    an older file said."""
+    _info(
+        tmp_path,
+        "n-0",
+        {
+            "disaggregation_mode": "null",
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 1_048_576,
+        },
+    )
+    server = serve(
+        _static({"/server_info": {"disaggregation_mode": "null", "max_total_num_tokens": 0}})
+    )
+    (result,) = audit([tmp_path], [Target("n-0", server.url)]).results
+    assert result.status == "UNKNOWN"
+    assert result.reasons == ["pool value 0 not plausible"]
