@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from collector.events import Event
-from collector.state.config_timeline import ConfigChange, NodeConfig
+from collector.state.config_timeline import ConfigChange, ConfigTimeline, NodeConfig
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
@@ -62,6 +62,14 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
 
     def _init_learned(self) -> None:
         self.refusals_: dict[str, int] = {}
+        self._forget_sync()
+
+    def _forget_sync(self) -> None:
+        # What makes evaluating only the nodes whose verdict can have changed exact (see
+        # `_on_config`); not learned state: rebuilt by a full evaluation when missing.
+        self._synced_with: tuple[ConfigTimeline, int] | None = None
+        self._advertised: dict[str | None, int | None] = {}
+        self._models: dict[str, str | None] = {}
 
     def _learned_state(self) -> dict[str, object]:
         return {"refusals_": dict(self.refusals_)}
@@ -72,7 +80,33 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             self.refusals_ = {str(k): int(v) for k, v in raw.items()}
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
-        return self._evaluate_all(ctx)
+        # A node's verdict depends on its own configuration in force, the context advertised
+        # to its model, and whether it has refused: re-judging every node on every change
+        # (each asking the advertised context) is what the pipeline's dedup then discards, and
+        # cost O(nodes^2) per run. So judge the changed node, and the nodes of each model whose
+        # advertised context moved; the findings are the same as judging all of them.
+        timeline = ctx.timeline
+        if not self._in_sync(timeline, timeline.changes - 1, ctx.now):
+            return self._evaluate_all(ctx)
+        self._synced_with = None  # until this change is fully handled
+        node = change.node
+        current = timeline.config_at(node, ctx.now)
+        model = current.model if current is not None else None
+        before = self._models.get(node, model)
+        self._models[node] = model
+        keys = {before, model, None}
+        if before is None or model is None:
+            # A node of unknown model counts toward every model's deployment.
+            keys.update(timeline.model_keys())
+        nodes = {node}
+        for key in keys:
+            advertised = timeline.advertised_context(ctx.now, key)
+            if self._advertised.get(key) != advertised:
+                self._advertised[key] = advertised
+                nodes.update(timeline.nodes_with_model(key))
+        findings = self._evaluate_nodes(sorted(nodes), ctx)
+        self._synced_with = (timeline, timeline.changes)
+        return findings
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
         reason = event.get("reason")
@@ -91,11 +125,39 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
     def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
         first = node not in self.refusals_
         self.refusals_[node] = self.refusals_.get(node, 0) + 1
-        return self._evaluate_all(ctx) if first else []
+        if not first:
+            return []
+        # A first refusal can only raise this node's severity.
+        if self._in_sync(ctx.timeline, ctx.timeline.changes, ctx.now):
+            return self._evaluate_nodes([node], ctx)
+        return self._evaluate_all(ctx)
+
+    def _in_sync(self, timeline: ConfigTimeline, changes: int, now: float | None) -> bool:
+        """Whether this detector has handled every configuration change of `timeline` up to
+        the `changes`-th, and every node's current configuration is in force at `now`."""
+        return self._synced_with == (timeline, changes) and timeline.current_at(now)
 
     def _evaluate_all(self, ctx: DetectionContext) -> list[Finding]:
+        """Judge every node (after a restore, a missed change, or at a time before a restart),
+        and note what judging only the changed nodes next time relies on."""
+        self._forget_sync()
+        timeline = ctx.timeline
+        findings = self._evaluate_nodes([c.node for c in timeline.configs_at(ctx.now)], ctx)
+        if timeline.current_at(ctx.now):
+            self._models = {c.node: c.model for c in timeline.configs_at(ctx.now)}
+            self._advertised = {
+                key: timeline.advertised_context(ctx.now, key) for key in timeline.model_keys()
+            }
+            self._synced_with = (timeline, timeline.changes)
+        return findings
+
+    def _evaluate_nodes(self, nodes: list[str], ctx: DetectionContext) -> list[Finding]:
+        """Findings for `nodes` (sorted) from the configuration each has in force at `now`."""
         findings = []
-        for config in ctx.timeline.configs_at(ctx.now):
+        for node in nodes:
+            config = ctx.timeline.config_at(node, ctx.now)
+            if config is None:
+                continue
             advertised = ctx.timeline.advertised_context(ctx.now, config.model)
             finding = self._evaluate(config, advertised, ctx)
             if finding is not None:

@@ -51,12 +51,12 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     if serving is not None:
         serving_config = ctx.config_at(serving.node, when)
         model = serving_config.model if serving_config is not None else None
-    pools = ctx.timeline.prefill_pools_at(when, model)
-    if pools:
-        node = max(sorted(pools), key=lambda n: pools[n])
+    largest = ctx.timeline.largest_prefill_pool(when, model)
+    if largest is not None:
+        node, tokens = largest
         config = ctx.config_at(node, when)
         generation = config.generation if config is not None else 0
-        return PoolInForce(pools[node], node, generation, "largest prefill pool in force")
+        return PoolInForce(tokens, node, generation, "largest prefill pool in force")
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import random
 
 from collector.events import Event
 from collector.state.config_timeline import (
@@ -286,6 +287,68 @@ def test_deployment_views_advertised_context_and_prefill_pools_over_time():
     assert tl.prefill_pools_at(T + 100) == {"p0": 681_280, "p1": 700_000}
     assert tl.prefill_pools_at(T + 6_000) == {"p0": 2_040_000, "p1": 700_000}
     assert tl.nodes() == ["d0", "d1", "p0", "p1"]
+
+
+def _views_by_scan(tl: ConfigTimeline, time: float | None, model: str | None):
+    configs = list(tl.configs_at(time, model))
+    contexts = [c.context_len for c in configs if c.context_len is not None]
+    pools = {c.node: c.pool_tokens for c in configs if c.role == "prefill" and c.pool_tokens}
+    largest = max(sorted(pools), key=lambda n: pools[n]) if pools else None
+    return (
+        max(contexts) if contexts else None,
+        (largest, pools[largest]) if largest is not None else None,
+        any(c.is_pd for c in tl.configs_at(time)),
+    )
+
+
+def test_deployment_views_kept_up_to_date_answer_as_a_scan_would():
+    """advertised_context, largest_prefill_pool and is_pd answer from maxima kept as
+    generations change; at any time and for any model they equal a scan of the fleet."""
+    rng = random.Random(7)
+    nodes = [f"n{i}" for i in range(12)]
+    models = [None, "m1", "m2"]
+    for trial in range(3):
+        tl = ConfigTimeline()
+        t = T
+        times = [None, T - 1.0]
+        for step in range(400):
+            t += rng.choice([0.0, 1.0, 60.0, 900.0])
+            at = t - 2_000.0 if rng.random() < 0.05 else t
+            node = rng.choice(nodes)
+            pick = rng.random()
+            if pick < 0.3:
+                fields = {"disaggregation_mode": rng.choice(["prefill", "decode", None])}
+                if rng.random() < 0.7:
+                    fields["model"] = rng.choice(["m1", "m2"])
+                tl.update(ev("server_args", node, at, **fields))
+            elif pick < 0.7:
+                pool = rng.choice([100, 200, 300])
+                context = rng.choice([150, 250, 350])
+                tl.update(ev("capacity", node, at, max_total_num_tokens=pool, context_len=context))
+            else:
+                pool = rng.choice([100, 200, 300])
+                tl.update(ev("server_info", node, at, max_total_num_tokens=pool, version="1"))
+            if step % 37 == 0 and trial == 2:
+                tl = ConfigTimeline.from_state(json.loads(json.dumps(tl.to_state())))
+            times.append(t)
+            for time in (t, t + 1.0, None, rng.choice(times)):
+                model = rng.choice(models)
+                kept = (
+                    tl.advertised_context(time, model),
+                    tl.largest_prefill_pool(time, model),
+                    tl.is_pd(time),
+                )
+                assert kept == _views_by_scan(tl, time, model), (trial, step, time, model)
+    assert not tl.current_at(T)  # the early times above were answered by the scan
+
+    # A prefill node's model learned without a restart: it leaves the unknown-model deployment.
+    tl = ConfigTimeline()
+    tl.update(ev("metric", "p0", T, signal="pool_tokens", value=500, role="prefill"))
+    assert tl.largest_prefill_pool(T, "m2") == ("p0", 500)
+    tl.update(ev("server_args", "p0", T + 1, disaggregation_mode="prefill", model="m1"))
+    assert len(tl.history("p0")) == 1
+    assert tl.largest_prefill_pool(T + 1, "m2") is None
+    assert tl.largest_prefill_pool(T + 1, "m1") == tl.largest_prefill_pool(T + 1) == ("p0", 500)
 
 
 def test_state_round_trip_and_json_view():

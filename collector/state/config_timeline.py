@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import heapq
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -195,6 +196,88 @@ class _NodeHistory:
         )
 
 
+class _Maximum:
+    """The largest of a multiset of ints that values leave and join: a max-heap whose removed
+    values are dropped lazily, so each operation is O(log n) rather than a scan."""
+
+    __slots__ = ("counts", "heap")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.heap: list[int] = []
+
+    def add(self, value: int) -> None:
+        count = self.counts.get(value, 0)
+        if count == 0:
+            heapq.heappush(self.heap, -value)
+        self.counts[value] = count + 1
+
+    def remove(self, value: int) -> None:
+        count = self.counts[value] - 1
+        if count:
+            self.counts[value] = count
+        else:
+            del self.counts[value]
+
+    def max(self) -> int | None:
+        heap, counts = self.heap, self.counts
+        while heap and -heap[0] not in counts:
+            heapq.heappop(heap)
+        return -heap[0] if heap else None
+
+
+class _CurrentIndex:
+    """Aggregates over every node's *current* generation, kept up to date as generations change,
+    so the deployment views (`advertised_context`, `is_pd`, the largest prefill pool) answer
+    without scanning the fleet when asked about a time at which every node's current generation
+    is in force (the detection pipeline always asks about `now`)."""
+
+    __slots__ = (
+        "contexts",
+        "all_contexts",
+        "members",
+        "pd_nodes",
+        "prefill_pools",
+        "all_prefill_pools",
+    )
+
+    def __init__(self) -> None:
+        # Context lengths of the current generations, by served model (None: not known).
+        self.contexts: dict[str | None, _Maximum] = {}
+        self.all_contexts = _Maximum()
+        # Nodes by the model of their current generation.
+        self.members: dict[str | None, set[str]] = {}
+        self.pd_nodes = 0
+        # (-pool, node) of current prefill generations with a pool, by model and overall: heaps
+        # whose stale entries are dropped when they reach the top.
+        self.prefill_pools: dict[str | None, list[tuple[int, str]]] = {}
+        self.all_prefill_pools: list[tuple[int, str]] = []
+
+    def add(self, config: NodeConfig) -> None:
+        self.members.setdefault(config.model, set()).add(config.node)
+        if config.context_len is not None:
+            self.contexts.setdefault(config.model, _Maximum()).add(config.context_len)
+            self.all_contexts.add(config.context_len)
+        if config.is_pd:
+            self.pd_nodes += 1
+        if config.role == "prefill" and config.pool_tokens is not None:
+            entry = (-config.pool_tokens, config.node)
+            heapq.heappush(self.prefill_pools.setdefault(config.model, []), entry)
+            heapq.heappush(self.all_prefill_pools, entry)
+
+    def remove(self, config: NodeConfig) -> None:
+        members = self.members[config.model]
+        members.discard(config.node)
+        if not members:
+            del self.members[config.model]
+        if config.context_len is not None:
+            self.contexts[config.model].remove(config.context_len)
+            self.all_contexts.remove(config.context_len)
+        if config.is_pd:
+            self.pd_nodes -= 1
+        # Prefill pool entries go stale by themselves (see `largest_prefill_pool`).
+
+
 class ConfigTimeline:
     """Per-node configuration generations, fed in time order, queried by time.
 
@@ -221,6 +304,13 @@ class ConfigTimeline:
         # Bumped whenever an event may have changed a configuration, so that answers derived
         # from the timeline can be kept until it changes (`detectors.pool_in_force`).
         self.version = 0
+        # How many `ConfigChange`s `update` has returned: a consumer that counts the changes
+        # it was handed knows whether it saw them all (`detectors.pool_below_context`).
+        self.changes = 0
+        self._index = _CurrentIndex()
+        # The latest start of a generation after a node's first: from then on every node's
+        # current generation is the one in force.
+        self._latest_restart = float("-inf")
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -238,27 +328,49 @@ class ConfigTimeline:
         if history is None:
             history = self._nodes[event.node] = _NodeHistory(event.node)
         before = history.current
-        if (
+        late = (
             before is not None
             and event.time is not None
             and before.since is not None
             and event.time < before.since - _SAME_STARTUP_SECONDS
-        ):
-            self.version += 1
-            return _late_fill(history, event)
-        if handler is _on_role_hint and history.role_strength >= _STRONG:
+        )
+        if not late and handler is _on_role_hint and history.role_strength >= _STRONG:
             return None  # the usual request or window event: a settled role stays settled
         self.version += 1
-        restart = handler(history, event)
-        after = history.current
-        if after is None or (after is before and not restart):
-            return None
-        changed = _diff(before, after) if not restart else frozenset(_fields_set(after))
-        if not changed and not restart:
-            return None
-        return ConfigChange(event.node, after, changed, restart)
+        try:
+            change = _late_fill(history, event) if late else _apply(handler, history, event, before)
+        finally:
+            if history.current is not before:
+                self._reindex(history, before, history.current)
+        if change is not None:
+            self.changes += 1
+        return change
+
+    def _reindex(
+        self, history: _NodeHistory, before: NodeConfig | None, after: NodeConfig | None
+    ) -> None:
+        if before is not None:
+            self._index.remove(before)
+        if after is not None:
+            self._index.add(after)
+        if len(history.starts) > 1 and history.starts[-1] > self._latest_restart:
+            self._latest_restart = history.starts[-1]
 
     # -- queries -------------------------------------------------------------------------------
+
+    def current_at(self, time: float | None) -> bool:
+        """Whether every node's current generation is the one in force at `time` (true for
+        `now`, the latest event time): the deployment views then answer without a scan."""
+        return time is None or time >= self._latest_restart
+
+    def model_keys(self) -> list[str | None]:
+        """The models served by the nodes' current generations (None: a model not known)."""
+        return list(self._index.members)
+
+    def nodes_with_model(self, model: str | None) -> list[str]:
+        """The nodes whose current generation serves `model` (None: whose model is not known),
+        sorted."""
+        return sorted(self._index.members.get(model, ()))
 
     def nodes(self) -> list[str]:
         return sorted(self._nodes)
@@ -303,9 +415,26 @@ class ConfigTimeline:
             yield config
 
     def advertised_context(self, time: float | None, model: str | None = None) -> int | None:
-        """The context the deployment advertises: the largest any of its nodes serves."""
-        values = [c.context_len for c in self.configs_at(time, model) if c.context_len is not None]
-        return max(values) if values else None
+        """The context the deployment advertises: the largest any of its nodes serves.
+
+        At a time when the current generations are in force, from the maintained maxima
+        (O(log n)); before a restart, by a scan of the configurations in force then.
+        """
+        if not self.current_at(time):
+            values = [
+                c.context_len for c in self.configs_at(time, model) if c.context_len is not None
+            ]
+            return max(values) if values else None
+        index = self._index
+        if model is None:
+            return index.all_contexts.max()
+        best: int | None = None
+        for key in (model, None):
+            contexts = index.contexts.get(key)
+            value = contexts.max() if contexts is not None else None
+            if value is not None and (best is None or value > best):
+                best = value
+        return best
 
     def prefill_pools_at(self, time: float | None, model: str | None = None) -> dict[str, int]:
         """Pools of the deployment's PD prefill nodes in force at `time`."""
@@ -315,7 +444,52 @@ class ConfigTimeline:
             if c.role == "prefill" and c.pool_tokens is not None
         }
 
+    def largest_prefill_pool(
+        self, time: float | None, model: str | None = None
+    ) -> tuple[str, int] | None:
+        """The largest of `prefill_pools_at(time, model)` as (node, pool), the first node by
+        name among equals; None when there is none. O(log n) at a time when the current
+        generations are in force."""
+        if not self.current_at(time):
+            pools = self.prefill_pools_at(time, model)
+            if not pools:
+                return None
+            node = max(sorted(pools), key=lambda n: pools[n])
+            return node, pools[node]
+        index = self._index
+        heaps: list[tuple[list[tuple[int, str]], bool, str | None]]
+        if model is None:
+            heaps = [(index.all_prefill_pools, True, None)]
+        else:
+            heaps = [(index.prefill_pools.get(key, []), False, key) for key in (model, None)]
+        best: tuple[int, str] | None = None
+        for heap, any_model, key in heaps:
+            entry = self._top_prefill_pool(heap, any_model, key)
+            if entry is not None and (best is None or entry < best):
+                best = entry
+        return (best[1], -best[0]) if best is not None else None
+
+    def _top_prefill_pool(
+        self, heap: list[tuple[int, str]], any_model: bool, model: str | None
+    ) -> tuple[int, str] | None:
+        """The top entry of a prefill pool heap (of every model, or of `model`) that still
+        describes a node's current generation; stale entries above it are dropped."""
+        while heap:
+            negative, node = top = heap[0]
+            config = self._nodes[node].current
+            if (
+                config is not None
+                and config.role == "prefill"
+                and config.pool_tokens == -negative
+                and (any_model or config.model == model)
+            ):
+                return top
+            heapq.heappop(heap)
+        return None
+
     def is_pd(self, time: float | None = None) -> bool:
+        if self.current_at(time):
+            return self._index.pd_nodes > 0
         return any(c.is_pd for c in self.configs_at(time))
 
     # -- persistence ---------------------------------------------------------------------------
@@ -366,7 +540,22 @@ class ConfigTimeline:
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
             timeline._nodes[node] = history
+            timeline._reindex(history, None, history.current)
         return timeline
+
+
+def _apply(
+    handler: Any, history: _NodeHistory, event: Event, before: NodeConfig | None
+) -> ConfigChange | None:
+    """Run the event's handler on the node's current generation; what it changed, if anything."""
+    restart = handler(history, event)
+    after = history.current
+    if after is None or (after is before and not restart):
+        return None
+    changed = _diff(before, after) if not restart else frozenset(_fields_set(after))
+    if not changed and not restart:
+        return None
+    return ConfigChange(history.node, after, changed, restart)
 
 
 # -- event handlers: each returns True when the event began a new generation ------------------
