@@ -312,3 +312,17 @@ def test_a_plot_the_library_refuses_costs_the_report_that_plot_only() -> None:
     images = plots.render_all(data)
     assert set(images) == {"timing", "findings", "deferred", "pools"}
     assert all(png.startswith(PNG) for png in images.values())
+
+
+def test_a_fleet_of_thousands_draws_the_nodes_below_context_and_bundles_the_rest(
+    monkeypatch,
+) -> None:
+    pools = {f"decode-{i:04d}": [(T0 + i, 2_000_000, 1_048_576)] for i in range(3000)}
+    pools["prefill-0007"] = [(T0, 681_280, 1_048_576), (T0 + 7200, 2_040_000, 1_048_576)]
+    data = PlotData(pools=pools, end_time=T0 + 9000)
+    axes = _axes_of(plots.pool_plot, data, monkeypatch)
+    labels = axes.get_legend_handles_labels()[1]
+    # The node whose pool fell below the context is named; the rest are one entry.
+    assert "prefill-0007 pool" in labels
+    assert len(labels) == plots.MAX_POOL_LINES + 1
+    assert labels[-1] == f"{3001 - plots.MAX_POOL_LINES:,} more nodes"

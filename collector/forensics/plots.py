@@ -28,6 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 _SEVERITY_COLOURS = {"critical": "#c0392b", "warning": "#e67e22", "info": "#7f8c8d"}
@@ -281,38 +282,63 @@ def bin_width_label(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
+# Nodes drawn one by one, each in the legend; past this, the rest are one grey bundle (a fleet of
+# thousands drew thousands of legend entries, a minute of layout).
+MAX_POOL_LINES = 12
+
+
 def pool_plot(data: PlotData) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 3.6))
-    drawn = False
-    nodes = sorted(data.pools.items())
-    for index, (node, points) in enumerate(nodes):
-        pools = [(t, p) for t, p, _ in points if p is not None]
-        if pools:
-            changes = len(pools)
-            # The last configuration holds until the logs end: a gap still open there is
-            # drawn open (the marks are the changes only).
-            if data.end_time is not None and data.end_time > pools[-1][0]:
-                pools.append((data.end_time, pools[-1][1]))
-            ax.step(
-                [_dt(t) for t, _ in pools],
-                [p for _, p in pools],
-                where="post",
-                label=f"{node} pool",
-                marker="o",
-                markersize=3,
-                markevery=list(range(changes)),
-                # Each node's line thinner than the one before: nodes with the same pool (a
-                # prefill and its decode, often) stay visible one on top of the other.
-                linewidth=1.2 + 1.8 * (len(nodes) - 1 - index) / max(len(nodes) - 1, 1),
+    series: dict[str, tuple[list[tuple[float, int]], int]] = {}
+    for node, points in sorted(data.pools.items()):
+        drawn = _pool_steps(points, data.end_time)
+        if drawn is not None:
+            series[node] = drawn
+    below = [node for node in series if _ever_below(data.pools[node])]
+    named = (below + [n for n in series if n not in below])[:MAX_POOL_LINES]
+    named.sort()
+    for index, node in enumerate(named):
+        steps, changes = series[node]
+        ax.step(
+            [_dt(t) for t, _ in steps],
+            [p for _, p in steps],
+            where="post",
+            label=f"{node} pool",
+            marker="o",
+            markersize=3,
+            markevery=list(range(changes)),
+            # Each node's line thinner than the one before: nodes with the same pool (a prefill
+            # and its decode, often) stay visible one on top of the other.
+            linewidth=1.2 + 1.8 * (len(named) - 1 - index) / max(len(named) - 1, 1),
+        )
+    rest = [node for node in series if node not in named]
+    if rest:
+        lines = []
+        for node in rest:
+            path, _ = series[node]
+            xs = [_dt(t) for t, _ in path]
+            ys = [p for _, p in path]
+            # A step drawn "post": each pool holds until the next change.
+            lines.append(
+                [
+                    (x, y)
+                    for i in range(len(xs))
+                    for x, y in ((xs[i], ys[max(i - 1, 0)]), (xs[i], ys[i]))
+                ]
             )
-            drawn = True
+        more_below = sum(1 for node in rest if node in below)
+        label = f"{len(rest):,} more nodes" + (
+            f" ({more_below:,} below context)" if more_below else ""
+        )
+        ax.add_collection(LineCollection(lines, colors="#999999", linewidths=0.6, label=label))
+        ax.autoscale_view()
     contexts = sorted({c for pts in data.pools.values() for _, _, c in pts if c is not None})
-    for context in contexts:
+    for context in contexts[:MAX_POOL_LINES]:
         ax.axhline(context, color="#c0392b", linestyle=":", linewidth=1.2)
         ax.annotate(
             f"context {context:,}", (0.01, context), xycoords=("axes fraction", "data"), fontsize=8
         )
-    if not drawn:
+    if not series:
         _empty(ax, "no pool sizes in the input")
         return _png(fig)
     ax.set_ylabel("tokens")
@@ -321,6 +347,24 @@ def pool_plot(data: PlotData) -> bytes:
     # Outside the axes, as on the findings timeline: inside, it hid where the lines end.
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7)
     return _png(fig)
+
+
+def _pool_steps(
+    points: list[tuple[float, int | None, int | None]], end_time: float | None
+) -> tuple[list[tuple[float, int]], int] | None:
+    """A node's pool over time, and how many of the points are changes: the last configuration
+    holds until the logs end, so a gap still open there is drawn open."""
+    pools = [(t, p) for t, p, _ in points if p is not None]
+    if not pools:
+        return None
+    changes = len(pools)
+    if end_time is not None and end_time > pools[-1][0]:
+        pools.append((end_time, pools[-1][1]))
+    return pools, changes
+
+
+def _ever_below(points: list[tuple[float, int | None, int | None]]) -> bool:
+    return any(p is not None and c is not None and p < c for _, p, c in points)
 
 
 def _time_axis(ax: Axes, data: PlotData) -> None:
