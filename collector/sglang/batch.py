@@ -23,8 +23,12 @@ from collector.sglang.templates import DECIMAL
 from collector.sglang.values import normalise_key, number
 
 # `key: value` items; keys never hold `:` or `,`, values never hold `,`. One C-level findall
-# instead of a Python loop of split/partition.
-_ITEM = re.compile(r"([^,:]+): ([^,]*)")
+# instead of a Python loop of split/partition. A key starts the body or follows `,` or `:`
+# (`(?<![^,:])`): unanchored, every position of a long run without either was a start that scanned
+# to the run's end before failing, quadratic on one long line. A key found inside a run is its
+# tail, which matches exactly when the whole run does, and a match ends at `,` or the end, so the
+# anchor loses no item (tests/test_long_line_cost.py).
+_ITEM = re.compile(r"(?<![^,:])([^,:]+): ([^,]*)")
 _BOOLEANS = {"True": True, "False": False}
 # Shapes remembered per first key: engines of a few eras in one folder, not more.
 MAX_SHAPES = 8

@@ -65,13 +65,33 @@ def parse_transfer_failed(message: str, side: str, stage: str) -> dict[str, Any]
 _MISMATCH = re.compile(
     r"req=(\S+) bootstrap_room=(\d+)(?: expected=(0x[0-9a-fA-F]+) got=(0x[0-9a-fA-F]+))?"
 )
+_SPACE = re.compile(r"\s")
 _SKIPPED = re.compile(
     r"signature (0x[0-9a-fA-F]+|\S+) differs from this decode's (0x[0-9a-fA-F]+|\S+)"
 )
 
 
+def _find_mismatch(message: str) -> re.Match[str] | None:
+    """`_MISMATCH.search(message)`, in time linear in the message.
+
+    The search tried every `req=` of a word, each scanning to the word's end: quadratic on
+    `req=req=req=…`. Every `req=` of one word reaches the same end of it, so the first matches
+    exactly when any does, and is the one the search took: the rest of the word can be skipped.
+    """
+    at = message.find("req=")
+    while at >= 0:
+        m = _MISMATCH.match(message, at)
+        if m is not None:
+            return m
+        space = _SPACE.search(message, at)
+        if space is None:
+            return None
+        at = message.find("req=", space.end())
+    return None
+
+
 def parse_checksum_mismatch(message: str) -> dict[str, Any]:
-    m = _MISMATCH.search(message)
+    m = _find_mismatch(message)
     return {
         "rid": m.group(1) if m else None,
         "bootstrap_room": m.group(2) if m else None,
@@ -125,14 +145,22 @@ _LOST = re.compile(r"\(bootstrap_addr: ([^)]*)\)(?:, (\d+) requests affected)?")
 
 
 def parse_lost_connection(message: str) -> dict[str, Any]:
-    m = _LOST.search(message)
+    # At the first `(bootstrap_addr: ` only, which is what a search finds: a later one matches
+    # only with a `)` after it, which the first then has too. The search tried every one, each
+    # scanning to the end of a line without `)`: quadratic on one long line.
+    at = message.find("(bootstrap_addr: ")
+    m = _LOST.match(message, at) if at >= 0 else None
     return {
         "bootstrap_addr": m.group(1) if m else None,
         "affected": as_int(m.group(2)) if m and m.group(2) else None,
     }
 
 
-_KEY_EQ = re.compile(r"(\w+)=(\S+)")
+# A key starts a word (`(?<!\w)`): unanchored, every position of a long word was a start that
+# scanned to the word's end before failing, quadratic on one long line. A key found mid-word is
+# the same word's tail, which matches exactly when the whole word does, and a match ends at a
+# space or the end, so the anchor loses no match (tests/test_long_line_cost.py).
+_KEY_EQ = re.compile(r"(?<!\w)(\w+)=(\S+)")
 
 
 def parse_kv_canary(message: str) -> dict[str, Any]:

@@ -48,7 +48,11 @@ _SERVER_ARG_FIELDS: dict[str, str] = {
 }
 _KWARG_START = re.compile(r"(?:^|[(,]\s*)(\w+)=")
 _SIMPLE_VALUE = re.compile(r"'([^'\\]*)'|\"([^\"\\]*)\"|(-?[\d.]+(?:e[-+]?\d+)?|None|True|False)")
-_CAPACITY_PAIR = re.compile(r"(\w+)=([^,\s]+)")
+# A key starts a word (`(?<!\w)`): unanchored, every position of a long word was a start that
+# scanned to the word's end before failing, quadratic on one long line. A key found mid-word is
+# the same word's tail, which matches exactly when the whole word does, and a match ends before
+# `,`, a space or the end, so the anchor loses no match (tests/test_long_line_cost.py).
+_CAPACITY_PAIR = re.compile(r"(?<!\w)(\w+)=([^,\s]+)")
 
 
 def parse_server_args(message: str) -> dict[str, Any]:
@@ -129,7 +133,9 @@ def parse_capacity(message: str) -> dict[str, Any]:
         "max_prefill_tokens": None,
         "max_running_requests": None,
     }
-    for key, value in _CAPACITY_PAIR.findall(message, at):
+    # Sliced, not `findall(message, at)`: the anchor must not see the text before the needle,
+    # which may end in a word character (`…xmax_total_num_tokens=` is read from `max_`).
+    for key, value in _CAPACITY_PAIR.findall(message[at:] if at > 0 else message):
         fields[key] = number(value)
     return fields
 

@@ -7,14 +7,18 @@ wrote `prealloc_queue_duration(Xms) = alloc_wait(Xms) + bootstrap(Xms) + ...`, r
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import duration_seconds, number
 
-_PAIR = re.compile(
-    r"(\w+)(?:=|\()(-?[\d.]+(?:e[-+]?\d+)?(?:ms|us|s)?|[^,()\s]+)(?: (GB/s|MB|GB|KB))?"
-)
+_PAIR_BODY = r"(\w+)(?:=|\()(-?[\d.]+(?:e[-+]?\d+)?(?:ms|us|s)?|[^,()\s]+)(?: (GB/s|MB|GB|KB))?"
+# `_PAIR_HERE` reads a pair at one position; `_PAIR` finds the next one whose key starts a word.
+# Unanchored, every position of a long word was a start that scanned to the word's end before
+# failing: quadratic on one long line. See `_pairs` for why both give what the plain search did.
+_PAIR_HERE = re.compile(_PAIR_BODY)
+_PAIR = re.compile(r"(?<!\w)" + _PAIR_BODY)
 _UNIT_SUFFIX = {"GB/s": "_gb_s", "MB": "_mb", "GB": "_gb", "KB": "_kb"}
 # One engine prints the same time-stats layout request after request (one per role).
 _layouts = Layouts()
@@ -56,7 +60,7 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
         fields[key] = convert(value)
         slots.append(Slot(start, start + len(value), key, convert))
     if head_end > 0:
-        for m in _PAIR.finditer(message, head_end + 2):
+        for m in _pairs(message, head_end + 2):
             key, value, unit = m.groups()
             if unit:
                 name, convert = key + _UNIT_SUFFIX[unit], _number(value)
@@ -70,6 +74,22 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
             fields[name] = convert(value)
             slots.append(Slot(*m.span(2), name, convert))
     return fields, slots
+
+
+def _pairs(message: str, pos: int) -> Iterator[re.Match[str]]:
+    """The matches `_PAIR_HERE.finditer(message, pos)` gives, in time linear in the line.
+
+    A key found inside a word is that word's tail: it reaches the same end of the word, so it
+    matches exactly when a key at the word's start would, and the plain search met that start
+    first. So only word starts need trying, and the spot where the search (re)starts: a value
+    such as `5ms` may end inside a word (`a=5msx=1` reads `a=5ms`, then `x=1`).
+    """
+    while True:
+        m = _PAIR_HERE.match(message, pos) or _PAIR.search(message, pos)
+        if m is None:
+            return
+        yield m
+        pos = m.end()
 
 
 # The conversion of a value, chosen by its form: plain `int` and `float` (and milliseconds)
