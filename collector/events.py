@@ -142,7 +142,12 @@ class Event:
                 self._fields = {}
             else:
                 parse, text, offset = pending
-                self._fields = parse(text[offset:] if offset else text)
+                try:
+                    self._fields = parse(text[offset:] if offset else text)
+                except (ValueError, OverflowError, RecursionError):
+                    # A value no reader of its form expected (an integer of thousands of digits,
+                    # 1e309): the line's facts are unknown, never a crash of the stream.
+                    self._fields = {}
         return self._fields
 
     @fields.setter

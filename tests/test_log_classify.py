@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from collector.sglang.logs import UNCLASSIFIED_OTHER, LineParser
+from collector.sglang.values import as_int, number
 
 
 def test_a_note_quoting_engine_messages_is_not_an_engine_event() -> None:
@@ -45,3 +48,35 @@ def test_a_prefix_with_a_date_that_does_not_exist_is_no_prefix() -> None:
     ):
         bucket, event = parser.parse(line, "decode-0.log:1")  # no exception: a line unread
         assert event is None or event.time is None, line
+
+
+BIG = "9" * 5000  # Python refuses to read an int this long; a reader must not pass that on
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Decode batch, #running-req: {n}, #token: 9, token usage: 0.01",
+        "max_total_num_tokens={n}, chunked_prefill_size=8192, context_len=1048576",
+        "Input length ({n} tokens) exceeds the maximum allowed length (681274 tokens). Use a "
+        "shorter input or enable --allow-auto-truncate., self.rid='b2'",
+        "KV checksum mismatch req=7c bootstrap_room={n} expected=0x1 got=0x2",
+        "ReqTimeStats(rid=a1, bootstrap_room=1, input_len={n}, cached_input_len=0, output_len=1,"
+        " attempts=0, type=prefill): bootstrap_duration=1.2ms, forward_duration=9.1ms",
+        "Finish: obj=GenerateReqInput(rid='a1', bootstrap_room=7), out={{'meta_info': {{"
+        "'id': 'a1', 'finish_reason': {{'type': 'stop'}}, 'prompt_tokens': {n}}}}}",
+    ],
+)
+def test_a_number_of_thousands_of_digits_is_no_number_and_no_crash(message: str) -> None:
+    parser = LineParser("decode-0")
+    line = "[2026-08-27 10:15:00 TP0] " + message.format(n=BIG)
+    for _ in range(3):  # learnt layouts included
+        _, event = parser.parse(line, "decode-0.log:1")
+        fields = event.fields if event is not None else {}
+        assert not any(isinstance(v, int) and v > 10**64 for v in fields.values())
+
+
+def test_readers_of_numbers_refuse_what_is_no_count() -> None:
+    assert number(BIG) == BIG and number("-" + BIG) == "-" + BIG
+    assert as_int(BIG) is None and as_int("1e309") is None
+    assert number("5523401987766512300") == 5523401987766512300  # a bootstrap room still is

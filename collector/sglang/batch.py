@@ -20,7 +20,7 @@ from operator import call
 from typing import Any
 
 from collector.sglang.templates import DECIMAL
-from collector.sglang.values import normalise_key, number
+from collector.sglang.values import MAX_DIGITS, normalise_key, number
 
 # `key: value` items; keys never hold `:` or `,`, values never hold `,`. One C-level findall
 # instead of a Python loop of split/partition. A key starts the body or follows `,` or `:`
@@ -63,8 +63,8 @@ _seen_once: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()
 
 def _value_form(value: str) -> tuple[str, Converter]:
     """The pattern a value of this form matches, and the conversion that `number` would make."""
-    if value.isascii() and value.isdigit():
-        return "[0-9]+", int
+    if value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS:
+        return "[0-9]{1,64}", int
     if DECIMAL.fullmatch(value):
         return r"-?[0-9]+\.[0-9]+", float
     if value in _BOOLEANS:

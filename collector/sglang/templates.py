@@ -25,7 +25,7 @@ from typing import Any, Final, NamedTuple
 Converter = Callable[[str], Any]
 
 # The numeric forms, shared with the readers that choose a value's conversion by its form.
-UNSIGNED: Final = re.compile(r"[0-9]+")
+UNSIGNED: Final = re.compile(r"[0-9]{1,64}")  # no longer than `values.MAX_DIGITS`
 DECIMAL: Final = re.compile(r"-?[0-9]+\.[0-9]+")
 # Forms a value may take in a layout, narrowest first: a value of none of them is not learnt.
 # Every value of a form must convert as the value the layout was learnt from did (the generic

@@ -31,6 +31,10 @@ def normalise_key(raw: str) -> str:
     return cached
 
 
+# Longer than any count or id SGLang prints (a bootstrap room has 19 digits): text, not a
+# number. Python refuses to read an int of over 4,300 digits, and reading one takes quadratic time.
+MAX_DIGITS = 64
+
 # Python and JSON words for constants, as SGLang prints them.
 WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": None}
 
@@ -38,12 +42,14 @@ WORDS: dict[str, Any] = {"True": True, "False": False, "None": None, "null": Non
 def number(text: str) -> Any:
     """Parse an int, float, bool, None or percentage; anything else stays a stripped string."""
     if text.isascii() and text.isdigit():  # the common case, without exceptions or copies
-        return int(text)
+        return int(text) if len(text) <= MAX_DIGITS else text
     text = text.strip()
     if not text:
         return text
     first = text[0]
     if first.isdigit() or first in "-+.":
+        if len(text) > MAX_DIGITS:
+            return text
         if "." not in text:  # int() refuses any text with a point: skip its exception
             try:
                 return int(text)
@@ -67,14 +73,14 @@ def number(text: str) -> Any:
 
 
 def as_int(text: str | None) -> int | None:
-    if text is None:
+    if text is None or len(text) > MAX_DIGITS:
         return None
     try:
         return int(text)
     except ValueError:
         try:
             return int(float(text))
-        except ValueError:
+        except (ValueError, OverflowError):  # not a number, or 1e309
             return None
 
 
