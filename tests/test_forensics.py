@@ -257,6 +257,15 @@ def test_forensics_cli_exit_codes(tmp_path: Path) -> None:
     )
     assert config.returncode == 2 and "no_such_detector" in config.stderr
     assert "--config detection: detectors.no_such_detector: unknown detector" in config.stderr
+    # The wrong folder: lines, but nothing SGLang in them. Not an all-clear.
+    (tmp_path / "app.log").write_text("".join(f"hello world {i}\n" for i in range(500)))
+    wrong = subprocess.run(
+        [*cmd, str(tmp_path / "app.log"), "--out", str(tmp_path / "o2"), "--quiet"],
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode == 2 and "NOT JUDGED" in wrong.stderr
+    assert "NOT JUDGED" in wrong.stdout and "no exposed responses" not in wrong.stdout
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

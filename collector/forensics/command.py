@@ -123,6 +123,15 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if result.summary["input"]["files"] == 0:
         err.write("kvwatch forensics: no telemetry files found in the given paths\n")
         return 2
+    if not result.summary["nodes"] and not result.summary["requests"]["total"]:
+        # Files, but nothing SGLang in them (the wrong folder): "no exposed responses" would
+        # read as an all-clear.
+        err.write(
+            "kvwatch forensics: NOT JUDGED: no SGLang telemetry recognised in the input "
+            f"({result.summary['input']['lines']:,} lines read, no request and no engine "
+            "configuration among them)\n"
+        )
+        return 2
     found = _failing(result.summary, args.fail_on)
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")

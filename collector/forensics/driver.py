@@ -556,7 +556,10 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         if exposure["count"] > 5:
             out.write(f"  ... {exposure['count'] - 5:,} more in the report\n")
     else:
-        out.write("no exposed responses found\n")
+        if not summary["nodes"] and not summary["requests"]["total"]:
+            out.write("NOT JUDGED: no SGLang request or engine configuration recognised\n")
+        else:
+            out.write("no exposed responses found\n")
     out.write(
         f"findings: {severities.get('critical', 0):,} critical, "
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
