@@ -16,7 +16,7 @@ import pytest
 
 from collector.events import parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
-from collector.forensics.report import config_gaps
+from collector.forensics.report import TABLE_ROWS, config_gaps, findings_table
 from detectors.registry import REGISTRY
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
@@ -327,3 +327,17 @@ def test_a_config_gap_says_whether_a_restart_closed_it() -> None:
         "prefill-0": "from T1 until T2",
         "prefill-1": "from T3, still in force when the logs end",
     }
+
+
+def test_both_reports_list_the_same_findings_and_say_what_they_leave_out() -> None:
+    def finding(severity: str, minute: int) -> dict[str, object]:
+        return {"severity": severity, "time": f"2026-09-08T12:{minute:02d}:00.000Z"}
+
+    findings = [finding("warning", m) for m in range(5)]
+    findings += [finding("critical", m % 60) for m in range(250)]
+    findings += [finding("info", m) for m in range(7)]
+    shown, rest = findings_table({"findings": findings})
+    assert len(shown) == TABLE_ROWS and {f["severity"] for f in shown} == {"critical"}
+    assert [f["time"] for f in shown] == sorted(f["time"] for f in shown)
+    assert rest == "55 more critical and warning findings and 7 info findings in findings.csv"
+    assert findings_table({"findings": findings[:5]}) == (findings[:5], "")

@@ -54,6 +54,23 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def findings_table(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """The critical and warning findings both reports list (critical first, then by time, at
+    most `TABLE_ROWS`), and a note of what the table leaves to findings.csv ("" if nothing)."""
+    rank = {"critical": 0, "warning": 1}
+    serious = sorted(
+        (f for f in summary["findings"] if f["severity"] in rank),
+        key=lambda f: (rank[f["severity"]], f["time"] or ""),
+    )
+    info = len(summary["findings"]) - len(serious)
+    left = []
+    if len(serious) > TABLE_ROWS:
+        left.append(f"{len(serious) - TABLE_ROWS:,} more critical and warning findings")
+    if info:
+        left.append(f"{info:,} info findings")
+    return serious[:TABLE_ROWS], (" and ".join(left) + " in findings.csv") if left else ""
+
+
 def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """Findings that list the requests one of which was hit (a KV canary violation with several
     in flight on its node): the responses a responder checks next, after the exposed ones."""
@@ -161,14 +178,16 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         if len(lists) > TABLE_ROWS:
             out.append(f"\n({len(lists) - TABLE_ROWS:,} more in the JSON summary)")
     out += ["", "## Findings (critical and warning)", ""]
-    serious = [f for f in summary["findings"] if f["severity"] != "info"]
-    for finding in serious[:TABLE_ROWS]:
+    shown, rest = findings_table(summary)
+    for finding in shown:
         out.append(
             f"- **{finding['severity']}** {finding['time']} `{finding['detector']}` "
             f"{finding['node'] or ''}: {finding['summary']}"
         )
-    if not serious:
+    if not shown:
         out.append("None.")
+    if rest:
+        out.append(f"\n({rest})")
     out += ["", "## Nodes", ""]
     for node, info in sorted(summary["nodes"].items()):
         out.append(f"- **{node}** ({info.get('role') or 'role unknown'})")
@@ -269,19 +288,19 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
                 "</td></tr>"
             )
         parts.append("</table>")
-    parts.append("<h2>Findings</h2><table><tr><th>time</th><th>severity</th><th>detector</th>")
-    parts.append("<th>node</th><th>summary</th></tr>")
-    ordered = sorted(
-        summary["findings"],
-        key=lambda f: ({"critical": 0, "warning": 1, "info": 2}[f["severity"]], f["time"] or ""),
-    )
-    for finding in ordered[:TABLE_ROWS]:
+    parts.append("<h2>Findings (critical and warning)</h2><table><tr><th>time</th>")
+    parts.append("<th>severity</th><th>detector</th><th>node</th><th>summary</th></tr>")
+    shown, rest = findings_table(summary)
+    for finding in shown:
         parts.append(
             f"<tr><td>{_e(finding['time'])}</td><td class='{_e(finding['severity'])}'>"
             f"{_e(finding['severity'])}</td><td>{_e(finding['detector'])}</td>"
             f"<td>{_e(finding['node'])}</td><td>{_e(finding['summary'])}</td></tr>"
         )
-    parts.append("</table><h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>since</th>")
+    parts.append("</table>")
+    if rest:
+        parts.append(f"<p>({_e(rest)})</p>")
+    parts.append("<h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>since</th>")
     parts.append("<th>pool</th><th>context</th><th>version</th></tr>")
     for node, info in sorted(summary["nodes"].items()):
         for point in info.get("config", []):
