@@ -175,6 +175,14 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         why = "prompts longer than the pool will be refused"
         if config.role == "prefill":
             version = config.version
+            if version is None:
+                # Not "refused" as if that were safe: the incident's engines refused and still
+                # answered. Which it is depends on the version, not known yet.
+                why = (
+                    "prompts longer than the pool are refused on engines >= "
+                    f"{self.config.leak_fixed_version}, answered from other requests' KV "
+                    "before; the engine version is not known yet"
+                )
             if version is not None and is_below(version, self.config.leak_fixed_version):
                 severity = "critical"
                 why = (

@@ -76,6 +76,10 @@ def test_fixed_engine_or_unknown_version_without_refusals_is_a_warning():
         ],
     )
     assert [f.severity for f in unknown] == ["warning"]
+    # Only a fixed engine refuses safely: with the version unknown, the summary says both.
+    assert "will be refused" in fixed[0].summary
+    assert "will be refused" not in unknown[0].summary
+    assert "answered from other requests' KV" in unknown[0].summary
 
 
 def test_unknown_version_escalates_to_critical_once_prefill_refuses_over_length_prompts():
