@@ -45,6 +45,20 @@ def counter(t: float, value: float, outcome: str, tp: int = 0) -> Event:
     )
 
 
+def failures_counter(t: float, value: float, node: str = "decode-0", role: str = "decode") -> Event:
+    """A sample of `sglang:num_transfer_failed_reqs_total`."""
+    return ev(
+        "metric",
+        node,
+        t,
+        name="sglang:num_transfer_failed_reqs_total",
+        labels={"engine_type": role, "tp_rank": "0"},
+        value=value,
+        signal="transfer_failed_total",
+        role=role,
+    )
+
+
 def held(t: float, value: float) -> Event:
     return ev(
         "metric",
@@ -223,16 +237,7 @@ def test_a_failed_request_logged_by_both_sides_counts_once():
 
 def test_counters_are_summed_within_a_role_not_across_roles():
     def count(node: str, role: str, t: float, value: float) -> Event:
-        return ev(
-            "metric",
-            node,
-            t,
-            name="sglang:num_transfer_failed_reqs_total",
-            labels={"engine_type": role, "tp_rank": "0"},
-            value=value,
-            signal="transfer_failed_total",
-            role=role,
-        )
+        return failures_counter(t, value, node, role)
 
     events = []
     for node, role in (("decode-0", "decode"), ("decode-1", "decode"), ("prefill-0", "prefill")):
@@ -248,41 +253,26 @@ def test_counters_are_summed_within_a_role_not_across_roles():
 
 
 def test_an_increase_between_sparse_snapshots_is_spread_over_the_time_between_them():
-    def count(t: float, value: float) -> Event:
-        return ev(
-            "metric",
-            "decode-0",
-            t,
-            name="sglang:num_transfer_failed_reqs_total",
-            labels={"engine_type": "decode"},
-            value=value,
-            signal="transfer_failed_total",
-            role="decode",
-        )
-
     # 120 failures over two hours between two saved snapshots: 5 per 5-minute window.
-    assert run(TransferFailureStorm(), [count(T, 0.0), count(T + 7200, 120.0)]) == []
+    assert (
+        run(TransferFailureStorm(), [failures_counter(T, 0.0), failures_counter(T + 7200, 120.0)])
+        == []
+    )
     # 120 failures between two scrapes 15 s apart: a storm.
-    (finding,) = run(TransferFailureStorm(), [count(T, 0.0), count(T + 15, 120.0)])
+    (finding,) = run(
+        TransferFailureStorm(), [failures_counter(T, 0.0), failures_counter(T + 15, 120.0)]
+    )
     assert finding.evidence["failures"] == 120
 
 
 def test_a_snapshot_after_a_logged_storm_does_not_count_it_again_in_its_own_window():
-    def count(t: float, value: float) -> Event:
-        return ev(
-            "metric",
-            "decode-0",
-            t,
-            name="sglang:num_transfer_failed_reqs_total",
-            labels={"engine_type": "decode", "tp_rank": "0"},
-            value=value,
-            signal="transfer_failed_total",
-            role="decode",
-        )
-
     # Hourly snapshots; a 10-minute storm of 240 failures in the logs between two of them.
     storm = [failed(T + 1800 + 2.5 * k, 1000 + k) for k in range(240)]
-    snapshots = [count(T, 0.0), count(T + 3600, 240.0), count(T + 7200, 240.0)]
+    snapshots = [
+        failures_counter(T, 0.0),
+        failures_counter(T + 3600, 240.0),
+        failures_counter(T + 7200, 240.0),
+    ]
     (finding,) = run(TransferFailureStorm(), storm + snapshots)
     assert finding.time == T + 2100  # the storm's window, not the snapshot's an hour on
     # Without the lines, the snapshots are all there is: their hourly average, 20 a window,
@@ -290,7 +280,7 @@ def test_a_snapshot_after_a_logged_storm_does_not_count_it_again_in_its_own_wind
     (alone,) = run(TransferFailureStorm(), snapshots)
     assert alone.time == T + 3900 and alone.evidence["failures"] == 20
     # The logs missed some: what they missed is still spread.
-    missed = [count(T, 0.0), count(T + 3600, 480.0)]
+    missed = [failures_counter(T, 0.0), failures_counter(T + 3600, 480.0)]
     (first, second) = run(TransferFailureStorm(), storm + missed)
     assert second.time == T + 3900 and second.evidence["failures"] == 20
 
