@@ -80,3 +80,15 @@ def test_readers_of_numbers_refuse_what_is_no_count() -> None:
     assert number(BIG) == BIG and number("-" + BIG) == "-" + BIG
     assert as_int(BIG) is None and as_int("1e309") is None
     assert number("5523401987766512300") == 5523401987766512300  # a bootstrap room still is
+
+
+def test_a_prefix_of_absurd_ranks_is_read_without_a_crash_or_a_cache_of_megabytes() -> None:
+    from collector.sglang import envelope
+
+    parser = LineParser("decode-0")
+    many = " ".join(f"A{i}" for i in range(20_000))  # a 150 KB prefix
+    for ranks in (f"TP{BIG}", many):
+        line = f"[2026-08-27 10:15:00 {ranks}] The server is fired up and ready to roll!"
+        parser.parse(line, "decode-0.log:1")  # no exception
+    keys = [*envelope._head_cache, *envelope._minute_cache, *envelope._rank_cache]
+    assert max(map(len, keys), default=0) <= envelope.MAX_CACHED_KEY

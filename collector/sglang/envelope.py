@@ -20,10 +20,10 @@ from collector.events import epoch_from_parts
 _DATE = r"([12]\d{3})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
 _CLOCK = r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)"
 _SGLANG = re.compile(
-    r"\[" + _DATE + r"[ T]" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\]"
+    r"\[" + _DATE + r"[ T]" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]{0,15}\d{1,6})*)\]"
 )
 # `[16:43:29 TP0] ` — Oct 2024 builds printed the time of day only.
-_TIME_ONLY = re.compile(r"\[" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]*\d+)*)\] ?")
+_TIME_ONLY = re.compile(r"\[" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]{0,15}\d{1,6})*)\] ?")
 # `[ts][scheduler.py:123][INFO]: msg` or `[ts] [INFO] msg` — user dictConfig formats.
 _BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
 # `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo).
@@ -57,6 +57,9 @@ class Envelope:
     engine: bool
 
 
+# Prefixes and rank runs longer than this are read each time, never kept: caches of 50,000 keys
+# must not hold megabytes each.
+MAX_CACHED_KEY: Final = 128
 _rank_cache: dict[str, dict[str, int]] = {}
 _date_cache: dict[tuple[str, str, str], float] = {}
 
@@ -67,7 +70,7 @@ def _ranks(text: str) -> dict[str, int]:
         cached = {}
         for name, value in _RANK.findall(text):
             cached[_RANK_NAMES.get(name, name.lower())] = int(value)
-        if len(_rank_cache) < 4096:
+        if len(_rank_cache) < 4096 and len(text) <= MAX_CACHED_KEY:
             _rank_cache[text] = cached
     return cached
 
@@ -158,6 +161,8 @@ def _time_of_day(hh: str, mm: str, ss: str, frac: str | None) -> float:
 def _remember(
     cache: dict[str, tuple[float, dict[str, int]]], key: str, stamp: tuple[float, dict[str, int]]
 ) -> None:
+    if len(key) > MAX_CACHED_KEY:  # a prefix of a hundred ranks repeats too rarely to keep
+        return
     if len(cache) > 50_000:
         cache.clear()
     cache[key] = stamp
