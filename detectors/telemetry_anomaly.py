@@ -103,6 +103,11 @@ class TelemetryAnomalyConfig(DetectorConfig):
     threshold: float = Field(default=3.0, gt=1)
 
 
+def _shown(value: float) -> str:
+    """A window's value for a person: whole counts as integers, means with two decimals."""
+    return f"{value:.0f}" if abs(value - round(value)) < 1e-6 else f"{value:.2f}"
+
+
 def window_features(window: NodeWindow) -> list[float]:
     """The feature vector of one node's window, in `FEATURES` order (counts as log1p)."""
     raw = {
@@ -505,8 +510,13 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
         if node in self.unusual_:
             return None  # the same unusual stretch: reported at its first window
         self.unusual_[node] = start
-        named = dict(zip(FEATURES, row, strict=True))
-        top = ", ".join(f"{k}={v:.2f}" for k, v in named.items() if v)
+        # As the window holds them (counts, means), not as the model sees them (log1p of
+        # counts): "finished=0.69" meant one finished request.
+        named = {
+            k: math.expm1(v) if k in _LOG_FEATURES else v
+            for k, v in zip(FEATURES, row, strict=True)
+        }
+        top = ", ".join(f"{k}={_shown(v)}" for k, v in named.items() if v)
         return self._finding(
             "info",
             time=start + self.config.window_seconds,
