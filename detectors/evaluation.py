@@ -240,6 +240,16 @@ def _fmt(value: float | None) -> str:
     return "  n/a" if value is None else f"{value:5.3f}"
 
 
+def _in_words(seconds: float) -> str:
+    """`, 6 h 59 min before` for a latency of hours: -25157.1 s is read faster so."""
+    if abs(seconds) < 120:
+        return ""
+    minutes = round(abs(seconds) / 60)
+    hours, minutes = divmod(minutes, 60)
+    span = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    return f", {span} {'before' if seconds < 0 else 'after'}"
+
+
 def format_evaluation(ev: Evaluation) -> str:
     lines = [f"scenario {ev.scenario}"]
     e = ev.exposure
@@ -261,12 +271,16 @@ def format_evaluation(ev: Evaluation) -> str:
     ttd = ev.time_to_detect
     lines.append(
         "time from first exposed response to first critical finding: "
-        + ("n/a" if ttd is None else f"{ttd:+.1f} s ({ev.first_critical_detector})")
+        + ("n/a" if ttd is None else f"{ttd:+.1f} s{_in_words(ttd)} ({ev.first_critical_detector})")
     )
     named = ev.time_to_name_exposed
     lines.append(
         "  to the first critical finding naming an exposed response: "
-        + ("n/a" if named is None else f"{named:+.1f} s ({ev.first_critical_on_exposed_detector})")
+        + (
+            "n/a"
+            if named is None
+            else f"{named:+.1f} s{_in_words(named)} ({ev.first_critical_on_exposed_detector})"
+        )
     )
     before = ", ".join(f"{k} {v}" for k, v in sorted(ev.before_faults_by_detector.items()))
     lines.append(

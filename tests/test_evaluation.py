@@ -113,8 +113,8 @@ def test_a_configuration_alarm_before_the_leak_does_not_hide_how_long_the_leak_r
     assert ev.first_critical_on_exposed_detector == "rejected_then_served"
     assert ev.before_faults_by_detector == {"unsafe_engine_version": 1}
     printed = format_evaluation(ev)
-    assert "first critical finding: -600.0 s (unsafe_engine_version)" in printed
-    assert "naming an exposed response: +900.0 s (rejected_then_served)" in printed
+    assert "first critical finding: -600.0 s, 10 min before (unsafe_engine_version)" in printed
+    assert "naming an exposed response: +900.0 s, 15 min after (rejected_then_served)" in printed
     assert "(1 before the first fault: unsafe_engine_version 1)" in printed
     assert "whole seconds" not in printed  # no latency is negative by under a second
     data = ev.to_json_dict()
@@ -171,3 +171,16 @@ def test_a_run_without_exposures_says_so_instead_of_printing_none() -> None:
     healthy = {"scenario": "healthy", "exposed": [], "caught": []}
     text = format_evaluation(score(_summary([], []), healthy))
     assert "window: truth none" in text and "found none" in text and "None" not in text
+
+
+def test_a_latency_of_hours_is_also_said_in_hours() -> None:
+    summary = _summary(
+        ["1"],
+        [
+            _finding("pool_below_context", None, t="2026-09-08T05:10:00.000Z"),
+            _finding("over_length_answered", "1", t="2026-09-08T12:10:00.000Z"),
+        ],
+    )
+    printed = format_evaluation(score(summary, TRUTH))
+    assert "-25200.0 s, 7 h 0 min before (pool_below_context)" in printed
+    assert "+0.0 s (over_length_answered)" in printed  # under two minutes: seconds only
