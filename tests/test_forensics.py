@@ -341,3 +341,12 @@ def test_both_reports_list_the_same_findings_and_say_what_they_leave_out() -> No
     assert [f["time"] for f in shown] == sorted(f["time"] for f in shown)
     assert rest == "55 more critical and warning findings and 7 info findings in findings.csv"
     assert findings_table({"findings": findings[:5]}) == (findings[:5], "")
+
+
+def test_reports_write_token_counts_as_the_summaries_do(tmp_path: Path) -> None:
+    logs = Path(__file__).parent / "testdata" / "reference_incident"
+    run_forensics([str(logs)], tmp_path, write_parquet=False)
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / name).read_text()
+        assert "912,384" in text and "681,280" in text, name  # the exposed prompt, the pool
+        assert "912384" not in text and ">681280<" not in text, name

@@ -54,6 +54,11 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+def _n(count: Any) -> str:
+    """A token count as the summaries write it (681,280); '?' when unknown."""
+    return f"{count:,}" if isinstance(count, int) else "?"
+
+
 def findings_table(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The critical and warning findings both reports list (critical first, then by time, at
     most `TABLE_ROWS`), and a note of what the table leaves to findings.csv ("" if nothing)."""
@@ -159,7 +164,7 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         for req in exposure["requests"][:TABLE_ROWS]:
             out.append(
                 f"| {req['time']} | {req['node']} | {req['rid']} | {req['bootstrap_room']} | "
-                f"{req['prompt_tokens']} | {_prefill(req)} | {', '.join(req['evidence'])} |"
+                f"{_n(req['prompt_tokens'])} | {_prefill(req)} | {', '.join(req['evidence'])} |"
             )
         if len(exposure["requests"]) > TABLE_ROWS:
             out.append(f"\n({len(exposure['requests']) - TABLE_ROWS:,} more in the JSON summary)")
@@ -193,8 +198,8 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         out.append(f"- **{node}** ({info.get('role') or 'role unknown'})")
         for point in info.get("config", []):
             out.append(
-                f"  - {point['time']}: pool {point.get('max_total_num_tokens')}, "
-                f"context {point.get('context_len')}, version {point.get('version') or '?'}"
+                f"  - {point['time']}: pool {_n(point.get('max_total_num_tokens'))}, "
+                f"context {_n(point.get('context_len'))}, version {point.get('version') or '?'}"
             )
     data = summary["input"]
     out += [
@@ -266,7 +271,7 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
             parts.append(
                 f"<tr><td>{_e(req['time'])}</td><td>{_e(req['node'])}</td><td><code>"
                 f"{_e(req['rid'])}</code></td><td><code>{_e(req['bootstrap_room'])}</code></td>"
-                f"<td>{_e(req['prompt_tokens'])}</td><td><code>{_e(_prefill(req))}</code></td>"
+                f"<td>{_e(_n(req['prompt_tokens']))}</td><td><code>{_e(_prefill(req))}</code></td>"
                 f"<td>{_e(', '.join(req['evidence']))}</td></tr>"
             )
         parts.append("</table>")
@@ -306,8 +311,8 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         for point in info.get("config", []):
             parts.append(
                 f"<tr><td>{_e(node)}</td><td>{_e(info.get('role'))}</td><td>{_e(point['time'])}"
-                f"</td><td>{_e(point.get('max_total_num_tokens'))}</td>"
-                f"<td>{_e(point.get('context_len'))}</td><td>{_e(point.get('version'))}</td></tr>"
+                f"</td><td>{_e(_n(point.get('max_total_num_tokens')))}</td>"
+                f"<td>{_e(_n(point.get('context_len')))}</td><td>{_e(point.get('version'))}</td></tr>"
             )
     data = summary["input"]
     parts.append(
