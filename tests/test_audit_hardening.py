@@ -10,8 +10,6 @@ much the client read.
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
 import socket
 import threading
@@ -24,19 +22,11 @@ from pathlib import Path
 import pytest
 
 from collector.audit import AuditPolicy, Deployment, NodeFacts, Target, audit, judge_node
-from collector.audit.command import add_audit_arguments, run_audit
 from collector.audit.live import fetch_facts
+from tests.test_audit import run
 
 MB = 1 << 20
 CAP_MB = 64
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="kvwatch audit")
-    add_audit_arguments(parser)
-    out, err = io.StringIO(), io.StringIO()
-    code = run_audit(parser.parse_args(list(argv)), out, err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _closed_port() -> int:

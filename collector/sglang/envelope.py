@@ -17,18 +17,20 @@ from collector.events import epoch_from_parts
 
 # `[2026-04-05 20:02:51.123 DP0 TP0 EP0] ` — the SGLang prefix. Ranks are `NAME<int>` tokens.
 # Only real dates and times: a garbled `[2026-13-08 …]` is not a prefix (month 13 has no epoch).
-_DATE = r"([12]\d{3})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
-_CLOCK = r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)"
+DATE_PATTERN: Final = r"([12]\d{3})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])"
+CLOCK_PATTERN: Final = r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)"
+# Rank tokens (`DP0 TP0 EP0`): a name and at most six digits.
+_RANKS = r"((?: [A-Z][A-Z_]{0,15}\d{1,6})*)"
 _SGLANG = re.compile(
-    r"\[" + _DATE + r"[ T]" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]{0,15}\d{1,6})*)\]"
+    r"\[" + DATE_PATTERN + r"[ T]" + CLOCK_PATTERN + r"(?:[.,](\d{1,6}))?" + _RANKS + r"\]"
 )
 # `[16:43:29 TP0] ` — Oct 2024 builds printed the time of day only.
-_TIME_ONLY = re.compile(r"\[" + _CLOCK + r"(?:[.,](\d{1,6}))?((?: [A-Z][A-Z_]{0,15}\d{1,6})*)\] ?")
+_TIME_ONLY = re.compile(r"\[" + CLOCK_PATTERN + r"(?:[.,](\d{1,6}))?" + _RANKS + r"\] ?")
 # `[ts][scheduler.py:123][INFO]: msg` or `[ts] [INFO] msg` — user dictConfig formats.
 _BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
 # `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo).
 _WRAPPER = re.compile(
-    _DATE + "T" + _CLOCK + r"(?:\.(\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
     r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:[\w.<>-]+:\s)?"
 )
 # `1793614509118\t2026-11-02T10:15:09.118Z\t<line>` — log shipper prefix.

@@ -23,15 +23,13 @@ import time
 from typing import Final
 
 from collector.events import epoch_from_parts
+from collector.sglang.envelope import CLOCK_PATTERN, DATE_PATTERN
 
 # The engine's line is longer than this once joined: dropped, as the file reader drops one.
 MAX_JOINED_CHARS: Final = 1 << 20
 
 # Only real dates and times (a garbled month has no epoch): the runtime's stamp, or no wrapper.
-_RFC3339 = (
-    r"([12]\d{3})-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60)"
-    r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
-)
+_RFC3339 = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
 _CRI: Final = re.compile(_RFC3339 + r" (stdout|stderr) ([PF]) ")
 _KUBECTL: Final = re.compile(_RFC3339 + r" ")
 _MONTHS: Final = (
@@ -49,8 +47,11 @@ _MONTHS: Final = (
     "Dec",
 )
 _SYSLOG: Final = re.compile(
-    r"(" + "|".join(_MONTHS) + r") ( [1-9]|0[1-9]|[12]\d|3[01]) "
-    r"([01]\d|2[0-3]):([0-5]\d):([0-5]\d|60) \S+ [^\s:\[]+(?:\[\d+\])?: "
+    r"("
+    + "|".join(_MONTHS)
+    + r") ( [1-9]|0[1-9]|[12]\d|3[01]) "
+    + CLOCK_PATTERN
+    + r" \S+ [^\s:\[]+(?:\[\d+\])?: "
 )
 # A syslog time more than this before the last dated line is in the next year.
 _HALF_YEAR: Final = 183 * 86400.0
