@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collector.events import BATCH_KINDS, Event
+from collector.events import BATCH_KINDS, METRIC, Event
 from collector.files import (
     DROPPED,
     ReadStats,
@@ -115,12 +115,14 @@ def file_events(
     stats: ParseStats,
     byte_range: tuple[int, int] | None = None,
     batch_lane: BatchSink | None = None,
+    keep_metric: Callable[[str | None], bool] | None = None,
 ) -> Iterator[Event]:
     """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
 
     With `byte_range`, only that line-aligned part of a plain log file (line numbers then count
     from the start of the range). With `batch_lane`, batch lines it takes are counted but not
-    yielded (see `LineParser`).
+    yielded (see `LineParser`). With `keep_metric`, a `.prom` file's samples whose signal it
+    refuses are counted as metric events but never built (see `parse_exposition`).
     """
     if byte_range is None or byte_range[0] == 0:
         stats.files += 1
@@ -154,7 +156,7 @@ def file_events(
             stats.absorb(read)
             stats.dropped.update(parser.close())
         return
-    yield from _document_events(tf, stats, read)
+    yield from _document_events(tf, stats, read, keep_metric)
 
 
 def parser_message_head(line: str) -> str:
@@ -163,45 +165,51 @@ def parser_message_head(line: str) -> str:
     return peel(line).message
 
 
-def _document_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
-    chunks: list[bytes] = []
+def _document_events(
+    tf: TelemetryFile,
+    stats: ParseStats,
+    read: ReadStats,
+    keep_metric: Callable[[str | None], bool] | None = None,
+) -> Iterator[Event]:
+    # Kept as the reader's lines, not joined and split again: a 64 MB scrape once took four
+    # copies of itself before parsing began.
+    lines: list[str] = []
     size = 0
-    for number, line in read_lines(tf.path, read):
-        del number
-        encoded = line.encode()
-        size += len(encoded) + 1
+    for _, line in read_lines(tf.path, read):
+        size += (len(line) if line.isascii() else len(line.encode())) + 1
         if size > 64 << 20:
             read.drop("document_too_large")
             stats.absorb(read)
             return
-        chunks.append(encoded)
+        lines.append(line)
     stats.absorb(read)
-    payload = b"\n".join(chunks)
     when = tf.snapshot_time if tf.snapshot_time is not None else file_time(tf.path)
-    outcome = _parse_document(tf, payload, when)
-    if outcome is None:
-        stats.dropped["parser_unavailable"] += 1
-        return
-    produced, dropped = outcome
+    produced, dropped, not_kept = _parse_document(tf, lines, when, keep_metric)
     stats.dropped.update(dropped)
+    if not_kept:
+        stats.events[METRIC] += not_kept
     for event in produced:
         stats.events[event.kind] += 1
         yield event
 
 
 def _parse_document(
-    tf: TelemetryFile, payload: bytes, when: float | None
-) -> tuple[list[Event], dict[str, int]] | None:
+    tf: TelemetryFile,
+    lines: list[str],
+    when: float | None,
+    keep_metric: Callable[[str | None], bool] | None = None,
+) -> tuple[list[Event], dict[str, int], int]:
+    """(events, drops by reason, samples read and not kept)."""
     source = str(tf.path)
     if tf.kind == "prom":
-        from collector.sglang.prometheus import parse_exposition
+        from collector.sglang.prometheus import SAMPLES_NOT_KEPT, parse_exposition
 
-        result = parse_exposition(payload, node=tf.node, source=source, time=when)
-    else:
-        from collector.sglang.server_info import parse_server_info
+        result = parse_exposition(lines, node=tf.node, source=source, time=when, keep=keep_metric)
+        return result.events, dict(result.dropped), result.stats.get(SAMPLES_NOT_KEPT, 0)
+    from collector.sglang.server_info import parse_server_info
 
-        result = parse_server_info(payload, node=tf.node, source=source, time=when)
-    return result.events, dict(result.dropped)
+    info = parse_server_info("\n".join(lines), node=tf.node, source=source, time=when)
+    return info.events, dict(info.dropped), 0
 
 
 def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:

@@ -149,11 +149,14 @@ class KindFilter:
         if event.kind not in self.kinds:
             return False
         if event.kind == "metric":
-            signal = event.fields.get("signal")
-            if self.metric_signals is None:
-                return signal is not None
-            return signal in self.metric_signals
+            return self.keeps_metric(event.fields.get("signal"))
         return True
+
+    def keeps_metric(self, signal: str | None) -> bool:
+        """Whether a metric sample with this signal is wanted (asked before it is built)."""
+        if "metric" not in self.kinds or signal is None:
+            return False
+        return self.metric_signals is None or signal in self.metric_signals
 
 
 def _stream(
@@ -168,8 +171,12 @@ def _stream(
     observe_batch = batch_observer(stage, wanted)
     outbox: list[Event] = []
     lane = BatchLane(key[0], observe_batch, outbox) if observe_batch is not None else None
+    # Unwanted samples of a `.prom` file are never built, unless a stage reads every event.
+    keep_metric = (
+        wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
+    )
     for tf in files:
-        for event in file_events(tf, stats, batch_lane=lane):
+        for event in file_events(tf, stats, batch_lane=lane, keep_metric=keep_metric):
             if outbox:  # what the lane's lines shipped comes before this event
                 yield from outbox
                 outbox.clear()

@@ -17,7 +17,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from collector.events import METRIC, Event, parse_iso_time
 from collector.sglang.outcome import ParseOutcome
-from collector.sglang.prometheus import parse_exposition
+from collector.sglang.prometheus import MAX_CACHED_BLOCKS, SAMPLES_NOT_KEPT, parse_exposition
 from collector.sglang.signals import (
     BUCKET,
     COUNT,
@@ -326,6 +326,7 @@ def _accounted(out: ParseOutcome) -> int:
         + out.dropped_total
         + out.stats.get("metadata", 0)
         + out.stats.get("comments", 0)
+        + out.stats.get(SAMPLES_NOT_KEPT, 0)
     )
 
 
@@ -402,6 +403,42 @@ def test_exposition_shaped_text_is_accounted(text: str) -> None:
 def test_random_bytes_never_raise_and_every_line_is_accounted(data: bytes) -> None:
     out = parse_exposition(data, node="n", source="s", time=None)
     assert _accounted(out) == _nonblank_byte_lines(data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=40).map("".join), st.sampled_from(sorted(SIGNALS)))
+def test_samples_not_kept_are_counted_and_the_kept_are_what_a_full_read_gives(
+    text: str, wanted: str
+) -> None:
+    full = parse_exposition(text, node="n", source="s", time=1.0, line_numbers=True)
+    kept = parse_exposition(
+        text, node="n", source="s", time=1.0, line_numbers=True, keep=lambda s: s == wanted
+    )
+    expected = [e for e in full.events if e.fields.get("signal") == wanted]
+    assert [e.to_json_dict() for e in kept.events] == [e.to_json_dict() for e in expected]
+    assert kept.stats.get(SAMPLES_NOT_KEPT, 0) == len(full.events) - len(expected)
+    assert kept.dropped == full.dropped
+    assert _accounted(kept) == _accounted(full) == _nonblank_text_lines(text)
+
+
+def test_a_scrape_of_more_distinct_series_than_the_caches_hold_reads_each_as_alone() -> None:
+    # Past the cache bound every block and name is parsed afresh: the same events as when each
+    # line is read in a scrape of its own, including malformed blocks after the bound.
+    lines = ["# TYPE sglang:num_running_reqs gauge"]
+    for i in range(MAX_CACHED_BLOCKS + 300):
+        lines.append(
+            f'sglang:num_running_reqs{{engine_type="decode",tp_rank="{i % 8}",x="{i}"}} {i}'
+        )
+        lines.append(f'family_{i}_total{{a="{i}"}} {i}')
+        if i % 1000 == 999:
+            lines.append(f'sglang:num_running_reqs{{tp_rank="{i}",,}} 1')
+    whole = parse_exposition("\n".join(lines), node="n", source="s", time=5.0)
+    alone = ParseOutcome.combine(
+        parse_exposition(f"{lines[0]}\n{line}", node="n", source="s", time=5.0)
+        for line in lines[1:]
+    )
+    assert [e.to_json_dict() for e in whole.events] == [e.to_json_dict() for e in alone.events]
+    assert whole.dropped == alone.dropped == {"malformed_exposition": 4}
 
 
 # --- speed ---------------------------------------------------------------------------------

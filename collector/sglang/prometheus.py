@@ -16,6 +16,7 @@ families) and `model` (`model_name`, or the 2024 `name` label). Rank labels (`tp
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 from collector.events import METRIC, Event
@@ -32,9 +33,13 @@ from collector.sglang.signals import (
     normalise_name,
 )
 
-# Stats keys (input understood that is not a sample).
+# Stats keys (input understood that is not a sample, or a sample read and not kept).
 METADATA: Final = "metadata"
 COMMENTS: Final = "comments"
+SAMPLES_NOT_KEPT: Final = "samples_not_kept"
+# Parsed label blocks (and sample names' shapes) remembered per scrape: an engine repeats a few
+# hundred; a scrape of a million distinct series must not keep a million parsed copies.
+MAX_CACHED_BLOCKS: Final = 4096
 
 _TYPES: Final = frozenset(
     {
@@ -85,18 +90,22 @@ _Block = tuple[dict[str, str], dict[str, int], str | None, str | None, str | Non
 
 
 def parse_exposition(
-    text: str | bytes,
+    text: str | bytes | list[str],
     *,
     node: str,
     source: str,
     time: float | None,
     line_numbers: bool = False,
+    keep: Callable[[str | None], bool] | None = None,
 ) -> ParseOutcome:
-    """Parse one scrape (or a saved `.prom` file) into `metric` events.
+    """Parse one scrape (or a saved `.prom` file, as text or as its lines) into `metric` events.
 
     `time` is the scrape time (epoch seconds) used for samples without their own timestamp.
-    With `line_numbers`, each event's source is `source:line` (for files). Every non-blank
-    line ends up as an event, a `metadata`/`comments` stat, or a counted drop.
+    With `line_numbers`, each event's source is `source:line` (for files). With `keep`, only
+    samples whose signal it accepts become events; the rest are checked as strictly and counted
+    (`samples_not_kept`), never built: a scrape of a million series nobody reads costs no
+    million events. Every non-blank line ends up as an event, a `metadata`/`comments` stat, a
+    `samples_not_kept` stat, or a counted drop.
     """
     out = ParseOutcome()
     lines = _lines(text, out)
@@ -128,7 +137,9 @@ def parse_exposition(
         else:
             block = blocks.get(block_text, _MISSING)
             if block is _MISSING:
-                block = blocks[block_text] = _parse_block(block_text)
+                block = _parse_block(block_text)
+                if len(blocks) < MAX_CACHED_BLOCKS:
+                    blocks[block_text] = block
         if block is None:
             out.drop(MALFORMED_EXPOSITION)
             continue
@@ -159,8 +170,13 @@ def parse_exposition(
             if _NAME.fullmatch(name) is None:
                 out.drop(MALFORMED_EXPOSITION)  # only names given inside braces get here
                 continue
-            shape = shapes[name] = _shape(name, types)
+            shape = _shape(name, types)
+            if len(shapes) < MAX_CACHED_BLOCKS:
+                shapes[name] = shape
         signal, part, mtype = shape
+        if keep is not None and not keep(signal):
+            out.note(SAMPLES_NOT_KEPT)
+            continue
         fields: dict[str, Any] = {
             "name": name,
             "labels": dict(labels),
@@ -226,7 +242,9 @@ def _fast_split(line: str) -> _Split | None:
 _MISSING: Final[Any] = object()
 
 
-def _lines(text: str | bytes, out: ParseOutcome) -> list[str]:
+def _lines(text: str | bytes | list[str], out: ParseOutcome) -> list[str]:
+    if isinstance(text, list):
+        return [line.replace("\r", "") if "\r" in line else line for line in text]
     if isinstance(text, str):
         return text.replace("\r", "").split("\n")
     try:
