@@ -26,7 +26,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from simulator.clock import ScaledClock
@@ -81,6 +81,10 @@ class FileSink:
             fh.close()
 
 
+# What a request still waiting for the engine gets when the deployment stops.
+_CLOSING: dict[str, Any] = error_body("server is shutting down", "ServiceUnavailable", 503)
+
+
 def _free_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -133,6 +137,9 @@ class LiveDeployment:
         self._client: httpx.AsyncClient | None = None
         self._router_tracer: Any = None
         self._inflight: set[asyncio.Task[Any]] = set()
+        # Engine replies awaited by open HTTP requests: answered 503 when the deployment stops,
+        # so that the servers close with no handler left to cancel (no tracebacks on exit).
+        self._awaiting: set[asyncio.Future[tuple[int, dict[str, Any]]]] = set()
         self._by_host: dict[str, PrefillNode] = {p.host: p for p in self.dep.prefills}
 
     # -- the model, driven by the wall clock ----------------------------------------------
@@ -227,6 +234,8 @@ class LiveDeployment:
             body = await request.json()
         except ValueError:
             return JSONResponse(error_body("invalid JSON", "BadRequestError", 400), 400)
+        except ClientDisconnect:  # the caller gave up (the deployment stopping): nobody to answer
+            return Response(status_code=499)
         if not isinstance(body, dict):
             return JSONResponse(error_body("body must be an object", "BadRequestError", 400), 400)
         room = body.get("bootstrap_room")
@@ -285,7 +294,13 @@ class LiveDeployment:
             node.receive(now, req)
         self.sink.flush()
         self._poke()
-        status, payload = await done
+        if self._stopping:
+            reply(503, _CLOSING)
+        self._awaiting.add(done)
+        try:
+            status, payload = await done
+        finally:
+            self._awaiting.discard(done)
         self.sink.flush()
         return JSONResponse(payload, status_code=status)
 
@@ -315,6 +330,8 @@ class LiveDeployment:
             body = await request.json()
         except ValueError:
             return JSONResponse(error_body("invalid JSON", "BadRequestError", 400), 400)
+        except ClientDisconnect:
+            return Response(status_code=499)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return JSONResponse(error_body("messages required", "BadRequestError", 400), 400)
         pair = self.dep.pick()
@@ -355,7 +372,7 @@ class LiveDeployment:
             )
             # SMG PD mode: the client gets decode's answer; prefill's is only drained
             self._inflight.add(prefill)
-            prefill.add_done_callback(self._inflight.discard)
+            prefill.add_done_callback(self._settled)
             d_resp = await self._client.post(
                 self.urls[d.name] + "/v1/chat/completions", json=forwarded, headers=headers
             )
@@ -419,6 +436,13 @@ class LiveDeployment:
             self._stopping = True
             if driver is not None:
                 driver.cancel()
+            # Requests still waiting for the engine are answered as an engine going down would,
+            # and the router's and driver's calls get those answers before anything is cancelled.
+            for waiting in list(self._awaiting):
+                if not waiting.done():
+                    waiting.set_result((503, _CLOSING))
+            if self._inflight:
+                await asyncio.wait(list(self._inflight), timeout=2.0)
             for task in list(self._inflight):
                 task.cancel()
             for server in self._servers:
@@ -447,7 +471,14 @@ class LiveDeployment:
                 client.post(self.router_url + "/v1/chat/completions", json=body)
             )
             pending.add(task)
-            task.add_done_callback(pending.discard)
+            task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[Any]) -> None:
+        """A fire-and-forget call has ended: forget it, and take its error (a connection closed
+        as the deployment stops), which nobody awaits and asyncio would print at exit."""
+        self._inflight.discard(task)
+        if not task.cancelled():
+            task.exception()
 
     def wait(self, duration_s: float | None = None) -> None:
         """Block the calling thread for `duration_s` wall seconds (forever if None)."""

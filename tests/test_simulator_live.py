@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -209,3 +210,26 @@ def test_node_endpoints_report_configuration(tmp_path: Path, client: httpx.Clien
         direct = chat(client, p, "hello [[reply 3]]")
         assert direct.status_code == 400
         assert "Disaggregated request received without bootstrap room id" in log(live, "prefill-0")
+
+
+def test_stopping_answers_requests_still_waiting_for_the_engine_with_503(
+    tmp_path: Path, client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A request the engine will not finish for minutes, in flight when the deployment stops:
+    # it gets an engine's "shutting down" answer, and no handler is cancelled (uvicorn logs
+    # each cancelled one as "Exception in ASGI application" with a traceback).
+    live = LiveDeployment(incident("0.5.23"), log_dir=tmp_path, speed=1).start()
+    answers: list[httpx.Response] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(
+            chat(client, live.router_url, "Tell a long story. [[pad 2000]] [[reply 60000]]")
+        )
+    )
+    with caplog.at_level("ERROR"):
+        caller.start()
+        time.sleep(1.0)
+        live.stop()
+        caller.join(timeout=30)
+    assert [a.status_code for a in answers] == [503]
+    assert "shutting down" in answers[0].text
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
