@@ -412,3 +412,20 @@ def test_events_are_not_mutated():
         ledger.add(event)
     ledger.drain()
     assert events == before
+
+
+def test_a_client_rid_reused_for_a_retry_in_a_new_room_stays_two_requests():
+    # A client that names its requests (`rid='job-7'`) retries a refused prompt, trimmed, in a
+    # new room with the same rid: the refusal and the honest answer must not be one request.
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("701", T, prompt=748_496, rid="job-7"):
+        ledger.add(event)
+    for event in prefill_events("702", T + 5, prompt=338_613, rid="job-7"):
+        ledger.add(event)
+    for event in decode_events("702", T + 5, prompt=338_613, rid="job-7"):
+        ledger.add(event)
+    records = {r.bootstrap_room: r for r in ledger.drain()}
+    assert set(records) == {"701", "702"}
+    assert [s.node for s in records["701"].sides] == ["prefill-0"]
+    assert records["702"].prompt_tokens == 338_613
+    assert sorted(s.node for s in records["702"].sides) == ["decode-0", "prefill-0"]

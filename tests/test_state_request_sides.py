@@ -411,3 +411,44 @@ def test_a_line_straggling_past_the_settle_time_still_joins_its_side() -> None:
     finish_types = {s["node"]: s["finish_type"] for s in by_sides["sides"]}
     assert finish_types == {"prefill-0": "length", "decode-0": "stop"}
     assert {s["node"]: s["finish_type"] for s in by_lines["sides"]}["decode-0"] is None
+
+
+def test_a_client_rid_reused_in_a_new_room_is_two_requests_in_sides_as_in_lines() -> None:
+    # A client naming its requests retries a refused prompt, trimmed, in a new room under the
+    # same rid. Folded where the log is read, as in the ledger, that is two requests: the
+    # refusal in one room, the honest answer in the other; no finding accuses either.
+    def attempt(node: str, room: str, t: float, prompt: int, refused: bool) -> list[Event]:
+        lines = [ev("request_received", t, node, rid="job-7", bootstrap_room=room)]
+        if refused and node == "prefill-0":
+            lines.append(
+                ev("request_rejected", t, node, rid="job-7", input_tokens=prompt, limit_tokens=6)
+            )
+        lines.append(
+            ev(
+                "request_finished",
+                t + 1,
+                node,
+                rid="job-7",
+                bootstrap_room=room,
+                prompt_tokens=prompt,
+                completion_tokens=1 if refused else 80,
+                finish_type="abort" if refused else "stop",
+                status_code=400 if refused else None,
+            )
+        )
+        return lines
+
+    streams = [
+        [ev("server_args", T - 60, node, disaggregation_mode=node.split("-")[0])]
+        + attempt(node, "701", T, 90, True)
+        + attempt(node, "702", T + 5, 5, False)
+        for node in ("prefill-0", "decode-0")
+    ]
+    out = shipped(RequestSideAssembler(), streams[0])
+    assert sorted(e.fields["room"] for e in out if e.kind == REQUEST_SIDE) == ["701", "702"]
+    line_records, line_findings, _ = _judged(streams, "events")
+    side_records, side_findings, _ = _judged([_as_sides(s) for s in streams], "sides")
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, side_records)) == sorted(map(key, line_records))
+    assert sorted(r["bootstrap_room"] for r in side_records) == ["701", "702"]
+    assert not [f for f in side_findings if f["exposure"]]

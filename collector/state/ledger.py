@@ -302,9 +302,12 @@ class RequestLedger:
         known = self._rid_index.get((node, rid))
         if known is None or known == room:
             return
-        orphan = self._entries.pop(known, None)
-        if orphan is None:
+        orphan = self._entries.get(known)
+        if orphan is None or orphan.room is not None:
+            # Another room's entry: a client reusing its own rid for a retry (`rid='job-7'`
+            # refused, then retried trimmed in a new room) is two requests, never one.
             return
+        del self._entries[known]
         target = self._entries.get(room)
         if target is None:
             target = self._new_entry(room, room)

@@ -187,6 +187,11 @@ class RequestSideAssembler:
             entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
         elif entry.room is None:
             entry.room = room
+        elif room is not None and room != entry.room:
+            # The same rid in another room: a client reusing its own rid for a retry. The
+            # first request's side is complete as it is; the line starts the retry's.
+            self._ship(key, out, self._latest)
+            entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
         time = event.time if event.time is not None else self._latest
         apply_event(entry.side, event, fields, time)
         self._schedule(key, entry)
