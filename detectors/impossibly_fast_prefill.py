@@ -396,7 +396,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             return False
         prompt = record.prompt_tokens
         pool = pool_in_force(record, ctx)
-        return pool is None or prompt is None or prompt <= pool.tokens
+        return pool is None or prompt is None or prompt <= pool.longest_accepted
 
 
 def _timing_from(x: dict[str, Any], default_gpus: int) -> Timing:

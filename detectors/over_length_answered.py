@@ -2,12 +2,13 @@
 
 Feeds the alert `KVWatchOverLengthAnswered`.
 
-A prompt longer than the prefill KV pool cannot have been prefilled: its KV does not fit. If
-decode nevertheless answered it with success, the answer was computed over pages that held
-other requests' KV (incident.md, "The mechanism"). The pool is the one *in force* when the
-request ran (see `detectors.pool_in_force`): after a restart with a bigger pool, the same
-lengths are served honestly and are not flagged. In PD this is critical and an exposure;
-outside PD (where over-length prompts are refused or truncated, not leaked) a warning.
+A prompt longer than the prefill KV pool cannot have been prefilled: its KV does not fit, and the
+engine refuses any prompt from six tokens short of the pool on. If decode nevertheless answered one
+with success, the answer was computed over pages that held other requests' KV (incident.md, "The
+mechanism"). The pool is the one *in force* when the request ran (see `detectors.pool_in_force`):
+after a restart with a bigger pool, the same lengths are served honestly and are not flagged. In PD
+this is critical and an exposure; outside PD (where over-length prompts are refused or truncated,
+not leaked) a warning.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from detectors.pool_in_force import pool_in_force
 
 
 class OverLengthAnsweredConfig(DetectorConfig):
-    # Tokens a prompt may exceed the pool by before it counts (0: any excess).
+    # Tokens a prompt may exceed the longest the pool accepts (pool - 6) before it counts.
     margin_tokens: int = Field(default=0, ge=0)
 
 
@@ -53,7 +54,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if serving is None or not serving.succeeded or prompt is None:
             return []
         pool = pool_in_force(record, ctx)
-        if pool is None or prompt <= pool.tokens + self.config.margin_tokens:
+        if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
             return []
         pd = serving.role == "decode"
         if pd:
@@ -63,7 +64,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         summary = (
             f"{serving.node} answered a {prompt:,}-token prompt with success "
             f"({serving.finish_type or 'no error'}) although the prefill pool in force was "
-            f"{pool.tokens:,} tokens ({pool.node}): {consequence}"
+            f"{pool.tokens:,} tokens ({pool.node}, which refuses prompts over "
+            f"{pool.longest_accepted:,}): {consequence}"
         )
         return [
             self._request_finding(
@@ -79,7 +81,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "pool_node": pool.node,
                     "pool_generation": pool.generation,
                     "pool_basis": pool.basis,
-                    "excess_tokens": prompt - pool.tokens,
+                    "longest_accepted": pool.longest_accepted,
+                    "excess_tokens": prompt - pool.longest_accepted,
                     "finish_type": serving.finish_type,
                 },
                 exposure=pd,

@@ -16,6 +16,9 @@ from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
 _MEMO_KEY: Final = "pool_in_force"
+# SGLang refuses a prompt of `max_req_input_len` tokens or more, min(context - 1, pool - 1) - 5
+# (sglang-telemetry.md, refusals): with the pool the smaller, from pool - 6 on.
+REFUSAL_MARGIN: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,11 @@ class PoolInForce:
     node: str
     generation: int
     basis: str
+
+    @property
+    def longest_accepted(self) -> int:
+        """The longest prompt this pool lets the engine take: one token longer is refused."""
+        return self.tokens - REFUSAL_MARGIN - 1
 
 
 def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
@@ -46,6 +54,11 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         config = ctx.config_at(prefill.node, at)
         if config is not None and config.pool_tokens is not None:
             return PoolInForce(config.pool_tokens, prefill.node, config.generation, "prefill node")
+        # The room's prefill node is known and its pool is not (its start-up lines rotated
+        # away, no snapshot): another node's pool says nothing about it. Taking the largest
+        # known one is lenient only when every prefill node's pool is known; with the small
+        # node's the only one known, it accused requests a big node had really prefilled.
+        return None
     serving = record.serving
     model = None
     if serving is not None:

@@ -179,7 +179,9 @@ def test_over_length_prompt_answered_on_decode_is_a_critical_exposure():
     assert finding.rid == "d1001" and finding.node == "decode-0"
     assert finding.runbook == "KVWatchOverLengthAnswered"
     assert finding.evidence["pool_tokens"] == 681_280
-    assert finding.evidence["excess_tokens"] == 700_000 - 681_280
+    # SGLang refuses from max_req_input_len = min(context - 1, pool - 1) - 5 = 681,274 tokens on.
+    assert finding.evidence["longest_accepted"] == 681_273
+    assert finding.evidence["excess_tokens"] == 700_000 - 681_273
     assert finding.evidence["pool_node"] == "prefill-0"
     assert finding.time == T + 500 + 0.05 + 5
 
@@ -202,12 +204,20 @@ def test_prompts_within_the_pool_and_failed_answers_are_not_flagged():
     findings = run(
         OverLengthAnswered(),
         LEAKY,
-        prefill_ok(1, T + 100, 681_280, seconds=30.0),
-        decode_answer(1, T + 100, 681_280, ttft=31.0),
+        prefill_ok(1, T + 100, 681_273, seconds=30.0),  # the longest the engine accepts
+        decode_answer(1, T + 100, 681_273, ttft=31.0),
         prefill_refused(2, T + 200, 700_000),
         decode_answer(2, T + 200, 700_000, ttft=0.05, finish="abort", status=500),
     )
     assert findings == []
+
+
+def test_a_prompt_the_engine_refuses_though_shorter_than_the_pool_is_over_length():
+    # 681,274 to 681,280 tokens fit the pool but are refused (max_req_input_len is pool - 6):
+    # answered with success on decode, they were answered from a one-token stub.
+    for prompt in (681_274, 681_280):
+        (finding,) = run(OverLengthAnswered(), LEAKY, decode_answer(3, T + 300, prompt, ttft=0.05))
+        assert finding.exposure and finding.evidence["excess_tokens"] == prompt - 681_273
 
 
 def test_decode_first_then_prefill_still_judged_against_the_prefill_pool():
