@@ -138,3 +138,25 @@ def test_a_bare_finish_line_takes_its_time_from_its_meta_info(tmp_path: Path) ->
     )
     events, _ = _events(tmp_path, [BATCH, quoted])
     assert _finish_fields(events)["time"] == iso_time(1788500092.5)
+
+
+@pytest.mark.parametrize(
+    ("shipper", "engine", "expected"),
+    [
+        # The engine writes local time (+02:00), as the shipper's ISO time and epoch agree.
+        ("1788674400000\t2026-09-06T08:00:00.000+02:00", "2026-09-06 08:00:00", "06:00:00"),
+        # West of UTC, minutes in the offset, the shipper a few seconds behind the engine.
+        ("1788699003000\t2026-09-06T07:20:03.000-05:30", "2026-09-06 07:20:00", "12:50:00"),
+        # The engine's container on UTC beside a shipper on local time: the engine's own.
+        ("1788674400000\t2026-09-06T08:00:00.000+02:00", "2026-09-06 06:00:00", "06:00:00"),
+        # A shipper catching up three hours late: nothing agrees, the engine's own stamp.
+        ("1788685200000\t2026-09-06T11:00:00.000+02:00", "2026-09-06 06:00:00", "06:00:00"),
+        # A shipper in UTC.
+        ("1788674400000\t2026-09-06T06:00:00.000Z", "2026-09-06 06:00:00", "06:00:00"),
+    ],
+)
+def test_a_shippers_zone_applies_to_the_engines_local_stamp_only_when_its_clock_agrees(
+    tmp_path: Path, shipper: str, engine: str, expected: str
+) -> None:
+    events, _ = _events(tmp_path, [f"{shipper}\t[{engine}] {FINISH}"])
+    assert _finish_fields(events)["time"] == f"2026-09-06T{expected}.000Z"

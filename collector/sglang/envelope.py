@@ -34,7 +34,11 @@ _WRAPPER = re.compile(
     r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:[\w.<>-]+:\s)?"
 )
 # `1793614509118\t2026-11-02T10:15:09.118Z\t<line>` — log shipper prefix.
-_SHIPPER = re.compile(r"(\d{10,13})\t[^\t]{0,40}\t")
+_SHIPPER = re.compile(r"(\d{10,13})\t([^\t]{0,40})\t")
+# The UTC offset a shipper's ISO time ends with (`+02:00`, `-0530`).
+_ISO_OFFSET = re.compile(r"([+-])(\d\d):?(\d\d)$")
+# How far the engine's stamp may trail the shipper's and still be the same moment.
+_SHIPPER_LAG = 600.0
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)")
 
 _RANK_NAMES: Final[dict[str, str]] = {
@@ -160,6 +164,26 @@ def _time_of_day(hh: str, mm: str, ss: str, frac: str | None) -> float:
     return int(hh) * 3600 + int(mm) * 60 + int(ss) + _fraction(frac)
 
 
+def _in_utc(local: float, shipped_at: float | None, shipped_iso: str) -> float:
+    """The engine's stamp in UTC when a shipper's line says the engine wrote local time.
+
+    SGLang prints the host's local time with no zone. A shipper's ISO time may carry the zone
+    (`2026-09-06T07:00:00.000+02:00`); it is applied only when the shipper's epoch stamp agrees
+    that the engine's clock reads in it (the two within ten minutes once shifted, not before):
+    an engine container on UTC beside a shipper on local time, or a shipper catching up on a
+    backlog, keeps the engine's own stamp.
+    """
+    m = _ISO_OFFSET.search(shipped_iso)
+    if m is None or shipped_at is None:
+        return local
+    zone = (int(m.group(2)) * 3600 + int(m.group(3)) * 60) * (1 if m.group(1) == "+" else -1)
+    if not zone or abs(local - shipped_at) < _SHIPPER_LAG:
+        return local
+    if abs(local - zone - shipped_at) < _SHIPPER_LAG:
+        return local - zone
+    return local
+
+
 def _remember(
     cache: dict[str, tuple[float, dict[str, int]]], key: str, stamp: tuple[float, dict[str, int]]
 ) -> None:
@@ -190,6 +214,8 @@ def peel(line: str) -> Envelope:
         m = _SGLANG.match(line)
         if m:
             when, rank_map = _sglang_stamp(m)
+            if shipped:
+                when = _in_utc(when, shipper_time, shipped.group(2))
             rest = line[m.end() :]
             if rest[:1] == " ":
                 rest = rest[1:]
