@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from collector.events import Event
+from collector.state.request_record import SideRecord
 from detectors.base import DetectorConfig
 from detectors.corruption import RoomCorruption
 
@@ -42,6 +43,11 @@ class ChecksumMismatch(RoomCorruption[ChecksumMismatchConfig]):
     alert: ClassVar[str] = "KVWatchKVChecksumMismatch"
     config_class: ClassVar[type[DetectorConfig]] = ChecksumMismatchConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"checksum_mismatch"})
+
+    cause: ClassVar[str] = "KV checksum mismatch"
+
+    def _flagged(self, side: SideRecord) -> bool:
+        return side.checksum_mismatch
 
     def _describe(
         self, event: Event, room: str | None, rid: str | None

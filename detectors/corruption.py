@@ -6,13 +6,19 @@ request is aborted, so its own client is not exposed; the finding is critical al
 the slot reuse behind it is what exposes other requests. Both name the request by its room (a
 line without one, by node, rid and time) and keep the line's source; a `RoomCorruption`
 subclass says only what the line reports (`_describe`).
+
+The request's finish record says the same when it was aborted for it (`abort_reason`): with
+only request logs collected, that record is the proof, and a joined request whose side carries
+it gives the same finding (one per room either way: the same subject, so the pipeline keeps
+whichever comes first).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from collector.events import Event
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -22,6 +28,36 @@ C = TypeVar("C", bound=DetectorConfig)
 
 class RoomCorruption(Detector[C]):
     """Base of the per-request corruption detectors (see the module docstring)."""
+
+    wants_requests: ClassVar[bool] = True
+    # How the finish record words the abort (`SideRecord` flag set from its `abort_reason`).
+    cause: ClassVar[str] = ""
+
+    def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        for side in record.sides:
+            if self._flagged(side):
+                room = record.bootstrap_room
+                return [
+                    self._finding(
+                        "critical",
+                        time=side.finished_time if side.finished_time is not None else record.time,
+                        node=side.node,
+                        summary=(
+                            f"{side.node} aborted bootstrap_room {room} (req {side.rid}) for a "
+                            f"{self.cause}, as its finish record says: transferred KV was not "
+                            f"what prefill sent"
+                        ),
+                        subject=f"room:{room}" if room else f"{side.node}:{side.rid}",
+                        evidence={"abort_reason": self.name, "source": side.sources[-1:]},
+                        rid=side.rid,
+                        bootstrap_room=room,
+                    )
+                ]
+        return []
+
+    def _flagged(self, side: SideRecord) -> bool:
+        """Whether the side's finish record names this detector's cause."""
+        raise NotImplementedError
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
         room = optional_text(event.get("bootstrap_room"))

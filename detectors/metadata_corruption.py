@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from collector.events import Event
+from collector.state.request_record import SideRecord
 from detectors.base import DetectorConfig
 from detectors.corruption import RoomCorruption, optional_text
 
@@ -39,6 +40,11 @@ class MetadataCorruption(RoomCorruption[MetadataCorruptionConfig]):
     alert: ClassVar[str] = "KVWatchMetadataCorruption"
     config_class: ClassVar[type[DetectorConfig]] = MetadataCorruptionConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset({"metadata_corruption"})
+
+    cause: ClassVar[str] = "metadata corruption"
+
+    def _flagged(self, side: SideRecord) -> bool:
+        return side.metadata_corruption
 
     def _describe(
         self, event: Event, room: str | None, rid: str | None

@@ -69,6 +69,64 @@ def test_metadata_corruption_is_critical_and_names_both_rooms():
     assert "222" in finding.summary and finding.runbook == "KVWatchMetadataCorruption"
 
 
+def _aborted(room: str, reason: str, t: float) -> list[Event]:
+    """A request decode aborted, as its request log records it (HTTP 500, the engine's own
+    message reduced to `abort_reason`): no error line of the engine among the events."""
+    return [
+        ev("server_args", "decode-0", T - 60, disaggregation_mode="decode"),
+        ev("request_received", "decode-0", t, rid="d9", bootstrap_room=room),
+        ev(
+            "request_finished",
+            "decode-0",
+            t + 2,
+            rid="d9",
+            bootstrap_room=room,
+            prompt_tokens=4000,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=500,
+            abort_reason=reason,
+        ),
+    ]
+
+
+def test_a_corrupt_transfer_known_only_from_the_finish_record_is_critical_and_named():
+    # Only request logs collected: the finish record's abort reason is the proof.
+    for detector, reason in (
+        (ChecksumMismatch(), "checksum_mismatch"),
+        (MetadataCorruption(), "metadata_corruption"),
+    ):
+        (finding,) = DetectionPipeline(detectors=[detector]).run(_aborted("4242", reason, T))
+        assert (finding.detector, finding.severity, finding.bootstrap_room, finding.rid) == (
+            reason,
+            "critical",
+            "4242",
+            "d9",
+        )
+        assert finding.time == T + 2 and not finding.exposure
+    # Another abort reason is no corruption.
+    assert not list(
+        DetectionPipeline(detectors=[ChecksumMismatch(), MetadataCorruption()]).run(
+            _aborted("4243", "running_timeout", T)
+        )
+    )
+
+
+def test_the_error_line_and_the_finish_record_of_one_mismatch_are_one_finding():
+    line = ev(
+        "checksum_mismatch",
+        "decode-0",
+        T + 1,
+        rid="d9",
+        bootstrap_room="4242",
+        expected="0x1",
+        got="0x2",
+    )
+    events = sorted([*_aborted("4242", "checksum_mismatch", T), line], key=lambda e: e.time)
+    (finding,) = DetectionPipeline(detectors=[ChecksumMismatch()]).run(events)
+    assert finding.evidence["expected"] == "0x1"  # the line's, which came first
+
+
 def test_canary_violations_are_critical_once_per_slot():
     violation = {
         "launch_tag": "TAIL_K_FULL",
@@ -195,22 +253,22 @@ def test_a_launch_check_cannot_have_hit_a_request_still_waiting_for_its_forward_
 
 
 def test_beyond_max_pending_the_oldest_violation_is_attributed_with_what_it_has():
-    detector = KVCanaryViolation(attribution_seconds=600.0, max_pending=1)
+    detector = KVCanaryViolation(attribution_seconds=3000.0, max_pending=1)
     stream = sorted(
         [
             *_served(1, T + 40, T + 45),
             ev("kv_canary_violation", "decode-0", T + 42, **VIOLATION),
             # Later than the ledger's wait for room 1 (its roles are unknown: the join window).
-            ev("kv_canary_violation", "decode-0", T + 400, **dict(VIOLATION, slot_idx=7)),
+            ev("kv_canary_violation", "decode-0", T + 2000, **dict(VIOLATION, slot_idx=7)),
         ],
         key=lambda e: e.time or 0.0,
     )
     findings = list(DetectionPipeline(detectors=[detector]).run(stream))
-    # The second violation pages, and settles the first at once, long before its 600 s: room 1,
+    # The second violation pages, and settles the first at once, long before its 3000 s: room 1,
     # which had ended by then, is named.
     assert [(f.time, f.bootstrap_room) for f in findings] == [
         (T + 42, None),
-        (T + 400, None),
+        (T + 2000, None),
         (T + 45, "1"),
     ]
 

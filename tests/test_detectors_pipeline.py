@@ -346,8 +346,9 @@ def test_live_advance_closes_joins_without_new_events():
     pipeline = DetectionPipeline.from_config(GLM)
     for event in by_time(events):
         pipeline.process(event)
-    assert pipeline.advance(T0 + 500 + 6.05 + 299) == []
-    found = pipeline.advance(T0 + 500 + 6.05 + 300)
+    wait = pipeline.config.ledger.join_window_seconds
+    assert pipeline.advance(T0 + 500 + 6.05 + wait - 1) == []
+    found = pipeline.advance(T0 + 500 + 6.05 + wait)
     assert {(f.detector, f.bootstrap_room) for f in found} == {
         ("over_length_answered", "1001"),
         ("impossibly_fast_prefill", "1001"),

@@ -429,3 +429,18 @@ def test_a_client_rid_reused_for_a_retry_in_a_new_room_stays_two_requests():
     assert [s.node for s in records["701"].sides] == ["prefill-0"]
     assert records["702"].prompt_tokens == 338_613
     assert sorted(s.node for s in records["702"].sides) == ["decode-0", "prefill-0"]
+
+
+def test_a_decode_finishing_minutes_after_prefill_still_joins_it_by_default():
+    # 8,000 tokens at 20 tokens/s: decode answers 400 s after prefill is done (at 300 s of
+    # join window, that answer arrived after its refused prefill had been judged alone).
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("88", T, prompt=900_000):
+        ledger.add(event)
+    (received, finished) = decode_events("88", T, prompt=900_000)
+    ledger.add(received)
+    assert ledger.advance(T + 399) == []
+    ledger.add(Event(finished.kind, finished.node, T + 400, finished.source, finished.fields))
+    (record,) = ledger.advance(T + 400 + 60)
+    assert record.complete and record.prefill is not None and record.serving is not None
+    assert ledger.stats.late_events == 0

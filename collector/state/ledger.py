@@ -62,8 +62,11 @@ class LedgerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # After one half is done, wait this long (event time) for the other half.
-    join_window_seconds: float = Field(default=300.0, gt=0)
+    # After one half is done, wait this long (event time) for the other half. Decode finishes
+    # a generation after prefill is done: 8,000 tokens at 20 tokens/s is 400 s, and a refused
+    # prompt answered that long after its refusal must still meet it (it was missed at 300 s).
+    # Only requests whose other half never comes wait it out; joined ones go after settling.
+    join_window_seconds: float = Field(default=1800.0, gt=0)
     # After both halves are done, wait for trailing lines (time stats follow finishes).
     settle_seconds: float = Field(default=5.0, ge=0)
     # Emit a request that has been idle this long without finishing (crash, lost logs).
@@ -514,6 +517,13 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         side.status_code = value if type(value) is int or value is None else _int(value, None)
         message = get("finish_message")
         side.finish_message = str(message)[:_MAX_MESSAGE] if message is not None else None
+        # An abort for a corrupt transfer, as the finish record words it: the proof stands when
+        # the engine's own error line was not collected (request logs only).
+        reason = get("abort_reason")
+        if reason == "checksum_mismatch":
+            side.checksum_mismatch = True
+        elif reason == "metadata_corruption":
+            side.metadata_corruption = True
         value = get("e2e_latency")
         side.e2e_latency = (
             value if type(value) is float and value == value else _float(value, side.e2e_latency)
