@@ -45,6 +45,7 @@ SERVER_READY: Final = "server_ready"
 KV_CANARY_STATS: Final = "kv_canary_stats"
 REQUEST_TRACE: Final = "request_trace"
 TRANSFER_WARNING: Final = "transfer_warning"
+BOOTSTRAP_SERVER: Final = "bootstrap_server"
 
 KIND_DOCS: Final[dict[str, str]] = {
     SERVER_ARGS: "effective server arguments from the startup `server_args=` line",
@@ -75,6 +76,7 @@ KIND_DOCS: Final[dict[str, str]] = {
     KV_CANARY_STATS: "periodic kv-canary statistics",
     REQUEST_TRACE: "one request's root span from OTLP traces",
     TRANSFER_WARNING: "other PD transfer anomalies (metadata not ready, malformed ABORT, ...)",
+    BOOTSTRAP_SERVER: "a prefill node's KV bootstrap server started (the host decode fetches from)",
 }
 
 RANK_KEYS: Final = ("dp", "pp", "attn_cp", "moe_dp", "tp", "ep")

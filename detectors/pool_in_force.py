@@ -1,14 +1,18 @@
 """Which prefill pool a request met: the one in force on its prefill node when it ran.
 
-Both the over-length verdict and the learning guard of the timing detector need it. The
-room's own prefill node is used when the ledger saw it; otherwise the largest prefill pool of
-the serving node's deployment (same model) in force at the request's time (the most lenient
-choice: a prompt longer than every prefill pool cannot have fit anywhere); outside PD, the
-serving node's own pool.
+Both the over-length verdict and the learning guard of the timing detector need it. The room's
+own prefill node is used when the ledger saw it (none when that node's pool is not known). When
+no prefill side was seen, decode's `bootstrap_host` names the node if one of those read announced
+it (`CommonKVBootstrapServer started ... on host:port`), and none when the nodes read announced
+other addresses (the request went to a prefill node whose logs are not here). Otherwise the
+largest prefill pool of the serving node's deployment (same model) in force at the request's time
+(the most lenient choice: a prompt longer than every prefill pool cannot have fit anywhere);
+outside PD, the serving node's own pool.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
@@ -60,6 +64,16 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         # node's the only one known, it accused requests a big node had really prefilled.
         return None
     serving = record.serving
+    host = serving.bootstrap_host if serving is not None else None
+    if host is not None:
+        owner = ctx.timeline.bootstrap_node(host)
+        if owner is not None:
+            config = ctx.config_at(owner, when)
+            if config is None or config.pool_tokens is None:
+                return None
+            return PoolInForce(config.pool_tokens, owner, config.generation, "bootstrap host")
+        if _elsewhere(host, ctx.timeline.bootstrap_hosts()):
+            return None
     model = None
     if serving is not None:
         serving_config = ctx.config_at(serving.node, when)
@@ -75,3 +89,20 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         if config is not None and config.pool_tokens is not None:
             return PoolInForce(config.pool_tokens, serving.node, config.generation, "node pool")
     return None
+
+
+def _elsewhere(host: str, announced: frozenset[str]) -> bool:
+    """Whether decode's `bootstrap_host`, which no node read announced, surely names a prefill
+    node whose logs were not read: the nodes read did announce their hosts, and in the same
+    form (IP addresses both): a name beside addresses may be one of them by another name."""
+    if not announced or not _is_address(host):
+        return False
+    return all(_is_address(other) for other in announced)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -244,6 +244,59 @@ def test_without_the_prefill_side_the_largest_prefill_pool_in_force_is_used():
     assert findings[0].evidence["pool_basis"] == "largest prefill pool in force"
 
 
+def _fetched_from(host: str, events: list[Event]) -> list[Event]:
+    """Decode's request records naming the prefill host it was told to fetch the KV from."""
+    return [
+        Event(e.kind, e.node, e.time, e.source, {**e.fields, "bootstrap_host": host})
+        for e in events
+    ]
+
+
+def _announces(node: str, host: str) -> Event:
+    return ev("bootstrap_server", node, T + 2, host=host, port=8998)
+
+
+def test_without_the_prefill_side_decodes_bootstrap_host_names_the_prefill_node():
+    # prefill-0 (681,280) announced 10.0.1.10, prefill-1 (2,040,000) 10.0.1.11.
+    fleet = (
+        LEAKY
+        + boot("prefill-1", "prefill", T, 2_040_000, "0.5.19")
+        + [_announces("prefill-0", "10.0.1.10"), _announces("prefill-1", "10.0.1.11")]
+    )
+    findings = run(
+        OverLengthAnswered(),
+        fleet,
+        # Fetched from the small node: over-length, on its pool.
+        _fetched_from("10.0.1.10", decode_answer(1, T + 100, 700_000, ttft=0.05)),
+        # Fetched from the big node: fits, whatever the small node's pool.
+        _fetched_from("10.0.1.11", decode_answer(2, T + 200, 900_000, ttft=80.0)),
+        # From an address no node read announced: a prefill node whose logs are not here.
+        _fetched_from("10.0.1.12", decode_answer(3, T + 300, 900_000, ttft=80.0)),
+    )
+    assert [
+        (f.bootstrap_room, f.evidence["pool_node"], f.evidence["pool_basis"]) for f in findings
+    ] == [("1", "prefill-0", "bootstrap host")]
+
+
+def test_a_bootstrap_host_that_cannot_be_compared_leaves_the_largest_pool_rule():
+    # A node bound to every interface names no host; a DNS name beside announced addresses may
+    # be one of them: neither says the request went elsewhere.
+    fleet = LEAKY + [_announces("prefill-0", "0.0.0.0")]
+    findings = run(
+        OverLengthAnswered(),
+        fleet,
+        _fetched_from("10.0.1.10", decode_answer(1, T + 100, 700_000, ttft=0.05)),
+    )
+    assert [f.evidence["pool_basis"] for f in findings] == ["largest prefill pool in force"]
+    fleet = LEAKY + [_announces("prefill-0", "10.0.1.10")]
+    findings = run(
+        OverLengthAnswered(),
+        fleet,
+        _fetched_from("prefill-0.sglang.svc", decode_answer(2, T + 100, 700_000, ttft=0.05)),
+    )
+    assert [f.evidence["pool_basis"] for f in findings] == ["largest prefill pool in force"]
+
+
 def test_outside_pd_an_over_length_success_is_a_warning_not_an_exposure():
     events = [
         ev("server_args", "u0", T, disaggregation_mode=None),

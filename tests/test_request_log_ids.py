@@ -73,7 +73,7 @@ def test_an_empty_rid_literal_first_does_not_hide_the_real_one() -> None:
 def test_the_end_of_the_ids_is_where_they_end_in_the_text_itself(text: str, tail: str) -> None:
     """A `Receive:` line is known complete by what follows its ids, so their end must be a
     position in the line (not in the copy with user text blanked) right after one of them."""
-    rid, room, end = request_log._obj_ids_and_end(text + tail, len(text))
+    rid, room, _, end = request_log._obj_ids_and_end(text + tail, len(text))
     assert (rid, room) == _reference(text)
     if end >= 0:
         assert end <= len(text)
@@ -86,3 +86,28 @@ def test_the_end_of_the_ids_is_where_they_end_in_the_text_itself(text: str, tail
             or text.count("rid=") > 1
             or (text.count("bootstrap_room=") > 1)
         )
+
+
+def test_the_bootstrap_host_is_read_after_the_rid_never_from_the_user_text() -> None:
+    # The prefill node decode fetched from (sglang-telemetry.md, request records): written
+    # between the rid and the room; the same words in the prompt come before the rid.
+    receive = (
+        "Receive: obj=GenerateReqInput(text=\"use bootstrap_host='6.6.6.6' now\", "
+        "sampling_params={'max_new_tokens': 8}, rid='r9', stream=False, "
+        "bootstrap_host='10.0.1.12', bootstrap_port=8998, bootstrap_room=77)"
+    )
+    assert request_log.parse_text_receive(receive)["bootstrap_host"] == "10.0.1.12"
+    finish = (
+        receive.replace("Receive:", "Finish:")
+        + ", out={'text': 'bootstrap_host=\\'7.7.7.7\\'', 'meta_info': {'id': 'r9', "
+        "'finish_reason': {'type': 'stop', 'matched': 2}, 'prompt_tokens': 12}}"
+    )
+    fields = request_log.parse_text_finish(finish)
+    assert (fields["rid"], fields["bootstrap_room"], fields["bootstrap_host"]) == (
+        "r9",
+        "77",
+        "10.0.1.12",
+    )
+    # Outside PD there is none, and no key.
+    plain = "Receive: obj=GenerateReqInput(text='hi', rid='r8', bootstrap_room=None)"
+    assert "bootstrap_host" not in request_log.parse_text_receive(plain)

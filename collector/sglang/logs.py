@@ -203,7 +203,10 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Load weight ", _noise("startup")),
     Rule("Memory pool end", _noise("startup")),
     Rule("Capture ", _noise("startup")),
-    Rule("CommonKVBootstrapServer started", _noise("startup")),
+    Rule(
+        "CommonKVBootstrapServer started",
+        _event(ev.BOOTSTRAP_SERVER, startup.parse_bootstrap_server),
+    ),
     Rule("Start of pd disaggregation warmup", _noise("startup")),
     Rule("Disaggregation warmup requests completed", _noise("startup")),
     Rule("End of disaggregation warmup", _noise("startup")),

@@ -47,6 +47,7 @@ _FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
 _STATUS_CODE = re.compile(r"'status_code': (\d+)")
 _OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
+_OBJ_HOST = re.compile(r"bootstrap_host='([^'\\\s]{1,255})'")
 _INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
 _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 # One engine writes meta_info with the same keys in the same order finish after finish.
@@ -99,13 +100,16 @@ def abort_code(message: str | None) -> str | None:
 def _obj_ids(text: str, end: int | None = None) -> tuple[str | None, str | None]:
     """rid and bootstrap_room from a `GenerateReqInput(...)` repr (`text[:end]`), safe against
     look-alike text."""
-    rid, room, _ = _obj_ids_and_end(text, end)
+    rid, room, _, _ = _obj_ids_and_end(text, end)
     return rid, room
 
 
-def _obj_ids_and_end(text: str, end: int | None = None) -> tuple[str | None, str | None, int]:
-    """`_obj_ids`, and where the later of the two ends in `text` (-1: neither found, or found
-    in a copy with the user text blanked)."""
+def _obj_ids_and_end(
+    text: str, end: int | None = None
+) -> tuple[str | None, str | None, str | None, int]:
+    """`_obj_ids`, the `bootstrap_host` written between them (the prefill node decode fetched
+    from; looked for only after the rid, past the user text), and where the later of the ids
+    ends in `text` (-1: neither found, or found in a copy with the user text blanked)."""
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
     # each key is found once and then looked for again only after that point. Bounded by `end`
     # rather than sliced: no copy of the kilobytes.
@@ -133,14 +137,20 @@ def _obj_ids_and_end(text: str, end: int | None = None) -> tuple[str | None, str
             rid = m.group(1)
             ids_end = m.end()
     room = None
+    host = None
     if room_at >= 0:
         m = _OBJ_ROOM.match(text, room_at, end)
         if m:
             room = m.group(1)
             room_end = m.end()
+            if ids_end >= 0 and room_at > ids_end:
+                host_at = text.find("bootstrap_host=", ids_end, room_at)
+                if host_at >= 0:
+                    h = _OBJ_HOST.match(text, host_at, room_at)
+                    host = h.group(1) if h else None
             if room_end > ids_end:
                 ids_end = room_end
-    return rid, room, -1 if blanked else ids_end
+    return rid, room, host, -1 if blanked else ids_end
 
 
 def _last_group(text: str) -> tuple[int, int] | None:
@@ -363,12 +373,15 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
 
 
 def parse_text_receive(message: str) -> dict[str, Any]:
-    rid, room, ids_end = _obj_ids_and_end(message)
+    rid, room, host, ids_end = _obj_ids_and_end(message)
     openai = message.startswith("Receive OpenAI")
     tail = _complete_receive_tails.get(len(message) - ids_end) if ids_end >= 0 else None
     if (tail is None or not message.endswith(tail)) and not _receive_walked(message, ids_end):
         return {"rid": None, "bootstrap_room": None, "openai": openai}  # cut: no ids
-    return {"rid": rid, "bootstrap_room": room, "openai": openai}
+    fields: dict[str, Any] = {"rid": rid, "bootstrap_room": room, "openai": openai}
+    if host is not None:
+        fields["bootstrap_host"] = host
+    return fields
 
 
 def parse_text_finish(message: str) -> dict[str, Any]:
@@ -384,16 +397,19 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     if fields is None and not _text_record_complete(message, finish=True):
         return _finished_fields({}, None, None)
     out_at = message.rfind(", out={")
-    rid, room, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
+    rid, room, host, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
     if meta_text is None:
-        return _finished_fields({}, rid, room)
-    if fields is None:
-        fields, slots = read_meta_fields(meta_text)
-        if slots is not None:
-            layouts.learn(meta_text, fields, slots)
-    if fields["rid"] is None:  # no id in meta_info: the request's own
-        fields["rid"] = rid
-    fields["bootstrap_room"] = room
+        fields = _finished_fields({}, rid, room)
+    else:
+        if fields is None:
+            fields, slots = read_meta_fields(meta_text)
+            if slots is not None:
+                layouts.learn(meta_text, fields, slots)
+        if fields["rid"] is None:  # no id in meta_info: the request's own
+            fields["rid"] = rid
+        fields["bootstrap_room"] = room
+    if host is not None:
+        fields["bootstrap_host"] = host
     return fields
 
 
@@ -493,7 +509,10 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     if isinstance(raw_room, str) and raw_room.isdigit():
         room = raw_room
     stamp = record.get("timestamp")
-    extra = {"record_time": stamp} if isinstance(stamp, str) else {}
+    extra: dict[str, Any] = {"record_time": stamp} if isinstance(stamp, str) else {}
+    host = obj_dict.get("bootstrap_host")
+    if isinstance(host, str) and _OBJ_HOST.fullmatch(f"bootstrap_host='{host}'"):
+        extra["bootstrap_host"] = host
     if event == "request.finished":
         out = record.get("out")
         meta = out.get("meta_info") if isinstance(out, dict) else None

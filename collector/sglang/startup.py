@@ -160,3 +160,15 @@ def parse_kv_allocated(message: str) -> dict[str, Any]:
         "tokens": int(tokens.group(1)) if tokens else None,
         "dtype": dtype.group(1) if dtype else None,
     }
+
+
+# `CommonKVBootstrapServer started successfully on {host}:{port}` (prefill, PD): the host decode
+# is told to fetch this node's KV from (`bootstrap_host` in its request records).
+_BOOTSTRAP_SERVER = re.compile(r" on \[?([^\s\[\]]{1,255}?)\]?:(\d{1,5})\s*$")
+
+
+def parse_bootstrap_server(message: str) -> dict[str, Any]:
+    m = _BOOTSTRAP_SERVER.search(message[-300:])
+    if m is None:
+        return {"host": None, "port": None}
+    return {"host": m.group(1), "port": int(m.group(2))}

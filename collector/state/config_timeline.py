@@ -18,11 +18,12 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
+import ipaddress
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from collector.events import Event
+from collector.events import BOOTSTRAP_SERVER, Event
 
 Role = Literal["prefill", "decode", "unified"]
 PD_ROLES: Final = frozenset({"prefill", "decode"})
@@ -311,6 +312,8 @@ class ConfigTimeline:
         # The latest start of a generation after a node's first: from then on every node's
         # current generation is the one in force.
         self._latest_restart = float("-inf")
+        # Prefill KV bootstrap hosts as their nodes announced them: host -> node.
+        self._bootstrap_hosts: dict[str, str] = {}
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -318,6 +321,8 @@ class ConfigTimeline:
         """Apply one event; return what changed (None when the event says nothing new)."""
         handler = _HANDLERS.get(event.kind)
         if handler is None:
+            if event.kind == BOOTSTRAP_SERVER:
+                self._note_bootstrap_host(event.node, event.get("host"))
             return None
         if (
             event.kind == NODE_WINDOW
@@ -356,7 +361,31 @@ class ConfigTimeline:
         if len(history.starts) > 1 and history.starts[-1] > self._latest_restart:
             self._latest_restart = history.starts[-1]
 
+    def _note_bootstrap_host(self, node: str, host: object) -> None:
+        """A node's KV bootstrap server listens on `host`; one bound to every interface or to
+        loopback (`0.0.0.0`, `::`, `127.0.0.1`) names no host a decode could be told."""
+        if not isinstance(host, str) or not host:
+            return
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            address = None
+        if address is not None and (address.is_unspecified or address.is_loopback):
+            return
+        if self._bootstrap_hosts.get(host) != node:
+            self._bootstrap_hosts[host] = node
+            self._nodes.setdefault(node, _NodeHistory(node))  # kept in its state
+            self.version += 1
+
     # -- queries -------------------------------------------------------------------------------
+
+    def bootstrap_node(self, host: str) -> str | None:
+        """The node whose KV bootstrap server announced `host` (decode's `bootstrap_host`)."""
+        return self._bootstrap_hosts.get(host)
+
+    def bootstrap_hosts(self) -> frozenset[str]:
+        """Every KV bootstrap host a node announced."""
+        return frozenset(self._bootstrap_hosts)
 
     def current_at(self, time: float | None) -> bool:
         """Whether every node's current generation is the one in force at `time` (true for
@@ -516,6 +545,9 @@ class ConfigTimeline:
                 "capacity_time": h.capacity_time,
                 "stated": sorted(h.stated),
                 "running_since": h.running_since,
+                "bootstrap_hosts": sorted(
+                    host for host, owner in self._bootstrap_hosts.items() if owner == node
+                ),
             }
             for node, h in self._nodes.items()
         }
@@ -539,6 +571,8 @@ class ConfigTimeline:
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
+            for host in data.get("bootstrap_hosts", []):
+                timeline._bootstrap_hosts[str(host)] = node
             timeline._nodes[node] = history
             timeline._reindex(history, None, history.current)
         return timeline
@@ -774,7 +808,7 @@ _HANDLERS: Final = {
     "request_trace": _on_role_hint,
 }
 # The event kinds `ConfigTimeline.update` reads; it ignores every other kind.
-TIMELINE_KINDS: Final = frozenset(_HANDLERS)
+TIMELINE_KINDS: Final = frozenset(_HANDLERS) | {BOOTSTRAP_SERVER}
 # The canonical metric signals it reads from `metric` events.
 TIMELINE_METRIC_SIGNALS: Final = _METRIC_POOL | _METRIC_CONTEXT
 

@@ -501,7 +501,13 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
     if kind == "request_received":
         if time is not None and (side.received_time is None or time < side.received_time):
             side.received_time = time
+        host = get("bootstrap_host")
+        if host is not None:
+            side.bootstrap_host = str(host)
     elif kind == "request_finished":
+        host = get("bootstrap_host")
+        if host is not None:
+            side.bootstrap_host = str(host)
         side.finished_time = time if time is not None else side.last_time
         value = get("prompt_tokens")
         side.prompt_tokens = value if type(value) is int else _int(value, side.prompt_tokens)
@@ -629,6 +635,8 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
     side.transfer_failures += later.transfer_failures
     if side.transfer_reason is None:
         side.transfer_reason = later.transfer_reason
+    if later.bootstrap_host is not None:
+        side.bootstrap_host = later.bootstrap_host
     side.checksum_mismatch = side.checksum_mismatch or later.checksum_mismatch
     side.metadata_corruption = side.metadata_corruption or later.metadata_corruption
     if later.has_trace:

@@ -64,6 +64,8 @@ class SideRecord:
     trace_prompt_tokens: int | None = None
     trace_cached_tokens: int | None = None
     trace_completion_tokens: int | None = None
+    # The prefill host decode was told to fetch the KV from (its request records say).
+    bootstrap_host: str | None = None
     sources: list[str] = field(default_factory=list)
 
     # -- facts ---------------------------------------------------------------------------------
