@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.events import parse_iso_time
-from collector.forensics.driver import SCHEMA_PATH, run_forensics
+from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
 from collector.forensics.report import TABLE_ROWS, config_gaps, findings_table
 from detectors.registry import REGISTRY
 from simulator.offline import run_offline
@@ -187,6 +188,52 @@ def test_abort_race_canary_violations_name_the_responses_late_writes_hit(abort_r
     # Evidence keys are sorted, so the list runs from "candidates=" to the next key.
     in_csv = [r["evidence"].removeprefix("candidates=").split(";fail_reason=")[0] for r in rows]
     assert [json.loads(text) for text in in_csv] == lists
+
+
+def test_abort_race_possibly_exposed_counts_the_answered_responses_not_named(
+    abort_race: Run,
+) -> None:
+    # What a responder checks after the named: the answered requests the lists hold that are
+    # not named, counted in the JSON, said on the report's first lines and the terminal.
+    summary = abort_race.summary
+    named = {r["bootstrap_room"] for r in summary["exposure"]["requests"]}
+    lists = [f for f in summary["findings"] if "candidates" in f["evidence"]]
+    answered = {
+        c["bootstrap_room"]
+        for f in lists
+        for c in f["evidence"]["candidates"]
+        if c["served"] and c["bootstrap_room"] not in named
+    }
+    assert answered, "the scenario must leave some responses only listed"
+    assert summary["exposure"]["possible"] == {"groups": len(lists), "responses": len(answered)}
+    head = (abort_race.out / "report.md").read_text().split("## Exposed responses")[0]
+    assert f"{len(answered):,} answered responses among them are not named" in head
+    out = io.StringIO()
+    print_outcome(abort_race.result, out)
+    assert f"POSSIBLY EXPOSED: {len(lists):,} KV corruptions" in out.getvalue()
+
+
+def test_the_summary_says_which_span_of_time_the_logs_cover(incident: Run) -> None:
+    data = incident.summary["input"]
+    first, last = parse_iso_time(data["first_time"]), parse_iso_time(data["last_time"])
+    served = [parse_iso_time(r["time"]) for r in incident.truth["exposed"]]
+    assert first is not None and last is not None
+    # The engines' start-up lines come minutes before the scenario's traffic starts.
+    start = parse_iso_time(incident.truth["start"])
+    assert start is not None and 0 <= start - first < 600
+    assert first < min(served) and max(served) < last
+    assert abs(last - parse_iso_time(incident.truth["end"])) < 120
+    md = (incident.out / "report.md").read_text()
+    assert f"The logs cover {data['first_time']} to {data['last_time']}." in md
+
+
+def test_findings_csv_says_which_findings_are_exposures(incident: Run) -> None:
+    with open(incident.out / "findings.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    exposing = {f["dedup_key"] for f in incident.summary["findings"] if f.get("exposure")}
+    assert exposing
+    assert {r["dedup_key"] for r in rows if r["exposure"] == "true"} == exposing
+    assert {r["exposure"] for r in rows} == {"true", "false"}
 
 
 def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Run) -> None:

@@ -28,6 +28,7 @@ from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
     config_gaps,
+    possible_line,
     write_findings_csv,
     write_html,
     write_markdown,
@@ -352,8 +353,11 @@ def run_forensics(
         progress=progress.advance,
         stage_factory=WorkerStages(config.ledger, window_seconds),
     )
+    first_time: float | None = None
     try:
         for event in events:
+            if first_time is None:
+                first_time = event.time
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
             for finding in process(event):
@@ -368,6 +372,8 @@ def run_forensics(
     if parquet is not None:
         outputs["parquet"] = parquet.path
     summary = build_summary(paths, stats, pipeline, evidence)
+    summary["input"]["first_time"] = iso_time(first_time)
+    summary["input"]["last_time"] = iso_time(pipeline.now)
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
     outputs["html"] = out_dir / "report.html"
@@ -400,6 +406,24 @@ def _clean(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_clean(v) for v in value]
     return value
+
+
+def _possible(findings: list[Finding], named: set[str | None]) -> dict[str, int]:
+    """Findings that list the requests one of which was hit (a KV canary violation with several
+    in flight): how many, and how many answered responses they list that are not named above,
+    the ones a responder must check next."""
+    groups = 0
+    answered: set[tuple[Any, Any, Any]] = set()
+    for finding in findings:
+        candidates = finding.evidence.get("candidates") if finding.severity != "info" else None
+        if not candidates:
+            continue
+        groups += 1
+        for c in candidates:
+            room, rid = c.get("bootstrap_room"), c.get("rid")
+            if c.get("served") and (room or rid) not in named:
+                answered.add((room, c.get("node"), rid))
+    return {"groups": groups, "responses": len(answered)}
 
 
 def build_summary(
@@ -439,6 +463,7 @@ def build_summary(
             "first": iso_time(min(times)) if times else None,
             "last": iso_time(max(times)) if times else None,
             "count": len(exposed),
+            "possible": _possible(findings, {e.bootstrap_room or e.rid for e in exposed}),
         },
         "findings": [_clean(f.to_json_dict()) for f in findings],
         "findings_by_severity": {s: by_severity.get(s, 0) for s in SEVERITY_RANK},
@@ -544,6 +569,8 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         f"the whole run took {result.seconds:.1f} s "
         f"({data['bytes'] / 1e6 / max(result.seconds, 1e-9):,.0f} MB/s end to end)\n"
     )
+    if data.get("first_time"):
+        out.write(f"logs cover {data['first_time']} .. {data['last_time']}\n")
     if exposure["count"]:
         out.write(
             f"EXPOSED: {exposure['count']:,} responses probably carried another request's data, "
@@ -565,6 +592,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         f"findings: {severities.get('critical', 0):,} critical, "
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
     )
+    possible = exposure.get("possible") or {}
+    if possible.get("groups"):
+        out.write(f"POSSIBLY EXPOSED: {possible_line(possible)}\n")
     for gap in config_gaps(summary):
         out.write(
             f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "

@@ -118,7 +118,7 @@ def timing_plot(data: PlotData) -> bytes:
             markeredgewidth=0,
             alpha=0.35,
             color="#2c7fb8",
-            label=f"served honestly ({len(honest):,} sampled)",
+            label=f"not flagged ({len(honest):,} shown)",
         )
     if exposed:
         ax.plot(
@@ -228,7 +228,7 @@ def findings_timeline(data: PlotData) -> bytes:
 def deferred_plot(data: PlotData) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 3.2))
     if not data.deferred_outcomes:
-        _empty(ax, "no deferred KV releases logged")
+        _empty(ax, "no deferred KV releases logged: no decode request failed mid-transfer")
         return _png(fig)
     width = data.deferred_bin_seconds
     edges, counts = _bin_runs(data.deferred_outcomes, width)
@@ -376,6 +376,7 @@ def _time_axis(ax: Axes, data: PlotData) -> None:
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))  # type: ignore[no-untyped-call]
     ax.xaxis_date(tz=UTC)
+    ax.set_xlabel("time (UTC)")
     ax.grid(True, alpha=0.2)
 
 

@@ -32,16 +32,23 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
         "summary",
         "runbook",
         "dedup_key",
+        "exposure",
         "evidence",
     ]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
         for finding in findings:
-            row = [finding.get(c) for c in columns[:-1]]
+            row = [finding.get(c) for c in columns[:-2]]
+            row.append("true" if finding.get("exposure") else "false")
             evidence = finding.get("evidence") or {}
             row.append(";".join(f"{k}={_value(v)}" for k, v in sorted(evidence.items())))
             writer.writerow(["" if v is None else v for v in row])
+
+
+def _switch(value: Any) -> str:
+    """A setting that is on, off or not known (a protection turned off is what to spot)."""
+    return "?" if value is None else ("on" if value else "off")
 
 
 def _value(value: Any) -> str:
@@ -86,6 +93,15 @@ def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def possible_line(possible: dict[str, int]) -> str:
+    """The possibly exposed, in one line: what the responder checks after the named ones."""
+    groups, responses = possible.get("groups", 0), possible.get("responses", 0)
+    return (
+        f"{groups:,} KV corruptions hit one of several requests in flight; {responses:,} "
+        f"answered responses among them are not named above (listed in the report)"
+    )
+
+
 def _candidates(finding: dict[str, Any]) -> str:
     return ", ".join(
         f"{c.get('bootstrap_room') or '-'} ({c.get('node') or '?'} {c.get('rid') or '?'})"
@@ -124,6 +140,10 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     exposure = summary["exposure"]
     counts = Counter(f["severity"] for f in summary["findings"])
     lines = []
+    data = summary["input"]
+    if data.get("first_time"):
+        # What the verdict covers: nothing before the first line or after the last is judged.
+        lines.append(f"The logs cover {data['first_time']} to {data['last_time']}.")
     if exposure["count"]:
         lines.append(
             f"{exposure['count']:,} client responses probably carried another request's data, "
@@ -131,6 +151,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append("No client response was found to carry another request's data.")
+    possible = exposure.get("possible") or {}
+    if possible.get("groups"):
+        lines.append(f"Possibly exposed: {possible_line(possible)}.")
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
@@ -199,7 +222,9 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         for point in info.get("config", []):
             out.append(
                 f"  - {point['time']}: pool {_n(point.get('max_total_num_tokens'))}, "
-                f"context {_n(point.get('context_len'))}, version {point.get('version') or '?'}"
+                f"context {_n(point.get('context_len'))}, version {point.get('version') or '?'}, "
+                f"KV checksum {_switch(point.get('kv_checksum'))}, "
+                f"transfer {point.get('transfer_backend') or '?'}"
             )
     data = summary["input"]
     out += [
@@ -303,16 +328,21 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
             f"<td>{_e(finding['node'])}</td><td>{_e(finding['summary'])}</td></tr>"
         )
     parts.append("</table>")
+    if not shown:
+        parts.append("<p>None.</p>")
     if rest:
         parts.append(f"<p>({_e(rest)})</p>")
     parts.append("<h2>Nodes</h2><table><tr><th>node</th><th>role</th><th>since</th>")
-    parts.append("<th>pool</th><th>context</th><th>version</th></tr>")
+    parts.append("<th>pool</th><th>context</th><th>version</th><th>KV checksum</th>")
+    parts.append("<th>transfer</th></tr>")
     for node, info in sorted(summary["nodes"].items()):
         for point in info.get("config", []):
             parts.append(
                 f"<tr><td>{_e(node)}</td><td>{_e(info.get('role'))}</td><td>{_e(point['time'])}"
                 f"</td><td>{_e(_n(point.get('max_total_num_tokens')))}</td>"
-                f"<td>{_e(_n(point.get('context_len')))}</td><td>{_e(point.get('version'))}</td></tr>"
+                f"<td>{_e(_n(point.get('context_len')))}</td><td>{_e(point.get('version'))}</td>"
+                f"<td>{_e(_switch(point.get('kv_checksum')))}</td>"
+                f"<td>{_e(point.get('transfer_backend'))}</td></tr>"
             )
     data = summary["input"]
     parts.append(
