@@ -155,9 +155,34 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = _disambiguate_nodes(found)
+    found = _exports_to_hosts(_disambiguate_nodes(found))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
+
+
+# The file name `--export-metrics-to-file` gives every node's records (`…-YYYYMMDD_HH.log`).
+EXPORT_NAME: Final = "sglang-request-metrics"
+# The stream kind of a node's exports: a log, read beside the node's other logs (`streams_of`).
+EXPORT_STREAM: Final = "log:export"
+
+
+def is_export(path: Path) -> bool:
+    return path.name.startswith(EXPORT_NAME)
+
+
+def _exports_to_hosts(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """Request-metric exports are named alike on every node, so their name says nothing of
+    the node: one kept in a host's folder (`decode-0/metrics/sglang-request-metrics-….log`)
+    is that host's, when the host is a node by its other files."""
+    nodes = {f.node for f in files if f.node != EXPORT_NAME}
+    out = []
+    for f in files:
+        if f.node == EXPORT_NAME:
+            host = next((p.name for p in f.path.parents if p.name in nodes), None)
+            if host is not None:
+                f = replace(f, node=host)
+        out.append(f)
+    return out
 
 
 def _regular_files(root: Path, skip: Counter[str]) -> list[Path]:

@@ -19,10 +19,12 @@ from typing import Any
 from collector.events import BATCH_KINDS, METRIC, Event
 from collector.files import (
     DROPPED,
+    EXPORT_STREAM,
     ReadStats,
     TelemetryFile,
     discover,
     file_time,
+    is_export,
     read_line_blocks,
     read_lines,
 )
@@ -225,12 +227,14 @@ def streams_of(
     kind, its snapshots (.prom, saved /server_info) in snapshot-time order.
 
     Snapshots form their own stream so the merge places each at its moment instead of before or
-    after all of the node's log lines. One stream per node and kind (not per file) keeps memory
-    bounded: the merge holds one pending item per stream.
+    after all of the node's log lines; so do a node's request-metric exports (`log:export`),
+    written alongside its log, not after it. One stream per node and kind (not per file) keeps
+    memory bounded: the merge holds one pending item per stream.
     """
     streams: dict[tuple[str, str], list[TelemetryFile]] = {}
     for tf in discover(paths, skipped):
-        streams.setdefault((tf.node, tf.kind), []).append(tf)
+        kind = EXPORT_STREAM if tf.kind == "log" and is_export(tf.path) else tf.kind
+        streams.setdefault((tf.node, kind), []).append(tf)
     return streams
 
 

@@ -275,7 +275,7 @@ class WorkerStages:
     window_seconds: float | None
 
     def __call__(self, key: tuple[str, str]) -> ChainedStages | None:
-        if key[1] != "log":
+        if not key[1].startswith("log"):
             return None
         stages: list[Stage] = []
         if self.window_seconds is not None:

@@ -24,6 +24,7 @@ import json
 import re
 from typing import Any
 
+from collector.events import iso_time
 from collector.sglang.envelope import peel
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
@@ -474,20 +475,45 @@ def _int_of_decimal(value: str) -> int:
 def _exported_metrics_record(record: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """`--export-metrics-to-file` records: meta_info nested or flattened, plus request parameters.
 
-    Only the metadata is read; `request_parameters` (which can hold the prompt) is ignored.
+    Only the metadata is read. `request_parameters` (a JSON string, which can hold the prompt)
+    gives its ids alone: the room and the prefill host a PD request was sent with, the rid. The
+    record has no time of its own but meta_info's `request_finished_ts`.
     """
     meta = record.get("meta_info")
     if not isinstance(meta, dict):
         meta = record if "prompt_tokens" in record and "id" in record else None
     if meta is None:
         return None
+    params = _parameter_ids(record.get("request_parameters"))
     raw_room = record.get("bootstrap_room", meta.get("bootstrap_room"))
+    if raw_room is None:
+        raw_room = params.get("bootstrap_room")
     room = str(raw_room) if isinstance(raw_room, int) or str(raw_room).isdigit() else None
-    fields = _finished_fields(meta, None, room)
+    rid = params.get("rid")
+    fields = _finished_fields(meta, rid if isinstance(rid, str) else None, room)
+    host = params.get("bootstrap_host")
+    if isinstance(host, str) and _OBJ_HOST.fullmatch(f"bootstrap_host='{host}'"):
+        fields["bootstrap_host"] = host
     stamp = record.get("timestamp") or record.get("time")
     if isinstance(stamp, str):
         fields["record_time"] = stamp
+    else:
+        finished = fields.get("request_finished_ts")
+        if isinstance(finished, float) and 1e9 < finished < 1e11:
+            fields["record_time"] = iso_time(finished)
     return "request_finished", fields
+
+
+def _parameter_ids(params: object) -> dict[str, Any]:
+    """The ids among an exported record's request parameters; never their text."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params)
+        except (ValueError, RecursionError):
+            return {}
+    if not isinstance(params, dict):
+        return {}
+    return {k: params[k] for k in ("rid", "bootstrap_room", "bootstrap_host") if k in params}
 
 
 def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:

@@ -1,0 +1,110 @@
+"""`--export-metrics-to-file` records: each node's, read beside its log, judged like its requests.
+
+Every node writes its exports as `sglang-request-metrics-YYYYMMDD_HH.log`, so the file name
+says nothing of the node: one kept in a host's folder is that host's. The records carry no time
+but `request_finished_ts`, and their ids (room, prefill host, rid) sit inside
+`request_parameters`, beside the prompt, of which nothing may be kept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from collector.files import EXPORT_NAME, discover
+from collector.forensics.driver import run_forensics
+from collector.parse import streams_of
+from collector.sglang.request_log import parse_json_record
+
+T = 1_788_674_400.0  # 2026-09-06T06:00:00Z
+SECRET = "MARK-do-not-keep-this-prompt"
+
+
+def _export(rid: str, room: int, prompt: int, ttft: float, finished: float) -> str:
+    params = {
+        "text": f"{SECRET} " * 4,
+        "rid": rid,
+        "bootstrap_host": "10.0.1.10",
+        "bootstrap_port": 8998,
+        "bootstrap_room": room,
+    }
+    record = {
+        "request_parameters": json.dumps(params),
+        "id": rid,
+        "finish_reason": {"type": "stop", "matched": 2},
+        "prompt_tokens": prompt,
+        "completion_tokens": 120,
+        "cached_tokens": 0,
+        "e2e_latency": ttft + 4.0,
+        "first_token_latency": ttft,
+        "request_received_ts": finished - ttft - 4.0,
+        "request_finished_ts": finished,
+    }
+    return json.dumps(record)
+
+
+def _server_args(mode: str) -> str:
+    args = {"model_path": "zai-org/GLM-5.3", "context_length": 1048576, "tp_size": 8}
+    return f"[2026-09-06 05:00:00] server_args={dict(args, disaggregation_mode=mode)!r}"
+
+
+def _deployment(root: Path) -> None:
+    capacity = (
+        "max_total_num_tokens={}, chunked_prefill_size=16384, max_prefill_tokens=16384, "
+        "max_running_requests=64, context_len=1048576, available_gpu_mem=21.95 GB"
+    )
+    (root / "prefill-0").mkdir(parents=True)
+    (root / "prefill-0" / "sglang.log").write_text(
+        f"{_server_args('prefill')}\n"
+        f"[2026-09-06 05:00:55 TP0] {capacity.format(681280)}\n"
+        "[2026-09-06 05:00:56] CommonKVBootstrapServer started successfully on 10.0.1.10:8998\n"
+    )
+    (root / "decode-0" / "metrics").mkdir(parents=True)
+    (root / "decode-0" / "sglang.log").write_text(
+        f"{_server_args('decode')}\n[2026-09-06 05:00:55 TP0] {capacity.format(2040000)}\n"
+    )
+    (root / "decode-0" / "metrics" / f"{EXPORT_NAME}-20260906_06.log").write_text(
+        _export("honest", 11, 40_000, 4.1, T + 60)
+        + "\n"
+        + _export("leaked", 22, 813_151, 0.03, T + 900)
+        + "\n"
+    )
+
+
+def test_an_export_record_gives_its_ids_and_time_and_none_of_its_text() -> None:
+    kind, fields = parse_json_record(_export("r1", 7, 900_000, 0.03, T)) or ("", {})
+    assert kind == "request_finished"
+    assert (fields["rid"], fields["bootstrap_room"], fields["bootstrap_host"]) == (
+        "r1",
+        "7",
+        "10.0.1.10",
+    )
+    assert fields["record_time"] == "2026-09-06T06:00:00.000Z"
+    assert SECRET not in json.dumps(fields)
+
+
+def test_an_export_in_a_hosts_folder_is_that_hosts_and_its_own_stream(tmp_path: Path) -> None:
+    _deployment(tmp_path)
+    nodes = {f.path.name: f.node for f in discover([tmp_path])}
+    assert nodes[f"{EXPORT_NAME}-20260906_06.log"] == "decode-0"
+    # Written beside the log, not after it: merged by time with it, not read after it.
+    assert set(streams_of([tmp_path])) == {
+        ("decode-0", "log"),
+        ("decode-0", "log:export"),
+        ("prefill-0", "log"),
+    }
+    # Alone, with no host to belong to, it keeps the name it has.
+    alone = tmp_path / "decode-0" / "metrics"
+    assert {f.node for f in discover([alone])} == {EXPORT_NAME}
+
+
+def test_an_over_length_prompt_known_only_from_an_export_is_named(tmp_path: Path) -> None:
+    _deployment(tmp_path / "logs")
+    result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
+    exposure = result.summary["exposure"]
+    assert [(r["rid"], r["bootstrap_room"], r["node"]) for r in exposure["requests"]] == [
+        ("leaked", "22", "decode-0")
+    ]
+    assert exposure["first"] == "2026-09-06T06:15:00.000Z"
+    for name in ("report.md", "report.html", "findings.csv", "forensics.json"):
+        assert SECRET not in (tmp_path / "out" / name).read_text()
