@@ -213,6 +213,34 @@ def test_abort_race_possibly_exposed_counts_the_answered_responses_not_named(
     assert f"POSSIBLY EXPOSED: {len(lists):,} KV corruptions" in out.getvalue()
 
 
+def test_abort_race_signals_are_counted_whatever_the_detectors_made_of_them(
+    abort_race: Run, healthy: Run
+) -> None:
+    signals = abort_race.summary["abort_signals"]
+    # Every deferred release that timed out, once per room (its TP ranks all log it).
+    timeouts = len(abort_race.truth["deferred_release_timeouts"])
+    assert signals["deferred_release_outcomes"]["timeout"] == timeouts > 0
+    head = (abort_race.out / "report.md").read_text().split("## Findings by detector")[0]
+    assert f"Abort-race signals: {timeouts:,} deferred KV releases timed out" in head
+    # A healthy deployment's few failures are said, and said to be under the floors.
+    failures = healthy.summary["abort_signals"]["transfer_failure_lines"]
+    assert (
+        f"{failures:,} transfer-failure lines were logged (below the floors"
+        in (healthy.out / "report.md").read_text()
+    )
+
+
+def test_the_findings_by_detector_table_counts_what_the_list_holds(incident: Run) -> None:
+    md = (incident.out / "report.md").read_text()
+    table = md.split("## Findings by detector")[1].split("\n## ")[0]
+    for detector in {f["detector"] for f in incident.summary["findings"]}:
+        mine = [f for f in incident.summary["findings"] if f["detector"] == detector]
+        critical = sum(f["severity"] == "critical" for f in mine)
+        warning = sum(f["severity"] == "warning" for f in mine)
+        info = sum(f["severity"] == "info" for f in mine)
+        assert f"| {detector} | {critical:,} | {warning:,} | {info:,} |" in table
+
+
 def test_the_summary_says_which_span_of_time_the_logs_cover(incident: Run) -> None:
     data = incident.summary["input"]
     first, last = parse_iso_time(data["first_time"]), parse_iso_time(data["last_time"])

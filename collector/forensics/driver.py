@@ -27,6 +27,7 @@ from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
+    abort_signals_line,
     config_gaps,
     possible_line,
     write_findings_csv,
@@ -374,6 +375,13 @@ def run_forensics(
     summary = build_summary(paths, stats, pipeline, evidence)
     summary["input"]["first_time"] = iso_time(first_time)
     summary["input"]["last_time"] = iso_time(pipeline.now)
+    outcomes: Counter[str] = Counter()
+    for counts in evidence.deferred.values():
+        outcomes.update(counts)
+    summary["abort_signals"] = {
+        "deferred_release_outcomes": dict(sorted(outcomes.items())),
+        "transfer_failure_lines": stats.events.get("transfer_failed", 0),
+    }
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
     outputs["html"] = out_dir / "report.html"
@@ -595,6 +603,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         out.write(f"POSSIBLY EXPOSED: {possible_line(possible)}\n")
+    signals = abort_signals_line(summary)
+    if signals:
+        out.write(f"{signals}\n")
     for gap in config_gaps(summary):
         out.write(
             f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "

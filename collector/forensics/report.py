@@ -93,6 +93,61 @@ def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+_STORM_DETECTORS = frozenset({"deferred_release_timeouts", "transfer_failure_storm"})
+
+
+def abort_signals_line(summary: dict[str, Any]) -> str:
+    """The abort race's telemetry in one line, said even when no storm was raised: a responder
+    weighs 56 timeouts under the paging floor differently from none ("" when there is none)."""
+    signals = summary.get("abort_signals") or {}
+    timeouts = (signals.get("deferred_release_outcomes") or {}).get("timeout", 0)
+    failures = signals.get("transfer_failure_lines", 0)
+    if not timeouts and not failures:
+        return ""
+    storms = [
+        f
+        for f in summary["findings"]
+        if f["detector"] in _STORM_DETECTORS and f["severity"] != "info"
+    ]
+    verdict = (
+        f"{len(storms):,} storm findings raised"
+        if storms
+        else "below the floors that raise a storm finding"
+    )
+    return (
+        f"Abort-race signals: {timeouts:,} deferred KV releases timed out and {failures:,} "
+        f"transfer-failure lines were logged ({verdict})."
+    )
+
+
+def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per detector: its findings by severity, first and last time, nodes: the shape of
+    the findings before their list (which three findings per exposed response make long)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for f in summary["findings"]:
+        row = rows.setdefault(
+            f["detector"],
+            {
+                "detector": f["detector"],
+                "critical": 0,
+                "warning": 0,
+                "info": 0,
+                "first": None,
+                "last": None,
+                "nodes": set(),
+            },
+        )
+        row[f["severity"]] += 1
+        if f["time"] is not None:
+            row["first"] = min(row["first"] or f["time"], f["time"])
+            row["last"] = max(row["last"] or f["time"], f["time"])
+        if f["node"]:
+            row["nodes"].add(f["node"])
+    return sorted(
+        rows.values(), key=lambda r: (-r["critical"], -r["warning"], -r["info"], r["detector"])
+    )
+
+
 def possible_line(possible: dict[str, int]) -> str:
     """The possibly exposed, in one line: what the responder checks after the named ones."""
     groups, responses = possible.get("groups", 0), possible.get("responses", 0)
@@ -154,6 +209,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
+    signals = abort_signals_line(summary)
+    if signals:
+        lines.append(signals)
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
@@ -177,6 +235,17 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
     out = ["# kvwatch forensics report", ""]
     out += [f"- {line}" for line in _headline(summary)]
     exposure = summary["exposure"]
+    rows = by_detector(summary)
+    if rows:
+        out += ["", "## Findings by detector", ""]
+        out.append("| detector | critical | warning | info | first | last | nodes |")
+        out.append("|---|---|---|---|---|---|---|")
+        for row in rows:
+            out.append(
+                f"| {row['detector']} | {row['critical']:,} | {row['warning']:,} | "
+                f"{row['info']:,} | {row['first'] or ''} | {row['last'] or ''} | "
+                f"{len(row['nodes']):,} |"
+            )
     out += ["", "## Exposed responses", ""]
     if exposure["requests"]:
         out.append(
@@ -286,6 +355,18 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
             f"src='data:image/png;base64,{data}'><figcaption>{_e(captions[name])}</figcaption>"
             "</figure>"
         )
+    rows = by_detector(summary)
+    if rows:
+        parts.append("<h2>Findings by detector</h2><table><tr><th>detector</th>")
+        parts.append("<th>critical</th><th>warning</th><th>info</th><th>first</th><th>last</th>")
+        parts.append("<th>nodes</th></tr>")
+        for row in rows:
+            parts.append(
+                f"<tr><td>{_e(row['detector'])}</td><td>{row['critical']:,}</td>"
+                f"<td>{row['warning']:,}</td><td>{row['info']:,}</td><td>{_e(row['first'])}</td>"
+                f"<td>{_e(row['last'])}</td><td>{len(row['nodes']):,}</td></tr>"
+            )
+        parts.append("</table>")
     parts.append(f"<h2>Exposed responses ({exposure['count']:,})</h2>")
     if exposure["requests"]:
         parts.append(
