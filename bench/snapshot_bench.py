@@ -5,7 +5,8 @@ counters, say), and a saved `.prom` may be as large as the 64 MB document cap. F
 a handful of SGLang signals from it; this bench writes one snapshot of `--series` series nobody
 reads around the few that are read, and prints the time, the ratio to `grep -c ''` on the same
 file and the peak memory of the forensics run (which must stay a small multiple of the file,
-not grow with the series as events).
+not grow with the series as events). Last, the cost of one engine scrape of 5,000 series
+parsed in this process (what the live sidecar pays per scrape), against counting its lines.
 
     python bench/snapshot_bench.py [--series 880000] [--runs 3] [--keep DIR]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from timing import Column, interleaved, kvwatch_command, print_table, work_folder
@@ -64,7 +66,46 @@ def main() -> int:
         }
         print_table(COLUMNS, [row])
         print(f"median of {args.runs} interleaved runs, page cache warm")
+    print(scrape_figures())
     return 0
+
+
+def engine_scrape(series: int = 5000) -> str:
+    """An engine's /metrics: histogram families whose few label blocks repeat."""
+    lines: list[str] = []
+    for family in range(series // 50):
+        lines.append(f"# TYPE sglang:family_{family} histogram")
+        for i in range(45):
+            lines.append(
+                f'sglang:family_{family}_bucket{{dp_rank="{i % 8}",engine_type="decode",'
+                f'le="{i}.0",model_name="glm-5.3",tp_rank="{i % 8}"}} {i}.0'
+            )
+        for i in range(5):
+            lines.append(
+                f'sglang:family_{family}_sum{{dp_rank="{i}",engine_type="decode",'
+                f'model_name="glm-5.3",tp_rank="{i}"}} 1.5e3'
+            )
+    return "\n".join(lines) + "\n"
+
+
+def scrape_figures(repeats: int = 20) -> str:
+    """One engine scrape parsed in this process, against counting its lines (`str.count`, the
+    in-process `grep -c ''`), best of `repeats`: what the live sidecar pays per scrape."""
+    from collector.sglang.prometheus import parse_exposition
+
+    text = engine_scrape()
+    parse_s = count_s = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        parse_exposition(text, node="n", source="s", time=0.0)
+        parse_s = min(parse_s, time.perf_counter() - start)
+        start = time.perf_counter()
+        text.count("\n")
+        count_s = min(count_s, time.perf_counter() - start)
+    return (
+        f"engine scrape of 5,000 series ({len(text) / 1e6:.2f} MB): {parse_s * 1e3:.1f} ms to "
+        f"parse, {count_s * 1e3:.3f} ms to count its lines (ratio {count_s / parse_s:.4f})"
+    )
 
 
 if __name__ == "__main__":
