@@ -154,7 +154,7 @@ class _Evidence:
             entry = self._exposed_entry(exposing[0])
             if serving is not None:
                 entry.rid, entry.node = serving.rid, serving.node
-                entry.time = serving.finished_time or entry.time
+                entry.time = serving.sent_time or serving.finished_time or entry.time
             entry.prompt_tokens = record.prompt_tokens or entry.prompt_tokens
             entry.cached_tokens = record.cached_tokens
             if prefill is not None:

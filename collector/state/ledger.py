@@ -508,6 +508,10 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         host = get("bootstrap_host")
         if host is not None:
             side.bootstrap_host = str(host)
+        sent = get("response_sent_to_client_ts")
+        if sent is None:
+            sent = get("request_finished_ts")
+        side.sent_time = sent if type(sent) is float and 1e9 < sent < 1e11 else None
         side.finished_time = time if time is not None else side.last_time
         value = get("prompt_tokens")
         side.prompt_tokens = value if type(value) is int else _int(value, side.prompt_tokens)
@@ -637,6 +641,8 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.transfer_reason = later.transfer_reason
     if later.bootstrap_host is not None:
         side.bootstrap_host = later.bootstrap_host
+    if later.finished_time is not None:
+        side.sent_time = later.sent_time
     side.checksum_mismatch = side.checksum_mismatch or later.checksum_mismatch
     side.metadata_corruption = side.metadata_corruption or later.metadata_corruption
     if later.has_trace:
