@@ -495,6 +495,26 @@ def build_summary(
     }
 
 
+# Exposed responses further apart than this are shaded as separate spans on the time plots:
+# one band from the first to the last drew exposure through lulls and downtimes.
+EXPOSURE_GAP_SECONDS = 3600.0
+
+
+def exposure_spans(times: list[float]) -> list[tuple[float, float]]:
+    """The exposed responses' times as spans, split where an hour passes without one.
+
+    >>> exposure_spans([10.0, 0.0, 7200.0, 9000.0])
+    [(0.0, 10.0), (7200.0, 9000.0)]
+    """
+    spans: list[tuple[float, float]] = []
+    for when in sorted(times):
+        if spans and when - spans[-1][1] <= EXPOSURE_GAP_SECONDS:
+            spans[-1] = (spans[-1][0], when)
+        else:
+            spans.append((when, when))
+    return spans
+
+
 def _plot_data(
     pipeline: DetectionPipeline, evidence: _Evidence, summary: dict[str, Any]
 ) -> PlotData:
@@ -514,11 +534,7 @@ def _plot_data(
                 pools.setdefault(node, []).append(
                     (config.since, config.pool_tokens, config.context_len)
                 )
-    exposure = summary["exposure"]
-    window = None
     times = [e.time for e in evidence.exposed.values() if e.time is not None]
-    if exposure["count"] and times:
-        window = (min(times), max(times))
     return PlotData(
         timing=evidence.timing,
         floor_seconds_per_token=floor,
@@ -527,7 +543,7 @@ def _plot_data(
         deferred_outcomes={h: dict(c) for h, c in evidence.deferred.items()},
         deferred_bin_seconds=evidence.deferred_bin_seconds,
         pools=pools,
-        exposure_window=window,
+        exposure_spans=exposure_spans(times),
         end_time=pipeline.now,
     )
 
