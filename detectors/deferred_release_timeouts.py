@@ -9,7 +9,8 @@ upstream PR), so one timeout means little: the signal is the timeout count or sh
 releases, or the held gauge, rising well above the deployment's own baseline with enough
 volume to mean it. Per window (event time) the score is the largest of
 
-* timeouts / (`ratio` x baseline timeouts), when timeouts >= `min_timeouts`;
+* timeouts / (`ratio` x baseline timeouts), when timeouts >= `min_timeouts`, or of this window
+  and the quiet one before it together against twice that (a burst across their boundary);
 * timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
   the `outcome` counter, which also counts `drained`);
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
@@ -34,7 +35,14 @@ from collector.events import Event
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
-from detectors.storm import Episode, StormConfig, StormDetector, metric_signal, sample_value
+from detectors.storm import (
+    Episode,
+    StormConfig,
+    StormDetector,
+    burst_score,
+    metric_signal,
+    sample_value,
+)
 from detectors.windows import Baseline
 
 _RELEASE_SIGNALS = frozenset({"deferred_release_total"})
@@ -142,6 +150,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_held_ = Baseline(cfg.baseline_windows)
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
         self.episode_ = Episode()
+        # The window before, when it did not fire: its timeouts and the baseline it was judged
+        # against (`burst_score`).
+        self.quiet_window_: tuple[float, float] | None = None
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -152,6 +163,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_held": self.baseline_held_.to_list(),
             "recent_mismatches": list(self.recent_mismatches_),
             "episode": self.episode_.to_state(),
+            "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -165,6 +177,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
         )
         self.episode_ = Episode.from_state(state.get("episode"))
+        quiet = state.get("quiet_window")
+        self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -228,8 +242,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         base_share = self.baseline_share_.level(0.0)
         base_held = self.baseline_held_.level(cfg.prior_held)
         scores = {"timeouts": 0.0, "share": 0.0, "held": 0.0}
-        if timeouts >= cfg.min_timeouts:
-            scores["timeouts"] = timeouts / (cfg.ratio * base_timeouts)
+        scores["timeouts"] = burst_score(
+            timeouts, self.quiet_window_, cfg.min_timeouts, cfg.ratio, base_timeouts
+        )
+        self.quiet_window_ = None
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -242,6 +258,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
         episode = self.episode_
         if score < cfg.threshold:
+            self.quiet_window_ = (timeouts, base_timeouts)
             self.baseline_timeouts_.add(timeouts)
             if share is not None:
                 self.baseline_share_.add(share)

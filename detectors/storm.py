@@ -5,7 +5,8 @@ in bursts, and "a burst" means relative to the deployment's own past, not to a f
 (`detectors.windows`). A `StormDetector` owns the tumbling window clock, the counter deltas
 of the Prometheus samples it reads, and the window being filled; a subclass says what an
 event adds to the window (`_fold`), whether the open window holds anything (`_has_data`), and
-how a closed window is judged (`_close`, which also keeps the subclass's baselines).
+how a closed window is judged (`_close`, which also keeps the subclass's baselines). Windows are
+aligned to the clock, so a burst is also judged with the quiet window before it (`burst_score`).
 """
 
 from __future__ import annotations
@@ -191,6 +192,32 @@ class StormDetector(Detector[S], Generic[S, W]):
     def _close(self, window: W, start: float, ctx: DetectionContext) -> Finding | None:
         """Judge the window that began at `start` (already replaced by an empty one)."""
         raise NotImplementedError
+
+
+def burst_score(
+    count: float,
+    previous: tuple[float, float] | None,
+    floor: float,
+    ratio: float,
+    base: float,
+) -> float:
+    """A window's count against `ratio` x baseline once it reaches the volume `floor`, or, if
+    higher, the count of it and the quiet window before it as one window twice as long, against
+    twice the bar as it stood before that window entered the baseline (`previous`: its count
+    and that baseline): a burst split by the windows' boundary, 4 timeouts each side of
+    07:15:00, is the burst it would be inside one window.
+
+    >>> burst_score(4, (4, 1.0), floor=5, ratio=4.0, base=4.0)  # 8 across the boundary
+    1.0
+    >>> burst_score(4, None, floor=5, ratio=4.0, base=1.0)  # under the floor on its own
+    0.0
+    """
+    single = count / (ratio * base) if count >= floor else 0.0
+    if previous is None or count <= 0:
+        return single
+    pair = count + previous[0]
+    double = pair / (2.0 * ratio * min(base, previous[1])) if pair >= floor else 0.0
+    return max(single, double)
 
 
 def metric_signal(fields: dict[str, Any], by_name: dict[str, str]) -> object:

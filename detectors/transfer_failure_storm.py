@@ -2,17 +2,17 @@
 
 Feeds the alert `KVWatchTransferFailureStorm`.
 
-Every failed transfer is an abort mid-transfer on one side or the other: the condition of the
-abort race, where RDMA writes still in flight land in pages decode has re-let. A few failures
-are normal (client disconnects); a storm (a prefill node lost, a load balancer aborting) widens
-the race window for everyone. Per window (event time) the count of failed requests is compared
-with the baseline of earlier normal windows: score = failures / (`ratio` x baseline), a warning
-at or above `threshold` once failures reach `min_failures`. One finding per storm; a storm
-outlasts up to `episode_gap_windows` quiet windows in a row. Both sides log (and count) the same
-failed request, so failures are the larger of the distinct rooms in `... transfer failed` / `...
-handshake failed` lines across the deployment, and the increase of
-`sglang:num_transfer_failed_reqs_total` plus `sglang:num_bootstrap_failed_reqs_total` summed
-over the nodes of one role (the larger role).
+Every failed transfer is an abort mid-transfer on one side or the other: the condition of the abort
+race, where RDMA writes still in flight land in pages decode has re-let. A few failures are normal
+(client disconnects); a storm (a prefill node lost, a load balancer aborting) widens the race window
+for everyone. Per window (event time) the count of failed requests is compared with the baseline of
+earlier normal windows: score = failures / (`ratio` x baseline), a warning at or above `threshold`
+once failures reach `min_failures` (or of this window and the quiet one before it together against
+twice the bar: a burst across their boundary). One finding per storm; a storm outlasts up to
+`episode_gap_windows` quiet windows in a row. Both sides log (and count) the same failed request, so
+failures are the larger of the distinct rooms in `... transfer failed` / `... handshake failed`
+lines across the deployment, and the increase of `sglang:num_transfer_failed_reqs_total` plus
+`sglang:num_bootstrap_failed_reqs_total` summed over the nodes of one role (the larger role).
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ from collector.events import Event
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
-from detectors.storm import Episode, StormConfig, StormDetector, metric_signal, sample_value
+from detectors.storm import (
+    Episode,
+    StormConfig,
+    StormDetector,
+    burst_score,
+    metric_signal,
+    sample_value,
+)
 from detectors.windows import Baseline
 
 _FAILURE_SIGNALS = frozenset({"transfer_failed_total", "bootstrap_failed_total"})
@@ -118,18 +125,24 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         super()._init_learned()
         self.baseline_ = Baseline(self.config.baseline_windows)
         self.storm_ = Episode()
+        # The window before, when it did not fire: its failures and the baseline it was judged
+        # against (`burst_score`).
+        self.quiet_window_: tuple[float, float] | None = None
 
     def _learned_state(self) -> dict[str, Any]:
         return {
             **super()._learned_state(),
             "baseline": self.baseline_.to_list(),
             "storm": self.storm_.to_state(),
+            "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
         super()._load_learned(state)
         self.baseline_ = Baseline(self.config.baseline_windows, state["baseline"])
         self.storm_ = Episode.from_state(state.get("storm"))
+        quiet = state.get("quiet_window")
+        self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
 
     def _fold(self, event: Event) -> None:
         if event.kind == "transfer_failed":
@@ -160,8 +173,10 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         nodes = sorted(window.nodes())
         failures = window.failures(lambda node: ctx.timeline.role_at(node, start))
         base = self.baseline_.level(cfg.prior_failures)
-        score = failures / (cfg.ratio * base) if failures >= cfg.min_failures else 0.0
+        score = burst_score(failures, self.quiet_window_, cfg.min_failures, cfg.ratio, base)
+        self.quiet_window_ = None
         if score < cfg.threshold:
+            self.quiet_window_ = (failures, base)
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None

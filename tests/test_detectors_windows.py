@@ -527,3 +527,21 @@ def test_exact_neighbours_of_every_row_need_no_edge() -> None:
     assert found is not None
     distances, indices = BallTree(data, leaf_size=30).query(data, 9)
     assert np.array_equal(found[0], distances) and np.array_equal(found[1], indices)
+
+
+@pytest.mark.parametrize(("burst", "fires"), [(8, True), (12, True), (4, False)])
+def test_a_timeout_burst_split_by_a_window_boundary_is_judged_whole(
+    burst: int, fires: bool
+) -> None:
+    # Windows are aligned to the clock: a burst of 8 timeouts in 80 s, half each side of
+    # T + 3600, is under the volume floor (5) in both windows. Judged with the quiet window
+    # before it, as one window twice as long against twice the bar, it is the storm it is.
+    quiet = [timeout(T + 300 * w + 7, 9000 + w) for w in range(0, 12, 3)]
+    edge = T + 3600
+    spread = [timeout(edge - 40 + 80 * i / burst, i) for i in range(burst)]
+    findings = list(
+        DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(
+            sorted(quiet + spread + [timeout(T + 7200, 99_999)], key=lambda e: e.time or 0.0)
+        )
+    )
+    assert [f.severity for f in findings] == (["warning"] if fires else [])
