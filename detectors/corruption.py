@@ -34,6 +34,8 @@ class RoomCorruption(Detector[C]):
     cause: ClassVar[str] = ""
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        if record.bootstrap_room is None:
+            return []  # no KV crossed between nodes: no transfer to be corrupt
         for side in record.sides:
             if self._flagged(side):
                 room = record.bootstrap_room

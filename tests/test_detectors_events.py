@@ -284,3 +284,24 @@ def test_a_request_that_never_reached_the_slots_position_was_not_hit():
         *_served(2, T + 40, T + 90),
     )
     assert named.bootstrap_room == "2" and named.exposure
+
+
+def test_an_error_that_echoes_the_users_words_is_no_corruption() -> None:
+    # A 400 whose message quotes a user's regex naming the engine's messages is no proof:
+    # only a message that opens with the engine's own words is (reference §2.9).
+    from collector.sglang.request_log import abort_code
+
+    echoed = "Invalid grammar request: req.grammar_key=('regex', '(KV checksum mismatch|x)')"
+    assert abort_code(echoed) == "other"
+    assert abort_code("KV checksum mismatch") == "checksum_mismatch"
+    # As a finish record's meta_info gives it: the literal's quote first.
+    assert abort_code("'KV checksum mismatch', 'status_code': 500") == "checksum_mismatch"
+    assert abort_code("Metadata corruption detected - bootstrap_room mismatch") == (
+        "metadata_corruption"
+    )
+    # Outside PD no KV crossed between nodes: even the engine's words name no transfer.
+    unified = [
+        Event(e.kind, "unified-0", e.time, e.source, {**e.fields, "bootstrap_room": None})
+        for e in _aborted("4242", "checksum_mismatch", T)[1:]
+    ]
+    assert not list(DetectionPipeline(detectors=[ChecksumMismatch()]).run(unified))

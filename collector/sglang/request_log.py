@@ -77,8 +77,6 @@ _ABORT_CODES: tuple[tuple[str, str], ...] = (
     ("exceeds the maximum number of tokens", "exceeds_max_tokens"),
     ("longer than the model's context length", "context_length"),
     ("maximum context length", "context_length"),
-    ("KV checksum mismatch", "checksum_mismatch"),
-    ("Metadata corruption", "metadata_corruption"),
     ("running timeout", "running_timeout"),
     ("waiting timeout", "waiting_timeout"),
     ("bootstrap room", "no_bootstrap_room"),
@@ -89,9 +87,22 @@ _ABORT_CODES: tuple[tuple[str, str], ...] = (
 )
 
 
+# Aborts that prove a corrupt transfer, by the engine's own message (reference §2.9), which must
+# open the message: found anywhere, they could be the user's words that another error echoes
+# (`Invalid grammar request: ...('regex', '(KV checksum mismatch|...)')`).
+_PROOF_CODES: tuple[tuple[str, str], ...] = (
+    ("KV checksum mismatch", "checksum_mismatch"),
+    ("Metadata corruption detected", "metadata_corruption"),
+)
+
+
 def abort_code(message: str | None) -> str | None:
     if not message:
         return None
+    opening = message.lstrip(" '\"")
+    for prefix, code in _PROOF_CODES:
+        if opening.startswith(prefix):
+            return code
     for needle, code in _ABORT_CODES:
         if needle in message:
             return code
