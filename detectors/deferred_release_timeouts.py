@@ -258,7 +258,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
         episode = self.episode_
         if score < cfg.threshold:
-            self.quiet_window_ = (timeouts, base_timeouts)
+            self.quiet_window_ = (float(timeouts), float(base_timeouts))
             self.baseline_timeouts_.add(timeouts)
             if share is not None:
                 self.baseline_share_.add(share)

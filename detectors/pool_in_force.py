@@ -2,12 +2,14 @@
 
 Both the over-length verdict and the learning guard of the timing detector need it. The room's
 own prefill node is used when the ledger saw it (none when that node's pool is not known). When
-no prefill side was seen, decode's `bootstrap_host` names the node if one of those read announced
-it (`CommonKVBootstrapServer started ... on host:port`), and none when the nodes read announced
-other addresses (the request went to a prefill node whose logs are not here). Otherwise the
-largest prefill pool of the serving node's deployment (same model) in force at the request's time
-(the most lenient choice: a prompt longer than every prefill pool cannot have fit anywhere);
-outside PD, the serving node's own pool.
+no prefill side was seen, decode's `bootstrap_host` and `bootstrap_port` name the node that had
+announced them by then (`CommonKVBootstrapServer started ... on host:port`). A host no node read
+announced rules out those that announced other addresses (once hosts are known to compare: IP
+addresses, one already matched), and the largest pool of the rest is used; none when no node is
+left (the request went to a prefill node whose logs are not here). Otherwise the largest prefill
+pool of the serving node's deployment (same model) in force at the request's time (the most
+lenient choice: a prompt longer than every prefill pool cannot have fit anywhere); outside PD,
+the serving node's own pool.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
+from collector.state.config_timeline import ConfigTimeline
 from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
@@ -65,19 +68,22 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         return None
     serving = record.serving
     host = serving.bootstrap_host if serving is not None else None
-    if host is not None:
-        owner = ctx.timeline.bootstrap_node(host)
+    if serving is not None and host is not None:
+        timeline = ctx.timeline
+        owner = timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
             config = ctx.config_at(owner, when)
             if config is None or config.pool_tokens is None:
                 return None
             return PoolInForce(config.pool_tokens, owner, config.generation, "bootstrap host")
-        if _elsewhere(host, ctx.timeline.bootstrap_hosts()):
-            return None
     model = None
     if serving is not None:
         serving_config = ctx.config_at(serving.node, when)
         model = serving_config.model if serving_config is not None else None
+    if serving is not None and host is not None:
+        ruled_out = _ruled_out(host, ctx.timeline)
+        if ruled_out is not None:
+            return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
     if largest is not None:
         node, tokens = largest
@@ -91,18 +97,59 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     return None
 
 
-def _elsewhere(host: str, announced: frozenset[str]) -> bool:
-    """Whether decode's `bootstrap_host`, which no node read announced, surely names a prefill
-    node whose logs were not read: the nodes read did announce their hosts, and in the same
-    form (IP addresses both): a name beside addresses may be one of them by another name."""
-    if not announced or not _is_address(host):
-        return False
-    return all(_is_address(other) for other in announced)
+def _ruled_out(host: str, timeline: ConfigTimeline) -> frozenset[str] | None:
+    """The prefill nodes decode's `bootstrap_host`, which no node read announced, rules out:
+    those that announced other addresses. None when the two cannot be compared: hosts given as
+    names, or an address in none of the announced ones' subnets while no decode's host has
+    matched an announced one (a Service address or another NIC may name a node read under
+    another name; the nodes of one deployment share their subnets)."""
+    announced = timeline.bootstrap_hosts()
+    address = _address(host)
+    if address is None or not announced:
+        return None
+    others = [_address(a) for a in announced]
+    if any(a is None for a in others):
+        return None
+    if not timeline.bootstrap_matched and not any(
+        a is not None and a.version == address.version and address in _subnet(a) for a in others
+    ):
+        return None
+    return frozenset(node for h in announced for node in timeline.bootstrap_owners(h))
 
 
-def _is_address(host: str) -> bool:
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        ipaddress.ip_address(host)
+        return ipaddress.ip_address(host.strip().strip("[]"))
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def _subnet(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    prefix = 24 if address.version == 4 else 64
+    return ipaddress.ip_network(f"{address}/{prefix}", strict=False)
+
+
+def _largest_of_the_rest(
+    ctx: DetectionContext, when: float | None, model: str | None, ruled_out: frozenset[str]
+) -> PoolInForce | None:
+    """The most lenient pool among the prefill nodes a request may have met once those that
+    announced other addresses are ruled out; none when a remaining node's pool is unknown, or
+    none remains (the request went to a prefill node whose logs are not here)."""
+    timeline = ctx.timeline
+    rest = [
+        node
+        for node in timeline.nodes()
+        if node not in ruled_out and timeline.role_at(node, when) == "prefill"
+    ]
+    best: PoolInForce | None = None
+    for node in sorted(rest):
+        config = ctx.config_at(node, when)
+        if config is None or config.pool_tokens is None:
+            return None
+        if best is None or config.pool_tokens > best.tokens:
+            best = PoolInForce(
+                config.pool_tokens, node, config.generation, "prefill node not announcing it"
+            )
+    return best

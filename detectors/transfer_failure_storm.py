@@ -176,7 +176,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         score = burst_score(failures, self.quiet_window_, cfg.min_failures, cfg.ratio, base)
         self.quiet_window_ = None
         if score < cfg.threshold:
-            self.quiet_window_ = (failures, base)
+            self.quiet_window_ = (float(failures), float(base))
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None

@@ -244,16 +244,81 @@ def test_without_the_prefill_side_the_largest_prefill_pool_in_force_is_used():
     assert findings[0].evidence["pool_basis"] == "largest prefill pool in force"
 
 
-def _fetched_from(host: str, events: list[Event]) -> list[Event]:
-    """Decode's request records naming the prefill host it was told to fetch the KV from."""
+def _fetched_from(host: str, events: list[Event], port: int = 8998) -> list[Event]:
+    """Decode's request records naming the prefill host and port it was told to fetch from."""
     return [
-        Event(e.kind, e.node, e.time, e.source, {**e.fields, "bootstrap_host": host})
+        Event(
+            e.kind,
+            e.node,
+            e.time,
+            e.source,
+            {**e.fields, "bootstrap_host": host, "bootstrap_port": port},
+        )
         for e in events
     ]
 
 
-def _announces(node: str, host: str) -> Event:
-    return ev("bootstrap_server", node, T + 2, host=host, port=8998)
+def _announces(node: str, host: str, port: int = 8998, t: float = T + 2) -> Event:
+    return ev("bootstrap_server", node, t, host=host, port=port)
+
+
+def _judged(fleet: list[Event], *requests: list[Event]) -> list[tuple[str | None, str, str]]:
+    findings = run(OverLengthAnswered(), fleet, *requests)
+    return [(f.bootstrap_room, f.evidence["pool_node"], f.evidence["pool_basis"]) for f in findings]
+
+
+SMALL_AND_BIG = LEAKY + boot("prefill-1", "prefill", T, 2_040_000, "0.5.19")
+
+
+def test_two_prefill_servers_on_one_host_are_told_apart_by_port() -> None:
+    fleet = SMALL_AND_BIG + [
+        _announces("prefill-0", "10.0.1.10", 8998),
+        _announces("prefill-1", "10.0.1.10", 8999),
+    ]
+    honest = _fetched_from("10.0.1.10", decode_answer(1, T + 100, 900_000, ttft=80.0), 8999)
+    leaked = _fetched_from("10.0.1.10", decode_answer(2, T + 200, 900_000, ttft=0.05), 8998)
+    assert _judged(fleet, honest, leaked) == [("2", "prefill-0", "bootstrap host")]
+
+
+def test_an_address_taken_over_after_a_restart_names_the_node_that_had_it_then() -> None:
+    # Rescheduled pods swap addresses at T + 1000: a request before names the node of before.
+    fleet = SMALL_AND_BIG + [
+        _announces("prefill-0", "10.0.1.10"),
+        _announces("prefill-1", "10.0.1.11"),
+        _announces("prefill-0", "10.0.1.11", t=T + 1000),
+        _announces("prefill-1", "10.0.1.10", t=T + 1000),
+    ]
+    honest = _fetched_from("10.0.1.11", decode_answer(1, T + 100, 900_000, ttft=80.0))
+    leaked = _fetched_from("10.0.1.11", decode_answer(2, T + 2000, 900_000, ttft=0.05))
+    assert _judged(fleet, honest, leaked) == [("2", "prefill-0", "bootstrap host")]
+
+
+def test_ipv6_hosts_match_in_any_spelling() -> None:
+    fleet = SMALL_AND_BIG + [
+        _announces("prefill-0", "fd00::11"),
+        _announces("prefill-1", "[fd00::12]"),
+    ]
+    bracketed = _fetched_from("[fd00::11]", decode_answer(1, T + 100, 900_000, ttft=0.05))
+    spelt_out = _fetched_from("fd00:0:0:0:0:0:0:11", decode_answer(2, T + 200, 900_000, ttft=0.05))
+    honest = _fetched_from("fd00::12", decode_answer(3, T + 300, 900_000, ttft=80.0))
+    assert [room for room, _, _ in _judged(fleet, bracketed, spelt_out, honest)] == ["1", "2"]
+
+
+def test_an_unannounced_address_rules_out_only_nodes_it_can_be_compared_with() -> None:
+    # prefill-0 (small) bound 0.0.0.0 and announced nothing usable; prefill-1 (big) announced
+    # 10.0.1.12. A request fetched from 10.0.1.11, in their subnet, was not prefill-1's: it
+    # can only have met prefill-0's pool.
+    fleet = SMALL_AND_BIG + [
+        _announces("prefill-0", "0.0.0.0"),
+        _announces("prefill-1", "10.0.1.12"),
+    ]
+    leaked = _fetched_from("10.0.1.11", decode_answer(1, T + 100, 900_000, ttft=0.05))
+    assert _judged(fleet, leaked) == [("1", "prefill-0", "prefill node not announcing it")]
+    # A Service address in another range, which no request's host ever matched, may be
+    # either node under another name: the most lenient pool, as without hosts.
+    fleet = SMALL_AND_BIG + [_announces("prefill-0", "10.0.1.10")]
+    service = _fetched_from("10.96.0.15", decode_answer(2, T + 100, 2_100_000, ttft=0.05))
+    assert _judged(fleet, service) == [("2", "prefill-1", "largest prefill pool in force")]
 
 
 def test_without_the_prefill_side_decodes_bootstrap_host_names_the_prefill_node():

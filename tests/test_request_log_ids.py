@@ -96,7 +96,8 @@ def test_the_bootstrap_host_is_read_after_the_rid_never_from_the_user_text() -> 
         "sampling_params={'max_new_tokens': 8}, rid='r9', stream=False, "
         "bootstrap_host='10.0.1.12', bootstrap_port=8998, bootstrap_room=77)"
     )
-    assert request_log.parse_text_receive(receive)["bootstrap_host"] == "10.0.1.12"
+    fields = request_log.parse_text_receive(receive)
+    assert (fields["bootstrap_host"], fields["bootstrap_port"]) == ("10.0.1.12", 8998)
     finish = (
         receive.replace("Receive:", "Finish:")
         + ", out={'text': 'bootstrap_host=\\'7.7.7.7\\'', 'meta_info': {'id': 'r9', "

@@ -49,6 +49,7 @@ _STATUS_CODE = re.compile(r"'status_code': (\d+)")
 _OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
 _OBJ_HOST = re.compile(r"bootstrap_host='([^'\\\s]{1,255})'")
+_OBJ_PORT = re.compile(r"bootstrap_port=(\d{1,5})\b")
 _INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
 _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 # One engine writes meta_info with the same keys in the same order finish after finish.
@@ -116,12 +117,17 @@ def _obj_ids(text: str, end: int | None = None) -> tuple[str | None, str | None]
     return rid, room
 
 
+# Where decode was told to fetch a request's KV: the prefill's bootstrap host and port.
+Address = tuple[str, int | None]
+
+
 def _obj_ids_and_end(
     text: str, end: int | None = None
-) -> tuple[str | None, str | None, str | None, int]:
-    """`_obj_ids`, the `bootstrap_host` written between them (the prefill node decode fetched
-    from; looked for only after the rid, past the user text), and where the later of the ids
-    ends in `text` (-1: neither found, or found in a copy with the user text blanked)."""
+) -> tuple[str | None, str | None, Address | None, int]:
+    """`_obj_ids`, the `bootstrap_host` and `bootstrap_port` written between them (the prefill
+    node decode fetched from; looked for only after the rid, past the user text), and where the
+    later of the ids ends in `text` (-1: neither found, or found in a copy with the user text
+    blanked)."""
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
     # each key is found once and then looked for again only after that point. Bounded by `end`
     # rather than sliced: no copy of the kilobytes.
@@ -159,7 +165,10 @@ def _obj_ids_and_end(
                 host_at = text.find("bootstrap_host=", ids_end, room_at)
                 if host_at >= 0:
                     h = _OBJ_HOST.match(text, host_at, room_at)
-                    host = h.group(1) if h else None
+                    if h is not None:
+                        port_at = text.find("bootstrap_port=", h.end(), room_at)
+                        p = _OBJ_PORT.match(text, port_at, room_at) if port_at >= 0 else None
+                        host = (h.group(1), int(p.group(1)) if p else None)
             if room_end > ids_end:
                 ids_end = room_end
     return rid, room, host, -1 if blanked else ids_end
@@ -385,15 +394,21 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
 
 
 def parse_text_receive(message: str) -> dict[str, Any]:
-    rid, room, host, ids_end = _obj_ids_and_end(message)
+    rid, room, address, ids_end = _obj_ids_and_end(message)
     openai = message.startswith("Receive OpenAI")
     tail = _complete_receive_tails.get(len(message) - ids_end) if ids_end >= 0 else None
     if (tail is None or not message.endswith(tail)) and not _receive_walked(message, ids_end):
         return {"rid": None, "bootstrap_room": None, "openai": openai}  # cut: no ids
     fields: dict[str, Any] = {"rid": rid, "bootstrap_room": room, "openai": openai}
-    if host is not None:
-        fields["bootstrap_host"] = host
+    _note_address(fields, address)
     return fields
+
+
+def _note_address(fields: dict[str, Any], address: Address | None) -> None:
+    if address is not None:
+        fields["bootstrap_host"] = address[0]
+        if address[1] is not None:
+            fields["bootstrap_port"] = address[1]
 
 
 def parse_text_finish(message: str) -> dict[str, Any]:
@@ -409,7 +424,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     if fields is None and not _text_record_complete(message, finish=True):
         return _finished_fields({}, None, None)
     out_at = message.rfind(", out={")
-    rid, room, host, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
+    rid, room, address, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
     if meta_text is None:
         fields = _finished_fields({}, rid, room)
     else:
@@ -420,8 +435,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
         if fields["rid"] is None:  # no id in meta_info: the request's own
             fields["rid"] = rid
         fields["bootstrap_room"] = room
-    if host is not None:
-        fields["bootstrap_host"] = host
+    _note_address(fields, address)
     return fields
 
 
@@ -502,9 +516,7 @@ def _exported_metrics_record(record: dict[str, Any]) -> tuple[str, dict[str, Any
     room = str(raw_room) if isinstance(raw_room, int) or str(raw_room).isdigit() else None
     rid = params.get("rid")
     fields = _finished_fields(meta, rid if isinstance(rid, str) else None, room)
-    host = params.get("bootstrap_host")
-    if isinstance(host, str) and _OBJ_HOST.fullmatch(f"bootstrap_host='{host}'"):
-        fields["bootstrap_host"] = host
+    _note_address(fields, _address(params))
     stamp = record.get("timestamp") or record.get("time")
     if isinstance(stamp, str):
         fields["record_time"] = stamp
@@ -524,7 +536,16 @@ def _parameter_ids(params: object) -> dict[str, Any]:
             return {}
     if not isinstance(params, dict):
         return {}
-    return {k: params[k] for k in ("rid", "bootstrap_room", "bootstrap_host") if k in params}
+    keys = ("rid", "bootstrap_room", "bootstrap_host", "bootstrap_port")
+    return {k: params[k] for k in keys if k in params}
+
+
+def _address(record: dict[str, Any]) -> Address | None:
+    """A JSON record's bootstrap host and port, when they are what the engine writes."""
+    host, port = record.get("bootstrap_host"), record.get("bootstrap_port")
+    if not isinstance(host, str) or not _OBJ_HOST.fullmatch(f"bootstrap_host='{host}'"):
+        return None
+    return host, port if isinstance(port, int) and 0 < port < 65536 else None
 
 
 def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
@@ -547,9 +568,7 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
         room = raw_room
     stamp = record.get("timestamp")
     extra: dict[str, Any] = {"record_time": stamp} if isinstance(stamp, str) else {}
-    host = obj_dict.get("bootstrap_host")
-    if isinstance(host, str) and _OBJ_HOST.fullmatch(f"bootstrap_host='{host}'"):
-        extra["bootstrap_host"] = host
+    _note_address(extra, _address(obj_dict))
     if event == "request.finished":
         out = record.get("out")
         meta = out.get("meta_info") if isinstance(out, dict) else None

@@ -312,8 +312,14 @@ class ConfigTimeline:
         # The latest start of a generation after a node's first: from then on every node's
         # current generation is the one in force.
         self._latest_restart = float("-inf")
-        # Prefill KV bootstrap hosts as their nodes announced them: host -> node.
-        self._bootstrap_hosts: dict[str, str] = {}
+        # Prefill KV bootstrap servers as their nodes announced them, by normalised host:
+        # [(since, port, node)] in time order (a restarted pod may take another's address).
+        self._bootstrap: dict[str, list[tuple[float, int | None, str]]] = {}
+        # Nodes that announced an address no decode can be told (0.0.0.0, loopback), and
+        # whether a decode's bootstrap host has ever matched an announced one: until it has,
+        # the two may name the same servers differently (a Service address, another NIC).
+        self._unaddressed: set[str] = set()
+        self.bootstrap_matched = False
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -322,7 +328,7 @@ class ConfigTimeline:
         handler = _HANDLERS.get(event.kind)
         if handler is None:
             if event.kind == BOOTSTRAP_SERVER:
-                self._note_bootstrap_host(event.node, event.get("host"))
+                self._note_bootstrap(event.node, event.get("host"), event.get("port"), event.time)
             return None
         if (
             event.kind == NODE_WINDOW
@@ -361,31 +367,57 @@ class ConfigTimeline:
         if len(history.starts) > 1 and history.starts[-1] > self._latest_restart:
             self._latest_restart = history.starts[-1]
 
-    def _note_bootstrap_host(self, node: str, host: object) -> None:
-        """A node's KV bootstrap server listens on `host`; one bound to every interface or to
-        loopback (`0.0.0.0`, `::`, `127.0.0.1`) names no host a decode could be told."""
-        if not isinstance(host, str) or not host:
+    def _note_bootstrap(self, node: str, host: object, port: object, time: float | None) -> None:
+        """A node's KV bootstrap server listens on `host:port`; one bound to every interface or
+        to loopback (`0.0.0.0`, `::`, `127.0.0.1`) names no address a decode could be told."""
+        self._nodes.setdefault(node, _NodeHistory(node))  # kept in its state
+        key = normal_host(host) if isinstance(host, str) else None
+        if key is None:
+            self._unaddressed.add(node)
             return
         try:
-            address = ipaddress.ip_address(host)
+            address = ipaddress.ip_address(key)
         except ValueError:
             address = None
         if address is not None and (address.is_unspecified or address.is_loopback):
+            self._unaddressed.add(node)
             return
-        if self._bootstrap_hosts.get(host) != node:
-            self._bootstrap_hosts[host] = node
-            self._nodes.setdefault(node, _NodeHistory(node))  # kept in its state
+        entries = self._bootstrap.setdefault(key, [])
+        since = time if time is not None else float("-inf")
+        entry = (since, port if isinstance(port, int) else None, node)
+        if entry not in entries:
+            entries.append(entry)
+            entries.sort(key=lambda e: e[0])
             self.version += 1
 
     # -- queries -------------------------------------------------------------------------------
 
-    def bootstrap_node(self, host: str) -> str | None:
-        """The node whose KV bootstrap server announced `host` (decode's `bootstrap_host`)."""
-        return self._bootstrap_hosts.get(host)
+    def bootstrap_node(self, host: str, port: int | None, time: float | None) -> str | None:
+        """The node whose KV bootstrap server had announced `host:port` (decode's
+        `bootstrap_host`, `bootstrap_port`) by `time`; the first to announce it, for a request
+        before every announcement. A port either side does not give matches any."""
+        key = normal_host(host)
+        entries = self._bootstrap.get(key) if key is not None else None
+        if not entries:
+            return None
+        fitting = [e for e in entries if port is None or e[1] is None or e[1] == port]
+        if not fitting:
+            return None
+        self.bootstrap_matched = True
+        earlier = [e for e in fitting if time is not None and e[0] <= time]
+        return earlier[-1][2] if earlier else fitting[0][2]
 
     def bootstrap_hosts(self) -> frozenset[str]:
-        """Every KV bootstrap host a node announced."""
-        return frozenset(self._bootstrap_hosts)
+        """Every KV bootstrap host a node announced, normalised."""
+        return frozenset(self._bootstrap)
+
+    def bootstrap_owners(self, host: str) -> frozenset[str]:
+        """The nodes that announced `host` (normalised) at any time."""
+        return frozenset(node for _, _, node in self._bootstrap.get(host, ()))
+
+    def unaddressed_bootstrap_nodes(self) -> frozenset[str]:
+        """Nodes whose bootstrap server announced no address a decode could be told."""
+        return frozenset(self._unaddressed)
 
     def current_at(self, time: float | None) -> bool:
         """Whether every node's current generation is the one in force at `time` (true for
@@ -545,9 +577,13 @@ class ConfigTimeline:
                 "capacity_time": h.capacity_time,
                 "stated": sorted(h.stated),
                 "running_since": h.running_since,
-                "bootstrap_hosts": sorted(
-                    host for host, owner in self._bootstrap_hosts.items() if owner == node
+                "bootstrap": sorted(
+                    [host, since, port]
+                    for host, entries in self._bootstrap.items()
+                    for since, port, owner in entries
+                    if owner == node
                 ),
+                "unaddressed": node in self._unaddressed,
             }
             for node, h in self._nodes.items()
         }
@@ -571,8 +607,10 @@ class ConfigTimeline:
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
-            for host in data.get("bootstrap_hosts", []):
-                timeline._bootstrap_hosts[str(host)] = node
+            for host, since, port in data.get("bootstrap", []):
+                timeline._bootstrap.setdefault(str(host), []).append((float(since), port, node))
+            if data.get("unaddressed"):
+                timeline._unaddressed.add(node)
             timeline._nodes[node] = history
             timeline._reindex(history, None, history.current)
         return timeline
@@ -931,3 +969,15 @@ def _diff(before: NodeConfig | None, after: NodeConfig) -> frozenset[str]:
         for f in dataclasses.fields(after)
         if f.name not in skip and getattr(before, f.name) != getattr(after, f.name)
     )
+
+
+def normal_host(host: str) -> str | None:
+    """A host as one spelling: IP addresses without brackets, in their compressed form
+    (`[fd00::11]`, `fd00:0::11` -> `fd00::11`), names in lower case; None for empty."""
+    text = host.strip().strip("[]").strip()
+    if not text:
+        return None
+    try:
+        return ipaddress.ip_address(text).compressed
+    except ValueError:
+        return text.lower()

@@ -501,13 +501,9 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
     if kind == "request_received":
         if time is not None and (side.received_time is None or time < side.received_time):
             side.received_time = time
-        host = get("bootstrap_host")
-        if host is not None:
-            side.bootstrap_host = str(host)
+        _apply_address(side, get)
     elif kind == "request_finished":
-        host = get("bootstrap_host")
-        if host is not None:
-            side.bootstrap_host = str(host)
+        _apply_address(side, get)
         sent = get("response_sent_to_client_ts")
         if sent is None:
             sent = get("request_finished_ts")
@@ -600,6 +596,15 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
             side.received_time = start
 
 
+def _apply_address(side: SideRecord, get: Callable[[str], Any]) -> None:
+    """Where decode was told to fetch the KV from, when the line says."""
+    host = get("bootstrap_host")
+    if host is not None:
+        port = get("bootstrap_port")
+        side.bootstrap_host = str(host)
+        side.bootstrap_port = port if type(port) is int else None
+
+
 def merge_side(side: SideRecord, later: SideRecord) -> None:
     """Fold `later` (the same node's later lines about the request, folded on their own) into
     `side`: the same side as if every line had been applied to `side` in order (lines with a
@@ -640,7 +645,7 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
     if side.transfer_reason is None:
         side.transfer_reason = later.transfer_reason
     if later.bootstrap_host is not None:
-        side.bootstrap_host = later.bootstrap_host
+        side.bootstrap_host, side.bootstrap_port = later.bootstrap_host, later.bootstrap_port
     if later.finished_time is not None:
         side.sent_time = later.sent_time
     side.checksum_mismatch = side.checksum_mismatch or later.checksum_mismatch

@@ -66,6 +66,7 @@ class SideRecord:
     trace_completion_tokens: int | None = None
     # The prefill host decode was told to fetch the KV from (its request records say).
     bootstrap_host: str | None = None
+    bootstrap_port: int | None = None
     # When the client got the answer, as meta_info says (`response_sent_to_client_ts`, else
     # `request_finished_ts`): to the microsecond, where log stamps are whole seconds.
     sent_time: float | None = None
