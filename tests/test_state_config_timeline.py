@@ -152,9 +152,26 @@ def test_server_info_fills_version_and_a_changed_version_is_a_new_generation():
     assert tl.config_at("p0", T + 150).version == "0.5.19"
     assert tl.config_at("p0", T + 9_500).version == "0.5.21"
     assert tl.config_at("p0", T + 9_500).pool_tokens == 2_040_000
-    # The version is carried into a restart seen only through server args.
+    # A restart is when an engine is upgraded or rolled back, and SGLang never logs its version:
+    # after one seen only through server args the version is unknown, the one before unchanged.
     tl.update(ev("server_args", "p0", T + 20_000, disaggregation_mode="prefill"))
-    assert tl.config_at("p0", T + 20_001).version == "0.5.21"
+    assert tl.config_at("p0", T + 20_001).version is None
+    assert tl.config_at("p0", T + 9_500).version == "0.5.21"
+    # A snapshot of the new process states it for the whole of it.
+    tl.update(ev("server_info", "p0", T + 21_000, version="0.5.19"))
+    assert tl.config_at("p0", T + 20_001).version == "0.5.19"
+
+
+def test_a_dict_server_args_line_bounds_the_release_from_below():
+    # sglang-telemetry.md §2.2: 0.5.23 prints server_args as a dict, older releases as
+    # ServerArgs(...); the bound lasts until the next start-up.
+    tl = ConfigTimeline()
+    tl.update(ev("server_args", "p0", T, disaggregation_mode="prefill", args_format="dict"))
+    assert tl.config_at("p0", T + 1).min_version == "0.5.23"
+    tl.update(
+        ev("server_args", "p0", T + 5_000, disaggregation_mode="prefill", args_format="dataclass")
+    )
+    assert tl.config_at("p0", T + 5_001).min_version is None
 
 
 def test_metric_constants_set_pool_role_and_detect_a_changed_pool():
@@ -377,12 +394,12 @@ def test_unrelated_events_change_nothing():
     assert tl.config_at("zz", T) is None
 
 
-def test_a_version_carried_over_a_restart_is_corrected_not_restarted():
+def test_a_version_unknown_after_a_restart_is_filled_not_restarted():
     tl = ConfigTimeline()
     startup(tl, "p0", T, 681_280)
     tl.update(ev("server_info", "p0", T + 60, version="0.5.19", max_total_num_tokens=681_280))
     startup(tl, "p0", T + 5_000, 2_040_000)  # restart; logs do not say the version
-    assert tl.config_at("p0", T + 5_100).version == "0.5.19"  # carried over, for now
+    assert tl.config_at("p0", T + 5_100).version is None  # not the old one's
     change = tl.update(
         ev("server_info", "p0", T + 5_100, version="0.5.22", max_total_num_tokens=2_040_000)
     )

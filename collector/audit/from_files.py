@@ -177,9 +177,11 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
     for node in sorted(tracker.generations):
         history = tracker.timeline.history(node)
         facts_list: list[NodeFacts] = []
+        reported: str | None = None  # the last version reported before this generation
         for number, gen in enumerate(tracker.generations[node]):
             configs = [history[g] for g in gen.timeline_gens if g < len(history)]
-            facts = _node_facts(node, number, gen, configs)
+            facts = _node_facts(node, number, gen, configs, reported)
+            reported = facts.version or facts.stale_version
             facts.logs_read = node in logged
             facts_list.append(facts)
         for current, following in zip(facts_list, facts_list[1:], strict=False):
@@ -195,9 +197,16 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
     return Gathered(final, earlier, ignored, tracker.timeline)
 
 
-def _node_facts(node: str, number: int, gen: _Generation, configs: list[NodeConfig]) -> NodeFacts:
+def _node_facts(
+    node: str,
+    number: int,
+    gen: _Generation,
+    configs: list[NodeConfig],
+    reported_before: str | None = None,
+) -> NodeFacts:
     merged: dict[str, Any] = dict.fromkeys(_MERGED_FIELDS)
-    carried_version: str | None = None
+    # The timeline forgets a version at a restart; one reported before it may be stale.
+    carried_version: str | None = reported_before
     for config in configs:
         for name in _MERGED_FIELDS:
             value = getattr(config, name)
