@@ -346,7 +346,7 @@ def test_live_advance_closes_joins_without_new_events():
     pipeline = DetectionPipeline.from_config(GLM)
     for event in by_time(events):
         pipeline.process(event)
-    wait = pipeline.config.ledger.join_window_seconds
+    wait = pipeline.config.ledger.long_join_window_seconds  # a 700,000-token prompt
     assert pipeline.advance(T0 + 500 + 6.05 + wait - 1) == []
     found = pipeline.advance(T0 + 500 + 6.05 + wait)
     assert {(f.detector, f.bootstrap_room) for f in found} == {

@@ -154,7 +154,9 @@ def test_rejection_is_joined_through_the_rid_even_before_the_room_is_known():
 
 
 def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():
-    ledger = RequestLedger(LedgerConfig(join_window_seconds=60), role_of=role_of)
+    ledger = RequestLedger(
+        LedgerConfig(join_window_seconds=60, long_join_window_seconds=60), role_of=role_of
+    )
     ledger.add(ev("request_received", "prefill-0", T, rid="pA", bootstrap_room="11"))
     ledger.add(
         ev(
@@ -444,3 +446,20 @@ def test_a_decode_finishing_minutes_after_prefill_still_joins_it_by_default():
     (record,) = ledger.advance(T + 400 + 60)
     assert record.complete and record.prefill is not None and record.serving is not None
     assert ledger.stats.late_events == 0
+
+
+def test_only_a_half_the_incident_leaves_waits_the_long_window():
+    # A deployment logging decode alone holds 5 minutes of its ordinary requests, not 30: only
+    # a refusal, a stub or a prompt long enough to be refused waits the long window.
+    ledger = RequestLedger(role_of=role_of)
+    for event in decode_events("1", T, prompt=4_096):
+        ledger.add(event)
+    for event in decode_events("2", T, prompt=900_000, rid="d2"):
+        ledger.add(event)
+    cfg = ledger.config
+    assert cfg.join_window_seconds < cfg.long_join_window_seconds
+    short = ledger.advance(T + 3 + cfg.join_window_seconds)
+    assert [r.bootstrap_room for r in short] == ["1"]
+    assert ledger.advance(T + 3 + cfg.long_join_window_seconds - 1) == []
+    (long,) = ledger.advance(T + 3 + cfg.long_join_window_seconds)
+    assert long.bootstrap_room == "2"

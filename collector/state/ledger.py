@@ -62,11 +62,15 @@ class LedgerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # After one half is done, wait this long (event time) for the other half. Decode finishes
-    # a generation after prefill is done: 8,000 tokens at 20 tokens/s is 400 s, and a refused
-    # prompt answered that long after its refusal must still meet it (it was missed at 300 s).
-    # Only requests whose other half never comes wait it out; joined ones go after settling.
-    join_window_seconds: float = Field(default=1800.0, gt=0)
+    # After one half is done, wait this long (event time) for the other half.
+    join_window_seconds: float = Field(default=300.0, gt=0)
+    # ... and this long when the half that is done is the incident's: a refusal, a one-token
+    # stub, or a prompt of `long_prompt_tokens` or more. Decode finishes a generation after
+    # prefill is done: 8,000 tokens at 20 tokens/s is 400 s, and a refused prompt answered that
+    # long after its refusal must still meet it (it was missed at 300 s). Only those wait it
+    # out, so a deployment logging one side alone holds 5 minutes of its requests, not 30.
+    long_join_window_seconds: float = Field(default=1800.0, gt=0)
+    long_prompt_tokens: int = Field(default=65_536, ge=1)
     # After both halves are done, wait for trailing lines (time stats follow finishes).
     settle_seconds: float = Field(default=5.0, ge=0)
     # Emit a request that has been idle this long without finishing (crash, lost logs).
@@ -266,7 +270,7 @@ class RequestLedger:
             if entry is None or entry.deadline != deadline:
                 continue
             out.append(self._emit(entry))
-        horizon = now - self.config.join_window_seconds
+        horizon = now - self.config.long_join_window_seconds  # refusals wait the long window
         while self._pending:
             node_rid, refusal = next(iter(self._pending.items()))
             time = refusal.last_time
@@ -366,11 +370,23 @@ class RequestLedger:
         elif self._complete_with(entry, done):
             deadline = last + self._settle
         else:
-            deadline = max(earliest_done + cfg.join_window_seconds, last + self._settle)
+            window = (
+                cfg.long_join_window_seconds
+                if any(self._worth_the_wait(s) for s in done)
+                else cfg.join_window_seconds
+            )
+            deadline = max(earliest_done + window, last + self._settle)
         if deadline != entry.deadline:
             entry.deadline = deadline
             self._seq += 1
             heapq.heappush(self._heap, (deadline, self._seq, entry.key))
+
+    def _worth_the_wait(self, side: SideRecord) -> bool:
+        """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
+        if side.refused or side.stub_stats:
+            return True
+        prompt = side.prompt_length
+        return prompt is not None and prompt >= self.config.long_prompt_tokens
 
     def _emit(self, entry: _Entry) -> RequestRecord:
         self._entries.pop(entry.key, None)
