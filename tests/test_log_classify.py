@@ -92,3 +92,18 @@ def test_a_prefix_of_absurd_ranks_is_read_without_a_crash_or_a_cache_of_megabyte
         parser.parse(line, "decode-0.log:1")  # no exception
     keys = [*envelope._head_cache, *envelope._minute_cache, *envelope._rank_cache]
     assert max(map(len, keys), default=0) <= envelope.MAX_CACHED_KEY
+
+
+def test_an_access_line_a_wrapper_rerendered_is_still_an_access_line() -> None:
+    # Dynamo re-renders uvicorn's `INFO:     <client> - "<request>" <status>` as a record of
+    # the `uvicorn.access` logger, without that head (sglang-telemetry.md §2.1 wrappers).
+    wrapped = (
+        '2026-09-03T10:02:11.313909Z  INFO uvicorn.access: 10.0.0.2:41931 - "POST /generate '
+        'HTTP/1.1" 503'
+    )
+    bucket, event = LineParser("decode-0").parse(wrapped, "d.log:1")
+    assert bucket == "http_access" and event is not None
+    assert (event.fields["path"], event.fields["status"]) == ("/generate", 503)
+    # Another logger's record of the same words is not taken for one.
+    other = wrapped.replace("uvicorn.access", "sglang.srt.entrypoints.http_server")
+    assert LineParser("decode-0").parse(other, "d.log:2")[0] != "http_access"

@@ -31,8 +31,11 @@ _BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
 # `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo).
 _WRAPPER = re.compile(
     DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
-    r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:[\w.<>-]+:\s)?"
+    r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:([\w.<>-]+):\s)?"
 )
+# The logger whose records uvicorn prints as `INFO:     <client> - "<request>" <status>`: a
+# wrapper re-renders them without that head, which is given back so they read as access lines.
+_ACCESS_LOGGER = "uvicorn.access"
 # `1793614509118\t2026-11-02T10:15:09.118Z\t<line>` — log shipper prefix.
 _SHIPPER = re.compile(r"(\d{10,13})\t([^\t]{0,40})\t")
 # The UTC offset a shipper's ISO time ends with (`+02:00`, `-0530`).
@@ -237,7 +240,10 @@ def peel(line: str) -> Envelope:
         m = _WRAPPER.match(line)
         if m:
             when = _epoch(*m.groups()[:7])
-            return Envelope(when, None, {}, line[m.end() :], True)
+            message = line[m.end() :]
+            if m.group(9) == _ACCESS_LOGGER:
+                message = "INFO:     " + message
+            return Envelope(when, None, {}, message, True)
     embedded = _embedded_prefix(line)
     if embedded is not None:
         inner = peel(line[embedded:])
