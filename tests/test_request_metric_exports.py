@@ -108,3 +108,14 @@ def test_an_over_length_prompt_known_only_from_an_export_is_named(tmp_path: Path
     assert exposure["first"] == "2026-09-06T06:15:00.000Z"
     for name in ("report.md", "report.html", "findings.csv", "forensics.json"):
         assert SECRET not in (tmp_path / "out" / name).read_text()
+
+
+def test_exports_no_node_could_be_found_for_are_said_not_judged(tmp_path: Path) -> None:
+    _deployment(tmp_path / "logs")
+    export = tmp_path / "logs" / "decode-0" / "metrics" / f"{EXPORT_NAME}-20260906_06.log"
+    export.rename(tmp_path / "logs" / export.name)  # beside every node's folder, in none
+    result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
+    assert result.summary["requests"]["unattributed_exports"] == 2
+    assert result.summary["exposure"]["count"] == 0
+    head = (tmp_path / "out" / "report.md").read_text().split("## ")[0]
+    assert "2 requests were read from request-metric exports" in head

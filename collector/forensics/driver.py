@@ -23,6 +23,7 @@ from typing import Any, TextIO
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
+from collector.files import EXPORT_NAME
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
@@ -102,6 +103,8 @@ class _Evidence:
         self._recent_releases: dict[tuple[str, str, str], None] = {}
         self.parquet = parquet
         self.records = 0
+        # Requests known only from request-metric exports no node could be found for.
+        self.unattributed = 0
         # Exposure findings made while their request was judged (`record`), not yet noted.
         self._judged_with_record: set[int] = set()
         # Requests exposed by a finding made after their row was written (a KV canary
@@ -145,6 +148,8 @@ class _Evidence:
         # Called from inside the pipeline, before the driver notes these findings: the entry
         # is made here, so the request's details reach it (the findings then add their names).
         self.records += 1
+        if any(side.node == EXPORT_NAME for side in record.sides):
+            self.unattributed += 1
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -490,6 +495,7 @@ def build_summary(
         },
         "requests": {
             "total": evidence.records,
+            "unattributed_exports": evidence.unattributed,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }

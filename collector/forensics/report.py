@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from collector.files import EXPORT_NAME
 from collector.forensics.plots import PlotData, render_all
 
 TABLE_ROWS = 200
@@ -120,6 +121,19 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
     )
 
 
+def unattributed_exports_line(summary: dict[str, Any]) -> str:
+    """Request-metric exports that no node read could be found for: named alike on every node,
+    they belong to the node whose folder holds them ("" when every one found its node)."""
+    count = summary["requests"].get("unattributed_exports", 0)
+    if not count:
+        return ""
+    return (
+        f"{count:,} requests were read from request-metric exports ({EXPORT_NAME}-*.log) that "
+        "no node read could be found for, and were not judged against a prefill pool: put each "
+        "export in its node's folder, beside its log."
+    )
+
+
 def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per detector: its findings by severity, first and last time, nodes: the shape of
     the findings before their list (which three findings per exposed response make long)."""
@@ -212,6 +226,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     signals = abort_signals_line(summary)
     if signals:
         lines.append(signals)
+    unattributed = unattributed_exports_line(summary)
+    if unattributed:
+        lines.append(unattributed)
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
