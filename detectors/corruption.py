@@ -34,11 +34,11 @@ class RoomCorruption(Detector[C]):
     cause: ClassVar[str] = ""
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
-        if record.bootstrap_room is None:
+        room = record.bootstrap_room
+        if room is None:
             return []  # no KV crossed between nodes: no transfer to be corrupt
         for side in record.sides:
             if self._flagged(side):
-                room = record.bootstrap_room
                 return [
                     self._finding(
                         "critical",
@@ -49,7 +49,7 @@ class RoomCorruption(Detector[C]):
                             f"{self.cause}, as its finish record says: transferred KV was not "
                             f"what prefill sent"
                         ),
-                        subject=f"room:{room}" if room else f"{side.node}:{side.rid}",
+                        subject=f"room:{room}",
                         evidence={"abort_reason": self.name, "source": side.sources[-1:]},
                         rid=side.rid,
                         bootstrap_room=room,
