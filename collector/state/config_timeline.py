@@ -402,7 +402,8 @@ class ConfigTimeline:
     def bootstrap_node(self, host: str, port: int | None, time: float | None) -> str | None:
         """The node whose KV bootstrap server had announced `host:port` (decode's
         `bootstrap_host`, `bootstrap_port`) by `time`; the first to announce it, for a request
-        before every announcement. A port either side does not give matches any."""
+        before every announcement. A port either side does not give matches any. A match
+        sets `bootstrap_matched`: decode's hosts and the announced ones are known to compare."""
         key = normal_host(host)
         entries = self._bootstrap.get(key) if key is not None else None
         if not entries:
