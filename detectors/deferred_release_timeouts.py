@@ -36,6 +36,7 @@ from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
 from detectors.storm import (
+    PAIR_HISTORY,
     Episode,
     StormConfig,
     StormDetector,
@@ -258,7 +259,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
         episode = self.episode_
         if score < cfg.threshold:
-            self.quiet_window_ = (float(timeouts), float(base_timeouts))
+            if len(self.baseline_timeouts_) >= PAIR_HISTORY:
+                self.quiet_window_ = (float(timeouts), float(base_timeouts))
             self.baseline_timeouts_.add(timeouts)
             if share is not None:
                 self.baseline_share_.add(share)

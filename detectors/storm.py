@@ -151,9 +151,24 @@ class StormDetector(Detector[S], Generic[S, W]):
         self._fold(event)
         return findings
 
+    def due_at(self) -> float:
+        """Due at once until the windows have started: they start at the stream's first moment,
+        not at this detector's first event, so the quiet hours before a burst are windows of
+        its baseline."""
+        clock = self.__dict__.get("clock_")
+        if not isinstance(clock, WindowClock) or clock.start is None:
+            return -math.inf
+        return clock.start + clock.width
+
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        if math.isinf(now) and self.clock_.start is None and self._has_data():
-            self.clock_.place(ctx.now if ctx.now is not None else 0.0)
+        clock = self.clock_
+        if clock.start is None:
+            if not math.isinf(now):
+                clock.place(now)
+                return []
+            if not self._has_data():
+                return []
+            clock.place(ctx.now if ctx.now is not None else 0.0)
         findings: list[Finding] = []
         for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
             window, self.window_ = self.window_, self.window_class()
@@ -192,6 +207,11 @@ class StormDetector(Detector[S], Generic[S, W]):
     def _close(self, window: W, start: float, ctx: DetectionContext) -> Finding | None:
         """Judge the window that began at `start` (already replaced by an empty one)."""
         raise NotImplementedError
+
+
+# Windows of history the bar must rest on before a window is judged with the one before it:
+# at the start of the logs a steady rate would otherwise be twice a prior that knows nothing.
+PAIR_HISTORY = 3
 
 
 def burst_score(

@@ -27,6 +27,7 @@ from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 from detectors.storm import (
+    PAIR_HISTORY,
     Episode,
     StormConfig,
     StormDetector,
@@ -176,7 +177,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         score = burst_score(failures, self.quiet_window_, cfg.min_failures, cfg.ratio, base)
         self.quiet_window_ = None
         if score < cfg.threshold:
-            self.quiet_window_ = (float(failures), float(base))
+            if len(self.baseline_) >= PAIR_HISTORY:
+                self.quiet_window_ = (float(failures), float(base))
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None

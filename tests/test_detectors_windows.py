@@ -545,3 +545,10 @@ def test_a_timeout_burst_split_by_a_window_boundary_is_judged_whole(
         )
     )
     assert [f.severity for f in findings] == (["warning"] if fires else [])
+
+
+def test_a_steady_rate_from_the_first_line_of_the_logs_is_no_storm() -> None:
+    # 4 timeouts every 5 minutes from the start (lost drain acks as routine): under the volume
+    # floor each, and no window is judged with the one before until the bar rests on history.
+    steady = [timeout(T + 300 * w + 60 * i, 100 * w + i) for w in range(24) for i in range(4)]
+    assert list(DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(steady)) == []
