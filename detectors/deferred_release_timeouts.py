@@ -11,6 +11,8 @@ volume to mean it. Per window (event time) the score is the largest of
 
 * timeouts / (`ratio` x baseline timeouts), when timeouts >= `min_timeouts`, or of this window
   and the quiet one before it together against twice that (a burst across their boundary);
+* failed releases / (`ratio` x baseline failures), when failures >= `min_errors` (the reference:
+  alert on releases failing, not on timeouts alone);
 * timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
   the `outcome` counter, which also counts `drained`);
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
@@ -57,6 +59,7 @@ _NAME_SIGNAL = {
 class DeferredReleaseTimeoutsConfig(StormConfig):
     # Baseline floors, so an empty history does not make one timeout a storm.
     prior_timeouts: float = Field(default=1.0, gt=0)
+    prior_errors: float = Field(default=1.0, gt=0)
     prior_held: float = Field(default=1.0, gt=0)
     # "Well above": multiples of the baseline, and the share increase.
     ratio: float = Field(default=4.0, gt=1)
@@ -64,6 +67,7 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     share_margin: float = Field(default=0.25, gt=0, lt=1)
     # Volume floors.
     min_timeouts: int = Field(default=5, ge=1)
+    min_errors: int = Field(default=5, ge=1)
     min_releases: int = Field(default=20, ge=1)
     min_held: float = Field(default=8.0, gt=0)
     # Score at or above which a window fires.
@@ -147,6 +151,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         cfg = self.config
         self.held_now_: dict[str, dict[str, float]] = {}
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows)
+        self.baseline_errors_ = Baseline(cfg.baseline_windows)
         self.baseline_share_ = Baseline(cfg.baseline_windows)
         self.baseline_held_ = Baseline(cfg.baseline_windows)
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
@@ -160,6 +165,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             **super()._learned_state(),
             "held_now": {k: dict(v) for k, v in self.held_now_.items()},
             "baseline_timeouts": self.baseline_timeouts_.to_list(),
+            "baseline_errors": self.baseline_errors_.to_list(),
             "baseline_share": self.baseline_share_.to_list(),
             "baseline_held": self.baseline_held_.to_list(),
             "recent_mismatches": list(self.recent_mismatches_),
@@ -172,6 +178,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         cfg = self.config
         self.held_now_ = {k: dict(v) for k, v in (state.get("held_now") or {}).items()}
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows, state["baseline_timeouts"])
+        self.baseline_errors_ = Baseline(cfg.baseline_windows, state.get("baseline_errors", ()))
         self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
         self.baseline_held_ = Baseline(cfg.baseline_windows, state["baseline_held"])
         self.recent_mismatches_ = deque(
@@ -240,9 +247,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         held = window.held.get("*", 0.0)
 
         base_timeouts = self.baseline_timeouts_.level(cfg.prior_timeouts)
+        base_errors = self.baseline_errors_.level(cfg.prior_errors)
         base_share = self.baseline_share_.level(0.0)
         base_held = self.baseline_held_.level(cfg.prior_held)
-        scores = {"timeouts": 0.0, "share": 0.0, "held": 0.0}
+        scores = {"timeouts": 0.0, "errors": 0.0, "share": 0.0, "held": 0.0}
+        if errors >= cfg.min_errors:
+            scores["errors"] = errors / (cfg.ratio * base_errors)
         scores["timeouts"] = burst_score(
             timeouts, self.quiet_window_, cfg.min_timeouts, cfg.ratio, base_timeouts
         )
@@ -262,6 +272,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             if len(self.baseline_timeouts_) >= PAIR_HISTORY:
                 self.quiet_window_ = (float(timeouts), float(base_timeouts))
             self.baseline_timeouts_.add(timeouts)
+            self.baseline_errors_.add(errors)
             if share is not None:
                 self.baseline_share_.add(share)
             self.baseline_held_.add(held)
@@ -278,11 +289,27 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
         extra = f"; {mismatches} KV checksum/metadata mismatches alongside" if mismatches else ""
+        # What fired leads: timeouts (or their share), failed releases, or held pages.
+        if rule == "errors":
+            head = (
+                f"Deferred KV releases failing: {errors:.0f} failed in "
+                f"{cfg.window_seconds:.0f}s against a baseline of {base_errors:.1f}, "
+                f"{timeouts:.0f} timeouts{share_text}{held_text}"
+            )
+        elif rule == "held":
+            head = (
+                f"Deferred KV releases held: up to {held:.0f} requests' pages held pending a "
+                f"drain ack against a baseline of {base_held:.1f}, {timeouts:.0f} timeouts"
+                f"{share_text} in {cfg.window_seconds:.0f}s"
+            )
+        else:
+            head = (
+                f"Deferred KV releases timing out: {timeouts:.0f} timeouts{share_text}{held_text}"
+                f" in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}"
+            )
         summary = (
-            f"Deferred KV releases timing out: {timeouts:.0f} timeouts{share_text}{held_text} "
-            f"in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}{extra}: "
-            f"late RDMA writes can corrupt re-let pages; raise the release timeout and find "
-            f"the aborts"
+            f"{head}{extra}: late RDMA writes can corrupt re-let pages; raise the release "
+            f"timeout and find the aborts"
         )
         return self._finding(
             severity,
@@ -299,6 +326,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 "timeout_share": share,
                 "held": held,
                 "baseline_timeouts": base_timeouts,
+                "baseline_errors": base_errors,
                 "baseline_share": base_share,
                 "baseline_held": base_held,
                 "mismatches": mismatches,

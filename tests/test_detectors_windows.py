@@ -552,3 +552,18 @@ def test_a_steady_rate_from_the_first_line_of_the_logs_is_no_storm() -> None:
     # floor each, and no window is judged with the one before until the bar rests on history.
     steady = [timeout(T + 300 * w + 60 * i, 100 * w + i) for w in range(24) for i in range(4)]
     assert list(DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(steady)) == []
+
+
+def test_deferred_releases_failing_in_a_burst_raise_a_storm_without_any_timeout() -> None:
+    # sglang-telemetry.md §5: alert on a rising held gauge or on releases failing, not on
+    # `timeout` alone. 12 failed releases in one window after quiet hours, no timeout.
+    def failed(t: float, room: int) -> Event:
+        return ev("deferred_release", "decode-0", t, bootstrap_room=str(room), outcome="error")
+
+    quiet = [failed(T + 900 * w + 7, 9000 + w) for w in range(8)]
+    burst = [failed(T + 7200 + 20 * i, i) for i in range(12)]
+    (finding,) = DetectionPipeline(detectors=[DeferredReleaseTimeouts()]).run(
+        quiet + burst + [failed(T + 9000, 99_999)]
+    )
+    assert finding.severity == "warning" and finding.evidence["rule"] == "errors"
+    assert finding.summary.startswith("Deferred KV releases failing: 12 failed")
