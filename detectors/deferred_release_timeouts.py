@@ -307,9 +307,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f"Deferred KV releases timing out: {timeouts:.0f} timeouts{share_text}{held_text}"
                 f" in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}"
             )
+        spread = f" across {len(nodes)} nodes (most on {worst})" if len(nodes) > 1 else ""
         summary = (
-            f"{head}{extra}: late RDMA writes can corrupt re-let pages; raise the release "
-            f"timeout and find the aborts"
+            f"{head}{spread}{extra}: late RDMA writes can corrupt re-let pages; raise the "
+            f"release timeout and find the aborts"
         )
         return self._finding(
             severity,
