@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
-from collector.state.config_timeline import ConfigTimeline
+from collector.state.config_timeline import ConfigTimeline, normal_host
 from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
@@ -105,21 +105,20 @@ def _ruled_out(host: str, timeline: ConfigTimeline) -> frozenset[str] | None:
     another name; the nodes of one deployment share their subnets)."""
     announced = timeline.bootstrap_hosts()
     address = _address(host)
-    if address is None or not announced:
-        return None
-    others = [_address(a) for a in announced]
-    if any(a is None for a in others):
+    others = [a for a in map(_address, announced) if a is not None]
+    if address is None or not announced or len(others) < len(announced):
         return None
     if not timeline.bootstrap_matched and not any(
-        a is not None and a.version == address.version and address in _subnet(a) for a in others
+        a.version == address.version and address in _subnet(a) for a in others
     ):
         return None
     return frozenset(node for h in announced for node in timeline.bootstrap_owners(h))
 
 
 def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    normal = normal_host(host)
     try:
-        return ipaddress.ip_address(host.strip().strip("[]"))
+        return ipaddress.ip_address(normal) if normal is not None else None
     except ValueError:
         return None
 
@@ -146,6 +145,8 @@ def _largest_of_the_rest(
     best: PoolInForce | None = None
     for node in sorted(rest):
         config = ctx.config_at(node, when)
+        if config is not None and None not in (model, config.model) and config.model != model:
+            continue  # another model's deployment
         if config is None or config.pool_tokens is None:
             return None
         if best is None or config.pool_tokens > best.tokens:
