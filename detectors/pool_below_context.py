@@ -7,8 +7,9 @@ Every prompt longer than the pool but within the advertised context is admitted 
 window). In PD serving the pool that matters is the *prefill* pool, compared with the largest
 context any node of the deployment (nodes serving the same model) serves. On engines before
 0.5.20 such a prompt is refused by prefill yet answered by decode from stale pages, so a prefill
-node in that state is critical; when the version is unknown, refusals on that node (the
-over-length path being hit) make it critical too. Otherwise (fixed engine, decode nodes, non-PD
+node in that state is critical; when the version is unknown, a refusal on that node that decode
+did not retire (answered it, or its answer is not in the logs) makes it critical too: a refused
+request decode aborted shows the path closed. Otherwise (fixed engine, decode nodes, non-PD
 nodes) the gap means long prompts are refused: a warning. One finding per node and condition; a
 restart with a different pool or context raises it again.
 """
@@ -62,6 +63,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
 
     def _init_learned(self) -> None:
         self.refusals_: dict[str, int] = {}
+        # Per node, refused requests whose decode answer was a success or is unknown: the leak's
+        # path may be open. A refused request decode then aborted shows it closed.
+        self.unretired_: dict[str, int] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -72,12 +76,15 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self._models: dict[str, str | None] = {}
 
     def _learned_state(self) -> dict[str, object]:
-        return {"refusals_": dict(self.refusals_)}
+        return {"refusals_": dict(self.refusals_), "unretired_": dict(self.unretired_)}
 
     def _load_learned(self, state: dict[str, object]) -> None:
         raw = state.get("refusals_")
         if isinstance(raw, dict):
             self.refusals_ = {str(k): int(v) for k, v in raw.items()}
+        raw = state.get("unretired_")
+        if isinstance(raw, dict):
+            self.unretired_ = {str(k): int(v) for k, v in raw.items()}
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
         # A node's verdict depends on its own configuration in force, the context advertised
@@ -109,22 +116,31 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         return findings
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        # Counted as it comes; judged with its request (`_on_request`), when decode's answer
+        # to it is known.
         reason = event.get("reason")
-        if reason is not None and str(reason) not in self.config.refusal_reasons:
-            return []
-        return self._note_refusal(event.node, ctx)
+        if reason is None or str(reason) in self.config.refusal_reasons:
+            self.refusals_[event.node] = self.refusals_.get(event.node, 0) + 1
+        return []
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         prefill = record.prefill
-        if prefill is None or not (
-            prefill.stub_abort or (prefill.stub_stats and record.refused(prefill))
-        ):
+        if prefill is None:
             return []
-        return self._note_refusal(prefill.node, ctx)
+        stub = prefill.stub_abort or (prefill.stub_stats and record.refused(prefill))
+        if not stub and not prefill.rejected:
+            return []
+        node = prefill.node
+        if stub:  # no refusal line of its own: counted here
+            self.refusals_[node] = self.refusals_.get(node, 0) + 1
+        serving = record.serving
+        if serving is not None and not serving.succeeded:
+            return []  # decode retired it: on this engine the path is closed
+        return self._note_unretired(node, ctx)
 
-    def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
-        first = node not in self.refusals_
-        self.refusals_[node] = self.refusals_.get(node, 0) + 1
+    def _note_unretired(self, node: str, ctx: DetectionContext) -> list[Finding]:
+        first = node not in self.unretired_
+        self.unretired_[node] = self.unretired_.get(node, 0) + 1
         if not first:
             return []
         # A first refusal can only raise this node's severity.
@@ -197,11 +213,12 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                     f"SGLang {version} < {self.config.leak_fixed_version} admits them and "
                     f"decode answers from other requests' KV"
                 )
-            elif version is None and floor is None and self.refusals_.get(config.node, 0) > 0:
+            elif version is None and floor is None and self.unretired_.get(config.node, 0) > 0:
                 severity = "critical"
                 why = (
-                    "the node refuses over-length prompts and its engine version is unknown: "
-                    "on engines < 0.5.20 decode answers them from other requests' KV"
+                    "the node refuses over-length prompts, decode did not retire them, and the "
+                    "engine version is unknown: on engines < 0.5.20 decode answers them from "
+                    "other requests' KV"
                 )
         gap = reference - pool
         role = config.role or "unknown role"

@@ -104,6 +104,61 @@ def test_unknown_version_escalates_to_critical_once_prefill_refuses_over_length_
     assert findings[1].evidence["refusals"] == 1
 
 
+def test_refusals_decode_retired_do_not_make_an_unknown_version_critical():
+    # The version is unknown (no snapshot since a restart), but decode aborted every refused
+    # request: the leak's path is closed on this engine, whatever release it is.
+    refused = [
+        ev("request_received", "prefill-0", T + 100, rid="p1", bootstrap_room="1"),
+        ev(
+            "request_rejected",
+            "prefill-0",
+            T + 100.1,
+            rid="p1",
+            input_tokens=700_000,
+            limit_tokens=681_274,
+            reason="input_too_long",
+        ),
+        ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
+        ev(
+            "request_finished",
+            "decode-0",
+            T + 100.2,
+            rid="d1",
+            bootstrap_room="1",
+            prompt_tokens=700_000,
+            finish_type="abort",
+            status_code=400,
+        ),
+    ]
+    fleet = [
+        args("prefill-0", T, "prefill"),
+        capacity("prefill-0", T + 60, 681_280),
+        args("decode-0", T, "decode"),
+        capacity("decode-0", T + 60, 2_000_000),
+    ]
+    findings = run(PoolBelowContext(), fleet + refused)
+    assert [(f.node, f.severity) for f in findings] == [("prefill-0", "warning")]
+    assert findings[0].evidence["refusals"] == 0  # judged before the refusal was seen
+    # Answered with success instead, the same refusal makes it critical.
+    served = [
+        e
+        if e.kind != "request_finished"
+        else ev(
+            "request_finished",
+            "decode-0",
+            T + 100.2,
+            rid="d1",
+            bootstrap_room="1",
+            prompt_tokens=700_000,
+            completion_tokens=80,
+            finish_type="stop",
+        )
+        for e in refused
+    ]
+    findings = run(PoolBelowContext(), fleet + served)
+    assert [f.severity for f in findings if f.node == "prefill-0"] == ["warning", "critical"]
+
+
 def test_prefill_pool_is_compared_with_the_context_the_deployment_advertises():
     findings = run(
         PoolBelowContext(),
