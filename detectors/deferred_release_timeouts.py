@@ -38,11 +38,9 @@ from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
 from detectors.storm import (
-    PAIR_HISTORY,
     Episode,
     StormConfig,
     StormDetector,
-    burst_score,
     metric_signal,
     sample_value,
 )
@@ -156,9 +154,6 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_held_ = Baseline(cfg.baseline_windows)
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
         self.episode_ = Episode()
-        # The window before, when it did not fire: its timeouts and the baseline it was judged
-        # against (`burst_score`).
-        self.quiet_window_: tuple[float, float] | None = None
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -170,7 +165,6 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_held": self.baseline_held_.to_list(),
             "recent_mismatches": list(self.recent_mismatches_),
             "episode": self.episode_.to_state(),
-            "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -185,8 +179,6 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
         )
         self.episode_ = Episode.from_state(state.get("episode"))
-        quiet = state.get("quiet_window")
-        self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -253,10 +245,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         scores = {"timeouts": 0.0, "errors": 0.0, "share": 0.0, "held": 0.0}
         if errors >= cfg.min_errors:
             scores["errors"] = errors / (cfg.ratio * base_errors)
-        scores["timeouts"] = burst_score(
-            timeouts, self.quiet_window_, cfg.min_timeouts, cfg.ratio, base_timeouts
-        )
-        self.quiet_window_ = None
+        scores["timeouts"] = self._burst(timeouts, cfg.min_timeouts, cfg.ratio, base_timeouts)
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -269,8 +258,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
         episode = self.episode_
         if score < cfg.threshold:
-            if len(self.baseline_timeouts_) >= PAIR_HISTORY:
-                self.quiet_window_ = (float(timeouts), float(base_timeouts))
+            self._quiet(timeouts, base_timeouts, self.baseline_timeouts_)
             self.baseline_timeouts_.add(timeouts)
             self.baseline_errors_.add(errors)
             if share is not None:

@@ -20,7 +20,7 @@ from collector.events import Event
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
-from detectors.windows import CounterDeltas, WindowClock, series_key
+from detectors.windows import Baseline, CounterDeltas, WindowClock, series_key
 
 
 class StormConfig(DetectorConfig):
@@ -119,6 +119,9 @@ class StormDetector(Detector[S], Generic[S, W]):
         # last must not count again, in its own window, what the lines showed as it happened.
         self.logged_: dict[str, int] = {}
         self.logged_at_: dict[str, int] = {}
+        # The window before, when it did not fire: its count and the baseline it was judged
+        # against (`burst_score`).
+        self.quiet_window_: tuple[float, float] | None = None
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -127,6 +130,7 @@ class StormDetector(Detector[S], Generic[S, W]):
             "counters": self.counters_.to_state(),
             "logged": dict(self.logged_),
             "logged_at": dict(self.logged_at_),
+            "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -135,6 +139,8 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.counters_ = CounterDeltas(state.get("counters"))
         self.logged_ = {str(k): int(v) for k, v in (state.get("logged") or {}).items()}
         self.logged_at_ = {str(k): int(v) for k, v in (state.get("logged_at") or {}).items()}
+        quiet = state.get("quiet_window")
+        self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -176,6 +182,18 @@ class StormDetector(Detector[S], Generic[S, W]):
             if finding is not None:
                 findings.append(finding)
         return findings
+
+    def _burst(self, count: float, floor: float, ratio: float, base: float) -> float:
+        """`burst_score` of the closing window's count, with the quiet window before it."""
+        score = burst_score(count, self.quiet_window_, floor, ratio, base)
+        self.quiet_window_ = None
+        return score
+
+    def _quiet(self, count: float, base: float, baseline: Baseline) -> None:
+        """The closing window did not fire: the next is judged with it, once `baseline` (which
+        it has not entered yet) rests on `PAIR_HISTORY` windows."""
+        if len(baseline) >= PAIR_HISTORY:
+            self.quiet_window_ = (float(count), float(base))
 
     def _log_shows(self, scope: str) -> None:
         """A log line showed one more of what a counter of `scope` counts."""

@@ -27,11 +27,9 @@ from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 from detectors.storm import (
-    PAIR_HISTORY,
     Episode,
     StormConfig,
     StormDetector,
-    burst_score,
     metric_signal,
     sample_value,
 )
@@ -126,24 +124,18 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         super()._init_learned()
         self.baseline_ = Baseline(self.config.baseline_windows)
         self.storm_ = Episode()
-        # The window before, when it did not fire: its failures and the baseline it was judged
-        # against (`burst_score`).
-        self.quiet_window_: tuple[float, float] | None = None
 
     def _learned_state(self) -> dict[str, Any]:
         return {
             **super()._learned_state(),
             "baseline": self.baseline_.to_list(),
             "storm": self.storm_.to_state(),
-            "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
         super()._load_learned(state)
         self.baseline_ = Baseline(self.config.baseline_windows, state["baseline"])
         self.storm_ = Episode.from_state(state.get("storm"))
-        quiet = state.get("quiet_window")
-        self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
 
     def _fold(self, event: Event) -> None:
         if event.kind == "transfer_failed":
@@ -174,11 +166,9 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         nodes = sorted(window.nodes())
         failures = window.failures(lambda node: ctx.timeline.role_at(node, start))
         base = self.baseline_.level(cfg.prior_failures)
-        score = burst_score(failures, self.quiet_window_, cfg.min_failures, cfg.ratio, base)
-        self.quiet_window_ = None
+        score = self._burst(failures, cfg.min_failures, cfg.ratio, base)
         if score < cfg.threshold:
-            if len(self.baseline_) >= PAIR_HISTORY:
-                self.quiet_window_ = (float(failures), float(base))
+            self._quiet(failures, base, self.baseline_)
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None

@@ -34,6 +34,22 @@ def info(node: str, t: float, version: str, **extra) -> Event:
     return ev("server_info", node, t, version=version, **extra)
 
 
+def prefill_refusal() -> list[Event]:
+    """prefill-0 receives room 1 and refuses it as over-length (700,000 tokens)."""
+    return [
+        ev("request_received", "prefill-0", T + 100, rid="p1", bootstrap_room="1"),
+        ev(
+            "request_rejected",
+            "prefill-0",
+            T + 100.1,
+            rid="p1",
+            input_tokens=700_000,
+            limit_tokens=681_274,
+            reason="input_too_long",
+        ),
+    ]
+
+
 def run(detector: Detector, events: list[Event]):
     return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
 
@@ -88,16 +104,7 @@ def test_unknown_version_escalates_to_critical_once_prefill_refuses_over_length_
         [
             args("prefill-0", T, "prefill"),
             capacity("prefill-0", T + 60, 681_280),
-            ev("request_received", "prefill-0", T + 100, rid="p1", bootstrap_room="1"),
-            ev(
-                "request_rejected",
-                "prefill-0",
-                T + 100.1,
-                rid="p1",
-                input_tokens=700_000,
-                limit_tokens=681_274,
-                reason="input_too_long",
-            ),
+            *prefill_refusal(),
         ],
     )
     assert [f.severity for f in findings] == ["warning", "critical"]
@@ -108,16 +115,7 @@ def test_refusals_decode_retired_do_not_make_an_unknown_version_critical():
     # The version is unknown (no snapshot since a restart), but decode aborted every refused
     # request: the leak's path is closed on this engine, whatever release it is.
     refused = [
-        ev("request_received", "prefill-0", T + 100, rid="p1", bootstrap_room="1"),
-        ev(
-            "request_rejected",
-            "prefill-0",
-            T + 100.1,
-            rid="p1",
-            input_tokens=700_000,
-            limit_tokens=681_274,
-            reason="input_too_long",
-        ),
+        *prefill_refusal(),
         ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
         ev(
             "request_finished",
