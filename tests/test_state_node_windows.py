@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from collector.events import Event
@@ -304,8 +304,28 @@ def node_stream(draw: st.DrawFn, node: str) -> list[Event]:
     return events
 
 
+def _batch(at: float | None, **extra: Any) -> Event:
+    fields = {"token_usage": 0.0, "queue_req": 0, "gen_throughput": 0.0, **extra}
+    return Event("decode_batch", "n2", at, "n2.log", fields)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams=st.tuples(node_stream("n0"), node_stream("n1"), node_stream("n2")))
+# Found by hypothesis: a line without time, a batch line on a window's first second, then lines
+# 2 s behind it, the last a batch line that hints the role more strongly. Its hint-only partial
+# carried the line's own time, the first time the judge saw, and placed its first window early.
+@example(
+    streams=(
+        [],
+        [],
+        [
+            _batch(None),
+            _batch(T),
+            Event("request_finished", "n2", T - 2, "n2.log", {"finish_type": "stop"}),
+            _batch(T - 2, transfer_req=1),
+        ],
+    )
+)
 def test_node_windows_fold_disordered_streams_into_the_same_windows(
     streams: tuple[list[Event], ...],
 ) -> None:

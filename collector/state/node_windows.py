@@ -156,11 +156,12 @@ class NodeWindowAggregator:
     `observe(event)` returns what to ship *before* `event`: the window the event's time closes
     (time: the latest time seen in it, so it sorts before anything at or after the window's end),
     and, the first time the stream's batch lines hint at a role this strongly, a hint-only
-    partial (`events` 0, the line's own time) so the timeline learns the role when it would have
-    from the line. Source events seen before any time form a partial without time or window
-    (shipped before the first timed event), as the detector holds such events for its first
-    window. `flush()` returns the open window at the end of the stream. Windows without source
-    events are not shipped: the detector has no row for a node that said nothing.
+    partial (`events` 0, the line's own time, or the stream's latest when the line is behind it)
+    so the timeline learns the role when it would have from the line. Source events seen before
+    any time form a partial without time or window (shipped before the first timed event), as
+    the detector holds such events for its first window. `flush()` returns the open window at
+    the end of the stream. Windows without source events are not shipped: the detector has no
+    row for a node that said nothing.
 
     Examples
     --------
@@ -268,6 +269,11 @@ class NodeWindowAggregator:
             self._hint, self._hint_strength = role, strength
         if strength > self._shipped_strength:
             self._shipped_strength = strength
+            # Never behind the stream's watermark: the raw line would have reached the judge
+            # after the later lines that set it, which the partial stands in for (a hint at the
+            # line's own time once placed a judge's first window before them).
+            if time is None or (self._latest is not None and time < self._latest):
+                time = self._latest
             out.append(self._partial(NodeWindow(), 0, role, time, source))
 
     def _close(self) -> Event:
