@@ -28,7 +28,7 @@ from typing import BinaryIO, Final, Literal
 from collector.events import parse_iso_time
 from collector.sglang.request_log import cut_record
 
-FileKind = Literal["log", "prom", "json"]
+FileKind = Literal["log", "prom", "json", "otlp"]
 
 # Memory per open stream is about a block and its decoded lines; forensics keeps one stream
 # open per node, so the block stays modest.
@@ -116,6 +116,9 @@ def describe(path: Path) -> TelemetryFile | None:
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = hourly.group(1)
         name = name[: hourly.start()]
+    if kind == "json" or (kind == "log" and path.name.endswith((".jsonl", ".jsonl.gz"))):
+        if _holds_otlp(path):
+            kind = "otlp"
     snapshot_time = None
     stamp = _SNAPSHOT_TIME.search(name)
     if stamp:
@@ -129,6 +132,23 @@ def describe(path: Path) -> TelemetryFile | None:
     if snapshot_time is not None:
         order = (0, stamp.group(1) if stamp else "")
     return TelemetryFile(path, _printable(name or path.name), kind, order, snapshot_time)
+
+
+# An OpenTelemetry Collector's file exporter (SGLang's `opentelemetry.yaml` writes
+# `/tmp/otel_trace.json`): one OTLP/JSON `ExportTraceServiceRequest` a line.
+_OTLP_OPENING: Final = re.compile(rb'\s*\{\s*"resourceSpans"')
+
+
+def _holds_otlp(path: Path) -> bool:
+    """Whether a JSON file holds OTLP trace exports (else it is a saved endpoint response)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+            if head[:2] == b"\x1f\x8b":
+                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 4096)
+    except (OSError, zlib.error):
+        return False
+    return _OTLP_OPENING.match(head) is not None
 
 
 def _printable(name: str) -> str:

@@ -35,6 +35,7 @@ from collector.sglang.logs import (
     BatchSink,
     LineParser,
 )
+from collector.sglang.outcome import ParseOutcome
 
 BLANK = NOISE_PREFIX + "blank"
 _HEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}(?: [A-Za-z][A-Za-z_-]{0,23})?")
@@ -158,7 +159,64 @@ def file_events(
             stats.absorb(read)
             stats.dropped.update(parser.close())
         return
+    if tf.kind == "otlp":
+        yield from _trace_events(tf, stats, read)
+        return
     yield from _document_events(tf, stats, read, keep_metric)
+
+
+# A pretty-printed OTLP document (one export saved by hand) is read whole, up to this size.
+MAX_DOCUMENT_BYTES = 64 << 20
+
+
+def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
+    """`request_trace` events of a file of OTLP/JSON trace exports, one export a line (a
+    collector's file exporter), or one pretty-printed export. Each span names its own node
+    (`collector.sglang.otlp`): one file holds every server's spans."""
+    from collector.sglang.otlp import parse_otlp_traces
+
+    prefix = f"{tf.path}:"
+    document: list[str] | None = None
+    size = 0
+    first = True
+    try:
+        for number, line in read_lines(tf.path, read):
+            if document is not None:
+                size += len(line) + 1
+                if size > MAX_DOCUMENT_BYTES:
+                    read.drop("document_too_large")
+                    return
+                document.append(line)
+                continue
+            if not line.strip():
+                stats.count(BLANK)
+                continue
+            if first and not line.rstrip().endswith("}"):
+                document, size = [line], len(line) + 1  # not one export a line
+                continue
+            first = False
+            yield from _trace_outcome(
+                stats,
+                parse_otlp_traces(
+                    line, content_type="application/json", source=prefix + str(number)
+                ),
+            )
+        if document is not None:
+            yield from _trace_outcome(
+                stats,
+                parse_otlp_traces(
+                    "\n".join(document), content_type="application/json", source=prefix + "1"
+                ),
+            )
+    finally:
+        stats.absorb(read)
+
+
+def _trace_outcome(stats: ParseStats, outcome: ParseOutcome) -> Iterator[Event]:
+    stats.dropped.update(outcome.dropped)
+    for event in outcome.events:
+        stats.events[event.kind] += 1
+        yield event
 
 
 def parser_message_head(line: str) -> str:

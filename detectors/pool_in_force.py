@@ -1,15 +1,16 @@
 """Which prefill pool a request met: the one in force on its prefill node when it ran.
 
 Both the over-length verdict and the learning guard of the timing detector need it. The room's
-own prefill node is used when the ledger saw it (none when that node's pool is not known). When
-no prefill side was seen, decode's `bootstrap_host` and `bootstrap_port` name the node that had
-announced them by then (`CommonKVBootstrapServer started ... on host:port`). A host no node read
-announced rules out those that announced other addresses (once hosts are known to compare: IP
-addresses, one already matched), and the largest pool of the rest is used; none when no node is
-left (the request went to a prefill node whose logs are not here). Otherwise the largest prefill
-pool of the serving node's deployment (same model) in force at the request's time (the most
-lenient choice: a prompt longer than every prefill pool cannot have fit anywhere); outside PD,
-the serving node's own pool.
+own prefill node is used when the ledger saw it (none when that node's pool is not known, unless
+only a trace span named it: a server's name in traces is not its logs' node name). When no
+prefill side was seen (or only a trace's), decode's `bootstrap_host` and `bootstrap_port` name
+the node that had announced them by then (`CommonKVBootstrapServer started ... on host:port`).
+A host no node read announced rules out those that announced other addresses (once hosts are
+known to compare: IP addresses, one already matched), and the largest pool of the rest is used;
+none when no node is left (the request went to a prefill node whose logs are not here).
+Otherwise the largest prefill pool of the serving node's deployment (same model) in force at the
+request's time (the most lenient choice: a prompt longer than every prefill pool cannot have
+fit anywhere); outside PD, the serving node's own pool.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         # away, no snapshot): another node's pool says nothing about it. Taking the largest
         # known one is lenient only when every prefill node's pool is known; with the small
         # node's the only one known, it accused requests a big node had really prefilled.
-        return None
+        if not prefill.traced_only:
+            return None
+        # Known from a trace span alone, by the span's service and host, which are not how the
+        # nodes read are named: which of them prefilled it is as unknown as with no side.
     serving = record.serving
     host = serving.bootstrap_host if serving is not None else None
     if serving is not None and host is not None:

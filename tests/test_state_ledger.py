@@ -330,6 +330,48 @@ def test_trace_merges_into_the_side_with_the_same_rid():
     assert len(record.sides) == 1 and record.sides[0].trace_ttft == 0.61
 
 
+def _span(node: str, t: float, rid: str, room: str, role: str, ttft: float | None) -> Event:
+    return ev(
+        "request_trace",
+        node,
+        t,
+        rid=rid,
+        bootstrap_room=room,
+        role=role,
+        prompt_tokens=4096,
+        completion_tokens=1 if role == "prefill" else 100,
+        ttft=ttft,
+        status="OK",
+        start=t - 3.0,
+        end=t,
+    )
+
+
+def test_a_rid_both_halves_share_joins_each_span_to_the_half_of_its_role():
+    # A router gave prefill and decode the same rid: the rid alone names both halves.
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("9", T, rid="shared") + decode_events("9", T, rid="shared"):
+        ledger.add(event)
+    ledger.add(_span("sglang-decode@h2", T + 3.1, "shared", "9", "decode", 0.61))
+    (record,) = ledger.drain()
+    by_node = {side.node: side for side in record.sides}
+    assert sorted(by_node) == ["decode-0", "prefill-0"]
+    assert by_node["decode-0"].trace_ttft == 0.61 and not by_node["prefill-0"].has_trace
+
+
+def test_a_span_read_before_the_lines_of_its_request_becomes_their_node_side():
+    # A file of trace exports names servers by service and host; the logs name the node.
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(_span("sglang-prefill@h1", T + 0.4, "shared", "9", "prefill", None))
+    ledger.add(_span("sglang-decode@h2", T + 3.0, "shared", "9", "decode", 0.61))
+    for event in prefill_events("9", T, rid="shared") + decode_events("9", T, rid="shared"):
+        ledger.add(event)
+    (record,) = ledger.drain()
+    by_node = {side.node: side for side in record.sides}
+    assert sorted(by_node) == ["decode-0", "prefill-0"]
+    assert by_node["decode-0"].trace_ttft == 0.61 and by_node["prefill-0"].has_trace
+
+
 def test_a_request_that_never_finishes_is_dropped_after_max_open():
     ledger = RequestLedger(LedgerConfig(max_open_seconds=600), role_of=role_of)
     ledger.add(ev("request_received", "decode-0", T, rid="d", bootstrap_room="1"))

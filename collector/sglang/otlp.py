@@ -101,7 +101,8 @@ def parse_otlp_traces(
 
     `content_type` picks the decoder (`application/x-protobuf` or `application/json`;
     anything else is sniffed). `node` overrides the node name, which is otherwise
-    `service.name` (plus `@host` when the resource or a thread span names a host).
+    `service.name` (with the span's role when the name lacks it, plus `@host` when the resource
+    or a thread span names a host).
     Drops: `not_protobuf`, `not_json`, `not_json_object`, `malformed_otlp_json` (whole
     payload) and `missing_field` (a request span without `rid`).
     """
@@ -309,7 +310,7 @@ def _request_event(
         if dp is not None:
             ranks["dp"] = dp
             break
-    return Event(REQUEST_TRACE, node or _node_name(root), end, source, fields, ranks)
+    return Event(REQUEST_TRACE, node or _node_name(root, role), end, source, fields, ranks)
 
 
 def _status(root: _SpanRef) -> tuple[str, str | None]:
@@ -321,8 +322,13 @@ def _status(root: _SpanRef) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _node_name(root: _SpanRef) -> str:
+def _node_name(root: _SpanRef, role: str) -> str:
+    """`service.name`, with the role when the name does not say it (every server of a
+    deployment is `sglang` unless `--otlp-service-name` tells them apart, and a prefill and a
+    decode server may share a host), then `@host` when the resource or a thread span names one."""
     service = _text(root.resource.get("service.name")) or "otlp"
+    if role in ("prefill", "decode") and role not in service:
+        service = f"{service}-{role}"
     host = _text(root.resource.get("host.name")) or _text(root.resource.get("host.id"))
     if host is None:
         for thread in root.threads:

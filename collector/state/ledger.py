@@ -231,10 +231,12 @@ class RequestLedger:
             entry = self._new_entry(key, room)
         side = None
         if kind == "request_trace" and rid is not None:
-            side = next((s for s in entry.sides.values() if s.rid == rid), None)
+            side = _side_for_span(entry, rid, text_or_none(fields.get("role")))
         if side is None:
             # Sides are keyed like the rid index: (node, rid or "").
             side = entry.sides.get(node_rid)
+            if side is None and rid is not None and kind != "request_trace":
+                side = self._adopt_traced_side(entry, node, rid, part, time)
             if side is None and part is not None:
                 side = entry.sides[node_rid] = part
                 part = None
@@ -327,6 +329,33 @@ class RequestLedger:
             target.last_time is None or orphan.last_time > target.last_time
         ):
             target.last_time = orphan.last_time
+
+    def _adopt_traced_side(
+        self, entry: _Entry, node: str, rid: str, part: SideRecord | None, time: float | None
+    ) -> SideRecord | None:
+        """The side a trace span made for `rid` under the span's own server name, now that a
+        node's lines name the request: one side, the node's (a file of trace exports names
+        servers by service and host, not as their logs are named; its span arrived first).
+        Only when one such side fits the node's role: with the same rid on both halves and the
+        role unknown, none is taken."""
+        traced = [
+            (key, side)
+            for key, side in entry.sides.items()
+            if side.rid == rid and side.node != node and side.traced_only
+        ]
+        if not traced:
+            return None
+        role = part.role_hint if part is not None else None
+        if role is None and self._role_of is not None:
+            role = self._role_of(node, time)
+        fitting = [(key, side) for key, side in traced if _may_be(side, role)]
+        if len(fitting) != 1:
+            return None
+        ((key, side),) = fitting
+        del entry.sides[key]
+        side.node = node
+        entry.sides[(node, rid)] = side
+        return side
 
     def _role(self, side: SideRecord) -> str | None:
         if side.role_hint is not None:
@@ -619,6 +648,22 @@ def _apply_address(side: SideRecord, get: Callable[[str], Any]) -> None:
         port = get("bootstrap_port")
         side.bootstrap_host = str(host)
         side.bootstrap_port = port if type(port) is int else None
+
+
+def _side_for_span(entry: _Entry, rid: str, role: str | None) -> SideRecord | None:
+    """The side a request span belongs to: the one side of its rid whose role does not
+    contradict the span's. A router may give prefill and decode the same rid, so the rid alone
+    can name both halves of a room; then the side whose role is known to be the span's."""
+    agreeing = [s for s in entry.sides.values() if s.rid == rid and _may_be(s, role)]
+    if len(agreeing) > 1:
+        agreeing = [s for s in agreeing if role in (s.role_hint, s.role)]
+    return agreeing[0] if len(agreeing) == 1 else None
+
+
+def _may_be(side: SideRecord, role: str | None) -> bool:
+    if role not in _ROLES or role == "unified":
+        return True
+    return side.role_hint in (None, role) and side.role in (None, role)
 
 
 def merge_side(side: SideRecord, later: SideRecord) -> None:

@@ -79,6 +79,20 @@ class SideRecord:
         return self.finished_time is not None
 
     @property
+    def traced_only(self) -> bool:
+        """Known from a trace span alone, named by the span's service and host: no line of a
+        log, export or snapshot has named the request on a node."""
+        return (
+            self.has_trace
+            and self.finished_time is None
+            and not self.has_stats
+            and not self.rejected
+            and self.transfer_failures == 0
+            and not self.checksum_mismatch
+            and not self.metadata_corruption
+        )
+
+    @property
     def terminal(self) -> bool:
         """The node is done with the request: it finished, refused it, logged its stats, or hit
         a failure that aborts it (transfer failure, checksum mismatch, metadata corruption)."""

@@ -1,0 +1,276 @@
+"""Forensics over trace exports: the reference incident's two requests traced by the real
+OpenTelemetry SDK and saved as SGLang's `opentelemetry.yaml` saves them (a collector's file
+exporter, `/tmp/otel_trace.json`), beside the nodes' logs or instead of their request lines."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Status, StatusCode
+
+from collector import spill
+from collector.files import describe
+from collector.forensics.driver import run_forensics
+
+LOGS = Path(__file__).parent / "testdata" / "reference_incident"
+HONEST_ROOM, EXPOSED_ROOM = "7701188362211045501", "5523401987766512300"
+REFUSAL = (
+    "Input length (912384 tokens) exceeds the maximum allowed length (681274 tokens). "
+    "Use a shorter input or enable --allow-auto-truncate."
+)
+
+
+class CollectorFileExporterStandIn(SpanExporter):
+    """Stands in for the OpenTelemetry Collector's `file` exporter: each export it receives is
+    appended as one line of OTLP/JSON (the protobuf JSON mapping with lowerCamelCase keys,
+    64-bit integers as strings, and trace and span ids as hex, not base64)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        document = json_format.MessageToDict(encode_spans(spans))
+        _hex_ids(document)
+        with self.path.open("a") as out:
+            out.write(json.dumps(document) + "\n")
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _hex_ids(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
+                node[key] = base64.b64decode(value).hex()
+            else:
+                _hex_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids(item)
+
+
+def _ns(stamp: str) -> int:
+    when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    return int(when.timestamp()) * 1_000_000_000
+
+
+PREFILL_RIDS = ("a1f0c3e2d4b5a6978877665544332211", "b2e1d4f3c5a6b7988877665544332222")
+DECODE_RIDS = ("d1c0b3a2f4e5d6c7b8a9887766554433", "e5f4a3b2c1d0e9f8a7b6554433221100")
+
+
+def _trace_the_incident(path: Path, prefill_rids: tuple[str, str] = PREFILL_RIDS) -> None:
+    """The two requests of `reference_incident` as SGLang's root and thread spans, every server
+    the default service `sglang` (no `--otlp-service-name`), its machine in the thread spans."""
+    exporter = CollectorFileExporterStandIn(path)
+    processors = []
+
+    def server(host_id: str) -> trace.Tracer:
+        provider = TracerProvider(resource=Resource({"service.name": "sglang"}))
+        processor = BatchSpanProcessor(exporter)
+        provider.add_span_processor(processor)
+        processors.append(processor)
+        return provider.get_tracer("sglang server")
+
+    prefill, decode = server("4f1c9a7e11d2"), server("9b2e6d0c55a8")
+    host_ids = {id(prefill): "4f1c9a7e11d2", id(decode): "9b2e6d0c55a8"}
+
+    def request(
+        tracer: trace.Tracer,
+        role: str,
+        rid: str,
+        room: str,
+        times: tuple[str, str],
+        usage: tuple[int, int, int],
+        latency: dict[str, float],
+        error: str | None = None,
+    ) -> None:
+        start, end = map(_ns, times)
+        root = tracer.start_span(
+            f"{role} Req {rid[:8]}",
+            start_time=start,
+            attributes={"rid": rid, "module": "sglang::request", "bootstrap_room": hex(int(room))},
+        )
+        host_id = host_ids[id(tracer)]
+        label = "Prefill Scheduler" if role == "prefill" else "Decode Scheduler"
+        thread = tracer.start_span(
+            f"{label} [TP 0]  [PP 0]  [DP 0] (host:{host_id[:8]} | pid:4242)",
+            context=trace.set_span_in_context(root),
+            start_time=start,
+            attributes={"tp_rank": 0, "host_id": host_id, "pid": 4242, "thread_label": label},
+        )
+        if error is not None:
+            thread.set_status(Status(StatusCode.ERROR, error))
+            thread.set_attribute("reason", error)
+        thread.end(end_time=end)
+        prompt, completion, cached = usage
+        root.set_attributes(
+            {
+                "gen_ai.usage.prompt_tokens": prompt,
+                "gen_ai.usage.completion_tokens": completion,
+                "gen_ai.usage.cached_tokens": cached,
+                "gen_ai.request.id": rid,
+                "gen_ai.response.finish_reasons": json.dumps(["abort" if error else "stop"]),
+                **{f"gen_ai.latency.{name}": seconds for name, seconds in latency.items()},
+            }
+        )
+        root.end(end_time=end)
+
+    honest = ("2026-08-27 10:12:01", "2026-08-27 10:12:03")
+    request(prefill, "prefill", prefill_rids[0], HONEST_ROOM, honest,
+            (4096, 1, 0), {"e2e": 1.9, "time_in_model_prefill": 0.39})  # fmt: skip
+    request(decode, "decode", "d1c0b3a2f4e5d6c7b8a9887766554433", HONEST_ROOM,
+            ("2026-08-27 10:12:01", "2026-08-27 10:12:08"), (4096, 256, 0),
+            {"e2e": 7.0, "time_to_first_token": 2.3, "time_in_model_decode": 4.2})  # fmt: skip
+    request(prefill, "prefill", prefill_rids[1], EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:14:40"), (912384, 0, 0), {"e2e": 1.6},
+            error=REFUSAL)  # fmt: skip
+    request(decode, "decode", "e5f4a3b2c1d0e9f8a7b6554433221100", EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:14:52"), (912384, 612, 0),
+            {"e2e": 14.0, "time_to_first_token": 3.1, "time_in_model_decode": 10.4})  # fmt: skip
+    for processor in processors:
+        processor.force_flush()
+
+
+def _startup_only(folder: Path) -> None:
+    """The nodes' logs with request logging off: start-up lines and batch lines only."""
+    for log in LOGS.glob("*.log"):
+        kept = [
+            line
+            for line in log.read_text().splitlines(keepends=True)
+            if "Receive:" not in line and "Finish:" not in line and "ReqTimeStats" not in line
+        ]
+        (folder / log.name).write_text("".join(kept))
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> Path:
+    path = tmp_path / "otel" / "otel_trace.json"
+    path.parent.mkdir()
+    _trace_the_incident(path)
+    return path
+
+
+def _exposed_rooms(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["bootstrap_room"]: r for r in summary["exposure"]["requests"]}
+
+
+@pytest.mark.parametrize("form", ["lines", "pretty", "gzip"])
+def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
+    tmp_path: Path, traces: Path, form: str
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    if form == "pretty":  # the exports saved by hand as one indented document
+        exports = [json.loads(line) for line in traces.read_text().splitlines()]
+        spans = [resource for export in exports for resource in export["resourceSpans"]]
+        traces.write_text(json.dumps({"resourceSpans": spans}, indent=2))
+    elif form == "gzip":
+        gzip_path = traces.with_name("otel_trace.json.1.gz")
+        gzip_path.write_bytes(gzip.compress(traces.read_bytes()))
+        traces.unlink()
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}  # the honest 4,096-token request is not accused
+    assert "over_length_answered" in exposed[EXPOSED_ROOM]["evidence"]
+    assert exposed[EXPOSED_ROOM]["rid"] == "e5f4a3b2c1d0e9f8a7b6554433221100"
+    assert exposed[EXPOSED_ROOM]["prompt_tokens"] == 912384
+    assert summary["input"]["events_by_kind"]["request_trace"] == 4
+    assert summary["requests"]["total"] == 2
+    # Every server is `sglang`: the role tells the prefill and decode servers apart.
+    roles = {node: info["role"] for node, info in summary["nodes"].items()}
+    assert roles["sglang-prefill@4f1c9a7e11d2"] == "prefill"
+    assert roles["sglang-decode@9b2e6d0c55a8"] == "decode"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_traces_beside_full_logs_join_the_logged_sides_and_accuse_nothing_more(
+    tmp_path: Path, traces: Path, workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spill, "PARALLEL_MIN_BYTES", 0)  # two workers even for small files
+    summary = run_forensics(
+        [str(LOGS), str(traces.parent)], tmp_path / "out", workers=workers
+    ).summary
+
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}
+    # Named by the nodes whose logs say it, the spans' sides joined to theirs, not beside them.
+    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
+        "decode-0",
+        "prefill-0",
+    )
+    assert summary["requests"]["total"] == 2
+    assert summary["input"]["events_by_kind"]["request_trace"] == 4
+
+
+def test_only_json_that_opens_with_resource_spans_is_read_as_traces(
+    tmp_path: Path, traces: Path
+) -> None:
+    described = describe(traces)
+    assert described is not None and described.kind == "otlp"
+    info = tmp_path / "prefill-0@20260827T100000Z.server_info.json"
+    info.write_text(json.dumps({"version": "0.5.19", "max_total_num_tokens": 681280}))
+    described = describe(info)
+    assert described is not None and described.kind == "json"
+
+
+def test_a_damaged_trace_file_loses_only_its_damaged_lines_and_counts_them(
+    tmp_path: Path, traces: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    prefill_export, decode_export = traces.read_text().splitlines()
+    traces.write_text(
+        f"{prefill_export}\n"
+        "\x00\x9f binary junk \xff\n"
+        '{"resourceSpans": [{"scopeSpans": "not a list"}]}\n'
+        f"{decode_export[: len(decode_export) // 2]}\n"  # cut by a full disk
+        f"{decode_export}\n"
+    )
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    dropped = summary["input"]["dropped_by_reason"]
+    assert dropped.get("not_json", 0) + dropped.get("malformed_otlp_json", 0) == 3
+    assert summary["input"]["events_by_kind"]["request_trace"] == 4
+    assert set(_exposed_rooms(summary)) == {EXPOSED_ROOM}
+
+
+def test_a_rid_the_router_gave_both_halves_joins_each_span_to_its_own_half(tmp_path: Path) -> None:
+    """A router may send prefill and decode the same rid: the rid then names both halves of a
+    room, and each span joins the half of its own role."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for log in LOGS.glob("*.log"):
+        text = log.read_text()
+        for prefill_rid, decode_rid in zip(PREFILL_RIDS, DECODE_RIDS, strict=True):
+            text = text.replace(prefill_rid, decode_rid)
+        (logs / log.name).write_text(text)
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, prefill_rids=DECODE_RIDS)
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}
+    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
+        "decode-0",
+        "prefill-0",
+    )
+    assert summary["requests"]["total"] == 2
