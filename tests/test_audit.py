@@ -83,6 +83,27 @@ def test_incident_pair_fails_with_the_numbers() -> None:
     assert err == ""
 
 
+def test_trace_exports_beside_the_logs_add_no_node(tmp_path: Path) -> None:
+    """Spans state no configuration and name servers by service and host (`sglang-prefill`):
+    audited, each would be one more node of unknown configuration beside the real ones."""
+    for path in (DATA / "incident").iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    span = {
+        "traceId": "7872549b202cc6208dd4b27cba5a87ec",
+        "spanId": "07af29ca7111370b",
+        "name": "prefill Req d9c878df",
+        "startTimeUnixNano": "1788674420000000000",
+        "endTimeUnixNano": "1788674421535749888",
+        "attributes": [
+            {"key": "rid", "value": {"stringValue": "d9c878dfe96cf4c5b31439ac796b33c1"}},
+            {"key": "module", "value": {"stringValue": "sglang::request"}},
+        ],
+    }
+    export = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    (tmp_path / "otel_trace.json").write_text(json.dumps(export) + "\n")
+    assert run(str(tmp_path)) == run(str(DATA / "incident"))
+
+
 def test_logs_alone_say_the_version_is_unknown() -> None:
     logs = sorted(str(p) for p in (DATA / "incident").glob("*.log"))
     code, out, _ = run(*logs)

@@ -152,6 +152,10 @@ def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
     documents: dict[str, list[Event]] = defaultdict(list)
     logs: dict[str, list[TelemetryFile]] = defaultdict(list)
     for tf in files:
+        if tf.kind == "otlp":
+            # Trace spans state no configuration, and name servers by service and host, not
+            # as the nodes read are named: every server would be one more unknown node.
+            continue
         if tf.kind == "log":
             logs[tf.node].append(tf)
         else:
