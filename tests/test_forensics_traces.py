@@ -188,7 +188,10 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
 
     exposed = _exposed_rooms(summary)
     assert set(exposed) == {EXPOSED_ROOM}  # the honest 4,096-token request is not accused
-    assert "over_length_answered" in exposed[EXPOSED_ROOM]["evidence"]
+    # The pool and the prompt's length, and the refusal the prefill span's error states.
+    assert {"over_length_answered", "rejected_then_served"} <= set(
+        exposed[EXPOSED_ROOM]["evidence"]
+    )
     assert exposed[EXPOSED_ROOM]["rid"] == "e5f4a3b2c1d0e9f8a7b6554433221100"
     assert exposed[EXPOSED_ROOM]["prompt_tokens"] == 912384
     assert summary["input"]["events_by_kind"]["request_trace"] == 4

@@ -35,6 +35,7 @@ from collector.sglang.outcome import (
     ParseOutcome,
     json_object,
 )
+from collector.sglang.refusals import refusal_in
 from collector.sglang.values import finite_number, whole_number
 
 # Stats keys: every span is counted under exactly one of these, or dropped.
@@ -304,6 +305,11 @@ def _request_event(
     }
     if root.stages:
         fields["stage_seconds"] = dict(root.stages)
+    refusal = refusal_in(reason) if status == "error" and reason else None
+    if refusal is not None:
+        # The engine refusing the request (prefill, an over-length prompt): what its refusal
+        # line would have said, numbers only.
+        fields["refusal"] = refusal
     ranks: dict[str, int] = {}
     for thread in root.threads:
         dp = whole_number(thread.attributes.get("dp_rank"))

@@ -81,3 +81,17 @@ def parse_auto_truncated(message: str) -> dict[str, Any]:
         "input_tokens": int(m.group(1)) if m else None,
         "limit_tokens": int(m.group(2)) if m else None,
     }
+
+
+def refusal_in(message: str) -> dict[str, Any] | None:
+    """The refusal an error message states (a span's abort `reason`, say), as a refusal line's
+    fields without its rid; None when the message states none. Only the engine's own sentences
+    count, and only their numbers are kept."""
+    if _INPUT_TOO_LONG.search(message):
+        fields = parse_input_too_long(message)
+    elif _CONTEXT.search(message) or _REQUESTED.search(message):
+        fields = parse_context_length(message)
+    else:
+        return None
+    fields.pop("rid", None)
+    return fields

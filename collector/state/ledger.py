@@ -542,6 +542,8 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
     if len(sources) < MAX_SOURCES and event.source not in sources:
         sources.append(event.source)
     kind = event.kind
+    if kind != "request_trace":
+        side.logged = True
     get = fields.get
     if kind == "request_received":
         if time is not None and (side.received_time is None or time < side.received_time):
@@ -639,6 +641,12 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         start = _float(fields.get("start"), None)
         if start is not None and side.received_time is None:
             side.received_time = start
+        refusal = fields.get("refusal")
+        if isinstance(refusal, dict):  # the span's error is the engine refusing the request
+            side.rejected = True
+            side.reject_reason = text_or_none(refusal.get("reason")) or side.reject_reason
+            side.reject_input_tokens = _int(refusal.get("input_tokens"), side.reject_input_tokens)
+            side.reject_limit_tokens = _int(refusal.get("limit_tokens"), side.reject_limit_tokens)
 
 
 def _apply_address(side: SideRecord, get: Callable[[str], Any]) -> None:
@@ -672,6 +680,8 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
     time, as the assembler gives them: a finish is known by its time)."""
     side.touch(later.first_time)
     side.touch(later.last_time)
+    if later.logged:
+        side.logged = True
     for source in later.sources:
         side.note_source(source)
     if later.received_time is not None and (
@@ -748,6 +758,7 @@ def _apply_rejection(
 ) -> None:
     side.touch(time)
     side.note_source(source)
+    side.logged = True
     side.rejected = True
     reason = fields.get("reason")
     side.reject_reason = str(reason) if reason is not None else side.reject_reason

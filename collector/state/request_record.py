@@ -70,6 +70,9 @@ class SideRecord:
     # When the client got the answer, as meta_info says (`response_sent_to_client_ts`, else
     # `request_finished_ts`): to the microsecond, where log stamps are whole seconds.
     sent_time: float | None = None
+    # A line of a log, an export or a snapshot named the request on this node (else only a
+    # trace span did, by its server's name in traces).
+    logged: bool = False
     sources: list[str] = field(default_factory=list)
 
     # -- facts ---------------------------------------------------------------------------------
@@ -82,15 +85,7 @@ class SideRecord:
     def traced_only(self) -> bool:
         """Known from a trace span alone, named by the span's service and host: no line of a
         log, export or snapshot has named the request on a node."""
-        return (
-            self.has_trace
-            and self.finished_time is None
-            and not self.has_stats
-            and not self.rejected
-            and self.transfer_failures == 0
-            and not self.checksum_mismatch
-            and not self.metadata_corruption
-        )
+        return self.has_trace and not self.logged
 
     @property
     def terminal(self) -> bool:
