@@ -116,7 +116,7 @@ def describe(path: Path) -> TelemetryFile | None:
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = hourly.group(1)
         name = name[: hourly.start()]
-    if kind == "json" or (kind == "log" and path.name.endswith((".jsonl", ".jsonl.gz"))):
+    if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if _holds_otlp(path):
             kind = "otlp"
     snapshot_time = None

@@ -38,6 +38,9 @@ from collector.sglang.logs import (
 from collector.sglang.outcome import ParseOutcome
 
 BLANK = NOISE_PREFIX + "blank"
+# A document (a `.prom` scrape, a saved `/server_info`, an indented trace export) is read whole,
+# up to this size.
+MAX_DOCUMENT_BYTES = 64 << 20
 _HEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}(?: [A-Za-z][A-Za-z_-]{0,23})?")
 
 
@@ -165,10 +168,6 @@ def file_events(
     yield from _document_events(tf, stats, read, keep_metric)
 
 
-# A pretty-printed OTLP document (one export saved by hand) is read whole, up to this size.
-MAX_DOCUMENT_BYTES = 64 << 20
-
-
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
     """`request_trace` events of a file of OTLP/JSON trace exports, one export a line (a
     collector's file exporter), or one pretty-printed export. Each span names its own node
@@ -237,7 +236,7 @@ def _document_events(
     size = 0
     for _, line in read_lines(tf.path, read):
         size += (len(line) if line.isascii() else len(line.encode())) + 1
-        if size > 64 << 20:
+        if size > MAX_DOCUMENT_BYTES:
             read.drop("document_too_large")
             stats.absorb(read)
             return

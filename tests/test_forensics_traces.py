@@ -169,6 +169,18 @@ def _exposed_rooms(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["bootstrap_room"]: r for r in summary["exposure"]["requests"]}
 
 
+def _assert_joined_to_the_logged_sides(summary: dict[str, Any]) -> None:
+    """The exposed response named by the nodes whose logs say it: the spans' sides joined to
+    theirs, not beside them (two requests, not four)."""
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}
+    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
+        "decode-0",
+        "prefill-0",
+    )
+    assert summary["requests"]["total"] == 2
+
+
 @pytest.mark.parametrize("form", ["lines", "pretty", "gzip"])
 def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     tmp_path: Path, traces: Path, form: str
@@ -211,14 +223,7 @@ def test_traces_beside_full_logs_join_the_logged_sides_and_accuse_nothing_more(
         [str(LOGS), str(traces.parent)], tmp_path / "out", workers=workers
     ).summary
 
-    exposed = _exposed_rooms(summary)
-    assert set(exposed) == {EXPOSED_ROOM}
-    # Named by the nodes whose logs say it, the spans' sides joined to theirs, not beside them.
-    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
-        "decode-0",
-        "prefill-0",
-    )
-    assert summary["requests"]["total"] == 2
+    _assert_joined_to_the_logged_sides(summary)
     assert summary["input"]["events_by_kind"]["request_trace"] == 4
 
 
@@ -270,10 +275,4 @@ def test_a_rid_the_router_gave_both_halves_joins_each_span_to_its_own_half(tmp_p
     _trace_the_incident(traces, prefill_rids=DECODE_RIDS)
     summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
 
-    exposed = _exposed_rooms(summary)
-    assert set(exposed) == {EXPOSED_ROOM}
-    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
-        "decode-0",
-        "prefill-0",
-    )
-    assert summary["requests"]["total"] == 2
+    _assert_joined_to_the_logged_sides(summary)

@@ -30,7 +30,7 @@ from typing import Any, Final
 from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts, mode_doubt
 from collector.events import Event
 from collector.files import ReadStats, TelemetryFile, discover, read_lines
-from collector.parse import ParseStats, file_events
+from collector.parse import MAX_DOCUMENT_BYTES, ParseStats, file_events
 from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
 
 _CONFIG_KINDS: Final = frozenset(
@@ -44,8 +44,6 @@ _MERGED_FIELDS: Final = ("role", "pool_tokens", "context_len", "transfer_backend
 _MAX_SOURCES: Final = 8
 # Set by `_mode_checked` on a server_info event whose document states a mode of the wrong type.
 _ROLE_DOUBT: Final = "audit_role_doubt"
-# Documents larger than this give no events (`collector.parse`), so none is re-read.
-_MAX_DOCUMENT: Final = 64 << 20
 
 
 @dataclass
@@ -296,7 +294,7 @@ def _document(tf: TelemetryFile) -> Any:
         for _, line in read_lines(tf.path, ReadStats()):
             encoded = line.encode()
             size += len(encoded) + 1
-            if size > _MAX_DOCUMENT:
+            if size > MAX_DOCUMENT_BYTES:
                 return None
             chunks.append(encoded)
         return json.loads(b"\n".join(chunks))
