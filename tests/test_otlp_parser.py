@@ -245,10 +245,9 @@ def test_sdk_protobuf_batch(deployment: _Deployment) -> None:
     assert unified.node == "sglang@u-0"
     assert unified.fields["rid"] == "1f2e3d4c5b6a79881726354433221100"
     assert unified.fields["bootstrap_room"] is None
-    assert (unified.fields["status"], unified.fields["error_reason"]) == (
-        "error",
-        "Abort by client",
-    )
+    # The reason's code, never its message: an error can echo what the user sent.
+    assert (unified.fields["status"], unified.fields["error_reason"]) == ("error", "aborted")
+    assert "Abort by client" not in json.dumps(unified.fields)
     assert unified.fields["finish_reasons"] == [{"type": "abort"}]
     assert (unified.fields["start"], unified.fields["end"]) == (1793000005.0, 1793000005.5)
     assert "stage_seconds" not in unified.fields
@@ -407,6 +406,27 @@ def test_token_counts_sent_as_strings(text: str, tokens: int | None) -> None:
     payload = _one_request_span({"gen_ai.usage.prompt_tokens": text})
     out = parse_otlp_traces(payload, content_type="application/json")
     assert [e.fields["prompt_tokens"] for e in out.events] == [tokens]
+
+
+@pytest.mark.parametrize(
+    "finish_reasons",
+    [
+        '[{"type": "abort", "message": "Invalid grammar: my secret plan", "status_code": 400}]',
+        '[{"type": "stop", "matched": "my secret plan"}]',
+        "stop on my secret plan",  # not JSON
+        '["my secret plan"]',
+    ],
+)
+def test_no_request_text_leaves_a_span(finish_reasons: str) -> None:
+    """An error or a finish reason can echo what the user sent: kept as codes, never as text."""
+    payload = _one_request_span({"gen_ai.response.finish_reasons": finish_reasons})
+    doc = json.loads(payload)
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["status"] = {"code": 2, "message": "Invalid grammar: my secret plan"}
+    out = parse_otlp_traces(json.dumps(doc), content_type="application/json")
+    (event,) = out.events
+    assert event.fields["status"] == "error"
+    assert "secret" not in json.dumps(event.fields)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from collector.sglang.outcome import (
     json_object,
 )
 from collector.sglang.refusals import refusal_in
+from collector.sglang.request_log import abort_code
 from collector.sglang.values import finite_number, whole_number
 
 # Stats keys: every span is counted under exactly one of these, or dropped.
@@ -295,7 +296,8 @@ def _request_event(
         ),
         "finish_reasons": _finish_reasons(attrs.get("gen_ai.response.finish_reasons")),
         "status": status,
-        "error_reason": reason,
+        # A code, never the message: an error can echo what the user sent.
+        "error_reason": abort_code(reason),
         "service": service,
         "model": _text(attrs.get("gen_ai.response.model")),
         "trace_id": span.trace_id.hex(),
@@ -373,7 +375,8 @@ def room_to_decimal(value: Any) -> str | None:
 
 
 def _finish_reasons(value: Any) -> list[Any] | None:
-    """The JSON list of finish reasons, without stop strings (request text) in them."""
+    """The JSON list of finish reasons, without the request text that stop strings and abort
+    messages can carry."""
     if value is None:
         return None
     parsed: Any = value
@@ -381,15 +384,27 @@ def _finish_reasons(value: Any) -> list[Any] | None:
         try:
             parsed = json.loads(value)
         except (ValueError, RecursionError):
-            return [value]
+            parsed = value
     if not isinstance(parsed, list):
         parsed = [parsed]
     return [_without_matched(item) for item in parsed]
 
 
+_REASON_WORD: Final = re.compile(r"[A-Za-z_]{1,32}")
+
+
 def _without_matched(item: Any) -> Any:
-    if isinstance(item, dict) and isinstance(item.get("matched"), str):
-        return {k: v for k, v in item.items() if k != "matched"}
+    """A finish reason without its stop string (`matched`) or its abort `message`, which can
+    echo the request; the message's code (`abort_code`) in its place."""
+    if isinstance(item, dict):
+        kept = {k: v for k, v in item.items() if k not in ("matched", "message")}
+        if isinstance(item.get("matched"), int):
+            kept["matched"] = item["matched"]  # a stop token's id, not text
+        if "message" in item:
+            kept["message_code"] = abort_code(_text(item["message"]))
+        return kept
+    if isinstance(item, str) and _REASON_WORD.fullmatch(item) is None:
+        return "other"  # free text in place of a reason's name
     return item
 
 
