@@ -4,6 +4,8 @@ what they show (a storm's shape, a gap still open at the end, the floors fast re
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +66,34 @@ def test_a_child_that_hangs_is_stopped_and_its_plot_drawn_here() -> None:
     started = time.monotonic()
     assert plots._drawn_aside(hangs_in_child, _data(), timeout=0.5)() == b"drawn here"
     assert time.monotonic() - started < 30
+
+
+_CHILD_UNDER_A_TRACER = """
+import os, sys
+from collector.forensics import plots
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+provider = TracerProvider(resource=Resource({"service.name": "host"}))
+from concurrent.futures import ThreadPoolExecutor  # a thread pool used after the tracer's start
+
+ThreadPoolExecutor(max_workers=1).submit(int).result()
+parent = os.getpid()
+drawn = plots._drawn_aside(
+    lambda data: b"here" if os.getpid() == parent else b"child", None, timeout=20
+)
+sys.stdout.write(drawn().decode())
+"""
+
+
+def test_a_child_forked_under_an_opentelemetry_tracer_draws() -> None:
+    """A TracerProvider in the process (a test's, a host program's) has its own at-fork hook,
+    which uses a thread pool in the child: the pool's hook must have been registered first, or
+    the child hangs and every plot waits the timeout to be drawn here."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD_UNDER_A_TRACER], capture_output=True, text=True, timeout=120
+    )
+    assert (done.returncode, done.stdout) == (0, "child"), done.stderr
 
 
 def test_a_child_reaped_elsewhere_is_redrawn_here() -> None:

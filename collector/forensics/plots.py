@@ -12,6 +12,11 @@
 
 from __future__ import annotations
 
+# Imported for its at-fork hook, before any library registers its own: a child forked to draw
+# (`_drawn_aside`) runs the hooks in the order they were registered, and OpenTelemetry's
+# TracerProvider submits to a thread pool in its hook; registered first, it finds the pool's
+# lock still held from the fork and the child hangs until `CHILD_SECONDS`.
+import concurrent.futures.thread  # noqa: F401
 import io
 import os
 import select
