@@ -170,12 +170,12 @@ def file_events(
 
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
     """`request_trace` events of a file of OTLP/JSON trace exports, one export a line (a
-    collector's file exporter), or one pretty-printed export. Each span names its own node
+    collector's file exporter), or one indented export. Each span names its own node
     (`collector.sglang.otlp`): one file holds every server's spans."""
     from collector.sglang.otlp import parse_otlp_traces
 
     prefix = f"{tf.path}:"
-    document: list[str] | None = None
+    document: list[tuple[int, str]] | None = None
     size = 0
     first = True
     try:
@@ -185,30 +185,50 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
                 if size > MAX_DOCUMENT_BYTES:
                     read.drop("document_too_large")
                     return
-                document.append(line)
+                document.append((number, line))
                 continue
             if not line.strip():
                 stats.count(BLANK)
                 continue
-            if first and not line.rstrip().endswith("}"):
-                document, size = [line], len(line) + 1  # not one export a line
+            if first and line.rstrip().endswith(("{", "[")):
+                document, size = [(number, line)], len(line) + 1  # an indented export
                 continue
             first = False
-            yield from _trace_outcome(
-                stats,
-                parse_otlp_traces(
-                    line, content_type="application/json", source=prefix + str(number)
-                ),
+            outcome = parse_otlp_traces(
+                line, content_type="application/json", source=prefix + str(number)
             )
+            yield from _trace_outcome(stats, outcome)
         if document is not None:
-            yield from _trace_outcome(
-                stats,
-                parse_otlp_traces(
-                    "\n".join(document), content_type="application/json", source=prefix + "1"
-                ),
-            )
+            yield from _trace_document(stats, document, prefix)
     finally:
         stats.absorb(read)
+
+
+def _trace_document(
+    stats: ParseStats, document: list[tuple[int, str]], prefix: str
+) -> Iterator[Event]:
+    """An indented export read whole; failing that, its lines one by one, in case the first
+    line only looked like a document's opening (a cut line), so the rest is not lost."""
+    from collector.sglang.otlp import parse_otlp_traces
+
+    whole = parse_otlp_traces(
+        "\n".join(line for _, line in document),
+        content_type="application/json",
+        source=prefix + str(document[0][0]),
+    )
+    if whole.events or not whole.dropped:
+        yield from _trace_outcome(stats, whole)
+        return
+    by_line = [
+        parse_otlp_traces(line, content_type="application/json", source=prefix + str(number))
+        for number, line in document
+        if line.strip()
+    ]
+    if not any(outcome.events for outcome in by_line):
+        yield from _trace_outcome(stats, whole)  # one damaged document: one drop
+        return
+    for outcome in by_line:
+        yield from _trace_outcome(stats, outcome)
 
 
 def _trace_outcome(stats: ParseStats, outcome: ParseOutcome) -> Iterator[Event]:

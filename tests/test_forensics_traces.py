@@ -276,3 +276,23 @@ def test_a_rid_the_router_gave_both_halves_joins_each_span_to_its_own_half(tmp_p
     summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
 
     _assert_joined_to_the_logged_sides(summary)
+
+
+@pytest.mark.parametrize("cut_at", ["mid-string", "after an opening bracket"])
+def test_a_cut_first_line_loses_only_itself(tmp_path: Path, traces: Path, cut_at: str) -> None:
+    """A first line that does not end an export (cut by a rotation) is not taken for the
+    opening of one indented document, which would lose every export after it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    prefill_export, decode_export = traces.read_text().splitlines()
+    if cut_at == "mid-string":
+        cut = prefill_export[: len(prefill_export) // 3]
+    else:
+        cut = prefill_export[: prefill_export.index("[") + 1]
+    traces.write_text(f"{cut}\n{prefill_export}\n{decode_export}\n")
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    assert summary["input"]["dropped_by_reason"] == {"not_json": 1}
+    assert summary["input"]["events_by_kind"]["request_trace"] == 4
+    assert set(_exposed_rooms(summary)) == {EXPOSED_ROOM}

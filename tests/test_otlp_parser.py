@@ -409,6 +409,37 @@ def test_token_counts_sent_as_strings(text: str, tokens: int | None) -> None:
 
 
 @pytest.mark.parametrize(
+    ("reason", "refusal"),
+    [
+        (
+            "Input length (912384 tokens) exceeds the maximum allowed length (681274 tokens). "
+            "Use a shorter input or enable --allow-auto-truncate.",
+            {"input_tokens": 912384, "limit_tokens": 681274, "reason": "input_too_long"},
+        ),
+        (
+            "The input (2000000 tokens) is longer than the model's context length (1048576 "
+            "tokens).",
+            {"input_tokens": 2000000, "limit_tokens": 1048576, "reason": "context_length"},
+        ),
+        # The engine's sentence quoted inside another error: the user's words, not a refusal.
+        (
+            "Invalid grammar request: 'Input length (912384 tokens) exceeds the maximum "
+            "allowed length (681274 tokens)'",
+            None,
+        ),
+    ],
+)
+def test_a_refusal_is_read_only_from_the_engine_s_own_sentence(
+    reason: str, refusal: dict[str, Any] | None
+) -> None:
+    doc = json.loads(_one_request_span({}))
+    span = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["status"] = {"code": 2, "message": reason}
+    (event,) = parse_otlp_traces(json.dumps(doc), content_type="application/json").events
+    assert event.fields.get("refusal") == refusal
+
+
+@pytest.mark.parametrize(
     "finish_reasons",
     [
         '[{"type": "abort", "message": "Invalid grammar: my secret plan", "status_code": 400}]',

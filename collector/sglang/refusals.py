@@ -85,12 +85,14 @@ def parse_auto_truncated(message: str) -> dict[str, Any]:
 
 def refusal_in(message: str) -> dict[str, Any] | None:
     """The refusal an error message states (a span's abort `reason`, say), as a refusal line's
-    fields without its rid; None when the message states none. Only the engine's own sentences
-    count, and only their numbers are kept."""
-    if _INPUT_TOO_LONG.search(message):
-        fields = parse_input_too_long(message)
-    elif _CONTEXT.search(message) or _REQUESTED.search(message):
-        fields = parse_context_length(message)
+    fields without its rid; None when the message states none. Only the engine's own sentence,
+    opening the message, counts: found further in, it may be the user's words that another
+    error echoes. Only its numbers are kept."""
+    opening = message.lstrip(" '\"")
+    if _INPUT_TOO_LONG.match(opening):
+        fields = parse_input_too_long(opening)
+    elif _CONTEXT.match(opening):
+        fields = parse_context_length(opening)
     else:
         return None
     fields.pop("rid", None)
