@@ -78,3 +78,24 @@ def test_no_requests_still_make_a_valid_empty_file(tmp_path: Path) -> None:
 def test_a_batch_must_hold_a_row(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="batch_rows"):
         RequestParquetWriter(tmp_path / "requests.parquet", batch_rows=0)
+
+
+def test_numbers_past_the_columns_range_are_written_as_unknown(tmp_path: Path) -> None:
+    """A garbled line's digits (a prompt of 10^30 tokens, a time of 10^300) do not fit an
+    int64 or a millisecond timestamp: they are written as null, and the rows around them kept."""
+    path = tmp_path / "requests.parquet"
+    writer = RequestParquetWriter(path)
+    odd = _record(1)
+    odd.sides[1].completion_tokens = -(10**30)
+    odd.sides[1].last_time = 1e300
+    writer.add(_record(0), [])
+    writer.add(RequestRecord(odd.key, odd.bootstrap_room, odd.sides, True), [])
+    big = _record(2)
+    big.sides[1].prompt_tokens = 10**30
+    writer.add(RequestRecord(big.key, big.bootstrap_room, big.sides, True), [])
+    writer.close()
+    table = pq.read_table(path)
+    assert table.column("key").to_pylist() == ["room:0", "room:1", "room:2"]
+    assert table.column("prompt_tokens").to_pylist() == [1000, 1001, None]
+    assert table.column("completion_tokens").to_pylist() == [7, None, 7]
+    assert table.column("end").to_pylist()[1] is None

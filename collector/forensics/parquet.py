@@ -47,8 +47,19 @@ SCHEMA = pa.schema(
 )
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def _int64(value: int | None) -> int | None:
+    """A count as the int64 column holds it; None past its range (a garbled line's digits),
+    which would otherwise stop the run at the first row group."""
+    return value if value is None or value in _INT64 else None
+
+
 def _ms(epoch: float | None) -> int | None:
-    return int(epoch * 1000) if epoch is not None else None
+    if epoch is None or not -9.2e15 < epoch < 9.2e15:
+        return None
+    return int(epoch * 1000)
 
 
 class RequestParquetWriter:
@@ -75,11 +86,11 @@ class RequestParquetWriter:
         ends = [s.last_time for s in record.sides if s.last_time is not None]
         rows["start"].append(_ms(min(starts)) if starts else None)
         rows["end"].append(_ms(max(ends)) if ends else None)
-        rows["prompt_tokens"].append(record.prompt_tokens)
-        rows["cached_tokens"].append(record.cached_tokens)
-        rows["completion_tokens"].append(serving.completion_tokens if serving else None)
+        rows["prompt_tokens"].append(_int64(record.prompt_tokens))
+        rows["cached_tokens"].append(_int64(record.cached_tokens))
+        rows["completion_tokens"].append(_int64(serving.completion_tokens) if serving else None)
         rows["finish_type"].append(serving.finish_type if serving else None)
-        rows["status_code"].append(serving.status_code if serving else None)
+        rows["status_code"].append(_int64(serving.status_code) if serving else None)
         rows["e2e_latency"].append(serving.e2e_latency if serving else None)
         rows["first_token_latency"].append(serving.first_token_latency if serving else None)
         rows["prefill_forward_seconds"].append(
