@@ -372,6 +372,66 @@ def test_a_span_read_before_the_lines_of_its_request_becomes_their_node_side():
     assert by_node["decode-0"].trace_ttft == 0.61 and by_node["prefill-0"].has_trace
 
 
+def _unified_lines(t: float, rid: str = "u1") -> list[Event]:
+    return [
+        ev("request_received", "unified-0", t, rid=rid),
+        ev(
+            "request_finished",
+            "unified-0",
+            t + 3.0,
+            rid=rid,
+            prompt_tokens=4096,
+            completion_tokens=100,
+            finish_type="stop",
+        ),
+    ]
+
+
+def _roomless_span(node: str, t: float, rid: str, role: str) -> Event:
+    span = _span(node, t, rid, "", role, 0.61)
+    span.fields["bootstrap_room"] = None
+    return span
+
+
+def test_a_span_without_a_room_joins_the_logged_request_of_its_rid_either_way_round():
+    # Outside PD (no room) only the rid joins a span, named by its server's trace name, to the
+    # log's request: one request, whichever is read first.
+    for span_first in (False, True):
+        ledger = RequestLedger(role_of=role_of)
+        lines = _unified_lines(T)
+        span = _roomless_span("sglang@h1", T + 3.0, "u1", "unified")
+        for event in [span, *lines] if span_first else [*lines, span]:
+            ledger.add(event)
+        (record,) = ledger.drain()
+        (side,) = record.sides
+        assert (side.node, side.trace_ttft, side.finished) == ("unified-0", 0.61, True)
+
+
+def test_a_pd_span_without_its_room_joins_the_room_its_rid_was_logged_in():
+    for span_first in (False, True):
+        ledger = RequestLedger(role_of=role_of)
+        lines = prefill_events("9", T, rid="p9") + decode_events("9", T, rid="d9")
+        span = _roomless_span("sglang-decode@h2", T + 3.0, "d9", "decode")
+        for event in [span, *lines] if span_first else [*lines, span]:
+            ledger.add(event)
+        (record,) = ledger.drain()
+        assert record.key == "9"
+        by_node = {side.node: side for side in record.sides}
+        assert sorted(by_node) == ["decode-0", "prefill-0"]
+        assert by_node["decode-0"].trace_ttft == 0.61
+
+
+def test_a_span_without_a_room_after_its_request_was_emitted_is_late_not_a_request():
+    ledger = RequestLedger(LedgerConfig(settle_seconds=1), role_of=role_of)
+    ledger.add(_roomless_span("sglang@h0", T - 50, "u0", "unified"))  # spans are in the input
+    for event in _unified_lines(T):
+        ledger.add(event)
+    emitted = ledger.advance(T + 60)
+    assert [r.key for r in emitted] == ["sglang@h0|u0", "unified-0|u1"]
+    assert not ledger.add(_roomless_span("sglang@h1", T + 3.0, "u1", "unified"))
+    assert ledger.drain() == [] and ledger.stats.late_events == 1
+
+
 def test_a_request_that_never_finishes_is_dropped_after_max_open():
     ledger = RequestLedger(LedgerConfig(max_open_seconds=600), role_of=role_of)
     ledger.add(ev("request_received", "decode-0", T, rid="d", bootstrap_room="1"))

@@ -148,9 +148,17 @@ class RequestLedger:
         self._role_of = role_of
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._rid_index: dict[tuple[str, str], str] = {}
+        # rid -> key of the first open entry that holds it: a trace span without its room and
+        # a log line about the same request name the server differently, and only the rid can
+        # join them (`_twin_of`).
+        self._by_rid: dict[str, str] = {}
         # Rejections (a refusal-only side) whose rid no other line has named yet.
         self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
         self._recent: OrderedDict[str, None] = OrderedDict()
+        # The rids of requests emitted with a log's side, for a span without its room that
+        # comes after them: late, not a request of its own. Kept once spans are seen.
+        self._recent_rids: OrderedDict[str, None] = OrderedDict()
+        self._spans_seen = False
         self._heap: list[tuple[float, int, str]] = []
         self._seq = 0
         self._forced: list[RequestRecord] = []
@@ -186,6 +194,8 @@ class RequestLedger:
             self._now = time
         fields = event.fields
         part: SideRecord | None = None
+        if kind == "request_trace":
+            self._spans_seen = True
         if kind == REQUEST_SIDE:
             # Ids were read and health checks dropped where the side was folded.
             part = fields["side"]
@@ -211,6 +221,12 @@ class RequestLedger:
                 known = self._rid_index.get(node_rid)
                 if known is not None and known != room:
                     self._merge_rid_entry(node, rid, room)
+                elif known is None and kind != "request_trace":
+                    # A span without its room read first, held under the span's server.
+                    twin = self._twin_of(kind, node, rid, fields, part, time)
+                    if twin is not None and twin[0] != room and twin[1].room is None:
+                        self._merge_rid_entry(twin[2], rid, room)
+            self._by_rid.setdefault(rid or "", key)
         elif rid is not None:
             known = self._rid_index.get(node_rid)
             if known is None and (kind == "request_rejected" or _only_refusal(part)):
@@ -219,7 +235,14 @@ class RequestLedger:
                     _apply_rejection(part, fields, time, event.source)
                 self._pending[node_rid] = part
                 return True
+            if known is None:
+                twin = self._twin_of(kind, node, rid, fields, part, time)
+                known = twin[0] if twin is not None else None
+                if known is None and kind == "request_trace" and rid in self._recent_rids:
+                    stats.late_events += 1
+                    return False
             key = known if known is not None else request_key(None, node, rid)
+            self._by_rid.setdefault(rid, key)
         else:
             stats.unkeyed += 1
             return False
@@ -330,6 +353,35 @@ class RequestLedger:
         ):
             target.last_time = orphan.last_time
 
+    def _twin_of(
+        self,
+        kind: str,
+        node: str,
+        rid: str,
+        fields: dict[str, Any],
+        part: SideRecord | None,
+        time: float | None,
+    ) -> tuple[str, _Entry, str] | None:
+        """(key, entry, the twin side's node) of the open entry where another name of this
+        server holds `rid`: a span's side, when a log line names the request, or a log's side,
+        when a span does. None unless exactly one side fits, by rid and role."""
+        key = self._by_rid.get(rid)
+        entry = self._entries.get(key) if key is not None else None
+        if key is None or entry is None:
+            return None
+        if kind == "request_trace":
+            role = text_or_none(fields.get("role"))
+            twins = [s for s in entry.sides.values() if s.logged and s.rid == rid]
+        else:
+            twins = [s for s in entry.sides.values() if s.traced_only and s.rid == rid]
+            if not twins:
+                return None
+            role = part.role_hint if part is not None else None
+            if role is None and self._role_of is not None:
+                role = self._role_of(node, time)
+        fits = [s for s in twins if s.node != node and _may_be(s, role)]
+        return (key, entry, fits[0].node) if len(fits) == 1 else None
+
     def _adopt_traced_side(
         self, entry: _Entry, node: str, rid: str, part: SideRecord | None, time: float | None
     ) -> SideRecord | None:
@@ -422,10 +474,19 @@ class RequestLedger:
         for side in entry.sides.values():
             if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
                 del self._rid_index[(side.node, side.rid)]
+            if side.rid and self._by_rid.get(side.rid) == entry.key:
+                del self._by_rid[side.rid]
         if self.config.late_memory:
             self._recent[entry.key] = None
             while len(self._recent) > self.config.late_memory:
                 self._recent.popitem(last=False)
+            if self._spans_seen:
+                recent_rids = self._recent_rids
+                for side in entry.sides.values():
+                    if side.rid and side.logged:
+                        recent_rids[side.rid] = None
+                while len(recent_rids) > self.config.late_memory:
+                    recent_rids.popitem(last=False)
         complete = self._complete(entry)
         sides = list(entry.sides.values())
         if not any(s.terminal for s in sides):
@@ -503,6 +564,7 @@ class RequestLedger:
                 entry.sides[(side.node, side.rid or "")] = side
                 if side.rid:
                     ledger._rid_index[(side.node, side.rid)] = entry.key
+                    ledger._by_rid.setdefault(side.rid, entry.key)
             ledger._entries[entry.key] = entry
             ledger._schedule(entry)
         for raw in state.get("pending", []):
