@@ -66,10 +66,17 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         # away, no snapshot): another node's pool says nothing about it. Taking the largest
         # known one is lenient only when every prefill node's pool is known; with the small
         # node's the only one known, it accused requests a big node had really prefilled.
-        if not prefill.traced_only:
+        if (
+            not prefill.traced_only
+            or prefill.succeeded
+            or not ctx.timeline.traced_servers_fit("prefill")
+        ):
             return None
         # Known from a trace span alone, by the span's service and host, which are not how the
-        # nodes read are named: which of them prefilled it is as unknown as with no side.
+        # nodes read are named: which of them prefilled it is as unknown as with no side. Not
+        # when the span prefilled it with success (its server took the prompt, whatever the
+        # pools read say), nor when spans name more prefill servers than there are prefill
+        # nodes read (one at least is none of them, its pool unknown).
     serving = record.serving
     host = serving.bootstrap_host if serving is not None else None
     if serving is not None and host is not None:

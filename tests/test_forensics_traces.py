@@ -73,21 +73,34 @@ PREFILL_RIDS = ("a1f0c3e2d4b5a6978877665544332211", "b2e1d4f3c5a6b79888776655443
 DECODE_RIDS = ("d1c0b3a2f4e5d6c7b8a9887766554433", "e5f4a3b2c1d0e9f8a7b6554433221100")
 
 
-def _trace_the_incident(path: Path, prefill_rids: tuple[str, str] = PREFILL_RIDS) -> None:
+def _trace_the_incident(
+    path: Path,
+    prefill_rids: tuple[str, str] = PREFILL_RIDS,
+    *,
+    long_prompt_prefill_host: str = "4f1c9a7e11d2",
+    long_prompt_prefilled: bool = False,
+) -> None:
     """The two requests of `reference_incident` as SGLang's root and thread spans, every server
-    the default service `sglang` (no `--otlp-service-name`), its machine in the thread spans."""
+    the default service `sglang` (no `--otlp-service-name`), its machine in the thread spans.
+    The long prompt's prefill may run on another machine, and may prefill it (88 s) instead of
+    refusing it: a server with a pool that holds it."""
     exporter = CollectorFileExporterStandIn(path)
     processors = []
+    host_ids: dict[int, str] = {}
 
     def server(host_id: str) -> trace.Tracer:
         provider = TracerProvider(resource=Resource({"service.name": "sglang"}))
         processor = BatchSpanProcessor(exporter)
         provider.add_span_processor(processor)
         processors.append(processor)
-        return provider.get_tracer("sglang server")
+        tracer = provider.get_tracer("sglang server")
+        host_ids[id(tracer)] = host_id
+        return tracer
 
     prefill, decode = server("4f1c9a7e11d2"), server("9b2e6d0c55a8")
-    host_ids = {id(prefill): "4f1c9a7e11d2", id(decode): "9b2e6d0c55a8"}
+    long_prefill = (
+        prefill if long_prompt_prefill_host == "4f1c9a7e11d2" else server(long_prompt_prefill_host)
+    )
 
     def request(
         tracer: trace.Tracer,
@@ -131,17 +144,63 @@ def _trace_the_incident(path: Path, prefill_rids: tuple[str, str] = PREFILL_RIDS
         root.end(end_time=end)
 
     honest = ("2026-08-27 10:12:01", "2026-08-27 10:12:03")
-    request(prefill, "prefill", prefill_rids[0], HONEST_ROOM, honest,
-            (4096, 1, 0), {"e2e": 1.9, "time_in_model_prefill": 0.39})  # fmt: skip
-    request(decode, "decode", "d1c0b3a2f4e5d6c7b8a9887766554433", HONEST_ROOM,
-            ("2026-08-27 10:12:01", "2026-08-27 10:12:08"), (4096, 256, 0),
-            {"e2e": 7.0, "time_to_first_token": 2.3, "time_in_model_decode": 4.2})  # fmt: skip
-    request(prefill, "prefill", prefill_rids[1], EXPOSED_ROOM,
-            ("2026-08-27 10:14:38", "2026-08-27 10:14:40"), (912384, 0, 0), {"e2e": 1.6},
-            error=REFUSAL)  # fmt: skip
-    request(decode, "decode", "e5f4a3b2c1d0e9f8a7b6554433221100", EXPOSED_ROOM,
-            ("2026-08-27 10:14:38", "2026-08-27 10:14:52"), (912384, 612, 0),
-            {"e2e": 14.0, "time_to_first_token": 3.1, "time_in_model_decode": 10.4})  # fmt: skip
+    request(
+        prefill,
+        "prefill",
+        prefill_rids[0],
+        HONEST_ROOM,
+        honest,
+        (4096, 1, 0),
+        {"e2e": 1.9, "time_in_model_prefill": 0.39},
+    )
+    request(
+        decode,
+        "decode",
+        "d1c0b3a2f4e5d6c7b8a9887766554433",
+        HONEST_ROOM,
+        ("2026-08-27 10:12:01", "2026-08-27 10:12:08"),
+        (4096, 256, 0),
+        {"e2e": 7.0, "time_to_first_token": 2.3, "time_in_model_decode": 4.2},
+    )
+    if long_prompt_prefilled:
+        request(
+            long_prefill,
+            "prefill",
+            prefill_rids[1],
+            EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:16:07"),
+            (912384, 1, 0),
+            {"e2e": 89.0, "time_in_model_prefill": 88.0},
+        )
+        request(
+            decode,
+            "decode",
+            "e5f4a3b2c1d0e9f8a7b6554433221100",
+            EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:16:18"),
+            (912384, 612, 0),
+            {"e2e": 100.0, "time_to_first_token": 89.6, "time_in_model_decode": 10.4},
+        )
+    else:
+        request(
+            long_prefill,
+            "prefill",
+            prefill_rids[1],
+            EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:14:40"),
+            (912384, 0, 0),
+            {"e2e": 1.6},
+            error=REFUSAL,
+        )
+        request(
+            decode,
+            "decode",
+            "e5f4a3b2c1d0e9f8a7b6554433221100",
+            EXPOSED_ROOM,
+            ("2026-08-27 10:14:38", "2026-08-27 10:14:52"),
+            (912384, 612, 0),
+            {"e2e": 14.0, "time_to_first_token": 3.1, "time_in_model_decode": 10.4},
+        )
     for processor in processors:
         processor.force_flush()
 
@@ -296,3 +355,37 @@ def test_a_cut_first_line_loses_only_itself(tmp_path: Path, traces: Path, cut_at
     assert summary["input"]["dropped_by_reason"] == {"not_json": 1}
     assert summary["input"]["events_by_kind"]["request_trace"] == 4
     assert set(_exposed_rooms(summary)) == {EXPOSED_ROOM}
+
+
+def test_a_span_that_prefilled_the_long_prompt_names_a_server_whose_pool_holds_it(
+    tmp_path: Path,
+) -> None:
+    """The span says its server prefilled 912,384 tokens: whichever server it was, its pool
+    held them, so the only pool read (681,280) is not the one the request met."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, long_prompt_prefill_host="bb22cc33dd44", long_prompt_prefilled=True)
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    assert _exposed_rooms(summary) == {}
+    assert not [f for f in summary["findings"] if f["detector"] == "over_length_answered"]
+
+
+def test_spans_naming_more_prefill_servers_than_logged_leave_the_pool_unknown(
+    tmp_path: Path,
+) -> None:
+    """Two prefill servers in the spans, one prefill node's logs: one server at least has no
+    logs here, so the pool read is not taken for the request's; the refusal still names it."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, long_prompt_prefill_host="bb22cc33dd44")
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    evidence = _exposed_rooms(summary)[EXPOSED_ROOM]["evidence"]
+    assert "rejected_then_served" in evidence and "over_length_answered" not in evidence

@@ -327,11 +327,19 @@ class ConfigTimeline:
         # the two may name the same servers differently (a Service address, another NIC).
         self._unaddressed: set[str] = set()
         self.bootstrap_matched = False
+        # Servers known only from trace spans, by their name in traces (service, role, host):
+        # not how the nodes read are named, so possibly one of them, possibly none.
+        self._traced_only: set[str] = set()
 
     # -- feeding -------------------------------------------------------------------------------
 
     def update(self, event: Event) -> ConfigChange | None:
         """Apply one event; return what changed (None when the event says nothing new)."""
+        if event.kind == "request_trace":
+            if event.node not in self._nodes:
+                self._traced_only.add(event.node)
+        elif self._traced_only:
+            self._traced_only.discard(event.node)
         handler = _HANDLERS.get(event.kind)
         if handler is None:
             if event.kind == BOOTSTRAP_SERVER:
@@ -426,6 +434,14 @@ class ConfigTimeline:
     def unaddressed_bootstrap_nodes(self) -> frozenset[str]:
         """Nodes whose bootstrap server announced no address a decode could be told."""
         return frozenset(self._unaddressed)
+
+    def traced_servers_fit(self, role: Role) -> bool:
+        """Whether each server that trace spans alone name in `role` may be one of the nodes
+        read: no more of them than nodes read in that role (more, and one at least has no
+        logs here, its configuration unknown)."""
+        in_role = [node for node in self._nodes if self.role_at(node) == role]
+        traced = sum(1 for node in in_role if node in self._traced_only)
+        return traced <= len(in_role) - traced
 
     def current_at(self, time: float | None) -> bool:
         """Whether every node's current generation is the one in force at `time` (true for
@@ -592,6 +608,7 @@ class ConfigTimeline:
                     if owner == node
                 ),
                 "unaddressed": node in self._unaddressed,
+                "traced_only": node in self._traced_only,
             }
             for node, h in self._nodes.items()
         }
@@ -619,6 +636,8 @@ class ConfigTimeline:
                 timeline._bootstrap.setdefault(str(host), []).append((float(since), port, node))
             if data.get("unaddressed"):
                 timeline._unaddressed.add(node)
+            if data.get("traced_only"):
+                timeline._traced_only.add(node)
             timeline._nodes[node] = history
             timeline._reindex(history, None, history.current)
         return timeline
