@@ -389,3 +389,35 @@ def test_spans_naming_more_prefill_servers_than_logged_leave_the_pool_unknown(
 
     evidence = _exposed_rooms(summary)[EXPOSED_ROOM]["evidence"]
     assert "rejected_then_served" in evidence and "over_length_answered" not in evidence
+
+
+def _shifted(node: Any, seconds: int) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("startTimeUnixNano", "endTimeUnixNano"):
+                node[key] = str(int(value) + seconds * 1_000_000_000)
+            else:
+                _shifted(value, seconds)
+    elif isinstance(node, list):
+        for item in node:
+            _shifted(item, seconds)
+
+
+def test_request_lines_read_after_their_request_was_judged_are_counted_and_said(
+    tmp_path: Path, traces: Path
+) -> None:
+    """Logs from a host two hours east of UTC, spans in UTC: each request is judged from its
+    spans two hours before its log lines are read. Those lines are not used, and it is said."""
+    exports = [json.loads(line) for line in traces.read_text().splitlines()]
+    for export in exports:
+        _shifted(export, -7200)
+    traces.write_text("".join(json.dumps(export) + "\n" for export in exports))
+    result = run_forensics([str(LOGS), str(traces.parent)], tmp_path / "out")
+
+    late = result.summary["requests"]["late_lines"]
+    assert late > 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert f"{late:,} request lines came after their request had been judged" in report
+    assert "trace spans are stamped in UTC" in report
+    clean = run_forensics([str(LOGS)], tmp_path / "out2")
+    assert clean.summary["requests"]["late_lines"] == 0

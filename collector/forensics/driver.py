@@ -30,6 +30,7 @@ from collector.forensics.progress import Progress
 from collector.forensics.report import (
     abort_signals_line,
     config_gaps,
+    late_lines_line,
     possible_line,
     write_findings_csv,
     write_html,
@@ -496,6 +497,7 @@ def build_summary(
         "requests": {
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
+            "late_lines": pipeline.ledger.stats.late_events,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }
@@ -628,6 +630,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     signals = abort_signals_line(summary)
     if signals:
         out.write(f"{signals}\n")
+    late = late_lines_line(summary)
+    if late:
+        out.write(f"LATE LINES: {late}\n")
     for gap in config_gaps(summary):
         out.write(
             f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "

@@ -134,6 +134,25 @@ def unattributed_exports_line(summary: dict[str, Any]) -> str:
     )
 
 
+def late_lines_line(summary: dict[str, Any]) -> str:
+    """Request lines that came after their request had been judged, and were not used: a
+    clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
+    host's local time). Said, since what those lines held is missing from the verdicts."""
+    count = summary["requests"].get("late_lines", 0)
+    if not count:
+        return ""
+    line = (
+        f"{count:,} request lines came after their request had been judged and were not used "
+        "(a clock that disagrees with the others)"
+    )
+    if summary["input"].get("events_by_kind", {}).get("request_trace"):
+        line += (
+            ": trace spans are stamped in UTC, SGLang's log lines in the host's local time, "
+            "so logs from a host outside UTC meet their spans hours apart; read one or the other"
+        )
+    return line + "."
+
+
 def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per detector: its findings by severity, first and last time, nodes: the shape of
     the findings before their list (which three findings per exposed response make long)."""
@@ -229,6 +248,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     unattributed = unattributed_exports_line(summary)
     if unattributed:
         lines.append(unattributed)
+    late = late_lines_line(summary)
+    if late:
+        lines.append(late)
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
