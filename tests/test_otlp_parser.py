@@ -446,6 +446,10 @@ def test_a_refusal_is_read_only_from_the_engine_s_own_sentence(
         '[{"type": "stop", "matched": "my secret plan"}]',
         "stop on my secret plan",  # not JSON
         '["my secret plan"]',
+        '[["my secret plan"]]',
+        '[{"type": "my secret plan"}]',
+        '[{"type": "stop", "matched": {"text": "my secret plan"}}]',
+        '[{"type": "abort", "err_type": "my secret plan", "detail": "my secret plan"}]',
     ],
 )
 def test_no_request_text_leaves_a_span(finish_reasons: str) -> None:

@@ -387,25 +387,35 @@ def _finish_reasons(value: Any) -> list[Any] | None:
             parsed = value
     if not isinstance(parsed, list):
         parsed = [parsed]
-    return [_without_matched(item) for item in parsed]
+    return [_reason_names(item) for item in parsed]
 
 
 _REASON_WORD: Final = re.compile(r"[A-Za-z_]{1,32}")
 
 
-def _without_matched(item: Any) -> Any:
-    """A finish reason without its stop string (`matched`) or its abort `message`, which can
-    echo the request; the message's code (`abort_code`) in its place."""
+def _reason_names(item: Any) -> Any:
+    """A finish reason as names and numbers only: its `type` and `err_type` when they are
+    words, `status_code` and a stop token's id (`matched`) when whole numbers, and its abort
+    `message` as a code (`abort_code`). A stop string, a message, or anything else may carry
+    the request's text."""
     if isinstance(item, dict):
-        kept = {k: v for k, v in item.items() if k not in ("matched", "message")}
-        if isinstance(item.get("matched"), int):
-            kept["matched"] = item["matched"]  # a stop token's id, not text
+        kept: dict[str, Any] = {}
+        for key in ("type", "err_type"):
+            value = item.get(key)
+            if isinstance(value, str):
+                kept[key] = value if _REASON_WORD.fullmatch(value) else "other"
+        for key in ("matched", "status_code"):
+            value = item.get(key)
+            if type(value) is int:
+                kept[key] = value
         if "message" in item:
             kept["message_code"] = abort_code(_text(item["message"]))
         return kept
-    if isinstance(item, str) and _REASON_WORD.fullmatch(item) is None:
-        return "other"  # free text in place of a reason's name
-    return item
+    if isinstance(item, str) and _REASON_WORD.fullmatch(item):
+        return item
+    if item is None or type(item) in (int, float, bool):
+        return item
+    return "other"  # free text, or a nested list, in place of a reason's name
 
 
 def _duration(span: Span) -> float:
