@@ -136,7 +136,8 @@ def describe(path: Path) -> TelemetryFile | None:
 
 # An OpenTelemetry Collector's file exporter (SGLang's `opentelemetry.yaml` writes
 # `/tmp/otel_trace.json`): one OTLP/JSON `ExportTraceServiceRequest` a line.
-_OTLP_OPENING: Final = re.compile(rb'\s*\{\s*"resourceSpans"')
+# A byte-order mark and a JSON array of exports (saved by hand) are allowed before it.
+_OTLP_OPENING: Final = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"resourceSpans"')
 
 
 def _holds_otlp(path: Path) -> bool:

@@ -8,6 +8,7 @@ detectors expect (the same order a live sidecar would see them in).
 from __future__ import annotations
 
 import heapq
+import json
 import re
 import time
 from collections import Counter
@@ -187,11 +188,13 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
                     return
                 document.append((number, line))
                 continue
+            if first:
+                line = line.removeprefix("\ufeff")  # a byte-order mark
             if not line.strip():
                 stats.count(BLANK)
                 continue
-            if first and line.rstrip().endswith(("{", "[")):
-                document, size = [(number, line)], len(line) + 1  # an indented export
+            if first and (line.lstrip().startswith("[") or line.rstrip().endswith(("{", "["))):
+                document, size = [(number, line)], len(line) + 1  # indented, or an array
                 continue
             first = False
             outcome = parse_otlp_traces(
@@ -211,11 +214,20 @@ def _trace_document(
     line only looked like a document's opening (a cut line), so the rest is not lost."""
     from collector.sglang.otlp import parse_otlp_traces
 
-    whole = parse_otlp_traces(
-        "\n".join(line for _, line in document),
-        content_type="application/json",
-        source=prefix + str(document[0][0]),
-    )
+    text = "\n".join(line for _, line in document)
+    source = prefix + str(document[0][0])
+    if text.lstrip().startswith("["):  # exports saved as one JSON array
+        exports = _json_array(text)
+        if exports is not None:
+            for export in exports:
+                yield from _trace_outcome(
+                    stats,
+                    parse_otlp_traces(
+                        json.dumps(export), content_type="application/json", source=source
+                    ),
+                )
+            return
+    whole = parse_otlp_traces(text, content_type="application/json", source=source)
     if whole.events or not whole.dropped:
         yield from _trace_outcome(stats, whole)
         return
@@ -229,6 +241,14 @@ def _trace_document(
         return
     for outcome in by_line:
         yield from _trace_outcome(stats, outcome)
+
+
+def _json_array(text: str) -> list[Any] | None:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 def _trace_outcome(stats: ParseStats, outcome: ParseOutcome) -> Iterator[Event]:

@@ -240,7 +240,7 @@ def _assert_joined_to_the_logged_sides(summary: dict[str, Any]) -> None:
     assert summary["requests"]["total"] == 2
 
 
-@pytest.mark.parametrize("form", ["lines", "pretty", "gzip"])
+@pytest.mark.parametrize("form", ["lines", "pretty", "gzip", "byte-order mark", "array"])
 def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     tmp_path: Path, traces: Path, form: str
 ) -> None:
@@ -251,6 +251,11 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
         exports = [json.loads(line) for line in traces.read_text().splitlines()]
         spans = [resource for export in exports for resource in export["resourceSpans"]]
         traces.write_text(json.dumps({"resourceSpans": spans}, indent=2))
+    elif form == "byte-order mark":
+        traces.write_bytes(b"\xef\xbb\xbf" + traces.read_bytes())
+    elif form == "array":  # the exports saved as one JSON array
+        exports = [json.loads(line) for line in traces.read_text().splitlines()]
+        traces.write_text(json.dumps(exports))
     elif form == "gzip":
         gzip_path = traces.with_name("otel_trace.json.1.gz")
         gzip_path.write_bytes(gzip.compress(traces.read_bytes()))
