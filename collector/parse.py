@@ -173,9 +173,10 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
     """`request_trace` events of a file of OTLP/JSON trace exports, one export a line (a
     collector's file exporter), or one indented export. Each span names its own node
     (`collector.sglang.otlp`): one file holds every server's spans."""
-    from collector.sglang.otlp import parse_otlp_traces
+    from collector.sglang.otlp import SpanCarry, parse_otlp_traces
 
     prefix = f"{tf.path}:"
+    carry = SpanCarry()
     document: list[tuple[int, str]] | None = None
     size = 0
     first = True
@@ -198,7 +199,7 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
                 continue
             first = False
             outcome = parse_otlp_traces(
-                line, content_type="application/json", source=prefix + str(number)
+                line, content_type="application/json", source=prefix + str(number), carry=carry
             )
             yield from _trace_outcome(stats, outcome)
         if document is not None:
@@ -212,18 +213,22 @@ def _trace_document(
 ) -> Iterator[Event]:
     """An indented export read whole; failing that, its lines one by one, in case the first
     line only looked like a document's opening (a cut line), so the rest is not lost."""
-    from collector.sglang.otlp import parse_otlp_traces
+    from collector.sglang.otlp import SpanCarry, parse_otlp_traces
 
     text = "\n".join(line for _, line in document)
     source = prefix + str(document[0][0])
     if text.lstrip().startswith("["):  # exports saved as one JSON array
         exports = _json_array(text)
         if exports is not None:
+            carry = SpanCarry()
             for export in exports:
                 yield from _trace_outcome(
                     stats,
                     parse_otlp_traces(
-                        json.dumps(export), content_type="application/json", source=source
+                        json.dumps(export),
+                        content_type="application/json",
+                        source=source,
+                        carry=carry,
                     ),
                 )
             return

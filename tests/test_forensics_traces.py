@@ -240,7 +240,22 @@ def _assert_joined_to_the_logged_sides(summary: dict[str, Any]) -> None:
     assert summary["requests"]["total"] == 2
 
 
-@pytest.mark.parametrize("form", ["lines", "pretty", "gzip", "byte-order mark", "array"])
+def _one_span_a_line(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each span in an export of its own, in their order: a request's thread spans (which carry
+    its refusal) then leave before its root span, as batches cut between them do."""
+    single = []
+    for export in exports:
+        for resource in export["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                for span in scope["spans"]:
+                    alone = {**scope, "spans": [span]}
+                    single.append({"resourceSpans": [{**resource, "scopeSpans": [alone]}]})
+    return single
+
+
+@pytest.mark.parametrize(
+    "form", ["lines", "pretty", "gzip", "byte-order mark", "array", "one span a line"]
+)
 def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     tmp_path: Path, traces: Path, form: str
 ) -> None:
@@ -256,6 +271,9 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     elif form == "array":  # the exports saved as one JSON array
         exports = [json.loads(line) for line in traces.read_text().splitlines()]
         traces.write_text(json.dumps(exports))
+    elif form == "one span a line":
+        exports = [json.loads(line) for line in traces.read_text().splitlines()]
+        traces.write_text("".join(json.dumps(e) + "\n" for e in _one_span_a_line(exports)))
     elif form == "gzip":
         gzip_path = traces.with_name("otel_trace.json.1.gz")
         gzip_path.write_bytes(gzip.compress(traces.read_bytes()))

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import Status, StatusCode
 
-from collector.sglang.otlp import parse_otlp_traces, room_to_decimal
+from collector.sglang.otlp import SpanCarry, parse_otlp_traces, room_to_decimal
 from collector.sglang.outcome import ParseOutcome
 
 GOLDEN = Path(__file__).parent / "testdata" / "golden" / "otlp"
@@ -612,3 +612,40 @@ def test_sdk_spans_with_any_attribute_types_never_raise(
     for event in out.events:
         json.dumps(event.to_json_dict())
         assert event.fields["status"] == ("error" if error else "ok")
+
+
+def _thread_export(parent: str, status: int) -> str:
+    span = {
+        "traceId": "4bf92f3577b34da6a3ce929d0e0e4736",
+        "spanId": f"1{parent[1:]}",
+        "parentSpanId": parent,
+        "name": "Prefill Scheduler [TP 0]  [PP 0]  [DP 0] (host:4f1c9a7e | pid:1)",
+        "startTimeUnixNano": "1793614509000000000",
+        "endTimeUnixNano": "1793614510000000000",
+        "attributes": [{"key": "thread_label", "value": {"stringValue": "Prefill Scheduler"}}],
+        "status": {"code": status, "message": "Abort by client"},
+    }
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+
+
+def _root_export(span_id: str) -> str:
+    root = json.loads(_one_request_span({}))
+    root["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = span_id
+    return json.dumps(root)
+
+
+def test_thread_spans_wait_for_their_request_span_in_a_later_export_boundedly() -> None:
+    """A request's thread span (its abort status) exported before its request span joins it
+    there; the waiting is bounded, the oldest forgotten first."""
+    carry = SpanCarry(limit=2)
+    parents = ("00f067aa0ba90201", "00f067aa0ba90202", "00f067aa0ba90203")
+    for parent in parents:
+        out = parse_otlp_traces(_thread_export(parent, 2), content_type="json", carry=carry)
+        assert out.events == [] and out.stats["thread_spans"] == 1
+    statuses = []
+    for parent in parents:
+        (event,) = parse_otlp_traces(_root_export(parent), content_type="json", carry=carry).events
+        statuses.append(event.fields["status"])
+    assert statuses == ["ok", "error", "error"]  # the first thread span was forgotten
+    (alone,) = parse_otlp_traces(_root_export(parents[1]), content_type="json").events
+    assert alone.fields["status"] == "ok"  # without a carry, no thread span to join

@@ -17,6 +17,7 @@ import base64
 import json
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -92,12 +93,40 @@ _UINT64: Final = 1 << 64
 _NS: Final = 1_000_000_000  # int / int divides with correct rounding; int / 1e9 may not
 
 
+class SpanCarry:
+    """Thread spans whose request span was not in their export, kept for the exports after it.
+
+    Why: SGLang's batch exporter sends up to 64 spans every 500 ms, and a request's root span
+    ends last, so its thread spans (which carry an abort's ERROR status and reason, a refusal
+    among them) often leave in the export before. Bounded: the oldest are forgotten first.
+    """
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self.limit = limit
+        self._waiting: OrderedDict[tuple[bytes, bytes], list[_SpanRef]] = OrderedDict()
+        self._count = 0
+
+    def keep(self, ref: _SpanRef) -> None:
+        span = ref.span
+        self._waiting.setdefault((span.trace_id, span.parent_span_id), []).append(ref)
+        self._count += 1
+        while self._count > self.limit:
+            _, forgotten = self._waiting.popitem(last=False)
+            self._count -= len(forgotten)
+
+    def take(self, root: _SpanRef) -> list[_SpanRef]:
+        threads = self._waiting.pop((root.span.trace_id, root.span.span_id), [])
+        self._count -= len(threads)
+        return threads
+
+
 def parse_otlp_traces(
     payload: bytes | str,
     *,
     content_type: str,
     node: str | None = None,
     source: str = "otlp",
+    carry: SpanCarry | None = None,
 ) -> ParseOutcome:
     """Parse one OTLP/HTTP trace export body.
 
@@ -106,7 +135,8 @@ def parse_otlp_traces(
     `service.name` (with the span's role when the name lacks it, plus `@host` when the resource
     or a thread span names a host).
     Drops: `not_protobuf`, `not_json`, `not_json_object`, `malformed_otlp_json` (whole
-    payload) and `missing_field` (a request span without `rid`).
+    payload) and `missing_field` (a request span without `rid`). With `carry`, thread spans
+    whose request span is not in this export wait there for a later one (`SpanCarry`).
     """
     out = ParseOutcome()
     data = payload.encode("utf-8", "replace") if isinstance(payload, str) else bytes(payload)
@@ -128,6 +158,8 @@ def parse_otlp_traces(
         if ref.kind == THREAD_SPANS:
             if root is not None:
                 root.threads.append(ref)
+            elif carry is not None and ref.span.parent_span_id:
+                carry.keep(ref)
             continue
         if root is not None or ref.span.name in SLICE_NAMES:
             ref.kind = SLICE_SPANS
@@ -140,6 +172,8 @@ def parse_otlp_traces(
         if ref.kind != REQUEST_SPANS:
             out.note(ref.kind)
     for root in roots:
+        if carry is not None:
+            root.threads.extend(carry.take(root))
         event = _request_event(root, node, source, out)
         if event is None:
             out.drop(MISSING_FIELD)
