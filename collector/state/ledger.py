@@ -221,12 +221,12 @@ class RequestLedger:
                 known = self._rid_index.get(node_rid)
                 if known is not None and known != room:
                     self._merge_rid_entry(node, rid, room)
-                elif known is None and kind != "request_trace":
+                elif known is None and self._spans_seen and kind != "request_trace":
                     # A span without its room read first, held under the span's server.
                     twin = self._twin_of(kind, node, rid, fields, part, time)
                     if twin is not None and twin[0] != room and twin[1].room is None:
                         self._merge_rid_entry(twin[2], rid, room)
-            self._by_rid.setdefault(rid or "", key)
+                self._by_rid.setdefault(rid, key)
         elif rid is not None:
             known = self._rid_index.get(node_rid)
             if known is None and (kind == "request_rejected" or _only_refusal(part)):
@@ -235,7 +235,7 @@ class RequestLedger:
                     _apply_rejection(part, fields, time, event.source)
                 self._pending[node_rid] = part
                 return True
-            if known is None:
+            if known is None and self._spans_seen:
                 twin = self._twin_of(kind, node, rid, fields, part, time)
                 known = twin[0] if twin is not None else None
                 if known is None and kind == "request_trace" and rid in self._recent_rids:
@@ -258,7 +258,7 @@ class RequestLedger:
         if side is None:
             # Sides are keyed like the rid index: (node, rid or "").
             side = entry.sides.get(node_rid)
-            if side is None and rid is not None and kind != "request_trace":
+            if side is None and rid is not None and self._spans_seen and kind != "request_trace":
                 side = self._adopt_traced_side(entry, node, rid, part, time)
             if side is None and part is not None:
                 side = entry.sides[node_rid] = part
@@ -376,9 +376,7 @@ class RequestLedger:
             twins = [s for s in entry.sides.values() if s.traced_only and s.rid == rid]
             if not twins:
                 return None
-            role = part.role_hint if part is not None else None
-            if role is None and self._role_of is not None:
-                role = self._role_of(node, time)
+            role = self._role_of_lines(node, part, time)
         fits = [s for s in twins if s.node != node and _may_be(s, role)]
         return (key, entry, fits[0].node) if len(fits) == 1 else None
 
@@ -397,9 +395,7 @@ class RequestLedger:
         ]
         if not traced:
             return None
-        role = part.role_hint if part is not None else None
-        if role is None and self._role_of is not None:
-            role = self._role_of(node, time)
+        role = self._role_of_lines(node, part, time)
         fitting = [(key, side) for key, side in traced if _may_be(side, role)]
         if len(fitting) != 1:
             return None
@@ -408,6 +404,13 @@ class RequestLedger:
         side.node = node
         entry.sides[(node, rid)] = side
         return side
+
+    def _role_of_lines(self, node: str, part: SideRecord | None, time: float | None) -> str | None:
+        """The role of the node whose lines name a request: theirs, else the node's then."""
+        role = part.role_hint if part is not None else None
+        if role is None and self._role_of is not None:
+            role = self._role_of(node, time)
+        return role
 
     def _role(self, side: SideRecord) -> str | None:
         if side.role_hint is not None:
@@ -565,6 +568,8 @@ class RequestLedger:
                 if side.rid:
                     ledger._rid_index[(side.node, side.rid)] = entry.key
                     ledger._by_rid.setdefault(side.rid, entry.key)
+                if side.has_trace:
+                    ledger._spans_seen = True
             ledger._entries[entry.key] = entry
             ledger._schedule(entry)
         for raw in state.get("pending", []):
