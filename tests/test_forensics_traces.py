@@ -307,6 +307,7 @@ def test_traces_beside_full_logs_join_the_logged_sides_and_accuse_nothing_more(
 
     _assert_joined_to_the_logged_sides(summary)
     assert summary["input"]["events_by_kind"]["request_trace"] == 4
+    assert summary["requests"]["late_lines"] == 0  # spans after their logs' verdict lose nothing
 
 
 def test_only_json_that_opens_with_resource_spans_is_read_as_traces(

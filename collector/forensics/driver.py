@@ -497,7 +497,7 @@ def build_summary(
         "requests": {
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
-            "late_lines": pipeline.ledger.stats.late_events,
+            "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }

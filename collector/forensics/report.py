@@ -147,8 +147,9 @@ def late_lines_line(summary: dict[str, Any]) -> str:
     )
     if summary["input"].get("events_by_kind", {}).get("request_trace"):
         line += (
-            ": trace spans are stamped in UTC, SGLang's log lines in the host's local time, "
-            "so logs from a host outside UTC meet their spans hours apart; read one or the other"
+            ": their requests had been judged from trace spans read before them (trace spans "
+            "are stamped in UTC and SGLang's log lines in the host's local time, so logs from a "
+            "host east of UTC meet their spans hours late); read one or the other"
         )
     return line + "."
 

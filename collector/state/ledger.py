@@ -93,6 +93,9 @@ class LedgerStats:
     emitted_complete: int = 0
     emitted_partial: int = 0
     late_events: int = 0
+    # Of `late_events`, trace spans: their request was judged from its logs' lines, which
+    # say more; nothing is missing from its verdict.
+    late_spans: int = 0
     evicted: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
@@ -240,6 +243,7 @@ class RequestLedger:
                 known = twin[0] if twin is not None else None
                 if known is None and kind == "request_trace" and rid in self._recent_rids:
                     stats.late_events += 1
+                    stats.late_spans += 1
                     return False
             key = known if known is not None else request_key(None, node, rid)
             self._by_rid.setdefault(rid, key)
@@ -250,6 +254,8 @@ class RequestLedger:
         if entry is None:
             if key in self._recent:
                 stats.late_events += 1
+                if kind == "request_trace":
+                    stats.late_spans += 1
                 return False
             entry = self._new_entry(key, room)
         side = None
