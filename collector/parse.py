@@ -202,6 +202,7 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
                 line, content_type="application/json", source=prefix + str(number), carry=carry
             )
             yield from _trace_outcome(stats, outcome)
+        yield from _trace_outcome(stats, carry.flush())
         if document is not None:
             yield from _trace_document(stats, document, prefix)
     finally:
@@ -231,6 +232,7 @@ def _trace_document(
                         carry=carry,
                     ),
                 )
+            yield from _trace_outcome(stats, carry.flush())
             return
     whole = parse_otlp_traces(text, content_type="application/json", source=source)
     if whole.events or not whole.dropped:

@@ -254,7 +254,16 @@ def _one_span_a_line(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    "form", ["lines", "pretty", "gzip", "byte-order mark", "array", "one span a line"]
+    "form",
+    [
+        "lines",
+        "pretty",
+        "gzip",
+        "byte-order mark",
+        "array",
+        "one span a line",
+        "request span first",
+    ],
 )
 def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     tmp_path: Path, traces: Path, form: str
@@ -271,9 +280,16 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     elif form == "array":  # the exports saved as one JSON array
         exports = [json.loads(line) for line in traces.read_text().splitlines()]
         traces.write_text(json.dumps(exports))
-    elif form == "one span a line":
+    elif form in ("one span a line", "request span first"):
         exports = [json.loads(line) for line in traces.read_text().splitlines()]
-        traces.write_text("".join(json.dumps(e) + "\n" for e in _one_span_a_line(exports)))
+        single = [_one_span_a_line([export]) for export in exports]
+        if form == "request span first":  # each request span exported before its thread span
+            single = [
+                [alone[i + 1], alone[i]] if i + 1 < len(alone) else [alone[i]]
+                for alone in single
+                for i in range(0, len(alone), 2)
+            ]
+        traces.write_text("".join(json.dumps(e) + "\n" for group in single for e in group))
     elif form == "gzip":
         gzip_path = traces.with_name("otel_trace.json.1.gz")
         gzip_path.write_bytes(gzip.compress(traces.read_bytes()))

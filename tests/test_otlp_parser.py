@@ -642,10 +642,28 @@ def test_thread_spans_wait_for_their_request_span_in_a_later_export_boundedly() 
     for parent in parents:
         out = parse_otlp_traces(_thread_export(parent, 2), content_type="json", carry=carry)
         assert out.events == [] and out.stats["thread_spans"] == 1
-    statuses = []
+    events = []
     for parent in parents:
-        (event,) = parse_otlp_traces(_root_export(parent), content_type="json", carry=carry).events
-        statuses.append(event.fields["status"])
-    assert statuses == ["ok", "error", "error"]  # the first thread span was forgotten
+        events += parse_otlp_traces(_root_export(parent), content_type="json", carry=carry).events
+    events += carry.flush().events
+    statuses = {event.fields["span_id"]: event.fields["status"] for event in events}
+    # The first thread span was forgotten: its request span waited, then was read as it is.
+    assert statuses == dict(zip(parents, ["ok", "error", "error"], strict=True))
     (alone,) = parse_otlp_traces(_root_export(parents[1]), content_type="json").events
     assert alone.fields["status"] == "ok"  # without a carry, no thread span to join
+
+
+def test_a_request_span_waits_a_few_exports_for_thread_spans_exported_after_it() -> None:
+    carry = SpanCarry(hold_exports=2)
+    root = "00f067aa0ba90301"
+    assert parse_otlp_traces(_root_export(root), content_type="json", carry=carry).events == []
+    (event,) = parse_otlp_traces(_thread_export(root, 2), content_type="json", carry=carry).events
+    assert (event.fields["span_id"], event.fields["status"]) == (root, "error")
+    # One whose thread spans never come is read as it is once it has waited its exports.
+    lonely = "00f067aa0ba90302"
+    assert parse_otlp_traces(_root_export(lonely), content_type="json", carry=carry).events == []
+    released = []
+    for parent in ("00f067aa0ba903a1", "00f067aa0ba903a2", "00f067aa0ba903a3"):
+        out = parse_otlp_traces(_thread_export(parent, 0), content_type="json", carry=carry)
+        released += out.events
+    assert [(e.fields["span_id"], e.fields["status"]) for e in released] == [(lonely, "ok")]

@@ -94,20 +94,32 @@ _NS: Final = 1_000_000_000  # int / int divides with correct rounding; int / 1e9
 
 
 class SpanCarry:
-    """Thread spans whose request span was not in their export, kept for the exports after it.
+    """Spans of one request split across exports, kept for the exports after them.
 
-    Why: SGLang's batch exporter sends up to 64 spans every 500 ms, and a request's root span
-    ends last, so its thread spans (which carry an abort's ERROR status and reason, a refusal
-    among them) often leave in the export before. Bounded: the oldest are forgotten first.
+    Why: SGLang's batch exporter sends up to 64 spans every 500 ms, so a request's spans may
+    leave in different exports. Its thread spans carry an abort's ERROR status and reason (a
+    refusal among them) and its server's host. Thread spans whose request span has not come yet
+    wait for it; a request span that came without any thread span waits `hold_exports` exports
+    for them before it is read as it is. Bounded: the oldest are let go first.
     """
 
-    def __init__(self, limit: int = 10_000) -> None:
+    def __init__(self, limit: int = 10_000, hold_exports: int = 4) -> None:
         self.limit = limit
+        self.hold_exports = hold_exports
         self._waiting: OrderedDict[tuple[bytes, bytes], list[_SpanRef]] = OrderedDict()
         self._count = 0
+        # Request spans held for their thread spans: id -> (export number, span, node, source).
+        self._held: OrderedDict[tuple[bytes, bytes], tuple[int, _SpanRef, str | None, str]] = (
+            OrderedDict()
+        )
+        self._exports = 0
 
     def keep(self, ref: _SpanRef) -> None:
         span = ref.span
+        held = self._held.get((span.trace_id, span.parent_span_id))
+        if held is not None:
+            held[1].threads.append(ref)
+            return
         self._waiting.setdefault((span.trace_id, span.parent_span_id), []).append(ref)
         self._count += 1
         while self._count > self.limit:
@@ -118,6 +130,30 @@ class SpanCarry:
         threads = self._waiting.pop((root.span.trace_id, root.span.span_id), [])
         self._count -= len(threads)
         return threads
+
+    def hold(self, root: _SpanRef, node: str | None, source: str) -> None:
+        self._held[(root.span.trace_id, root.span.span_id)] = (self._exports, root, node, source)
+
+    def released(self, *, everything: bool = False) -> list[tuple[_SpanRef, str | None, str]]:
+        """Held request spans that are done waiting: their thread spans came, or they waited
+        their exports (all of them at the end of the input). Counts an export when not at the
+        end."""
+        if not everything:
+            self._exports += 1
+        out = []
+        for key, (since, root, node, source) in list(self._held.items()):
+            waited = self._exports - since > self.hold_exports
+            if everything or root.threads or waited or len(self._held) > self.limit:
+                del self._held[key]
+                out.append((root, node, source))
+        return out
+
+    def flush(self) -> ParseOutcome:
+        """The request spans still held at the end of the input, read as they are."""
+        out = ParseOutcome()
+        for root, node, source in self.released(everything=True):
+            _emit(root, node, source, out)
+        return out
 
 
 def parse_otlp_traces(
@@ -174,13 +210,23 @@ def parse_otlp_traces(
     for root in roots:
         if carry is not None:
             root.threads.extend(carry.take(root))
-        event = _request_event(root, node, source, out)
-        if event is None:
-            out.drop(MISSING_FIELD)
-        else:
-            out.note(REQUEST_SPANS)
-            out.events.append(event)
+            if not root.threads:
+                carry.hold(root, node, source)
+                continue
+        _emit(root, node, source, out)
+    if carry is not None:
+        for root, held_node, held_source in carry.released():
+            _emit(root, held_node, held_source, out)
     return out
+
+
+def _emit(root: _SpanRef, node: str | None, source: str, out: ParseOutcome) -> None:
+    event = _request_event(root, node, source, out)
+    if event is None:
+        out.drop(MISSING_FIELD)
+    else:
+        out.note(REQUEST_SPANS)
+        out.events.append(event)
 
 
 @dataclass(slots=True, eq=False)
