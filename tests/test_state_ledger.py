@@ -7,6 +7,7 @@ import json
 
 from collector.events import Event
 from collector.state.ledger import LedgerConfig, RequestLedger
+from collector.state.request_record import RequestRecord, SideRecord
 
 T = 1_790_000_000.0
 ROLES = {"prefill-0": "prefill", "decode-0": "decode", "unified-0": "unified"}
@@ -565,3 +566,25 @@ def test_only_a_half_the_incident_leaves_waits_the_long_window():
     assert ledger.advance(T + 3 + cfg.long_join_window_seconds - 1) == []
     (long,) = ledger.advance(T + 3 + cfg.long_join_window_seconds)
     assert long.bootstrap_room == "2"
+
+
+def test_the_prefill_of_a_request_is_the_attempt_that_prefilled_it():
+    """A room whose prefill failed on one server and was retried on another: decode received
+    the KV of the second, so its pool and its timings are the request's."""
+    failed = SideRecord(
+        node="prefill-0", rid="p1", role="prefill", first_time=T, last_time=T + 1,
+        finished_time=T + 1, prompt_tokens=500_000, finish_type="abort", status_code=500,
+    )  # fmt: skip
+    retried = SideRecord(
+        node="prefill-1", rid="p1", role="prefill", first_time=T + 2, last_time=T + 40,
+        finished_time=T + 40, prompt_tokens=500_000, completion_tokens=1, finish_type="length",
+    )  # fmt: skip
+    decode = SideRecord(
+        node="decode-0", rid="d1", role="decode", first_time=T, last_time=T + 60,
+        finished_time=T + 60, prompt_tokens=500_000, completion_tokens=9, finish_type="stop",
+    )  # fmt: skip
+    record = RequestRecord("5", "5", [failed, retried, decode], True)
+    assert record.prefill is retried
+    assert not record.prefill_refused
+    alone = RequestRecord("6", "6", [failed, decode], True)
+    assert alone.prefill is failed  # no attempt prefilled it: the first one

@@ -291,7 +291,12 @@ class RequestRecord:
 
 
 def _prefill(record: RequestRecord) -> SideRecord | None:
-    return next((s for s in record.sides if s.role == "prefill"), None)
+    """The prefill side whose KV decode received: the one that prefilled the request when an
+    attempt did (a retry on another server after a failed one), else the first."""
+    sides = record.sides_with_role("prefill")
+    if not sides:
+        return None
+    return next((s for s in sides if s.succeeded), sides[0])
 
 
 def _serving(record: RequestRecord) -> SideRecord | None:
