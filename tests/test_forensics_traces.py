@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from google.protobuf import json_format
 from opentelemetry import trace
@@ -306,6 +307,12 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     assert exposed[EXPOSED_ROOM]["prompt_tokens"] == 912384
     assert summary["input"]["events_by_kind"]["request_trace"] == 4
     assert summary["requests"]["total"] == 2
+    # Traces alone: the request's row holds the span's timings.
+    rows = {r["key"]: r for r in pq.read_table(tmp_path / "out" / "requests.parquet").to_pylist()}
+    assert (rows[EXPOSED_ROOM]["first_token_latency"], rows[EXPOSED_ROOM]["e2e_latency"]) == (
+        3.1,
+        14.0,
+    )
     # Every server is `sglang`: the role tells the prefill and decode servers apart.
     roles = {node: info["role"] for node, info in summary["nodes"].items()}
     assert roles["sglang-prefill@4f1c9a7e11d2"] == "prefill"

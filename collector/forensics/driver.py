@@ -174,9 +174,9 @@ class _Evidence:
         serving = record.serving
         if not prompt or serving is None:
             return
-        seconds = serving.first_token_latency
+        seconds = serving.time_to_first_token
         if seconds is None:
-            seconds = serving.e2e_latency
+            seconds = serving.end_to_end
         if seconds is None or seconds <= 0:
             return
         uncached = max(prompt - (record.cached_tokens or 0), 1)

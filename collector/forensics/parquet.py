@@ -91,8 +91,8 @@ class RequestParquetWriter:
         rows["completion_tokens"].append(_int64(serving.completion_tokens) if serving else None)
         rows["finish_type"].append(serving.finish_type if serving else None)
         rows["status_code"].append(_int64(serving.status_code) if serving else None)
-        rows["e2e_latency"].append(serving.e2e_latency if serving else None)
-        rows["first_token_latency"].append(serving.first_token_latency if serving else None)
+        rows["e2e_latency"].append(serving.end_to_end if serving else None)
+        rows["first_token_latency"].append(serving.time_to_first_token if serving else None)
         rows["prefill_forward_seconds"].append(
             prefill.durations.get("forward_duration") if prefill else None
         )

@@ -82,6 +82,16 @@ class SideRecord:
         return self.finished_time is not None
 
     @property
+    def time_to_first_token(self) -> float | None:
+        """The node's own time to first token, else its trace span's."""
+        return self.first_token_latency if self.first_token_latency is not None else self.trace_ttft
+
+    @property
+    def end_to_end(self) -> float | None:
+        """The node's own end-to-end latency, else its trace span's."""
+        return self.e2e_latency if self.e2e_latency is not None else self.trace_e2e
+
+    @property
     def traced_only(self) -> bool:
         """Known from a trace span alone, named by the span's service and host: no line of a
         log, export or snapshot has named the request on a node."""
