@@ -8,7 +8,6 @@ detectors expect (the same order a live sidecar would see them in).
 from __future__ import annotations
 
 import heapq
-import json
 import re
 import time
 from collections import Counter
@@ -170,95 +169,23 @@ def file_events(
 
 
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
-    """`request_trace` events of a file of OTLP/JSON trace exports, one export a line (a
-    collector's file exporter), or one indented export. Each span names its own node
-    (`collector.sglang.otlp`): one file holds every server's spans."""
-    from collector.sglang.otlp import SpanCarry, parse_otlp_traces
+    """`request_trace` events of a file of OTLP/JSON trace exports. Each span names its own
+    node (`collector.sglang.otlp`): one file holds every server's spans."""
+    from collector.sglang.otlp_file import read_trace_exports
 
-    prefix = f"{tf.path}:"
-    carry = SpanCarry()
-    document: list[tuple[int, str]] | None = None
-    size = 0
-    first = True
     try:
-        for number, line in read_lines(tf.path, read):
-            if document is not None:
-                size += len(line) + 1
-                if size > MAX_DOCUMENT_BYTES:
-                    read.drop("document_too_large")
-                    return
-                document.append((number, line))
-                continue
-            if first:
-                line = line.removeprefix("\ufeff")  # a byte-order mark
-            if not line.strip():
-                stats.count(BLANK)
-                continue
-            if first and (line.lstrip().startswith("[") or line.rstrip().endswith(("{", "["))):
-                document, size = [(number, line)], len(line) + 1  # indented, or an array
-                continue
-            first = False
-            outcome = parse_otlp_traces(
-                line, content_type="application/json", source=prefix + str(number), carry=carry
-            )
+        exports = read_trace_exports(read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES)
+        for outcome in exports:
             yield from _trace_outcome(stats, outcome)
-        yield from _trace_outcome(stats, carry.flush())
-        if document is not None:
-            yield from _trace_document(stats, document, prefix)
     finally:
         stats.absorb(read)
 
 
-def _trace_document(
-    stats: ParseStats, document: list[tuple[int, str]], prefix: str
-) -> Iterator[Event]:
-    """An indented export read whole; failing that, its lines one by one, in case the first
-    line only looked like a document's opening (a cut line), so the rest is not lost."""
-    from collector.sglang.otlp import SpanCarry, parse_otlp_traces
-
-    text = "\n".join(line for _, line in document)
-    source = prefix + str(document[0][0])
-    if text.lstrip().startswith("["):  # exports saved as one JSON array
-        exports = _json_array(text)
-        if exports is not None:
-            carry = SpanCarry()
-            for export in exports:
-                yield from _trace_outcome(
-                    stats,
-                    parse_otlp_traces(
-                        json.dumps(export),
-                        content_type="application/json",
-                        source=source,
-                        carry=carry,
-                    ),
-                )
-            yield from _trace_outcome(stats, carry.flush())
-            return
-    whole = parse_otlp_traces(text, content_type="application/json", source=source)
-    if whole.events or not whole.dropped:
-        yield from _trace_outcome(stats, whole)
-        return
-    by_line = [
-        parse_otlp_traces(line, content_type="application/json", source=prefix + str(number))
-        for number, line in document
-        if line.strip()
-    ]
-    if not any(outcome.events for outcome in by_line):
-        yield from _trace_outcome(stats, whole)  # one damaged document: one drop
-        return
-    for outcome in by_line:
-        yield from _trace_outcome(stats, outcome)
-
-
-def _json_array(text: str) -> list[Any] | None:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, list) else None
-
-
 def _trace_outcome(stats: ParseStats, outcome: ParseOutcome) -> Iterator[Event]:
+    from collector.sglang.otlp_file import BLANK_LINES
+
+    for _ in range(outcome.stats.get(BLANK_LINES, 0)):
+        stats.count(BLANK)
     stats.dropped.update(outcome.dropped)
     for event in outcome.events:
         stats.events[event.kind] += 1
