@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.trace import Status, StatusCode
 
 from collector.sglang.otlp import SpanCarry, parse_otlp_traces, room_to_decimal
+from collector.sglang.otlp_file import read_trace_exports
 from collector.sglang.outcome import ParseOutcome
 
 GOLDEN = Path(__file__).parent / "testdata" / "golden" / "otlp"
@@ -667,3 +668,34 @@ def test_a_request_span_waits_a_few_exports_for_thread_spans_exported_after_it()
         out = parse_otlp_traces(_thread_export(parent, 0), content_type="json", carry=carry)
         released += out.events
     assert [(e.fields["span_id"], e.fields["status"]) for e in released] == [(lonely, "ok")]
+
+
+_EXPORT_LINE = json.dumps(json.loads(_one_request_span({})))
+_TRACE_FILE_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(["", " ", "{", "[", "]", "}", "\ufeff{", _EXPORT_LINE]),
+        st.just(f"[{_EXPORT_LINE}]"),
+        st.text(max_size=40),
+        st.just(_EXPORT_LINE).map(lambda line: line[: len(line) // 2]),
+    ),
+    max_size=12,
+)
+
+
+def _opens_a_document(line: str) -> bool:
+    line = line.removeprefix("\ufeff")
+    return line.lstrip().startswith("[") or line.rstrip().endswith(("{", "["))
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=_TRACE_FILE_LINES)
+def test_a_trace_file_of_any_lines_never_raises_and_loses_no_export(lines: list[str]) -> None:
+    outcomes = list(read_trace_exports(enumerate(lines, 1), "t.json:", 1 << 20))
+    read = sum(len(outcome.events) for outcome in outcomes)
+    # The one request's export on a line of its own after a first line that opened no
+    # document is read (once: its copies are the same spans), whatever surrounds it.
+    first_text = next((i for i, line in enumerate(lines) if line.lstrip("\ufeff").strip()), None)
+    if first_text is not None and not _opens_a_document(lines[first_text]):
+        later = lines[first_text + 1 :]
+        if _EXPORT_LINE in later:
+            assert read == 1
