@@ -35,7 +35,7 @@ from collector.sglang.logs import (
     BatchSink,
     LineParser,
 )
-from collector.sglang.outcome import ParseOutcome
+from collector.sglang.outcome import BLANK_LINES, ParseOutcome
 
 BLANK = NOISE_PREFIX + "blank"
 # A document (a `.prom` scrape, a saved `/server_info`, an indented trace export) is read whole,
@@ -182,8 +182,6 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
 
 
 def _trace_outcome(stats: ParseStats, outcome: ParseOutcome) -> Iterator[Event]:
-    from collector.sglang.otlp_file import BLANK_LINES
-
     for _ in range(outcome.stats.get(BLANK_LINES, 0)):
         stats.count(BLANK)
     stats.dropped.update(outcome.dropped)

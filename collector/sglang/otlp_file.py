@@ -13,10 +13,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from collector.sglang.otlp import SpanCarry, parse_otlp_traces
-from collector.sglang.outcome import ParseOutcome
+from collector.sglang.outcome import BLANK_LINES, ParseOutcome
 
-# Counted in an outcome's `stats`: a blank line, neither data nor loss.
-BLANK_LINES: Final = "blank_lines"
 _JSON: Final = "application/json"
 
 

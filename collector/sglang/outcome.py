@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from collector.events import Event
 
@@ -24,6 +24,11 @@ MALFORMED_OTLP_JSON = "malformed_otlp_json"
 MISSING_FIELD = "missing_field"
 UNRECOGNISED_DOCUMENT = "unrecognised_document"
 UNKNOWN_ENDPOINT = "unknown_endpoint"
+
+
+# Counted in an outcome's `stats` by readers of whole files: a blank line, neither data nor
+# loss.
+BLANK_LINES: Final = "blank_lines"
 
 
 @dataclass(slots=True)

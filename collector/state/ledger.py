@@ -377,14 +377,16 @@ class RequestLedger:
             return None
         if kind == "request_trace":
             role = text_or_none(fields.get("role"))
-            twins = [s for s in entry.sides.values() if s.logged and s.rid == rid]
+            twins = [
+                s
+                for s in entry.sides.values()
+                if s.logged and s.rid == rid and s.node != node and _may_be(s, role)
+            ]
+            twin = twins[0] if len(twins) == 1 else None
         else:
-            twins = [s for s in entry.sides.values() if s.traced_only and s.rid == rid]
-            if not twins:
-                return None
-            role = self._role_of_lines(node, part, time)
-        fits = [s for s in twins if s.node != node and _may_be(s, role)]
-        return (key, entry, fits[0].node) if len(fits) == 1 else None
+            found = self._traced_twin(entry, node, rid, part, time)
+            twin = found[1] if found is not None else None
+        return (key, entry, twin.node) if twin is not None else None
 
     def _adopt_traced_side(
         self, entry: _Entry, node: str, rid: str, part: SideRecord | None, time: float | None
@@ -394,6 +396,20 @@ class RequestLedger:
         servers by service and host, not as their logs are named; its span arrived first).
         Only when one such side fits the node's role: with the same rid on both halves and the
         role unknown, none is taken."""
+        found = self._traced_twin(entry, node, rid, part, time)
+        if found is None:
+            return None
+        key, side = found
+        del entry.sides[key]
+        side.node = node
+        entry.sides[(node, rid)] = side
+        return side
+
+    def _traced_twin(
+        self, entry: _Entry, node: str, rid: str, part: SideRecord | None, time: float | None
+    ) -> tuple[tuple[str, str], SideRecord] | None:
+        """The one side of `entry` a span made for `rid` under another server name whose role
+        fits that of the node whose lines name the request (theirs, else the node's then)."""
         traced = [
             (key, side)
             for key, side in entry.sides.items()
@@ -401,22 +417,11 @@ class RequestLedger:
         ]
         if not traced:
             return None
-        role = self._role_of_lines(node, part, time)
-        fitting = [(key, side) for key, side in traced if _may_be(side, role)]
-        if len(fitting) != 1:
-            return None
-        ((key, side),) = fitting
-        del entry.sides[key]
-        side.node = node
-        entry.sides[(node, rid)] = side
-        return side
-
-    def _role_of_lines(self, node: str, part: SideRecord | None, time: float | None) -> str | None:
-        """The role of the node whose lines name a request: theirs, else the node's then."""
         role = part.role_hint if part is not None else None
         if role is None and self._role_of is not None:
             role = self._role_of(node, time)
-        return role
+        fitting = [(key, side) for key, side in traced if _may_be(side, role)]
+        return fitting[0] if len(fitting) == 1 else None
 
     def _role(self, side: SideRecord) -> str | None:
         if side.role_hint is not None:
