@@ -28,6 +28,7 @@ from collector.files import (
     read_line_blocks,
     read_lines,
 )
+from collector.sglang.log_clock import log_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -59,6 +60,8 @@ class ParseStats:
     # new message family appeared, never enough to carry user text.
     unclassified_heads: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
+    # Nodes whose log stamps were read in a zone other than UTC: seconds ahead of it.
+    log_zones: dict[str, float] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -92,6 +95,7 @@ class ParseStats:
         self.unclassified_other += other.unclassified_other
         self.unclassified_heads.update(other.unclassified_heads)
         self.dropped.update(other.dropped)
+        self.log_zones.update(other.log_zones)
 
     @property
     def elapsed(self) -> float:
@@ -122,19 +126,21 @@ def file_events(
     byte_range: tuple[int, int] | None = None,
     batch_lane: BatchSink | None = None,
     keep_metric: Callable[[str | None], bool] | None = None,
+    clock_shift: float = 0.0,
 ) -> Iterator[Event]:
     """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
 
     With `byte_range`, only that line-aligned part of a plain log file (line numbers then count
     from the start of the range). With `batch_lane`, batch lines it takes are counted but not
     yielded (see `LineParser`). With `keep_metric`, a `.prom` file's samples whose signal it
-    refuses are counted as metric events but never built (see `parse_exposition`).
+    refuses are counted as metric events but never built (see `parse_exposition`). A log's
+    prefix times are read `clock_shift` seconds ahead of UTC (see `stream_clock_shift`).
     """
     if byte_range is None or byte_range[0] == 0:
         stats.files += 1
     read = ReadStats(progress=stats.progress)
     if tf.kind == "log":
-        parser = LineParser(tf.node, batch_lane)
+        parser = LineParser(tf.node, batch_lane, clock_shift)
         prefix = f"{tf.path}:"
         count = stats.count
         parse = parser.parse
@@ -245,8 +251,8 @@ def _parse_document(
 
 def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events, node after node, each node's files oldest first."""
-    for tf in discover(paths, stats.dropped):
-        yield from file_events(tf, stats)
+    for key, files in streams_of(paths, stats.dropped).items():
+        yield from stream_events(key, files, stats)
 
 
 def streams_of(
@@ -285,12 +291,27 @@ def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
         yield event
 
 
-def stream_events(files: list[TelemetryFile], stats: ParseStats) -> Iterator[Event]:
+def stream_clock_shift(
+    key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
+) -> float:
+    """Seconds a stream's log stamps run ahead of UTC (0 for other streams), noted in `stats`."""
+    if key[1] != "log":
+        return 0.0
+    zone = log_zone(key[0], files)
+    if zone:
+        stats.log_zones[key[0]] = zone
+    return zone
+
+
+def stream_events(
+    key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
+) -> Iterator[Event]:
+    shift = stream_clock_shift(key, files, stats)
     for tf in files:
-        yield from file_events(tf, stats)
+        yield from file_events(tf, stats, clock_shift=shift)
 
 
 def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events merged across nodes into one timeline (see `streams_of`, `merge_by_time`)."""
     streams = streams_of(paths, stats.dropped)
-    return merge_by_time(stream_events(files, stats) for files in streams.values())
+    return merge_by_time(stream_events(key, files, stats) for key, files in streams.items())

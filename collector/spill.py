@@ -27,7 +27,13 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from collector.events import BATCH_KINDS, Event
 from collector.files import TelemetryFile
-from collector.parse import ParseStats, file_events, merge_by_time, streams_of
+from collector.parse import (
+    ParseStats,
+    file_events,
+    merge_by_time,
+    stream_clock_shift,
+    streams_of,
+)
 from collector.sglang.batch import BatchSample, BatchSampler
 from collector.state.node_windows import BATCH_PICKS
 
@@ -175,8 +181,11 @@ def _stream(
     keep_metric = (
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
+    shift = stream_clock_shift(key, files, stats)
     for tf in files:
-        for event in file_events(tf, stats, batch_lane=lane, keep_metric=keep_metric):
+        for event in file_events(
+            tf, stats, batch_lane=lane, keep_metric=keep_metric, clock_shift=shift
+        ):
             if outbox:  # what the lane's lines shipped comes before this event
                 yield from outbox
                 outbox.clear()

@@ -63,6 +63,7 @@ class EngineNode:
             dp_size=spec.dp_size,
             ep_size=spec.ep_size,
             log_ms=spec.log_ms,
+            utc_offset_seconds=spec.log_utc_offset_minutes * 60,
         )
         self.metrics = NodeMetrics(
             role=self.role,

@@ -99,6 +99,9 @@ class RoleSpec(_Strict):
     enable_metrics: bool = True
     request_time_stats: bool = True
     log_ms: bool = False
+    # The host's zone: SGLang prints its log prefix in local time (reference §2.1), while the
+    # epochs in its request lines, scrapes and spans stay UTC.
+    log_utc_offset_minutes: int = Field(default=0, ge=-12 * 60, le=14 * 60)
     decode_log_interval: int = Field(default=40, gt=0)
     num_reserved_decode_tokens: int = Field(default=512, ge=0)
     http_port: int = Field(default=30000, gt=0)

@@ -226,7 +226,7 @@ def simulated_streams(tmp_path_factory: pytest.TempPathFactory) -> list[list[Eve
     out: Path = tmp_path_factory.mktemp("incident")
     run_offline(load_scenario("incident-replay-small"), out)
     streams = streams_of([out / "logs", out / "snapshots"])
-    return [list(stream_events(files, ParseStats())) for files in streams.values()]
+    return [list(stream_events(key, files, ParseStats())) for key, files in streams.items()]
 
 
 def test_node_windows_give_the_same_findings_and_roles_as_raw_events_on_a_replay(

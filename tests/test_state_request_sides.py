@@ -226,7 +226,7 @@ def replay_streams(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
     out: Path = tmp_path_factory.mktemp(request.param)
     run_offline(load_scenario(request.param), out)
     streams = streams_of([out / "logs", out / "snapshots"])
-    return [list(stream_events(files, ParseStats())) for files in streams.values()]
+    return [list(stream_events(key, files, ParseStats())) for key, files in streams.items()]
 
 
 def _judged(streams: list[list[Event]], ledger_input: str) -> tuple[list[Any], list[Any], Any]:

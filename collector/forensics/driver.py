@@ -31,12 +31,14 @@ from collector.forensics.report import (
     abort_signals_line,
     config_gaps,
     late_lines_line,
+    log_zones_line,
     possible_line,
     write_findings_csv,
     write_html,
     write_markdown,
 )
 from collector.parse import ParseStats
+from collector.sglang.log_clock import zone_name
 from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LedgerConfig, request_key
@@ -491,6 +493,9 @@ def build_summary(
             "unclassified_engine_lines": read["unclassified_engine_lines"],
             "unclassified_other_lines": read["unclassified_other_lines"],
             "dropped_by_reason": read["dropped_by_reason"],
+            "log_utc_offsets": {
+                node: zone_name(zone) for node, zone in sorted(stats.log_zones.items())
+            },
             "seconds": read["seconds"],
             "mb_per_second": read["mb_per_second"],
         },
@@ -630,6 +635,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     signals = abort_signals_line(summary)
     if signals:
         out.write(f"{signals}\n")
+    zones = log_zones_line(summary)
+    if zones:
+        out.write(f"LOG CLOCKS: {zones}\n")
     late = late_lines_line(summary)
     if late:
         out.write(f"LATE LINES: {late}\n")

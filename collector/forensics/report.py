@@ -134,6 +134,22 @@ def unattributed_exports_line(summary: dict[str, Any]) -> str:
     )
 
 
+def log_zones_line(summary: dict[str, Any]) -> str:
+    """Nodes whose log stamps were in a zone other than UTC, and were moved to UTC: said, since
+    every time in the report then differs from the one printed in those logs."""
+    offsets: dict[str, str] = summary["input"].get("log_utc_offsets") or {}
+    if not offsets:
+        return ""
+    by_zone: dict[str, list[str]] = {}
+    for node, zone in sorted(offsets.items()):
+        by_zone.setdefault(zone, []).append(node)
+    parts = [f"{', '.join(nodes)} in UTC{zone}" for zone, nodes in sorted(by_zone.items())]
+    return (
+        f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
+        "are read as UTC, as every time here is."
+    )
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -149,7 +165,9 @@ def late_lines_line(summary: dict[str, Any]) -> str:
         line += (
             ": their requests had been judged from trace spans read before them (trace spans "
             "are stamped in UTC and SGLang's log lines in the host's local time, so logs from a "
-            "host east of UTC meet their spans hours late); read one or the other"
+            "host east of UTC meet their spans hours late unless their request lines carry UTC "
+            "stamps too, with --enable-request-time-stats-logging or --enable-metrics); read "
+            "one or the other"
         )
     return line + "."
 
@@ -249,6 +267,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     unattributed = unattributed_exports_line(summary)
     if unattributed:
         lines.append(unattributed)
+    zones = log_zones_line(summary)
+    if zones:
+        lines.append(zones)
     late = late_lines_line(summary)
     if late:
         lines.append(late)

@@ -315,11 +315,16 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "_day", "_last_tod", "_runtime")
+    __slots__ = ("node", "batch_sink", "clock_shift", "_day", "_last_tod", "_runtime")
 
-    def __init__(self, node: str, batch_sink: BatchSink | None = None) -> None:
+    def __init__(
+        self, node: str, batch_sink: BatchSink | None = None, clock_shift: float = 0.0
+    ) -> None:
         self.node = node
         self.batch_sink = batch_sink
+        # Seconds the stream's own stamps run ahead of UTC (`log_clock`): taken off every time
+        # read from a line's prefix, never off the UTC stamps some lines carry instead.
+        self.clock_shift = clock_shift
         self._day: float | None = None
         self._last_tod = 0.0
         self._runtime = RuntimeLines()
@@ -338,6 +343,7 @@ class LineParser:
             when, ranks, start = hit
             self._last_tod = when % 86400
             self._day = when - self._last_tod
+            when -= self.clock_shift
             head = _HEADS.match(line, start)
             if head is not None:
                 static = head[1]
@@ -385,6 +391,8 @@ class LineParser:
                 self._day += 86400  # midnight passed
             self._last_tod = envelope.time_of_day
             when = self._day + envelope.time_of_day
+        if when is not None:
+            when -= self.clock_shift
         if when is None and kind == ev.REQUEST_FINISHED:
             when = _finished_stamp(envelope.message)
         if not isinstance(payload, dict):

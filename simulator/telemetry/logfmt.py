@@ -82,9 +82,11 @@ class LogFormat:
         dp_size: int = 1,
         ep_size: int = 1,
         log_ms: bool = False,
+        utc_offset_seconds: int = 0,
     ) -> None:
         self.profile = profile
         self.log_ms = log_ms
+        self.utc_offset_seconds = utc_offset_seconds
         ranks = ""
         if dp_size > 1:
             ranks += " DP0"
@@ -101,7 +103,8 @@ class LogFormat:
         sec = int(t)
         if sec != self._sec:
             self._sec = sec
-            self._sec_text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(sec))
+            local = sec + self.utc_offset_seconds  # the host's wall clock
+            self._sec_text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(local))
         if self.log_ms:
             return f"{self._sec_text}.{int((t - sec) * 1000):03d}"
         return self._sec_text

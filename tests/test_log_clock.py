@@ -1,0 +1,163 @@
+"""Logs written in the host's local time are read as UTC, told by their own UTC stamps.
+
+SGLang prints its prefix in local time with no zone; `ReqTimeStats`'s `entry_time` and the
+meta_info stamps of `--enable-metrics` are Unix epochs. Snapshots and spans are UTC. A host east
+of UTC put its log lines hours after the `/server_info` restart that fixed the pool, and the
+over-length answers served before it were cleared by the bigger pool.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from collector.audit.run import audit
+from collector.events import Event
+from collector.files import TelemetryFile
+from collector.forensics.driver import run_forensics
+from collector.parse import ParseStats, events_by_node
+from collector.sglang.log_clock import agreed_zone, log_zone, vote, zone_name
+from collector.sglang.logs import LineParser
+from simulator.offline import run_offline
+from simulator.scenario import scenario_from_dict
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+
+# Reference §2.6's decode sample: printed at 10:15:09 UTC, entered 10:15:09.118 UTC less the
+# 9.2 s its durations add up to (the sample is constructed; only the sum matters here).
+TIME_STATS = (
+    "[{prefix} DP2 TP2 EP2] ReqTimeStats(rid=4f1c, bootstrap_room=8360203925601259718, "
+    "input_len=4096, cached_input_len=0, output_len=512, attempts=0, type=decode): "
+    "bootstrap_duration=1.20ms, alloc_wait_duration=0.35ms, transfer_duration=88.41ms, "
+    "queue_duration=0.52ms, forward_duration=9123.77ms, entry_time=1793614500.000"
+)
+FINISH = (
+    "[{prefix}] Finish: obj=GenerateReqInput(rid='4f1c'), out={{'meta_info': {{'id': '4f1c', "
+    "'finish_reason': {{'type': 'stop', 'matched': 2}}, 'prompt_tokens': 4096, "
+    "'completion_tokens': 512, 'cached_tokens': 0, 'e2e_latency': 9.3, "
+    "'request_finished_ts': 1793614509.3}}}}"
+)
+
+
+def _event(line: str) -> Event:
+    _, event = LineParser("decode-0").parse(line, "t:1")
+    assert event is not None
+    return event
+
+
+@pytest.mark.parametrize(
+    ("prefix", "zone"),
+    [
+        ("2026-11-02 10:15:09", 0.0),
+        ("2026-11-02 12:15:09", 7200.0),
+        ("2026-11-02 05:15:09", -18000.0),
+        ("2026-11-02 15:45:09", 19800.0),  # India, UTC+05:30
+    ],
+)
+def test_a_stamped_line_votes_for_the_zone_its_prefix_was_printed_in(
+    prefix: str, zone: float
+) -> None:
+    assert vote(_event(TIME_STATS.format(prefix=prefix))) == zone
+    assert vote(_event(FINISH.format(prefix=prefix))) == zone
+
+
+def test_a_line_whose_stamps_are_minutes_off_a_quarter_hour_has_no_say() -> None:
+    # 10:23:09 against 10:15:09: eight minutes is no zone, and no request's durations say it.
+    assert vote(_event(FINISH.format(prefix="2026-11-02 10:23:09"))) is None
+    assert vote(_event("[2026-11-02 10:15:09 TP0] Decode batch, #running-req: 1")) is None
+
+
+def test_the_zone_needs_two_votes_and_two_thirds_of_them() -> None:
+    assert agreed_zone([7200.0]) == 0.0
+    assert agreed_zone([7200.0, 7200.0]) == 7200.0
+    assert agreed_zone([7200.0, 7200.0, 0.0]) == 7200.0
+    assert agreed_zone([7200.0, 0.0, 3600.0]) == 0.0
+    assert zone_name(-18000.0) == "-05:00" and zone_name(19800.0) == "+05:30"
+
+
+def test_the_shift_moves_prefix_times_and_never_a_utc_stamp_a_line_stands_on() -> None:
+    parser = LineParser("decode-0", clock_shift=7200.0)
+    _, stamped = parser.parse(TIME_STATS.format(prefix="2026-11-02 12:15:09"), "t:1")
+    assert stamped is not None and stamped.time == pytest.approx(1793614509.0)
+    # A finish record without a prefix takes its time from `request_finished_ts`: UTC already.
+    bare = FINISH.format(prefix="x").removeprefix("[x] ")
+    _, unstamped = parser.parse(bare, "t:2")
+    assert unstamped is not None and unstamped.time == pytest.approx(1793614509.3)
+
+
+def test_a_node_of_unreadable_or_unstamped_lines_is_read_as_utc(tmp_path: Path) -> None:
+    junk = tmp_path / "decode-0.log"
+    junk.write_bytes(
+        b"\x00\xff" * 5000 + b"\nentry_time=1793614500.0\n" + b"[2026-11-02 12:15:09]\n"
+    )
+    assert log_zone("decode-0", [TelemetryFile(junk, "decode-0", "log", (0, ""))]) == 0.0
+    missing = TelemetryFile(tmp_path / "gone.log", "decode-0", "log", (0, ""))
+    assert log_zone("decode-0", [missing]) == 0.0
+
+
+def test_kvwatch_parse_gives_the_events_of_a_local_time_log_in_utc(tmp_path: Path) -> None:
+    log = tmp_path / "decode-0.log"
+    lines = [
+        TIME_STATS.format(prefix="2026-11-02 12:15:09"),
+        FINISH.format(prefix="2026-11-02 12:15:09"),
+    ]
+    log.write_text("\n".join(lines * 2) + "\n")
+    stats = ParseStats()
+    times = [event.time for event in events_by_node([log], stats)]
+    assert times == [1793614509.0] * 4
+    assert stats.log_zones == {"decode-0": 7200.0}
+
+
+def _zoned(minutes: int) -> Any:
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    for role in ("prefill", "decode"):
+        data["deployment"][role]["log_utc_offset_minutes"] = minutes
+    return scenario_from_dict(data, "zoned")
+
+
+@pytest.fixture(scope="module", params=[120, -300], ids=["utc+2", "utc-5"])
+def zoned(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """(the zone's offset in minutes, the incident replay logged in it)."""
+    folder = tmp_path_factory.mktemp("zoned")
+    run_offline(_zoned(request.param), folder)
+    return request.param, folder
+
+
+def _inputs(folder: Path) -> list[str]:
+    return [str(folder / "logs"), str(folder / "snapshots")]
+
+
+def test_the_incident_logged_in_local_time_is_judged_by_the_config_in_force_then(
+    tmp_path: Path, zoned: tuple[int, Path]
+) -> None:
+    """East of UTC, the restart snapshot (UTC) came before the exposed answers' log lines."""
+    minutes, folder = zoned
+    result = run_forensics(_inputs(folder), tmp_path / "out", write_parquet=False)
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert len(rooms) >= 10
+    summary = result.summary
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    over_length = {
+        f["bootstrap_room"] for f in summary["findings"] if f["detector"] == "over_length_answered"
+    }
+    assert over_length == rooms
+    offsets = summary["input"]["log_utc_offsets"]
+    assert offsets and set(offsets.values()) == {zone_name(minutes * 60.0)}
+    assert summary["exposure"]["first"] == min(r["time"] for r in truth)
+
+
+def test_the_audit_of_a_local_time_deployment_reads_as_the_same_deployment_in_utc(
+    tmp_path_factory: pytest.TempPathFactory, zoned: tuple[int, Path]
+) -> None:
+    """Read as UTC, the logs of a host east of UTC restarted hours after the UTC-named
+    snapshots: phantom generations with no engine version. The verdict must not depend on the
+    zone the hosts were set to."""
+    _, folder = zoned
+    in_utc = tmp_path_factory.mktemp("utc")
+    run_offline(_zoned(0), in_utc)
+    assert audit(_inputs(folder)).lines() == audit(_inputs(in_utc)).lines()
