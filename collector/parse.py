@@ -28,7 +28,7 @@ from collector.files import (
     read_line_blocks,
     read_lines,
 )
-from collector.sglang.log_clock import log_zone
+from collector.sglang.log_clock import LogClock, log_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -60,8 +60,9 @@ class ParseStats:
     # new message family appeared, never enough to carry user text.
     unclassified_heads: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
-    # Nodes whose log stamps were read in a zone other than UTC: seconds ahead of it.
-    log_zones: dict[str, float] = field(default_factory=dict)
+    # Nodes whose log stamps were read in a zone other than UTC: the zones in force, in order
+    # (seconds ahead of UTC).
+    log_zones: dict[str, list[float]] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -126,7 +127,7 @@ def file_events(
     byte_range: tuple[int, int] | None = None,
     batch_lane: BatchSink | None = None,
     keep_metric: Callable[[str | None], bool] | None = None,
-    clock_shift: float = 0.0,
+    clock: LogClock | None = None,
 ) -> Iterator[Event]:
     """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
 
@@ -134,13 +135,13 @@ def file_events(
     from the start of the range). With `batch_lane`, batch lines it takes are counted but not
     yielded (see `LineParser`). With `keep_metric`, a `.prom` file's samples whose signal it
     refuses are counted as metric events but never built (see `parse_exposition`). A log's
-    prefix times are read `clock_shift` seconds ahead of UTC (see `stream_clock_shift`).
+    prefix times are moved to UTC by `clock` (see `stream_clock`).
     """
     if byte_range is None or byte_range[0] == 0:
         stats.files += 1
     read = ReadStats(progress=stats.progress)
     if tf.kind == "log":
-        parser = LineParser(tf.node, batch_lane, clock_shift)
+        parser = LineParser(tf.node, batch_lane, clock)
         prefix = f"{tf.path}:"
         count = stats.count
         parse = parser.parse
@@ -291,24 +292,27 @@ def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
         yield event
 
 
-def stream_clock_shift(
-    key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
-) -> float:
-    """Seconds a stream's log stamps run ahead of UTC (0 for other streams), noted in `stats`."""
+def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock | None:
+    """The zone of a node's log stream, as its first stamped lines tell it (None for other
+    streams: exports and snapshots are UTC)."""
     if key[1] != "log":
-        return 0.0
-    zone = log_zone(key[0], files)
-    if zone:
-        stats.log_zones[key[0]] = zone
-    return zone
+        return None
+    return LogClock(log_zone(key[0], files))
+
+
+def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) -> None:
+    """At the end of a stream: its zones in `stats` when any was not UTC."""
+    if clock is not None and any(clock.zones):
+        stats.log_zones[key[0]] = list(clock.zones)
 
 
 def stream_events(
     key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
 ) -> Iterator[Event]:
-    shift = stream_clock_shift(key, files, stats)
+    clock = stream_clock(key, files)
     for tf in files:
-        yield from file_events(tf, stats, clock_shift=shift)
+        yield from file_events(tf, stats, clock=clock)
+    note_clock(key, clock, stats)
 
 
 def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:

@@ -31,7 +31,8 @@ from collector.parse import (
     ParseStats,
     file_events,
     merge_by_time,
-    stream_clock_shift,
+    note_clock,
+    stream_clock,
     streams_of,
 )
 from collector.sglang.batch import BatchSample, BatchSampler
@@ -181,11 +182,9 @@ def _stream(
     keep_metric = (
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
-    shift = stream_clock_shift(key, files, stats)
+    clock = stream_clock(key, files)
     for tf in files:
-        for event in file_events(
-            tf, stats, batch_lane=lane, keep_metric=keep_metric, clock_shift=shift
-        ):
+        for event in file_events(tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock):
             if outbox:  # what the lane's lines shipped comes before this event
                 yield from outbox
                 outbox.clear()
@@ -198,6 +197,7 @@ def _stream(
         if outbox:
             yield from outbox
             outbox.clear()
+    note_clock(key, clock, stats)
     if stage is not None:
         yield from stage.flush()
 

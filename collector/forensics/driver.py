@@ -494,7 +494,8 @@ def build_summary(
             "unclassified_other_lines": read["unclassified_other_lines"],
             "dropped_by_reason": read["dropped_by_reason"],
             "log_utc_offsets": {
-                node: zone_name(zone) for node, zone in sorted(stats.log_zones.items())
+                node: [zone_name(zone) for zone in zones]
+                for node, zones in sorted(stats.log_zones.items())
             },
             "seconds": read["seconds"],
             "mb_per_second": read["mb_per_second"],

@@ -137,13 +137,14 @@ def unattributed_exports_line(summary: dict[str, Any]) -> str:
 def log_zones_line(summary: dict[str, Any]) -> str:
     """Nodes whose log stamps were in a zone other than UTC, and were moved to UTC: said, since
     every time in the report then differs from the one printed in those logs."""
-    offsets: dict[str, str] = summary["input"].get("log_utc_offsets") or {}
+    offsets: dict[str, list[str]] = summary["input"].get("log_utc_offsets") or {}
     if not offsets:
         return ""
-    by_zone: dict[str, list[str]] = {}
-    for node, zone in sorted(offsets.items()):
-        by_zone.setdefault(zone, []).append(node)
-    parts = [f"{', '.join(nodes)} in UTC{zone}" for zone, nodes in sorted(by_zone.items())]
+    by_zones: dict[str, list[str]] = {}
+    for node, zones in sorted(offsets.items()):
+        # A zone that changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`.
+        by_zones.setdefault("UTC" + ", then ".join(zones), []).append(node)
+    parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
     return (
         f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
         "are read as UTC, as every time here is."

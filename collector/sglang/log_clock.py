@@ -8,10 +8,11 @@ spans. Read as UTC, a host two hours east of it puts every log line two hours la
 configuration in force at a request's time is the one two hours later: a restart with a bigger
 pool then clears the over-length answers served before it.
 
-Each stamped line votes for an offset (its prefix, less its UTC stamp, less the time the request
-took when the stamp is its start), rounded to the quarter hour every zone in use is a multiple
-of. A clear majority of the first stamped lines decides; without one, or without stamped lines,
-the stamps are read as UTC, as before.
+A line whose time is its own prefix votes for an offset: the prefix, less its UTC stamp, less
+the time the request took when the stamp is its start, rounded to the quarter hour every zone
+in use is a multiple of. The first stamped lines of a node decide where its stream starts
+(`log_zone`); later ones, sampled, follow a change on the way (`LogClock`): a daylight-saving
+change, stamps that only begin after the start. Without votes the stamps are read as UTC.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Final
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, read_line_blocks
+from collector.sglang.envelope import peel
 from collector.sglang.logs import LineParser
 
 ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter hours
@@ -30,31 +32,38 @@ ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter
 MAX_RESIDUAL: Final = 300.0
 # UTC-12:00 to UTC+14:00.
 ZONE_RANGE: Final = (-12 * 3600.0, 14 * 3600.0)
-MIN_VOTES: Final = 2
 MAX_VOTES: Final = 64
 # The votes are taken from the start of a node's logs: at most this many lines are looked at,
 # and only those that may carry a stamp are parsed.
 MAX_SCAN_LINES: Final = 50_000
 _STAMP_MARKS: Final = ("entry_time=", "_ts': ", '_ts": ')
+# Older builds print `prealloc_queue_duration(X) = alloc_wait(A) + bootstrap(B) + other(C)`:
+# the terms are the wait again, not more time.
+_PREALLOC_TERMS: Final = frozenset({"alloc_wait_duration", "bootstrap_duration", "other_duration"})
 
 
 def vote(event: Event) -> float | None:
-    """The offset one event's line stamps votes for, or None when it has no say."""
+    """The offset the stamps of one event's line vote for (its time less UTC), or None when it
+    has no say. The event's time must be its line's own prefix."""
     if event.time is None:
         return None
+    fields = event.fields
     if event.kind == REQUEST_TIME_STATS:
-        start = event.fields.get("entry_time")
+        start = fields.get("entry_time")
         if type(start) is not float or not 1e9 < start < 1e11:
             return None
         # The line is printed when the request ends: its durations are the time since entry.
+        terms = _PREALLOC_TERMS if "prealloc_queue_duration" in fields else frozenset()
         elapsed = sum(
             value
-            for key, value in event.fields.items()
-            if key.endswith("_duration") and type(value) is float and 0.0 <= value < 86400.0
+            for key, value in fields.items()
+            if key.endswith("_duration")
+            and key not in terms
+            and type(value) is float
+            and 0.0 <= value < 86400.0
         )
         offset = event.time - start - elapsed
     elif event.kind == REQUEST_FINISHED:
-        fields = event.fields
         end = fields.get("response_sent_to_client_ts", fields.get("request_finished_ts"))
         if type(end) is not float or not 1e9 < end < 1e11:
             return None
@@ -68,10 +77,10 @@ def vote(event: Event) -> float | None:
 
 
 def agreed_zone(votes: Iterable[float]) -> float:
-    """The offset at least two thirds of at least `MIN_VOTES` votes name, else 0 (UTC)."""
+    """The offset at least two thirds of the votes name, else 0 (UTC)."""
     tally = Counter(votes)
     total = sum(tally.values())
-    if total < MIN_VOTES:
+    if not total:
         return 0.0
     zone, count = tally.most_common(1)[0]
     return zone if 3 * count >= 2 * total else 0.0
@@ -80,6 +89,8 @@ def agreed_zone(votes: Iterable[float]) -> float:
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
     """Seconds a node's log stamps run ahead of UTC (its zone's offset), from its first lines.
 
+    Only lines whose time is the engine's own prefix vote: a request record in JSON, or one
+    printed without a prefix, takes its time from a UTC stamp and says nothing of the zone.
     Never raises: a file that cannot be read has no say, as its reading proper will report.
     """
     parser = LineParser(node)
@@ -93,8 +104,9 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
                 for line in lines:
                     looked += 1
                     if any(mark in line for mark in _STAMP_MARKS):
+                        envelope = peel(line)
                         _, event = parser.parse(line, "")
-                        if event is not None:
+                        if envelope.engine and envelope.time is not None and event is not None:
                             zone = vote(event)
                             if zone is not None:
                                 votes.append(zone)
@@ -103,6 +115,50 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
         except (OSError, EOFError, ValueError):
             continue
     return agreed_zone(votes)
+
+
+class LogClock:
+    """A node's log zone along its stream: starts at `log_zone`'s and follows a change.
+
+    Every `sample_every`-th stamped line of each kind its stream's parser hands over votes on
+    what is still off (by kind: request lines alternate `Finish` and `ReqTimeStats`, and only
+    one of them may carry a stamp); `confirm` votes in a row for the same offset move the zone
+    by it. The lines between the
+    change and its confirmation keep the old zone: a dozen requests' lines, not the hours after.
+    """
+
+    __slots__ = ("shift", "zones", "sample_every", "confirm", "_seen", "_pending", "_run")
+
+    def __init__(self, shift: float = 0.0, *, sample_every: int = 4, confirm: int = 3) -> None:
+        self.shift = shift
+        # The zones in force, in order: one unless the stream's zone changed.
+        self.zones = [shift]
+        self.sample_every = sample_every
+        self.confirm = confirm
+        self._seen: dict[str, int] = {}
+        self._pending = 0.0
+        self._run = 0
+
+    def observe(self, event: Event) -> None:
+        """A stamped request line (`REQUEST_TIME_STATS`, `REQUEST_FINISHED`) whose time is its
+        prefix, already moved by `shift`."""
+        seen = self._seen[event.kind] = self._seen.get(event.kind, 0) + 1
+        if seen % self.sample_every:
+            return
+        off = vote(event)
+        if off is None:
+            return
+        if not off:
+            self._run = 0
+            return
+        if off == self._pending:
+            self._run += 1
+        else:
+            self._pending, self._run = off, 1
+        if self._run >= self.confirm:
+            self.shift += off
+            self.zones.append(self.shift)
+            self._run = 0
 
 
 def zone_name(offset: float) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from collector import events as ev
 from collector.events import parse_iso_time
@@ -24,6 +24,9 @@ from collector.sglang.batch import parse_batch_fields
 from collector.sglang.envelope import cached_head, peel
 from collector.sglang.runtime_wrappers import HELD, RuntimeLines
 from collector.sglang.time_stats import parse_time_stats
+
+if TYPE_CHECKING:  # log_clock reads lines with LineParser
+    from collector.sglang.log_clock import LogClock
 
 Fields = dict[str, Any]
 FieldParser = Callable[[str], Fields]
@@ -244,6 +247,8 @@ class _HeadIndex:
 
 
 _HEADS = _HeadIndex(RULES)
+# Lines that carry a UTC stamp beside their prefix: what tells a stream's zone (`log_clock`).
+_STAMPED_KINDS: Final = frozenset({ev.REQUEST_TIME_STATS, ev.REQUEST_FINISHED})
 
 # Second look, for lines whose head did not match (glued or wrapped lines).
 _CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
@@ -315,16 +320,16 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "clock_shift", "_day", "_last_tod", "_runtime")
+    __slots__ = ("node", "batch_sink", "clock", "_day", "_last_tod", "_runtime")
 
     def __init__(
-        self, node: str, batch_sink: BatchSink | None = None, clock_shift: float = 0.0
+        self, node: str, batch_sink: BatchSink | None = None, clock: LogClock | None = None
     ) -> None:
         self.node = node
         self.batch_sink = batch_sink
-        # Seconds the stream's own stamps run ahead of UTC (`log_clock`): taken off every time
-        # read from a line's prefix, never off the UTC stamps some lines carry instead.
-        self.clock_shift = clock_shift
+        # The stream's zone (`log_clock`): taken off every time read from an engine's prefix,
+        # never off the UTC stamps some lines carry instead; told of stamped lines as they come.
+        self.clock = clock
         self._day: float | None = None
         self._last_tod = 0.0
         self._runtime = RuntimeLines()
@@ -343,7 +348,9 @@ class LineParser:
             when, ranks, start = hit
             self._last_tod = when % 86400
             self._day = when - self._last_tod
-            when -= self.clock_shift
+            clock = self.clock
+            if clock is not None:
+                when -= clock.shift
             head = _HEADS.match(line, start)
             if head is not None:
                 static = head[1]
@@ -356,9 +363,12 @@ class LineParser:
                         and sink(kind, when, source, line, head[2])
                     ):
                         return kind, None
-                    return kind, ev.Event.deferred(
+                    event = ev.Event.deferred(
                         kind, self.node, when, source, parse, line, ranks, start
                     )
+                    if clock is not None and kind in _STAMPED_KINDS:
+                        clock.observe(event)
+                    return kind, event
                 if line[start] != "{":  # JSON first meets Docker's unwrapping (`_parse_general`)
                     # A head that decides by the message (`INFO:` access lines): when it names a
                     # field parser, `classify` would return just that.
@@ -391,8 +401,8 @@ class LineParser:
                 self._day += 86400  # midnight passed
             self._last_tod = envelope.time_of_day
             when = self._day + envelope.time_of_day
-        if when is not None:
-            when -= self.clock_shift
+        if when is not None and envelope.engine and self.clock is not None:
+            when -= self.clock.shift
         if when is None and kind == ev.REQUEST_FINISHED:
             when = _finished_stamp(envelope.message)
         if not isinstance(payload, dict):
