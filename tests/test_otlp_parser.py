@@ -589,19 +589,18 @@ _ATTRIBUTE_VALUES = (
 )
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
-    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
-    st.sampled_from(["decode Req 1", " Req 2", "prefill Req 3", "Scheduler (host:a | pid:1)"]),
-    st.booleans(),
-)
-def test_sdk_spans_with_any_attribute_types_never_raise(
-    root_attrs: dict[str, Any], thread_attrs: dict[str, Any], name: str, error: bool
-) -> None:
+def _request_with_thread(
+    resource: dict[str, str],
+    root_attrs: dict[str, Any],
+    thread_attrs: dict[str, Any],
+    name: str,
+    error: bool,
+) -> bytes:
+    """One export from the SDK: a span named `name` with a thread span under it, in ERROR
+    when `error`."""
     exporter = _EncodingExporter()
-    tracer = _tracer(exporter, {"service.name": "fuzz"})
-    root = tracer.start_span(name, attributes={"module": "sglang::request", **root_attrs})
+    tracer = _tracer(exporter, resource)
+    root = tracer.start_span(name, attributes=root_attrs)
     thread = tracer.start_span(
         "Scheduler (host:ab | pid:2)",
         context=trace.set_span_in_context(root),
@@ -611,7 +610,31 @@ def test_sdk_spans_with_any_attribute_types_never_raise(
         thread.set_status(Status(StatusCode.ERROR, "x"))
     thread.end()
     root.end()
-    out = parse_otlp_traces(exporter.batch(), content_type=PROTOBUF)
+    return exporter.batch()
+
+
+# Attributes for a request span and its thread span, the request span's name, its error.
+_REQUEST_WITH_THREAD = (
+    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
+    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
+    st.sampled_from(["decode Req 1", " Req 2", "prefill Req 3", "Scheduler (host:a | pid:1)"]),
+    st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(*_REQUEST_WITH_THREAD)
+def test_sdk_spans_with_any_attribute_types_never_raise(
+    root_attrs: dict[str, Any], thread_attrs: dict[str, Any], name: str, error: bool
+) -> None:
+    payload = _request_with_thread(
+        {"service.name": "fuzz"},
+        {"module": "sglang::request", **root_attrs},
+        thread_attrs,
+        name,
+        error,
+    )
+    out = parse_otlp_traces(payload, content_type=PROTOBUF)
     assert _accounted(out)
     for event in out.events:
         json.dumps(event.to_json_dict())
@@ -746,14 +769,7 @@ def test_an_sdk_export_as_otlp_json_is_read_without_json_format(
 
 
 @settings(max_examples=200, deadline=None)
-@given(
-    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
-    st.dictionaries(st.sampled_from(_ATTRIBUTE_KEYS), _ATTRIBUTE_VALUES),
-    st.sampled_from(["decode Req 1", " Req 2", "prefill Req 3", "Scheduler (host:a | pid:1)"]),
-    st.booleans(),
-    st.floats(),
-    st.integers(-(2**63), 2**63 - 1),
-)
+@given(*_REQUEST_WITH_THREAD, st.floats(), st.integers(-(2**63), 2**63 - 1))
 def test_any_sdk_export_as_otlp_json_reads_as_its_protobuf(
     root_attrs: dict[str, Any],
     thread_attrs: dict[str, Any],
@@ -764,25 +780,18 @@ def test_any_sdk_export_as_otlp_json_reads_as_its_protobuf(
 ) -> None:
     """Attributes of every type (NaN and infinities are written as text, which json_format
     reads) give the same events and accounts from OTLP/JSON as from protobuf."""
-    exporter = _EncodingExporter()
-    tracer = _tracer(exporter, {"service.name": "fuzz", "host.name": "h"})
     read = {
         "module": "sglang::request",
         "rid": "r-1",
         "gen_ai.latency.e2e": seconds,
         "gen_ai.usage.prompt_tokens": tokens,
     }
-    root = tracer.start_span(name, attributes={**read, **root_attrs})
-    thread = tracer.start_span(
-        "Scheduler (host:ab | pid:2)",
-        context=trace.set_span_in_context(root),
-        attributes=thread_attrs,
+    resource = {"service.name": "fuzz", "host.name": "h"}
+    _same(
+        *_read_alike(
+            _request_with_thread(resource, {**read, **root_attrs}, thread_attrs, name, error)
+        )
     )
-    if error:
-        thread.set_status(Status(StatusCode.ERROR, "x"))
-    thread.end()
-    root.end()
-    _same(*_read_alike(exporter.batch()))
 
 
 @pytest.mark.parametrize(
