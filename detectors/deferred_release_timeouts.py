@@ -41,6 +41,7 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
+    lower_quartile,
     metric_signal,
     sample_value,
 )
@@ -117,6 +118,24 @@ class _Window:
         window.held = dict(state["held"])
         window.mismatches = int(state["mismatches"])
         return window
+
+
+class _Counts:
+    """What one window counts: timeouts, failed and drained releases, the timeout share (with
+    the `outcome` counter, which also counts `drained`) and the most pages held."""
+
+    __slots__ = ("timeouts", "errors", "drained", "releases", "share", "held")
+
+    def __init__(self, window: _Window) -> None:
+        nodes = window.nodes()
+        self.timeouts = sum(window.outcome_count(n, "timeout") for n in nodes)
+        self.errors = sum(window.outcome_count(n, "error") for n in nodes)
+        self.drained = sum(sum(window.metric.get(n, {}).get("drained", {}).values()) for n in nodes)
+        self.releases = self.timeouts + self.errors + self.drained
+        self.share = (
+            self.timeouts / self.releases if self.drained > 0 and self.releases > 0 else None
+        )
+        self.held = window.held.get("*", 0.0)
 
 
 class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Window]):
@@ -228,15 +247,21 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
     # -- judging one window --------------------------------------------------------------------
 
+    def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
+        counts = [_Counts(window) for _, window in held]
+        self.baseline_timeouts_.add(lower_quartile([c.timeouts for c in counts]))
+        self.baseline_errors_.add(lower_quartile([c.errors for c in counts]))
+        shares = [c.share for c in counts if c.share is not None]
+        if shares:
+            self.baseline_share_.add(lower_quartile(shares))
+        self.baseline_held_.add(lower_quartile([c.held for c in counts]))
+
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
         nodes = window.nodes()
-        timeouts = sum(window.outcome_count(n, "timeout") for n in nodes)
-        errors = sum(window.outcome_count(n, "error") for n in nodes)
-        drained = sum(sum(window.metric.get(n, {}).get("drained", {}).values()) for n in nodes)
-        releases = timeouts + errors + drained
-        share = timeouts / releases if drained > 0 and releases > 0 else None
-        held = window.held.get("*", 0.0)
+        counts = _Counts(window)
+        timeouts, errors, drained = counts.timeouts, counts.errors, counts.drained
+        releases, share, held = counts.releases, counts.share, counts.held
 
         base_timeouts = self.baseline_timeouts_.level(cfg.prior_timeouts)
         base_errors = self.baseline_errors_.level(cfg.prior_errors)

@@ -7,6 +7,15 @@ of the Prometheus samples it reads, and the window being filled; a subclass says
 event adds to the window (`_fold`), whether the open window holds anything (`_has_data`), and
 how a closed window is judged (`_close`, which also keeps the subclass's baselines). Windows are
 aligned to the clock, so a burst is also judged with the quiet window before it (`burst_score`).
+
+A deployment's normal is not known at its first line: the first `warmup_windows` windows are
+held, the baselines start from the lower quartile of their counts (`_seed`), and only then are
+they judged, in order. A steady rate from the first line (lost drain acks make timeouts routine
+on some deployments) is then the normal it is, not a storm against a prior that knows nothing;
+a storm over most of the first hour (eight windows of twelve) is still the storm, since it
+cannot be their lower quartile.
+Findings of a fresh detector's first hour come when the hour is over (their times are still
+their windows'); an input shorter than the warm-up is judged against the priors.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ class StormConfig(DetectorConfig):
     # Quiet windows in a row a storm outlasts: one that dips under the bar now and then is
     # still one storm (one finding), not a finding per burst.
     episode_gap_windows: int = Field(default=3, ge=0)
+    # Windows held at the start before any is judged (see the module docstring); 0 judges each
+    # window as it closes, against the priors.
+    warmup_windows: int = Field(default=12, ge=0)
 
 
 class Episode:
@@ -122,6 +134,9 @@ class StormDetector(Detector[S], Generic[S, W]):
         # The window before, when it did not fire: its count and the baseline it was judged
         # against (`burst_score`).
         self.quiet_window_: tuple[float, float] | None = None
+        # Windows closed during the warm-up, not judged yet: (start, window).
+        self.held_: list[tuple[float, W]] = []
+        self.warm_ = self.config.warmup_windows == 0
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -131,6 +146,8 @@ class StormDetector(Detector[S], Generic[S, W]):
             "logged": dict(self.logged_),
             "logged_at": dict(self.logged_at_),
             "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
+            "held": [[start, window.to_state()] for start, window in self.held_],
+            "warm": self.warm_,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -141,6 +158,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.logged_at_ = {str(k): int(v) for k, v in (state.get("logged_at") or {}).items()}
         quiet = state.get("quiet_window")
         self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
+        self.held_ = [
+            (float(start), self.window_class.from_state(window))
+            for start, window in state.get("held") or []
+        ]
+        # State saved before the warm-up existed had judged its windows from the start.
+        self.warm_ = bool(state.get("warm", True))
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -178,10 +201,28 @@ class StormDetector(Detector[S], Generic[S, W]):
         findings: list[Finding] = []
         for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
             window, self.window_ = self.window_, self.window_class()
+            if not self.warm_:
+                self.held_.append((start, window))
+                if len(self.held_) >= self.config.warmup_windows:
+                    findings.extend(self._end_warmup(ctx))
+                continue
             finding = self._close(window, start, ctx)
             if finding is not None:
                 findings.append(finding)
+        if math.isinf(now) and not self.warm_:
+            findings.extend(self._end_warmup(ctx))
         return findings
+
+    def _end_warmup(self, ctx: DetectionContext) -> list[Finding]:
+        """Seed the baselines from the held windows, then judge them in order. An input that
+        ends before the warm-up is over has too few windows to tell a normal: its windows are
+        judged against the priors."""
+        held, self.held_ = self.held_, []
+        self.warm_ = True
+        if len(held) >= self.config.warmup_windows:
+            self._seed(held, ctx)
+        findings = [self._close(window, start, ctx) for start, window in held]
+        return [finding for finding in findings if finding is not None]
 
     def _burst(self, count: float, floor: float, ratio: float, base: float) -> float:
         """`burst_score` of the closing window's count, with the quiet window before it."""
@@ -226,6 +267,10 @@ class StormDetector(Detector[S], Generic[S, W]):
         """Judge the window that began at `start` (already replaced by an empty one)."""
         raise NotImplementedError
 
+    def _seed(self, held: list[tuple[float, W]], ctx: DetectionContext) -> None:
+        """Start the baselines from the warm-up's windows (`lower_quartile` of each count)."""
+        raise NotImplementedError
+
 
 # Windows of history the bar must rest on before a window is judged with the one before it:
 # at the start of the logs a steady rate would otherwise be twice a prior that knows nothing.
@@ -256,6 +301,19 @@ def burst_score(
     pair = count + previous[0]
     double = pair / (2.0 * ratio * min(base, previous[1])) if pair >= floor else 0.0
     return max(single, double)
+
+
+def lower_quartile(values: list[float]) -> float:
+    """The value a quarter of `values` are below: what the first windows were normally, when a
+    storm may fill most of them.
+
+    >>> lower_quartile([16, 16, 16, 16, 16, 0, 0, 1, 0, 0, 1, 0])
+    0
+    >>> lower_quartile([5, 5, 5, 4, 6, 5])
+    5
+    """
+    ordered = sorted(values)
+    return ordered[len(ordered) // 4]
 
 
 def metric_signal(fields: dict[str, Any], by_name: dict[str, str]) -> object:

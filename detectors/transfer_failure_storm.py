@@ -30,6 +30,7 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
+    lower_quartile,
     metric_signal,
     sample_value,
 )
@@ -161,10 +162,13 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
     def _has_data(self) -> bool:
         return bool(self.window_.nodes())
 
+    def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
+        self.baseline_.add(lower_quartile([_failures(w, start, ctx) for start, w in held]))
+
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
         nodes = sorted(window.nodes())
-        failures = window.failures(lambda node: ctx.timeline.role_at(node, start))
+        failures = _failures(window, start, ctx)
         base = self.baseline_.level(cfg.prior_failures)
         score = self._burst(failures, cfg.min_failures, cfg.ratio, base)
         if score < cfg.threshold:
@@ -197,3 +201,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
                 "threshold": cfg.threshold,
             },
         )
+
+
+def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:
+    """The window's failed requests, each node's side as its role was at the window's start."""
+    return window.failures(lambda node: ctx.timeline.role_at(node, start))

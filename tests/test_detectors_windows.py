@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import subprocess
@@ -99,6 +100,47 @@ def test_a_timeout_storm_is_one_warning_even_across_windows():
     assert finding.evidence["rule"] == "timeouts"
     assert finding.evidence["score"] >= 1.0
     assert finding.time == T + 6 * 3600 + 300
+
+
+def steady(per_window: int, hours: int, first_room: int = 0) -> list[Event]:
+    """`per_window` timeouts in every 5-minute window from the first line on."""
+    step = 300.0 / per_window
+    return [timeout(T + 5 + step * k, first_room + k) for k in range(hours * 12 * per_window)]
+
+
+def test_timeouts_routine_from_the_first_line_are_the_normal_not_a_storm():
+    """Lost drain acks make timeouts routine on some deployments: five in every window from
+    the first line were a warning against the prior, before any baseline could exist."""
+    assert run(DeferredReleaseTimeouts(), steady(5, hours=3)) == []
+    # The same rate after a quiet hour is a rise, and still a storm.
+    late = steady(5, hours=1, first_room=10_000)
+    for event in late:
+        event.time = (event.time or 0.0) + 3600
+    (finding,) = run(DeferredReleaseTimeouts(), [timeout(T + 10, 1), *late])
+    assert finding.time == T + 3600 + 300
+
+
+def test_a_storm_over_most_of_the_first_hour_is_still_a_storm():
+    """The warm-up starts the baseline from the lower quartile of its windows: a storm in eight
+    of the first twelve cannot become the normal."""
+    storm = steady(16, hours=1)[: 16 * 8]  # 40 minutes, then quiet
+    findings = run(DeferredReleaseTimeouts(), storm + quiet_hours(2))
+    assert [(f.severity, f.time) for f in findings] == [("warning", T + 300)]
+
+
+def test_a_warm_up_cut_by_a_restart_of_the_detector_goes_on_from_its_state():
+    """The held windows are learned state: a detector saved and loaded mid-hour judges them."""
+    events = sorted(steady(16, hours=1)[: 16 * 8] + quiet_hours(2), key=lambda e: e.time or 0.0)
+    first = DeferredReleaseTimeouts()
+    pipeline = DetectionPipeline(detectors=[first], raise_errors=True)
+    half = len(events) // 3
+    assert [f for e in events[:half] for f in pipeline.process(e)] == []
+    assert first.held_
+    second = DeferredReleaseTimeouts.from_state(json.loads(json.dumps(first.to_state())))
+    resumed = DetectionPipeline(detectors=[second], raise_errors=True)
+    resumed.context.now = pipeline.context.now
+    findings = [f for e in events[half:] for f in resumed.process(e)] + resumed.finish()
+    assert [(f.severity, f.time) for f in findings] == [("warning", T + 300)]
 
 
 def test_the_same_room_logged_by_every_tp_rank_counts_once():
