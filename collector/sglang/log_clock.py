@@ -33,9 +33,11 @@ MAX_RESIDUAL: Final = 300.0
 # UTC-12:00 to UTC+14:00.
 ZONE_RANGE: Final = (-12 * 3600.0, 14 * 3600.0)
 MAX_VOTES: Final = 64
-# The votes are taken from the start of a node's logs: at most this many lines are looked at,
-# and only those that may carry a stamp are parsed.
+# The votes are taken from the start of a node's logs: at most this many lines and bytes are
+# looked at (a node without stamps costs a few hundredths of a second, not a pass over its logs;
+# `LogClock` follows stamps that begin later), and only lines that may carry a stamp are parsed.
 MAX_SCAN_LINES: Final = 50_000
+MAX_SCAN_BYTES: Final = 16 << 20
 _STAMP_MARKS: Final = ("entry_time=", "_ts': ", '_ts": ')
 # Older builds print `prealloc_queue_duration(X) = alloc_wait(A) + bootstrap(B) + other(C)`:
 # the terms are the wait again, not more time.
@@ -96,11 +98,12 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
     parser = LineParser(node)
     votes: list[float] = []
     looked = 0
+    read = ReadStats()  # across the stream's files
     for tf in files:
         if tf.kind != "log":
             continue
         try:
-            for _, lines in read_line_blocks(tf.path, ReadStats()):
+            for _, lines in read_line_blocks(tf.path, read):
                 for line in lines:
                     looked += 1
                     if any(mark in line for mark in _STAMP_MARKS):
@@ -112,6 +115,8 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
                                 votes.append(zone)
                     if len(votes) >= MAX_VOTES or looked >= MAX_SCAN_LINES:
                         return agreed_zone(votes)
+                if read.bytes >= MAX_SCAN_BYTES:
+                    return agreed_zone(votes)
         except (OSError, EOFError, ValueError):
             continue
     return agreed_zone(votes)
