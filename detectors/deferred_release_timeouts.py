@@ -29,6 +29,7 @@ release); counters are taken per node as the largest increase across TP ranks.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -41,9 +42,10 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
-    lower_quartile,
     metric_signal,
+    normal_level,
     sample_value,
+    settled_level,
 )
 from detectors.windows import Baseline
 
@@ -248,13 +250,28 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
     # -- judging one window --------------------------------------------------------------------
 
     def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
+        cfg = self.config
         counts = [_Counts(window) for _, window in held]
-        self.baseline_timeouts_.add(lower_quartile([c.timeouts for c in counts]))
-        self.baseline_errors_.add(lower_quartile([c.errors for c in counts]))
+
+        def seeded(values: list[float], bar: Callable[[float], float]) -> Baseline:
+            level = settled_level(values, bar(normal_level(values)))
+            return Baseline(cfg.baseline_windows, [level])
+
+        self.baseline_timeouts_ = seeded(
+            [c.timeouts for c in counts], lambda v: cfg.ratio * max(v, cfg.prior_timeouts)
+        )
+        self.baseline_errors_ = seeded(
+            [c.errors for c in counts], lambda v: cfg.ratio * max(v, cfg.prior_errors)
+        )
         shares = [c.share for c in counts if c.share is not None]
-        if shares:
-            self.baseline_share_.add(lower_quartile(shares))
-        self.baseline_held_.add(lower_quartile([c.held for c in counts]))
+        self.baseline_share_ = (
+            seeded(shares, lambda v: min(v + cfg.share_margin, 1.0))
+            if shares
+            else Baseline(cfg.baseline_windows)
+        )
+        self.baseline_held_ = seeded(
+            [c.held for c in counts], lambda v: cfg.held_ratio * max(v, cfg.prior_held)
+        )
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config

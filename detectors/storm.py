@@ -9,11 +9,13 @@ how a closed window is judged (`_close`, which also keeps the subclass's baselin
 aligned to the clock, so a burst is also judged with the quiet window before it (`burst_score`).
 
 A deployment's normal is not known at its first line: the first `warmup_windows` windows are
-held, the baselines start from the lower quartile of their counts (`_seed`), and only then are
-they judged, in order. A steady rate from the first line (lost drain acks make timeouts routine
-on some deployments) is then the normal it is, not a storm against a prior that knows nothing;
-a storm over most of the first hour (eight windows of twelve) is still the storm, since it
-cannot be their lower quartile.
+held, then judged in order against the level they normally had, where the baselines then start
+(`_seed`): the mean of the windows under the bar of their `normal_level` (the median, or the
+median of their last third when that is less than a quarter of it). A steady rate from the
+first line (lost drain acks make timeouts routine on some deployments) is then the normal it
+is, not a storm against a prior that knows nothing; a storm from the first line that has ended
+before the hour does is still a storm. One that lasts through the hour cannot be told from a
+normal, and starts the baselines high: as one value, which the windows after it soon outweigh.
 Findings of a fresh detector's first hour come when the hour is over (their times are still
 their windows'); an input shorter than the warm-up is judged against the priors.
 """
@@ -137,6 +139,8 @@ class StormDetector(Detector[S], Generic[S, W]):
         # Windows closed during the warm-up, not judged yet: (start, window).
         self.held_: list[tuple[float, W]] = []
         self.warm_ = self.config.warmup_windows == 0
+        # The baselines rest on a warm-up's windows (one value for all of them).
+        self.seeded_ = False
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -148,6 +152,7 @@ class StormDetector(Detector[S], Generic[S, W]):
             "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
             "held": [[start, window.to_state()] for start, window in self.held_],
             "warm": self.warm_,
+            "seeded": self.seeded_,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -164,6 +169,7 @@ class StormDetector(Detector[S], Generic[S, W]):
         ]
         # State saved before the warm-up existed had judged its windows from the start.
         self.warm_ = bool(state.get("warm", True))
+        self.seeded_ = bool(state.get("seeded", False))
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -214,14 +220,24 @@ class StormDetector(Detector[S], Generic[S, W]):
         return findings
 
     def _end_warmup(self, ctx: DetectionContext) -> list[Finding]:
-        """Seed the baselines from the held windows, then judge them in order. An input that
-        ends before the warm-up is over has too few windows to tell a normal: its windows are
-        judged against the priors."""
+        """Judge the held windows in order, each against the baselines seeded from them all
+        (not from the ones judged before it, which would judge the first few against almost
+        nothing); the baselines then start from that seed alone. An input that ends before the
+        warm-up is over has too few windows to tell a normal: they are judged against the
+        priors."""
         held, self.held_ = self.held_, []
         self.warm_ = True
-        if len(held) >= self.config.warmup_windows:
+        if len(held) < self.config.warmup_windows:
+            findings = [self._close(window, start, ctx) for start, window in held]
+        else:
+            findings = []
+            for index, (start, window) in enumerate(held):
+                self._seed(held, ctx)
+                # A window is judged with the one before it from the warm-up's end on: the
+                # last held window may be half of a burst across the boundary.
+                self.seeded_ = index == len(held) - 1
+                findings.append(self._close(window, start, ctx))
             self._seed(held, ctx)
-        findings = [self._close(window, start, ctx) for start, window in held]
         return [finding for finding in findings if finding is not None]
 
     def _burst(self, count: float, floor: float, ratio: float, base: float) -> float:
@@ -232,8 +248,8 @@ class StormDetector(Detector[S], Generic[S, W]):
 
     def _quiet(self, count: float, base: float, baseline: Baseline) -> None:
         """The closing window did not fire: the next is judged with it, once `baseline` (which
-        it has not entered yet) rests on `PAIR_HISTORY` windows."""
-        if len(baseline) >= PAIR_HISTORY:
+        it has not entered yet) rests on `PAIR_HISTORY` windows or on a warm-up's."""
+        if self.seeded_ or len(baseline) >= PAIR_HISTORY:
             self.quiet_window_ = (float(count), float(base))
 
     def _log_shows(self, scope: str) -> None:
@@ -268,7 +284,8 @@ class StormDetector(Detector[S], Generic[S, W]):
         raise NotImplementedError
 
     def _seed(self, held: list[tuple[float, W]], ctx: DetectionContext) -> None:
-        """Start the baselines from the warm-up's windows (`lower_quartile` of each count)."""
+        """Set each baseline to one value: the `settled_level` of its count over the warm-up's
+        windows, under the bar their `normal_level` sets."""
         raise NotImplementedError
 
 
@@ -303,17 +320,42 @@ def burst_score(
     return max(single, double)
 
 
-def lower_quartile(values: list[float]) -> float:
-    """The value a quarter of `values` are below: what the first windows were normally, when a
-    storm may fill most of them.
+def normal_level(values: list[float]) -> float:
+    """The count the warm-up's windows (in time order) normally had: their median, or the
+    median of their last third when that is less than a quarter of it (a storm from the first
+    line that ended before the hour did; chance alone seldom drops a rate that far).
 
-    >>> lower_quartile([16, 16, 16, 16, 16, 0, 0, 1, 0, 0, 1, 0])
-    0
-    >>> lower_quartile([5, 5, 5, 4, 6, 5])
-    5
+    >>> normal_level([27, 30, 30, 30, 30, 30, 30, 30, 30, 3, 1, 0])  # 45 minutes of storm
+    2.0
+    >>> normal_level([5, 4, 6, 5, 5, 7, 3, 5, 6, 4, 5, 5])  # routine from the first line
+    5.0
+    >>> normal_level([1, 0, 2, 1, 1, 0, 1, 2, 1, 1, 30, 30])  # a storm in the last ten minutes
+    1.0
     """
+    whole = _median(values)
+    tail = _median(values[-max(1, len(values) // 3) :])
+    return tail if 4 * tail < whole else whole
+
+
+def settled_level(values: list[float], bar: float) -> float:
+    """The warm-up's normal as a baseline holds it: the mean of its windows under the bar that
+    their `normal_level` sets (a median is low for the skewed counts of a rare event, and the
+    storm windows are no part of the normal). One value, whatever the windows: an hour of storm
+    that could not be told from a normal is soon outweighed by the windows after it.
+
+    >>> settled_level([27, 30, 30, 3, 1, 0], bar=8.0)
+    1.3333333333333333
+    """
+    kept = [value for value in values if value < bar]
+    return sum(kept) / len(kept) if kept else 0.0
+
+
+def _median(values: list[float]) -> float:
     ordered = sorted(values)
-    return ordered[len(ordered) // 4]
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return float(ordered[middle])
+    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def metric_signal(fields: dict[str, Any], by_name: dict[str, str]) -> object:

@@ -30,9 +30,10 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
-    lower_quartile,
     metric_signal,
+    normal_level,
     sample_value,
+    settled_level,
 )
 from detectors.windows import Baseline
 
@@ -163,7 +164,10 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         return bool(self.window_.nodes())
 
     def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
-        self.baseline_.add(lower_quartile([_failures(w, start, ctx) for start, w in held]))
+        cfg = self.config
+        values = [_failures(window, start, ctx) for start, window in held]
+        bar = cfg.ratio * max(normal_level(values), cfg.prior_failures)
+        self.baseline_ = Baseline(cfg.baseline_windows, [settled_level(values, bar)])
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config

@@ -121,16 +121,28 @@ def test_timeouts_routine_from_the_first_line_are_the_normal_not_a_storm():
 
 
 def test_a_storm_over_most_of_the_first_hour_is_still_a_storm():
-    """The warm-up starts the baseline from the lower quartile of its windows: a storm in eight
-    of the first twelve cannot become the normal."""
-    storm = steady(16, hours=1)[: 16 * 8]  # 40 minutes, then quiet
+    """A storm from the first line that ends before the hour does is not the hour's normal:
+    45 minutes of it, then quiet, is one warning at its first window."""
+    storm = steady(16, hours=1)[: 16 * 9]
     findings = run(DeferredReleaseTimeouts(), storm + quiet_hours(2))
     assert [(f.severity, f.time) for f in findings] == [("warning", T + 300)]
 
 
+def test_a_storm_that_fills_the_first_hour_does_not_hide_the_next_one_for_hours():
+    """An hour of storm from the first line cannot be told from a normal, but it starts the
+    baseline as one value: the same storm again two quiet hours later is still a storm."""
+    first = steady(16, hours=1)
+    again = steady(16, hours=1, first_room=50_000)[: 16 * 3]
+    for event in again:
+        event.time = (event.time or 0.0) + 3 * 3600
+    quiet = [e for e in quiet_hours(3) if (e.time or 0.0) >= T + 3600]
+    findings = run(DeferredReleaseTimeouts(), first + quiet + again)
+    assert ("warning", T + 3 * 3600 + 300) in [(f.severity, f.time) for f in findings]
+
+
 def test_a_warm_up_cut_by_a_restart_of_the_detector_goes_on_from_its_state():
     """The held windows are learned state: a detector saved and loaded mid-hour judges them."""
-    events = sorted(steady(16, hours=1)[: 16 * 8] + quiet_hours(2), key=lambda e: e.time or 0.0)
+    events = sorted(steady(16, hours=1)[: 16 * 9] + quiet_hours(2), key=lambda e: e.time or 0.0)
     first = DeferredReleaseTimeouts()
     pipeline = DetectionPipeline(detectors=[first], raise_errors=True)
     half = len(events) // 3
