@@ -11,11 +11,12 @@ aligned to the clock, so a burst is also judged with the quiet window before it 
 A deployment's normal is not known at its first line: the first `warmup_windows` windows are
 held, then judged in order against the level they normally had, where the baselines then start
 (`_seed`): the mean of the windows under the bar of their `normal_level` (the median, or the
-median of their last third when that is less than a quarter of it). A steady rate from the
-first line (lost drain acks make timeouts routine on some deployments) is then the normal it
-is, not a storm against a prior that knows nothing; a storm from the first line that has ended
-before the hour does is still a storm. One that lasts through the hour cannot be told from a
-normal, and starts the baselines high: as one value, which the windows after it soon outweigh.
+median of their first or last third when that is less than a quarter of it). A steady rate
+from the first line (lost drain acks make timeouts routine on some deployments) is then the
+normal it is, not a storm against a prior that knows nothing; a storm that begins after the
+logs do, or ends before the hour does, is still a storm. One that lasts through the whole hour
+cannot be told from a normal, and starts the baselines high: as one value, which the windows
+after it soon outweigh.
 Findings of a fresh detector's first hour come when the hour is over (their times are still
 their windows'); an input shorter than the warm-up is judged against the priors.
 """
@@ -322,8 +323,9 @@ def burst_score(
 
 def normal_level(values: list[float]) -> float:
     """The count the warm-up's windows (in time order) normally had: their median, or the
-    median of their last third when that is less than a quarter of it (a storm from the first
-    line that ended before the hour did; chance alone seldom drops a rate that far).
+    median of their first or last third when that is less than a quarter of it (a storm that
+    began after the logs did, or ended before the hour did; chance alone seldom moves a rate
+    that far).
 
     >>> normal_level([27, 30, 30, 30, 30, 30, 30, 30, 30, 3, 1, 0])  # 45 minutes of storm
     2.0
@@ -331,10 +333,13 @@ def normal_level(values: list[float]) -> float:
     5.0
     >>> normal_level([1, 0, 2, 1, 1, 0, 1, 2, 1, 1, 30, 30])  # a storm in the last ten minutes
     1.0
+    >>> normal_level([0, 1, 0, 12, 30, 30, 30, 30, 30, 30, 30, 30])  # one that began at 0:15
+    0.5
     """
     whole = _median(values)
-    tail = _median(values[-max(1, len(values) // 3) :])
-    return tail if 4 * tail < whole else whole
+    third = max(1, len(values) // 3)
+    ends = [_median(values[:third]), _median(values[-third:])]
+    return min([whole] + [end for end in ends if 4 * end < whole])
 
 
 def settled_level(values: list[float], bar: float) -> float:

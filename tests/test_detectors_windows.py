@@ -128,6 +128,16 @@ def test_a_storm_over_most_of_the_first_hour_is_still_a_storm():
     assert [(f.severity, f.time) for f in findings] == [("warning", T + 300)]
 
 
+def test_a_storm_that_begins_after_the_logs_and_outlasts_the_first_hour_is_a_storm():
+    """Logs that begin a quarter hour before the storm (a responder's last rotated file, the
+    small abort-race scenario): the hour's median is the storm, its first third is not."""
+    storm = steady(16, hours=1, first_room=20_000)[: 16 * 10]
+    for event in storm:
+        event.time = (event.time or 0.0) + 900
+    findings = run(DeferredReleaseTimeouts(), [timeout(T + 10, 1), *storm, *quiet_hours(3)[6:]])
+    assert [(f.severity, f.time) for f in findings] == [("warning", T + 900 + 300)]
+
+
 def test_a_storm_that_fills_the_first_hour_does_not_hide_the_next_one_for_hours():
     """An hour of storm from the first line cannot be told from a normal, but it starts the
     baseline as one value: the same storm again two quiet hours later is still a storm."""
