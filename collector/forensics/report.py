@@ -262,18 +262,11 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
-    signals = abort_signals_line(summary)
-    if signals:
-        lines.append(signals)
-    unattributed = unattributed_exports_line(summary)
-    if unattributed:
-        lines.append(unattributed)
-    zones = log_zones_line(summary)
-    if zones:
-        lines.append(zones)
-    late = late_lines_line(summary)
-    if late:
-        lines.append(late)
+    # What the input itself says, each said only when it applies.
+    for said in (abort_signals_line, unattributed_exports_line, log_zones_line, late_lines_line):
+        line = said(summary)
+        if line:
+            lines.append(line)
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
         f"{counts.get('info', 0):,} info."
