@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
+from collector.merged_logs import own_lines, split_merged
 from collector.sglang.request_log import cut_record
 
 FileKind = Literal["log", "prom", "json", "otlp"]
@@ -67,6 +68,11 @@ class TelemetryFile:
     kind: FileKind
     order: tuple[int, str]  # sort key among a node's files: older first
     snapshot_time: float | None = None
+    # A file holding several engines' lines (`collector.merged_logs`) is read once per name
+    # leading them: this reading's name (its lines only), and whether it is the one reading
+    # that counts the file's bytes, lines and drops.
+    merged_source: str | None = None
+    counted: bool = True
 
 
 @dataclass
@@ -176,7 +182,7 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = _exports_to_hosts(_disambiguate_nodes(found))
+    found = split_merged(_exports_to_hosts(_disambiguate_nodes(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
 
@@ -477,6 +483,16 @@ def read_line_blocks(
             else:
                 yield number, lines
     stats.lines += number
+
+
+def file_line_blocks(
+    tf: TelemetryFile, stats: ReadStats, byte_range: tuple[int, int] | None = None
+) -> Iterator[tuple[int, list[str]]]:
+    """`read_line_blocks` of a telemetry file: of a merged file, only its name's lines."""
+    blocks = read_line_blocks(tf.path, stats, byte_range)
+    if tf.merged_source is None:
+        return blocks
+    return own_lines(blocks, tf.merged_source, stats)
 
 
 def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:

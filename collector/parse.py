@@ -23,9 +23,9 @@ from collector.files import (
     ReadStats,
     TelemetryFile,
     discover,
+    file_line_blocks,
     file_time,
     is_export,
-    read_line_blocks,
     read_lines,
 )
 from collector.sglang.log_clock import LogClock, log_zone
@@ -137,9 +137,10 @@ def file_events(
     refuses are counted as metric events but never built (see `parse_exposition`). A log's
     prefix times are moved to UTC by `clock` (see `stream_clock`).
     """
-    if byte_range is None or byte_range[0] == 0:
+    if tf.counted and (byte_range is None or byte_range[0] == 0):
         stats.files += 1
-    read = ReadStats(progress=stats.progress)
+    # A merged file's other names' readings count nothing: its own reading counts it once.
+    read = ReadStats(progress=stats.progress if tf.counted else None)
     if tf.kind == "log":
         parser = LineParser(tf.node, batch_lane, clock)
         prefix = f"{tf.path}:"
@@ -149,7 +150,7 @@ def file_events(
         # Kinds whose lines the lane takes (no event): counted as events without `count`'s tests.
         taken = BATCH_KINDS if batch_lane is not None else frozenset()
         try:
-            for first, lines in read_line_blocks(tf.path, read, byte_range):
+            for first, lines in file_line_blocks(tf, read, byte_range):
                 for number, line in enumerate(lines, first):
                     if len(line) <= 1 and (not line or line == DROPPED):
                         if not line:
@@ -166,7 +167,8 @@ def file_events(
                     else:
                         count(bucket)
         finally:
-            stats.absorb(read)
+            if tf.counted:
+                stats.absorb(read)
             stats.dropped.update(parser.close())
         return
     if tf.kind == "otlp":

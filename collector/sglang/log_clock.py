@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
-from collector.files import ReadStats, TelemetryFile, read_line_blocks
+from collector.files import ReadStats, TelemetryFile, file_line_blocks
 from collector.sglang.envelope import peel
 from collector.sglang.logs import LineParser
 
@@ -103,7 +103,7 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
         if tf.kind != "log":
             continue
         try:
-            for _, lines in read_line_blocks(tf.path, read):
+            for _, lines in file_line_blocks(tf, read):
                 for line in lines:
                     looked += 1
                     if any(mark in line for mark in _STAMP_MARKS):

@@ -1,0 +1,176 @@
+"""One file holding several engines' lines (`docker compose logs`, `kubectl logs --prefix`) is
+read as one log per name leading the lines: the incident judged from it is the incident judged
+from the per-node files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.files import discover
+from collector.forensics.driver import run_forensics
+from collector.merged_logs import line_source
+from collector.parse import ParseStats, events_by_node
+from simulator.offline import run_offline
+from simulator.scenario import load_scenario
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+_PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("decode-1    | [2026-09-06 00:00:01] Receive: obj=", ("decode-1", 14)),
+        ("pd_prefill_1 | Traceback (most recent call last):", ("pd_prefill_1", 15)),
+        ("\x1b[36mdecode-1  |\x1b[0m [2026-09-06 00:00:01 TP0] x", ("decode-1", 21)),
+        ("prefill-1  |", ("prefill-1", 12)),  # an empty engine line
+        ("[pod/sglang-decode-0/engine] [2026-09-06 00:00:01] x", ("sglang-decode-0", 29)),
+        ("[2026-09-06 00:00:01 TP0] Decode batch, #running-req: 1", None),
+        ('  File "/sgl/scheduler.py", line 3, in run', None),
+        ("[pod/] x", None),
+        ("| x", None),
+    ],
+)
+def test_the_name_leading_a_line_and_where_the_engine_line_starts(
+    line: str, expected: tuple[str, int] | None
+) -> None:
+    assert line_source(line) == expected
+
+
+def test_a_log_with_a_few_lines_that_look_led_by_a_name_is_one_log(tmp_path: Path) -> None:
+    log = tmp_path / "decode-0.log"
+    lines = [f"[2026-09-06 00:00:{i:02d} TP0] Decode batch, #running-req: 1" for i in range(30)]
+    lines[5:7] = ["model | params", "GLM-5.3 | 32B"]  # a table the engine printed
+    log.write_text("\n".join(lines) + "\n")
+    assert [(f.node, f.merged_source) for f in discover([tmp_path])] == [("decode-0", None)]
+
+
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("incident")
+    run_offline(load_scenario(SCENARIOS / "incident-replay-small.yaml"), folder)
+    return folder
+
+
+def _compose(node: str, line: str) -> str:
+    return f"{node + '-1':<14}| {line}"
+
+
+def _compose_timestamps(node: str, line: str) -> str:
+    m = _PREFIX_TIME.match(line)
+    stamp = f"{m.group(1)}T{m.group(2)}.250000000Z" if m else "2026-09-05T23:57:30.000000000Z"
+    return f"{node + '-1':<14}| {stamp} {line}"
+
+
+def _kubectl(node: str, line: str) -> str:
+    return f"[pod/sglang-{node}/engine] {line}"
+
+
+def _merge(
+    incident: Path,
+    out: Path,
+    lead: Callable[[str, str], str],
+    *,
+    by_time: bool,
+) -> Path:
+    """The scenario's logs as one gzipped file, each line led by its node's name: interleaved
+    by time, or (as `docker compose logs` may print them) one node's history after another."""
+    merged: list[tuple[str, int, str]] = []
+    for log in sorted((incident / "logs").glob("*.log")):
+        node = log.name.removesuffix(".log")
+        last = ""
+        for index, line in enumerate(log.read_text().splitlines()):
+            m = _PREFIX_TIME.match(line)
+            last = m.group(0) if m else last
+            merged.append((last if by_time else node, index, lead(node, line)))
+    merged.sort(key=lambda item: (item[0], item[1]) if not by_time else item[0])
+    out.mkdir()
+    with gzip.open(out / "all.log.1.gz", "wt") as handle:
+        handle.writelines(line + "\n" for _, _, line in merged)
+    return out
+
+
+def _exposed(summary: dict[str, Any]) -> set[str]:
+    return {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]}
+
+
+@pytest.mark.parametrize(
+    ("lead", "by_time", "named"),
+    [
+        (_compose, False, "decode-0-1"),
+        (_compose_timestamps, True, "decode-0-1"),
+        (_kubectl, True, "sglang-decode-0"),
+    ],
+    ids=["compose-by-container", "compose-timestamps", "kubectl-prefix"],
+)
+def test_the_incident_in_one_merged_file_is_the_incident_in_per_node_files(
+    tmp_path: Path,
+    incident: Path,
+    lead: Callable[[str, str], str],
+    by_time: bool,
+    named: str,
+) -> None:
+    folder = _merge(incident, tmp_path / "merged", lead, by_time=by_time)
+    truth = json.loads((incident / "ground_truth.json").read_text())["exposed"]
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert len(rooms) >= 10
+    inputs = [str(folder), str(incident / "snapshots")]
+    summary = run_forensics(inputs, tmp_path / "out", write_parquet=False, workers=2).summary
+    assert _exposed(summary) == rooms
+    assert summary["exposure"]["first"] == min(r["time"] for r in truth)
+    assert named in {r["node"] for r in summary["exposure"]["requests"]}
+    # Read once per name, counted once: every line of the file, none twice.
+    per_node = run_forensics(
+        [str(incident / "logs"), str(incident / "snapshots")],
+        tmp_path / "per-node",
+        write_parquet=False,
+    ).summary
+    assert summary["input"]["lines"] == per_node["input"]["lines"]
+    assert summary["input"]["events_by_kind"] == per_node["input"]["events_by_kind"]
+    assert summary["input"]["dropped_by_reason"] == {}
+    # Each event's source is its line in the merged file, numbered as the file is.
+    finished = next(
+        event
+        for event in events_by_node([folder], ParseStats())
+        if event.kind == "request_finished" and event.node == named
+    )
+    path, _, number = finished.source.rpartition(":")
+    with gzip.open(path, "rt") as handle:
+        line = next(line for index, line in enumerate(handle, 1) if index == int(number))
+    source = line_source(line)
+    assert source is not None and source[0] == named
+    assert "] Finish: " in line
+
+
+def test_a_line_of_a_merged_file_led_by_no_name_is_counted_once(tmp_path: Path) -> None:
+    log = tmp_path / "all.log"
+    lines = [
+        _compose(node, f"[2026-09-06 00:00:{i:02d} TP0] Decode batch, #running-req: 1")
+        for i in range(10)
+        for node in ("prefill-0", "decode-0")
+    ]
+    lines.insert(7, "    at a wrapped line with no name")
+    log.write_text("\n".join(lines) + "\n")
+    summary = run_forensics([str(log)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["dropped_by_reason"] == {"merged_line_without_name": 1}
+    assert summary["input"]["lines"] == 21
+    assert summary["input"]["files"] == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200), st.sampled_from(["", "decode-1  | ", "[pod/p-0/c] ", "\x1b[1m"]))
+def test_reading_a_name_never_raises_and_never_reaches_past_the_line(lead: str, text: str) -> None:
+    line = lead + text
+    source = line_source(line)
+    if source is not None:
+        name, start = source
+        assert name and name in line[:start] and 0 < start <= len(line)
