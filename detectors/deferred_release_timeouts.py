@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from collector.events import Event
+from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
@@ -46,6 +47,7 @@ from detectors.storm import (
     normal_level,
     sample_value,
     settled_level,
+    shifted,
 )
 from detectors.windows import Baseline
 
@@ -95,6 +97,21 @@ class _Window:
 
     def nodes(self) -> set[str]:
         return set(self.timeout_rooms) | set(self.error_rooms) | set(self.metric)
+
+    def take(self, node: str) -> _Window:
+        part = _Window()
+        for mine, theirs in (
+            (self.timeout_rooms, part.timeout_rooms),
+            (self.error_rooms, part.error_rooms),
+        ):
+            if node in mine:
+                theirs[node] = mine.pop(node)
+        if node in self.metric:
+            part.metric[node] = self.metric.pop(node)
+        # The deployment's held total ("*") stays: a gauge's peak cannot be split.
+        if node in self.held:
+            part.held[node] = part.held["*"] = self.held.pop(node)
+        return part
 
     def has_data(self) -> bool:
         return bool(self.nodes() or self.held or self.mismatches)
@@ -160,7 +177,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
     alert: ClassVar[str] = "KVWatchDeferredReleaseTimeouts"
     config_class: ClassVar[type[DetectorConfig]] = DeferredReleaseTimeoutsConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset(
-        {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption"}
+        {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption", NODE_WINDOW}
     )
     metric_signals: ClassVar[frozenset[str] | None] = _RELEASE_SIGNALS | _HELD_SIGNALS
     window_class: ClassVar[type[_Window]] = _Window
@@ -272,6 +289,21 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_held_ = seeded(
             [c.held for c in counts], lambda v: cfg.held_ratio * max(v, cfg.prior_held)
         )
+
+    def _absorb(self, other: DeferredReleaseTimeouts) -> None:
+        size = self.config.baseline_windows
+        self.baseline_timeouts_ = shifted(
+            self.baseline_timeouts_, size, other.baseline_timeouts_.level(0.0)
+        )
+        self.baseline_errors_ = shifted(
+            self.baseline_errors_, size, other.baseline_errors_.level(0.0)
+        )
+
+    def _unobserved(self) -> None:
+        super()._unobserved()
+        self.episode_.quiet_window(self.config.episode_gap_windows)
+        if self.config.mismatch_lookback_windows:
+            self.recent_mismatches_.append(0)
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config

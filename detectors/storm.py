@@ -19,16 +19,27 @@ cannot be told from a normal, and starts the baselines high: as one value, which
 after it soon outweigh.
 Findings of a fresh detector's first hour come when the hour is over (their times are still
 their windows'); an input shorter than the warm-up is judged against the priors.
+
+A window counts only when some node was reporting in it. Forensics says which nodes logged
+in each window (its `node_window` partials); a window in which none did (the hours a node was
+down, a deploy-time snapshot hours before the logs begin) is not a quiet window of the warm-up
+or the baselines, it was not seen. An input that does not say (a stream of the detector's own
+events) counts every window. A node first seen after the warm-up is over (started later, or
+added to the deployment) has no normal yet either: its windows are held out of the
+deployment's count for its own warm-up, judged against its own normal level when that is
+over, and its normal then joins the baselines (`_join`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from pydantic import Field
 
 from collector.events import Event
+from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -103,7 +114,14 @@ class Episode:
 
 
 class WindowState(Protocol):
-    """What a storm detector keeps for the open window: empty when made, JSON-able."""
+    """What a storm detector keeps for the open window: empty when made, JSON-able, keyed
+    by node."""
+
+    def nodes(self) -> set[str]: ...
+
+    def take(self, node: str) -> Self:
+        """Move what `node` added to a window of its own (returned)."""
+        ...
 
     def to_state(self) -> dict[str, Any]: ...
 
@@ -142,6 +160,15 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.warm_ = self.config.warmup_windows == 0
         # The baselines rest on a warm-up's windows (one value for all of them).
         self.seeded_ = False
+        # Whether the input says which nodes reported when (`node_window` partials), and the
+        # nodes that reported in the open window.
+        self.reports_ = False
+        self.active_: set[str] = set()
+        # When the warm-up ended; the nodes in the baselines; those first seen after that end,
+        # with their windows held for their own warm-up.
+        self.warm_end_: float | None = None
+        self.nodes_: set[str] = set()
+        self.late_: dict[str, list[tuple[float, W]]] = {}
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -154,6 +181,14 @@ class StormDetector(Detector[S], Generic[S, W]):
             "held": [[start, window.to_state()] for start, window in self.held_],
             "warm": self.warm_,
             "seeded": self.seeded_,
+            "reports": self.reports_,
+            "active": sorted(self.active_),
+            "warm_end": self.warm_end_,
+            "nodes": sorted(self.nodes_),
+            "late": {
+                node: [[start, window.to_state()] for start, window in held]
+                for node, held in self.late_.items()
+            },
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -171,6 +206,17 @@ class StormDetector(Detector[S], Generic[S, W]):
         # State saved before the warm-up existed had judged its windows from the start.
         self.warm_ = bool(state.get("warm", True))
         self.seeded_ = bool(state.get("seeded", False))
+        self.reports_ = bool(state.get("reports", False))
+        self.active_ = {str(node) for node in state.get("active") or ()}
+        warm_end = state.get("warm_end")
+        self.warm_end_ = None if warm_end is None else float(warm_end)
+        self.nodes_ = {str(node) for node in state.get("nodes") or ()}
+        self.late_ = {
+            str(node): [
+                (float(start), self.window_class.from_state(window)) for start, window in held
+            ]
+            for node, held in (state.get("late") or {}).items()
+        }
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -184,7 +230,11 @@ class StormDetector(Detector[S], Generic[S, W]):
             # Nothing is due before the open window ends (the common case: skip the call).
             if start is not None and time >= start + clock.width:
                 findings = self._on_flush(ctx, time)
-        self._fold(event)
+        if event.kind == NODE_WINDOW:
+            self.reports_ = True
+        else:
+            self._fold(event)
+        self.active_.add(event.node)
         return findings
 
     def due_at(self) -> float:
@@ -208,17 +258,82 @@ class StormDetector(Detector[S], Generic[S, W]):
         findings: list[Finding] = []
         for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
             window, self.window_ = self.window_, self.window_class()
+            active, self.active_ = self.active_, set()
+            if self.reports_ and not active:
+                # No node reported: a window not seen, not a quiet one.
+                self._unobserved()
+                continue
             if not self.warm_:
                 self.held_.append((start, window))
                 if len(self.held_) >= self.config.warmup_windows:
                     findings.extend(self._end_warmup(ctx))
                 continue
+            window = self._hold_late(window, start, active, ctx, findings)
             finding = self._close(window, start, ctx)
             if finding is not None:
                 findings.append(finding)
-        if math.isinf(now) and not self.warm_:
-            findings.extend(self._end_warmup(ctx))
+        if math.isinf(now):
+            if not self.warm_:
+                findings.extend(self._end_warmup(ctx))
+            for node in sorted(self.late_):
+                findings.extend(self._join(node, ctx))
         return findings
+
+    def _hold_late(
+        self,
+        window: W,
+        start: float,
+        active: set[str],
+        ctx: DetectionContext,
+        findings: list[Finding],
+    ) -> W:
+        """The closing window less what nodes in their own warm-up added to it (held). A node
+        is in its own warm-up when first seen (`_first_seen`) after the deployment's ended, for
+        `warmup_windows` windows from then."""
+        width = self.clock_.width
+        for node in sorted((window.nodes() | active) - self.nodes_ - set(self.late_)):
+            first = self._first_seen(node, ctx)
+            end = self.warm_end_
+            if end is None or first is None or first < end:
+                self.nodes_.add(node)
+                continue
+            # The node's windows before this one (it reported nothing in them) are its own.
+            begin = self.clock_.align(first)
+            missed = min(int(round((start - begin) / width)), self.config.warmup_windows)
+            if missed >= self.config.warmup_windows:
+                self.nodes_.add(node)
+                continue
+            self.late_[node] = [
+                (start - width * k, self.window_class()) for k in range(missed, 0, -1)
+            ]
+        for node in sorted(self.late_):
+            self.late_[node].append((start, window.take(node)))
+            if len(self.late_[node]) >= self.config.warmup_windows:
+                findings.extend(self._join(node, ctx))
+        return window
+
+    @staticmethod
+    def _first_seen(node: str, ctx: DetectionContext) -> float | None:
+        """When `node` was first seen: its first generation in the configuration timeline (None
+        when the timeline does not know it: a stream of this detector's events alone, which
+        does not tell when a node began, so it is judged as one of the deployment's)."""
+        history = ctx.timeline.history(node)
+        return history[0].since if history else None
+
+    def _join(self, node: str, ctx: DetectionContext) -> list[Finding]:
+        """End a late node's warm-up: judge its held windows against its own normal level,
+        then add that level to the deployment's baselines (`_absorb`)."""
+        held = self.late_.pop(node)
+        self.nodes_.add(node)
+        own = self.clone()
+        own.reset()
+        own.held_ = held
+        findings = own._end_warmup(ctx)
+        self._absorb(own)
+        return [
+            dataclasses.replace(finding, dedup_key=f"{finding.dedup_key}:{node}")
+            for finding in findings
+        ]
 
     def _end_warmup(self, ctx: DetectionContext) -> list[Finding]:
         """Judge the held windows in order, each against the baselines seeded from them all
@@ -228,6 +343,10 @@ class StormDetector(Detector[S], Generic[S, W]):
         priors."""
         held, self.held_ = self.held_, []
         self.warm_ = True
+        if held:
+            self.warm_end_ = held[-1][0] + self.clock_.width
+        for _, window in held:
+            self.nodes_ |= window.nodes()
         if len(held) < self.config.warmup_windows:
             findings = [self._close(window, start, ctx) for start, window in held]
         else:
@@ -289,6 +408,15 @@ class StormDetector(Detector[S], Generic[S, W]):
         windows, under the bar their `normal_level` sets."""
         raise NotImplementedError
 
+    def _absorb(self, other: Self) -> None:
+        """Add the levels of `other`'s baselines (a late node's, just seeded) to these."""
+        raise NotImplementedError
+
+    def _unobserved(self) -> None:
+        """A window in which no node reported went by: it ends what a quiet window ends (a
+        storm, a burst across its boundary) and enters no baseline."""
+        self.quiet_window_ = None
+
 
 # Windows of history the bar must rest on before a window is judged with the one before it:
 # at the start of the logs a steady rate would otherwise be twice a prior that knows nothing.
@@ -340,6 +468,11 @@ def normal_level(values: list[float]) -> float:
     third = max(1, len(values) // 3)
     ends = [_median(values[:third]), _median(values[-third:])]
     return min([whole] + [end for end in ends if 4 * end < whole])
+
+
+def shifted(baseline: Baseline, size: int, level: float) -> Baseline:
+    """`baseline` with `level` added to each of its windows (a new node's normal joins it)."""
+    return Baseline(size, [value + level for value in baseline.to_list()] or [level])
 
 
 def settled_level(values: list[float], bar: float) -> float:

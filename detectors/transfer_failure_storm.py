@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from collector.events import Event
+from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -34,6 +35,7 @@ from detectors.storm import (
     normal_level,
     sample_value,
     settled_level,
+    shifted,
 )
 from detectors.windows import Baseline
 
@@ -77,6 +79,14 @@ class _Window:
     def nodes(self) -> set[str]:
         return set(self.rooms) | set(self.metric)
 
+    def take(self, node: str) -> _Window:
+        part = _Window()
+        if node in self.rooms:
+            part.rooms[node] = self.rooms.pop(node)
+        if node in self.metric:
+            part.metric[node] = self.metric.pop(node)
+        return part
+
     def to_state(self) -> dict[str, Any]:
         return {
             "rooms": {k: sorted(v) for k, v in self.rooms.items()},
@@ -118,7 +128,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
     name: ClassVar[str] = "transfer_failure_storm"
     alert: ClassVar[str] = "KVWatchTransferFailureStorm"
     config_class: ClassVar[type[DetectorConfig]] = TransferFailureStormConfig
-    event_kinds: ClassVar[frozenset[str]] = frozenset({"transfer_failed", "metric"})
+    event_kinds: ClassVar[frozenset[str]] = frozenset({"transfer_failed", "metric", NODE_WINDOW})
     metric_signals: ClassVar[frozenset[str] | None] = _FAILURE_SIGNALS
     window_class: ClassVar[type[_Window]] = _Window
 
@@ -168,6 +178,14 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         values = [_failures(window, start, ctx) for start, window in held]
         bar = cfg.ratio * max(normal_level(values), cfg.prior_failures)
         self.baseline_ = Baseline(cfg.baseline_windows, [settled_level(values, bar)])
+
+    def _absorb(self, other: TransferFailureStorm) -> None:
+        level = other.baseline_.level(0.0)
+        self.baseline_ = shifted(self.baseline_, self.config.baseline_windows, level)
+
+    def _unobserved(self) -> None:
+        super()._unobserved()
+        self.storm_.quiet_window(self.config.episode_gap_windows)
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config

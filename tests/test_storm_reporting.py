@@ -1,0 +1,116 @@
+"""Storm detectors count only the windows in which a node was reporting, and judge a node that
+joins after the warm-up against its own normal first (`detectors.storm`)."""
+
+from __future__ import annotations
+
+import json
+
+from collector.events import Event
+from collector.state.config_timeline import NODE_WINDOW
+from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
+from detectors.examples import startup
+from detectors.pipeline import DetectionPipeline
+from detectors.transfer_failure_storm import TransferFailureStorm
+
+T = 1_793_600_100.0  # a multiple of 300 s, so windows start at T
+HOUR = 3600.0
+
+
+def timeout(t: float, room: int, node: str) -> Event:
+    fields = {"bootstrap_room": str(room), "outcome": "timeout", "seconds": 30.0}
+    return Event("deferred_release", node, t, f"{node}.log", fields)
+
+
+def failed(t: float, room: int, node: str) -> Event:
+    fields = {
+        "rid": f"r{room}",
+        "bootstrap_room": str(room),
+        "side": "decode",
+        "stage": "transfer",
+        "reason": "Aborted by AbortReq.",
+    }
+    return Event("transfer_failed", node, t, f"{node}.log", fields)
+
+
+def steady(node: str, start: float, end: float, per_window: int, room: int) -> list[Event]:
+    """`per_window` timeouts (each with its transfer failure) in every 5 minutes."""
+    step = 300.0 / per_window
+    times = [start + 11 + step * k for k in range(int((end - start) / step))]
+    times = [t for t in times if t + 30 < end]
+    return [e for k, t in enumerate(times) for e in (failed(t, room + k, node),)] + [
+        timeout(t + 30, room + k, node) for k, t in enumerate(times)
+    ]
+
+
+def reporting(node: str, start: float, end: float) -> list[Event]:
+    """What forensics says of a node that logged from `start` to `end`: one `node_window`
+    partial per window."""
+    return [
+        Event(NODE_WINDOW, node, t + 290, f"window:{node}", {"window_start": t, "events": 40})
+        for t in range(int(start - start % 300), int(end), 300)
+    ]
+
+
+def run(detector, events: list[Event]):
+    events = sorted(events, key=lambda e: e.time or 0.0)
+    return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
+
+
+def node_up(node: str, start: float, end: float, per_window: int, room: int) -> list[Event]:
+    return [
+        *startup(node, "decode", start, pool=400_000, version="0.5.23"),
+        *reporting(node, start, end),
+        *steady(node, start, end, per_window, room),
+    ]
+
+
+def test_hours_a_node_was_down_are_not_quiet_windows():
+    """Routine timeouts (6 a window) for a quarter hour, the node down for almost five hours,
+    then back at the same rate: nothing happened but the node going down."""
+    events = node_up("decode-0", T, T + 900, 6, 0)
+    events += node_up("decode-0", T + 5 * HOUR, T + 7 * HOUR, 6, 10_000)
+    assert run(DeferredReleaseTimeouts(), events) == []
+    assert run(TransferFailureStorm(), events) == []
+    # A storm once it is back is still one.
+    storm = steady("decode-0", T + 5.5 * HOUR, T + 5.5 * HOUR + 900, 30, 50_000)
+    (finding,) = run(DeferredReleaseTimeouts(), events + storm)
+    assert finding.time == T + 5.5 * HOUR + 300
+
+
+def test_a_node_that_joins_with_routine_timeouts_is_judged_against_its_own_normal():
+    """decode-1 starts two hours after decode-0 with 6 timeouts a window from its first line:
+    its normal, not a storm against a deployment that had one every 20 minutes."""
+    events = node_up("decode-0", T, T + 5 * HOUR, 1, 0)
+    events = [e for e in events if e.kind != "deferred_release" or (e.time or 0.0) % 1200 < 300]
+    events += node_up("decode-1", T + 2 * HOUR, T + 5 * HOUR, 6, 100_000)
+    assert run(DeferredReleaseTimeouts(), events) == []
+    # The deployment's normal now counts decode-1's: a storm on decode-0 is still one.
+    storm = steady("decode-0", T + 4 * HOUR, T + 4 * HOUR + 900, 30, 200_000)
+    (finding,) = run(DeferredReleaseTimeouts(), events + storm)
+    assert finding.time == T + 4 * HOUR + 300
+    assert finding.evidence["baseline_timeouts"] > 5
+    # A storm in a joining node's own first hour is still one (found when its hour is over).
+    events += node_up("decode-2", T + 3 * HOUR, T + 5 * HOUR, 1, 300_000)
+    events += steady("decode-2", T + 3 * HOUR + 120, T + 3 * HOUR + 1020, 30, 400_000)
+    findings = run(DeferredReleaseTimeouts(), events)
+    assert [(f.node, f.time) for f in findings] == [("decode-2", T + 3 * HOUR + 300)]
+    (failures,) = run(TransferFailureStorm(), events)
+    assert failures.time == T + 3 * HOUR + 300
+
+
+def test_a_joining_nodes_warm_up_survives_a_save_and_load():
+    events = node_up("decode-0", T, T + 5 * HOUR, 1, 0)
+    events += node_up("decode-1", T + 2 * HOUR, T + 5 * HOUR, 6, 100_000)
+    events = sorted(events, key=lambda e: e.time or 0.0)
+    first = DeferredReleaseTimeouts()
+    pipeline = DetectionPipeline(detectors=[first], raise_errors=True)
+    cut = next(i for i, e in enumerate(events) if (e.time or 0.0) > T + 2.5 * HOUR)
+    assert [f for e in events[:cut] for f in pipeline.process(e)] == []
+    assert list(first.late_) == ["decode-1"] and first.reports_
+    second = DeferredReleaseTimeouts.from_state(json.loads(json.dumps(first.to_state())))
+    assert second.late_.keys() == first.late_.keys() and second.nodes_ == first.nodes_
+    resumed = DetectionPipeline(detectors=[second], raise_errors=True)
+    resumed.context.now = pipeline.context.now
+    findings = [f for e in events[cut:] for f in resumed.process(e)] + resumed.finish()
+    assert findings == []
+    assert "decode-1" in second.nodes_ and not second.late_
