@@ -63,6 +63,8 @@ class ParseStats:
     # Nodes whose log stamps were read in a zone other than UTC: the zones in force, in order
     # (seconds ahead of UTC).
     log_zones: dict[str, list[float]] = field(default_factory=dict)
+    # Files holding several engines' lines (`collector.merged_logs`): the names read as nodes.
+    merged_logs: dict[str, list[str]] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -97,6 +99,13 @@ class ParseStats:
         self.unclassified_heads.update(other.unclassified_heads)
         self.dropped.update(other.dropped)
         self.log_zones.update(other.log_zones)
+        for path, names in other.merged_logs.items():
+            self.note_merged(path, names)
+
+    def note_merged(self, path: str, names: list[str]) -> None:
+        kept = self.merged_logs.setdefault(path, [])
+        kept.extend(name for name in names if name not in kept)
+        kept.sort()
 
     @property
     def elapsed(self) -> float:
@@ -137,8 +146,11 @@ def file_events(
     refuses are counted as metric events but never built (see `parse_exposition`). A log's
     prefix times are moved to UTC by `clock` (see `stream_clock`).
     """
-    if tf.counted and (byte_range is None or byte_range[0] == 0):
-        stats.files += 1
+    if byte_range is None or byte_range[0] == 0:
+        if tf.counted:
+            stats.files += 1
+        if tf.merged_source is not None:
+            stats.note_merged(str(tf.path), [tf.merged_source])
     # A merged file's other names' readings count nothing: its own reading counts it once.
     read = ReadStats(progress=stats.progress if tf.counted else None)
     if tf.kind == "log":

@@ -32,6 +32,7 @@ from collector.forensics.report import (
     config_gaps,
     late_lines_line,
     log_zones_line,
+    merged_logs_line,
     possible_line,
     write_findings_csv,
     write_html,
@@ -497,6 +498,7 @@ def build_summary(
                 node: [zone_name(zone) for zone in zones]
                 for node, zones in sorted(stats.log_zones.items())
             },
+            "merged_logs": dict(sorted(stats.merged_logs.items())),
             "seconds": read["seconds"],
             "mb_per_second": read["mb_per_second"],
         },
@@ -639,6 +641,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     zones = log_zones_line(summary)
     if zones:
         out.write(f"LOG CLOCKS: {zones}\n")
+    merged = merged_logs_line(summary)
+    if merged:
+        out.write(f"MERGED LOGS: {merged}\n")
     late = late_lines_line(summary)
     if late:
         out.write(f"LATE LINES: {late}\n")

@@ -151,6 +151,20 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     )
 
 
+def merged_logs_line(summary: dict[str, Any]) -> str:
+    """Files that held several engines' lines, read as one node per name: said, since the
+    nodes then bear those names (`decode-1`), not the file's."""
+    merged: dict[str, list[str]] = summary["input"].get("merged_logs") or {}
+    if not merged:
+        return ""
+    parts = [
+        f"{Path(path).name} held the lines of {len(names)} "
+        f"{'engine' if len(names) == 1 else 'engines'} ({', '.join(names)})"
+        for path, names in merged.items()
+    ]
+    return f"{'; '.join(parts)}: each name read as its own node."
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -263,7 +277,13 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
     # What the input itself says, each said only when it applies.
-    for said in (abort_signals_line, unattributed_exports_line, log_zones_line, late_lines_line):
+    for said in (
+        abort_signals_line,
+        unattributed_exports_line,
+        log_zones_line,
+        merged_logs_line,
+        late_lines_line,
+    ):
         line = said(summary)
         if line:
             lines.append(line)
