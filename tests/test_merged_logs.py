@@ -11,18 +11,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.files import discover
 from collector.forensics.driver import run_forensics
+from collector.forensics.report import merged_logs_line
 from collector.merged_logs import line_source
 from collector.parse import ParseStats, events_by_node
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
 
 SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+SCHEMA_PATH = Path(__file__).parents[1] / "collector" / "forensics" / "schema.json"
 _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
 
 
@@ -137,6 +140,14 @@ def test_the_incident_in_one_merged_file_is_the_incident_in_per_node_files(
     assert summary["input"]["lines"] == per_node["input"]["lines"]
     assert summary["input"]["events_by_kind"] == per_node["input"]["events_by_kind"]
     assert summary["input"]["dropped_by_reason"] == {}
+    # Said, in the JSON (valid against the committed schema) and in the report's headline.
+    names = {r["node"] for r in summary["exposure"]["requests"]} | {named}
+    [(path, said)] = summary["input"]["merged_logs"].items()
+    nodes = len(list((incident / "logs").glob("*.log")))
+    assert path.endswith("all.log.1.gz") and len(said) == nodes and names <= set(said)
+    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
+    headline = merged_logs_line(summary)
+    assert f"all.log.1.gz held the lines of {nodes} engines ({', '.join(said)})" in headline
     # Each event's source is its line in the merged file, numbered as the file is.
     finished = next(
         event
