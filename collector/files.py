@@ -69,9 +69,10 @@ class TelemetryFile:
     order: tuple[int, str]  # sort key among a node's files: older first
     snapshot_time: float | None = None
     # A file holding several engines' lines (`collector.merged_logs`) is read once per name
-    # leading them: this reading's name (its lines only), and whether it is the one reading
-    # that counts the file's bytes, lines and drops.
+    # leading them: this reading's name (its lines only), every name read from the file, and
+    # whether this is the one reading that counts the file's bytes, lines and drops.
     merged_source: str | None = None
+    merged_names: tuple[str, ...] = ()
     counted: bool = True
 
 
@@ -492,7 +493,7 @@ def file_line_blocks(
     blocks = read_line_blocks(tf.path, stats, byte_range)
     if tf.merged_source is None:
         return blocks
-    return own_lines(blocks, tf.merged_source, stats)
+    return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)
 
 
 def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:

@@ -6,11 +6,17 @@ after the bar). On Kubernetes, `kubectl logs -l app=sglang --prefix` writes
 `[pod/<pod>/<container>] <line>`. Read as one node, such a file mixes prefill's pool with
 decode's requests, and its lines start with no SGLang prefix at all: nothing was judged.
 
-So a log file whose first lines are nearly all led by such names is read once per name, each
-time as that name's own log (the name is the node; other names' lines are passed over),
-numbered as the file is, and counted once. Separate streams, not one: `docker compose logs`
-prints each container's history as it reads it, so the names' lines need not be in time order
-with each other, only within each name.
+So a log file whose first lines are nearly all led by such names, some of them leading an
+engine's line, is read once per name, each time as that name's own log (other names' lines are
+passed over), numbered as the file is, and counted once. Separate streams, not one: `docker
+compose logs` prints each container's history as it reads it, so the names' lines need not be in
+time order with each other, only within each name.
+
+The node a name becomes: a pod (its container too when the file shows several of the pod's
+containers: prefill and decode may share a pod); a compose container, or the node that the other
+files name once compose's replica number is taken off (`prefill-0-1` is `prefill-0` when the
+snapshots say `prefill-0@….prom`); and the file's own node before it when the same name stands in
+merged files of different nodes (two hosts running one compose project).
 """
 
 from __future__ import annotations
@@ -38,16 +44,37 @@ _COMPOSE: Final = re.compile(
     + _COLOUR
     + r"(?: |$)"
 )
-# `[pod/sglang-decode-0/engine] `
-_KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252})/[A-Za-z0-9_.-]{1,63}\] ?")
-# A file is merged when this share of its first non-blank lines (at least `_MIN_LINES`) is led
-# by a name; a real log's continuation lines and tracebacks never are.
+# `[pod/sglang-decode-0/engine] `: the name is `sglang-decode-0/engine`.
+_KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252}/[A-Za-z0-9_.-]{1,63})\] ?")
+# Words a logging format puts before a bar (`INFO     | message`): levels, not sources.
+_LEVELS: Final = frozenset(
+    {"TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "SUCCESS"}
+)
+# What an engine's line opens with, behind a name: SGLang's prefix, a runtime's RFC 3339 stamp
+# (`--timestamps`), a JSON record, syslog's month. A table's `key | value` rows open with none.
+_ENGINE_OPENING: Final = re.compile(
+    r"\[\d|\d{4}-\d\d-\d\dT\d\d:\d\d|\{"
+    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
+)
+# SGLang's own prefix (a date and a time, or an old build's time alone), behind a runtime's
+# stamp or not: what marks a pod's engine container among its others (a mesh proxy's access
+# lines open with `[2026-09-06T00:00:01.123Z]`, its own lines with a stamp and a level).
+_SGLANG_OPENING: Final = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d[ .\]]"
+)
+# A file is merged when this share of its first non-blank lines (at least `_MIN_LINES`, looked
+# for in up to `_MAX_HEAD_BYTES`: request lines of long prompts run to megabytes) is led by a
+# name; a real log's continuation lines and tracebacks never are.
 _SNIFF_LINES: Final = 200
 _HEAD_BYTES: Final = 64 << 10
+_MAX_HEAD_BYTES: Final = 4 << 20
 _MIN_LINES: Final = 3
 _MIN_SHARE: Final = 0.9
-# Names followed in one file: more is not a deployment's containers but text that looks alike.
-MAX_NAMES: Final = 64
+# Names read from one file (each is a reading of the whole file): the lines of any name past
+# these are counted drops (`merged_name_over_limit`), never silently lost.
+MAX_NAMES: Final = 128
+# Compose's replica number after a service's name (`prefill-0-1`, v1's `pd_prefill_1`).
+_REPLICA: Final = re.compile(r"[-_]\d+$")
 
 
 def line_source(line: str) -> tuple[str, int] | None:
@@ -57,39 +84,60 @@ def line_source(line: str) -> tuple[str, int] | None:
         m = _KUBECTL.match(line)
     elif first.isalnum() or first == "\x1b":
         m = _COMPOSE.match(line)
+        if m is not None and m.group(1).upper() in _LEVELS:
+            return None
     else:
         return None
     return (m.group(1), m.end()) if m is not None else None
 
 
-def merged_names(tf: TelemetryFile) -> list[str] | None:
-    """The names leading the lines of a merged log file, in order of first appearance; None
-    for a file that is not merged (the usual case: only its first kilobytes are read)."""
+def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
+    """The names leading the lines of a merged log file, in order of first appearance (at most
+    `MAX_NAMES`), each with whether it leads an engine's line; None for a file that is not
+    merged (the usual case: only its head is read)."""
     from collector.files import ReadStats, read_line_blocks
 
     sniffed = [line for line in _head_lines(tf.path) if line.strip()][:_SNIFF_LINES]
-    led = sum(line_source(line) is not None for line in sniffed)
-    if len(sniffed) < _MIN_LINES or led < _MIN_SHARE * len(sniffed):
+    sources = [(line, line_source(line)) for line in sniffed]
+    led = [(line, source) for line, source in sources if source is not None]
+    if len(sniffed) < _MIN_LINES or len(led) < _MIN_SHARE * len(sniffed):
         return None
-    names: dict[str, None] = {}
+    if not any(_ENGINE_OPENING.match(line, source[1]) for line, source in led):
+        return None
+    names: dict[str, bool] = {}
     for _, lines in read_line_blocks(tf.path, ReadStats()):
         for line in lines:
             source = line_source(line)
-            if source is not None and source[0] not in names:
-                if len(names) >= MAX_NAMES:
-                    return list(names)
-                names[source[0]] = None
-    return list(names) or None
+            if source is None:
+                continue
+            name, start = source
+            engine = names.get(name)
+            if engine is None and len(names) >= MAX_NAMES:
+                continue
+            if not engine:
+                names[name] = _SGLANG_OPENING.match(line, start) is not None
+    return names or None
 
 
 def _head_lines(path: Path) -> list[str]:
-    """The whole lines in the first `_HEAD_BYTES` of a file (gzip read through); none when it
-    cannot be read (its reading proper reports why)."""
+    """The whole lines at the start of a file (gzip read through): at least `_MIN_LINES` of
+    them, in as little of it as holds them; none when it cannot be read (its reading proper
+    reports why)."""
+    head = b""
     try:
         with open(path, "rb") as raw:
-            head = raw.read(_HEAD_BYTES)
-            if head[:2] == b"\x1f\x8b":
-                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, _HEAD_BYTES)
+            gunzip = None
+            size = _HEAD_BYTES
+            while True:
+                chunk = raw.read(size)
+                if not head and chunk[:2] == b"\x1f\x8b":
+                    gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                if gunzip is not None:
+                    chunk = gunzip.decompress(chunk, _MAX_HEAD_BYTES - len(head))
+                head += chunk
+                if not chunk or head.count(b"\n") >= _MIN_LINES or len(head) >= _MAX_HEAD_BYTES:
+                    break
+                size = _HEAD_BYTES
     except (OSError, zlib.error):
         return []
     lines = head.decode("utf-8", "replace").split("\n")
@@ -99,38 +147,108 @@ def _head_lines(path: Path) -> list[str]:
 def split_merged(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """Each merged log file as one file per name leading its lines (see the module docstring);
     other files as they are. Only the first name's reading counts the file's bytes and lines."""
+    merged = {
+        index: names
+        for index, tf in enumerate(files)
+        if tf.kind == "log" and (names := merged_names(tf))
+    }
+    if not merged:
+        return files
+    known = {tf.node for index, tf in enumerate(files) if index not in merged}
+    # The merged files' own nodes (`host-a`, `host-b`) each name appears under.
+    under: dict[str, set[str]] = {}
+    for index, names in merged.items():
+        for name in names:
+            under.setdefault(name, set()).add(files[index].node)
     out: list[TelemetryFile] = []
-    for tf in files:
-        names = merged_names(tf) if tf.kind == "log" else None
-        if not names:
+    for index, tf in enumerate(files):
+        found = merged.get(index)
+        if found is None:
             out.append(tf)
             continue
-        out.extend(
-            replace(tf, node=name, merged_source=name, counted=index == 0)
-            for index, name in enumerate(names)
-        )
+        nodes = node_names(found, known | {tf.node})
+        for position, name in enumerate(found):
+            node = nodes[name] if len(under[name]) == 1 else f"{tf.node}/{nodes[name]}"
+            out.append(
+                replace(
+                    tf,
+                    node=node,
+                    merged_source=name,
+                    merged_names=tuple(found),
+                    counted=position == 0,
+                )
+            )
+    return out
+
+
+def node_names(names: dict[str, bool], known: set[str]) -> dict[str, str]:
+    """The node each name of one merged file is read as (see the module docstring), given
+    whether each leads an engine's line: a pod is its engine container's node, and its other
+    containers (a mesh's proxy) are nodes of their own.
+
+    >>> node_names({"p-0/engine": True, "p-0/istio-proxy": False}, set())
+    {'p-0/engine': 'p-0', 'p-0/istio-proxy': 'p-0/istio-proxy'}
+    >>> node_names({"d-0/prefill": True, "d-0/decode": True}, set())
+    {'d-0/prefill': 'd-0/prefill', 'd-0/decode': 'd-0/decode'}
+    >>> node_names({"prefill-0-1": True, "decode-0-1": True}, {"prefill-0", "decode-0"})
+    {'prefill-0-1': 'prefill-0', 'decode-0-1': 'decode-0'}
+    """
+    # Per pod, its containers: those leading engine lines first.
+    pods: dict[str, list[str]] = {}
+    for name in sorted(names, key=lambda name: not names[name]):
+        if "/" in name:
+            pods.setdefault(name.split("/", 1)[0], []).append(name)
+    stripped = {name: _REPLICA.sub("", name) for name in names if "/" not in name}
+    taken = [base for name, base in stripped.items() if name not in known and base in known]
+    out: dict[str, str] = {}
+    for name in names:
+        if "/" in name:
+            pod = name.split("/", 1)[0]
+            containers = pods[pod]
+            alone = len(containers) == 1 or (
+                containers[0] == name and not names[containers[1]] and names[name]
+            )
+            out[name] = pod if alone else name
+        else:
+            base = stripped[name]
+            adopt = name not in known and base in known and taken.count(base) == 1
+            out[name] = base if adopt else name
     return out
 
 
 def own_lines(
-    blocks: Iterator[tuple[int, list[str]]], name: str, stats: ReadStats
+    blocks: Iterator[tuple[int, list[str]]],
+    name: str,
+    names: tuple[str, ...],
+    stats: ReadStats,
+    counting: bool,
 ) -> Iterator[tuple[int, list[str]]]:
     """The blocks of a merged file with `name`'s lines as the engine wrote them and every other
     line passed over (the reader's mark for a dropped line, so numbering stays the file's).
-    Lines led by no name are another name's continuation (a traceback's, a wrapped line's):
-    passed over, and counted (`merged_line_without_name`) by the reading that counts."""
+
+    The reading that counts (`counting`) also counts the lines no name it reads leads: a
+    traceback's or a wrapped line's continuation (`merged_line_without_name`), and the lines
+    of names past `MAX_NAMES` (`merged_name_over_limit`). The others look only for their own
+    name's opening, a `startswith` before any pattern."""
     from collector.files import DROPPED
 
+    read = frozenset(names)
+    opening = f"[pod/{name}]" if "/" in name else name
     for first, lines in blocks:
         kept: list[str] = []
         for line in lines:
+            if not counting and not line.startswith(opening) and line[:1] != "\x1b":
+                kept.append(DROPPED)
+                continue
             source = line_source(line)
             if source is None:
-                if line and line != DROPPED:
+                if counting and line and line != DROPPED:
                     stats.drop("merged_line_without_name")
                 kept.append(DROPPED)
             elif source[0] == name:
                 kept.append(line[source[1] :])
             else:
+                if counting and source[0] not in read:
+                    stats.drop("merged_name_over_limit")
                 kept.append(DROPPED)
         yield first, kept

@@ -63,7 +63,7 @@ class ParseStats:
     # Nodes whose log stamps were read in a zone other than UTC: the zones in force, in order
     # (seconds ahead of UTC).
     log_zones: dict[str, list[float]] = field(default_factory=dict)
-    # Files holding several engines' lines (`collector.merged_logs`): the names read as nodes.
+    # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
@@ -150,7 +150,7 @@ def file_events(
         if tf.counted:
             stats.files += 1
         if tf.merged_source is not None:
-            stats.note_merged(str(tf.path), [tf.merged_source])
+            stats.note_merged(str(tf.path), [tf.node])
     # A merged file's other names' readings count nothing: its own reading counts it once.
     read = ReadStats(progress=stats.progress if tf.counted else None)
     if tf.kind == "log":

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from collector.files import discover
 from collector.forensics.driver import run_forensics
 from collector.forensics.report import merged_logs_line
-from collector.merged_logs import line_source
+from collector.merged_logs import MAX_NAMES, line_source
 from collector.parse import ParseStats, events_by_node
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
@@ -36,7 +36,7 @@ _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
         ("pd_prefill_1 | Traceback (most recent call last):", ("pd_prefill_1", 15)),
         ("\x1b[36mdecode-1  |\x1b[0m [2026-09-06 00:00:01 TP0] x", ("decode-1", 21)),
         ("prefill-1  |", ("prefill-1", 12)),  # an empty engine line
-        ("[pod/sglang-decode-0/engine] [2026-09-06 00:00:01] x", ("sglang-decode-0", 29)),
+        ("[pod/sglang-decode-0/engine] [2026-09-06 00:00:01] x", ("sglang-decode-0/engine", 29)),
         ("[2026-09-06 00:00:01 TP0] Decode batch, #running-req: 1", None),
         ('  File "/sgl/scheduler.py", line 3, in run', None),
         ("[pod/] x", None),
@@ -109,8 +109,9 @@ def _exposed(summary: dict[str, Any]) -> set[str]:
 @pytest.mark.parametrize(
     ("lead", "by_time", "named"),
     [
-        (_compose, False, "decode-0-1"),
-        (_compose_timestamps, True, "decode-0-1"),
+        # Compose's `decode-0-1` is the snapshots' `decode-0`; the pod is its own name.
+        (_compose, False, "decode-0"),
+        (_compose_timestamps, True, "decode-0"),
         (_kubectl, True, "sglang-decode-0"),
     ],
     ids=["compose-by-container", "compose-timestamps", "kubectl-prefix"],
@@ -147,18 +148,18 @@ def test_the_incident_in_one_merged_file_is_the_incident_in_per_node_files(
     assert path.endswith("all.log.1.gz") and len(said) == nodes and names <= set(said)
     jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
     headline = merged_logs_line(summary)
-    assert f"all.log.1.gz held the lines of {nodes} engines ({', '.join(said)})" in headline
+    assert f"all.log.1.gz held the lines of {nodes} engines, read as {', '.join(said)}" in headline
     # Each event's source is its line in the merged file, numbered as the file is.
     finished = next(
         event
-        for event in events_by_node([folder], ParseStats())
+        for event in events_by_node(inputs, ParseStats())
         if event.kind == "request_finished" and event.node == named
     )
     path, _, number = finished.source.rpartition(":")
     with gzip.open(path, "rt") as handle:
         line = next(line for index, line in enumerate(handle, 1) if index == int(number))
     source = line_source(line)
-    assert source is not None and source[0] == named
+    assert source is not None and source[0].startswith(named)
     assert "] Finish: " in line
 
 
@@ -185,3 +186,102 @@ def test_reading_a_name_never_raises_and_never_reaches_past_the_line(lead: str, 
     if source is not None:
         name, start = source
         assert name and name in line[:start] and 0 < start <= len(line)
+
+
+_ENGINE_LINE = "[2026-09-06 00:00:{second:02d} TP0] Decode batch, #running-req: 1"
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _nodes(*paths: Path) -> list[tuple[str, str | None]]:
+    return sorted((f.node, f.merged_source) for f in discover(list(paths)))
+
+
+def test_one_compose_project_on_two_hosts_is_two_sets_of_nodes(tmp_path: Path) -> None:
+    """Both hosts print `prefill-0-1`: read as one node, host b's history followed host a's."""
+    for host in ("host-a", "host-b"):
+        _write(
+            tmp_path / host / "all.log",
+            [_compose(n, _ENGINE_LINE.format(second=i)) for i in range(5) for n in ("p", "d")],
+        )
+    assert _nodes(tmp_path) == [
+        ("host-a/d-1", "d-1"),
+        ("host-a/p-1", "p-1"),
+        ("host-b/d-1", "d-1"),
+        ("host-b/p-1", "p-1"),
+    ]
+
+
+def test_the_containers_of_one_pod_are_nodes_of_their_own(tmp_path: Path) -> None:
+    lines = [
+        f"[pod/pd-0/{role}] {_ENGINE_LINE.format(second=i)}"
+        for i in range(5)
+        for role in ("prefill", "decode")
+    ]
+    lines += [f"[pod/router-0/router] {_ENGINE_LINE.format(second=9)}"]
+    # A mesh's proxy beside the engine: the pod stays the engine's node.
+    lines += [
+        '[pod/d-1/istio-proxy] [2026-09-06T00:00:01.123Z] "GET /health HTTP/1.1" 200',
+        "[pod/d-1/istio-proxy] 2026-09-06T00:00:01.123456Z\tinfo\tEnvoy proxy is ready",
+        f"[pod/d-1/engine] 2026-09-06T00:00:02.5Z {_ENGINE_LINE.format(second=2)}",
+    ]
+    assert _nodes(_write(tmp_path / "pods.log", lines)) == [
+        ("d-1", "d-1/engine"),
+        ("d-1/istio-proxy", "d-1/istio-proxy"),
+        ("pd-0/decode", "pd-0/decode"),
+        ("pd-0/prefill", "pd-0/prefill"),
+        ("router-0", "router-0/router"),
+    ]
+
+
+def test_a_file_saved_from_one_compose_service_keeps_the_node_its_name_says(
+    tmp_path: Path,
+) -> None:
+    """`docker compose logs prefill-0 > prefill-0.log`: the node is `prefill-0`, not the
+    container `prefill-0-1`, so the snapshots `prefill-0@….prom` meet its lines."""
+    log = _write(
+        tmp_path / "prefill-0.log",
+        [_compose("prefill-0", _ENGINE_LINE.format(second=i)) for i in range(5)],
+    )
+    assert _nodes(log) == [("prefill-0", "prefill-0-1")]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        [f"param_{i} | {i}" for i in range(190)],  # a table the tool printed first
+        [f"INFO     | {_ENGINE_LINE.format(second=i % 60)}" for i in range(190)],  # a level bar
+    ],
+    ids=["table", "level-bar"],
+)
+def test_a_log_whose_first_lines_only_look_led_by_names_is_one_log(
+    tmp_path: Path, head: list[str]
+) -> None:
+    lines = head + [_ENGINE_LINE.format(second=i % 60) for i in range(100)]
+    assert _nodes(_write(tmp_path / "decode-0.log", lines)) == [("decode-0", None)]
+
+
+def test_a_merged_file_opening_with_megabyte_request_lines_is_told(tmp_path: Path) -> None:
+    """A capture that starts mid-traffic at request-log level 3: the first lines are long."""
+    long = _compose("decode-0", "[2026-09-06 00:00:00] Receive: obj=GenerateReqInput(text='")
+    lines = [long + "x" * 300_000 + "')"] * 2
+    lines += [_compose(n, _ENGINE_LINE.format(second=i)) for i in range(5) for n in ("p", "d")]
+    assert [node for node, _ in _nodes(_write(tmp_path / "all.log", lines))] == [
+        "d-1",
+        "decode-0-1",
+        "p-1",
+    ]
+
+
+def test_the_lines_of_names_past_the_limit_are_counted_drops(tmp_path: Path) -> None:
+    pods = MAX_NAMES + 2
+    lines = [f"[pod/p-{i}/c] {_ENGINE_LINE.format(second=i % 60)}" for i in range(pods)]
+    log = _write(tmp_path / "pods.log", lines)
+    assert len(discover([log])) == MAX_NAMES
+    summary = run_forensics([str(log)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["dropped_by_reason"] == {"merged_name_over_limit": 2}
+    assert summary["input"]["lines"] == pods

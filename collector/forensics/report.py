@@ -159,10 +159,10 @@ def merged_logs_line(summary: dict[str, Any]) -> str:
         return ""
     parts = [
         f"{Path(path).name} held the lines of {len(names)} "
-        f"{'engine' if len(names) == 1 else 'engines'} ({', '.join(names)})"
+        f"{'engine' if len(names) == 1 else 'engines'}, read as {', '.join(names)}"
         for path, names in merged.items()
     ]
-    return f"{'; '.join(parts)}: each name read as its own node."
+    return f"{'; '.join(parts)} (each the node its lines' name says)."
 
 
 def late_lines_line(summary: dict[str, Any]) -> str:
