@@ -75,12 +75,25 @@ def test_docker_records_are_joined_until_the_piece_that_ends_the_line(tmp_path: 
         "2026-08-27T10:14:52Z stdout F {line}",
         "2026-08-27T10:14:52.000000000Z {line}",  # kubectl logs --timestamps
         '{{"log": {json_line}, "stream": "stdout", "time": "2026-08-27T10:14:52Z"}}',
+        "2026-08-27T10:14:52+0000 gpu-7 python3[4127]: {line}",  # journalctl -o short-iso
+        "2026-08-27T12:14:52.000000+02:00 gpu-7.lan sglang[4127]: {line}",  # rsyslog, precise
     ],
 )
 def test_a_bare_request_line_takes_the_runtimes_time(tmp_path: Path, wrapped: str) -> None:
     line = wrapped.format(line=FINISH, json_line=json.dumps(FINISH + "\n"))
     events, _ = _events(tmp_path, [BATCH, line])
     assert _finish_fields(events)["time"] == "2026-08-27T10:14:52.000Z"
+
+
+def test_journalctl_iso_lines_are_the_engines_lines_they_carry(tmp_path: Path) -> None:
+    """`journalctl -o short-iso` keeps the engine's own prefix behind its stamp and tag."""
+    lines = [f"2026-08-27T10:14:50+0000 gpu-7 python3[4127]: {BATCH}"] * 2
+    events, stats = _events(tmp_path, lines)
+    plain, _ = _events(tmp_path, [BATCH] * 2)
+    assert [(e.kind, e.time, e.fields) for e in events] == [
+        (e.kind, e.time, e.fields) for e in plain
+    ]
+    assert stats.unclassified_other == 0
 
 
 def test_syslog_takes_its_year_from_the_files_dated_lines_or_is_not_guessed(

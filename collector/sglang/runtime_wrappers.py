@@ -5,9 +5,10 @@ format puts `<RFC3339> <stream> <P|F> ` in front and splits a line longer than 1
 pieces marked `P`, the last one `F`; Docker's json-file driver writes `{"log": …, "stream": …,
 "time": …}` records and splits the same way, only the last piece ending in a newline;
 `kubectl logs --timestamps` puts `<RFC3339> ` in front; syslog puts `Sep  1 10:00:00 host
-prog[pid]: ` (no year: the year of the file's last dated line, when there is one). Request logs
-with prompt text are the long lines, so an over-length prompt's `Receive`/`Finish` arrive in
-pieces. And the request logger may print no time of its own (reference §2.5, §8), so the
+prog[pid]: ` (no year: the year of the file's last dated line, when there is one), and
+`journalctl -o short-iso` or rsyslog's high-precision template `<RFC3339> host prog[pid]: `.
+Request logs with prompt text are the long lines, so an over-length prompt's `Receive`/`Finish`
+arrive in pieces. And the request logger may print no time of its own (reference §2.5, §8), so the
 runtime's time is the line's.
 
 `RuntimeLines.unwrap` returns the engine's line, joined from its pieces and, when it carries no
@@ -32,6 +33,10 @@ MAX_JOINED_CHARS: Final = 1 << 20
 _RFC3339 = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
 _CRI: Final = re.compile(_RFC3339 + r" (stdout|stderr) ([PF]) ")
 _KUBECTL: Final = re.compile(_RFC3339 + r" ")
+# After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
+# rsyslog's high-precision template (`2026-09-01T10:00:00+0000 gpu-7 python3[123]: `). A host
+# is a name, never a word followed by a colon, so a request line (`Finish: obj=…`) is none.
+_SYSLOG_TAG: Final = re.compile(r"[A-Za-z0-9][\w.-]* [\w.@/-]+(?:\[\d+\])?: ")
 _MONTHS: Final = (
     "Jan",
     "Feb",
@@ -109,7 +114,8 @@ class RuntimeLines:
                 return joined if isinstance(joined, _Held) else _with_prefix(joined, _epoch(m))
             m = _KUBECTL.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
-                return _with_prefix(line[m.end() :], _epoch(m))
+                tag = _SYSLOG_TAG.match(line, m.end())
+                return _with_prefix(line[(tag or m).end() :], _epoch(m))
         elif first == "{" and line.startswith('{"log"'):
             return self._docker(line)
         elif last_time is not None and first in "ADFJMNOS":
