@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
-from collector.merged_logs import own_lines, split_merged
+from collector.line_order import head_lines, oldest_first, runs_backwards
+from collector.merged_logs import line_source, own_lines, split_merged
 from collector.sglang.request_log import cut_record
 
 FileKind = Literal["log", "prom", "json", "otlp"]
@@ -74,6 +75,9 @@ class TelemetryFile:
     merged_source: str | None = None
     merged_names: tuple[str, ...] = ()
     counted: bool = True
+    # Written newest line first (a Loki or Grafana export): read from its end
+    # (`collector.line_order`).
+    newest_first: bool = False
 
 
 @dataclass
@@ -183,7 +187,7 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = split_merged(_exports_to_hosts(_disambiguate_nodes(found)))
+    found = _mark_newest_first(split_merged(_exports_to_hosts(_disambiguate_nodes(found))))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
 
@@ -489,11 +493,31 @@ def read_line_blocks(
 def file_line_blocks(
     tf: TelemetryFile, stats: ReadStats, byte_range: tuple[int, int] | None = None
 ) -> Iterator[tuple[int, list[str]]]:
-    """`read_line_blocks` of a telemetry file: of a merged file, only its name's lines."""
+    """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
+    its name's lines."""
     blocks = read_line_blocks(tf.path, stats, byte_range)
+    if tf.newest_first:
+        blocks = oldest_first(blocks, stats)
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)
+
+
+def _mark_newest_first(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """Log files whose first timed lines run back in time, marked to be read from their end."""
+    backwards: dict[Path, bool] = {}
+    out = []
+    for tf in files:
+        if tf.kind == "log":
+            if tf.path not in backwards:
+                lines = head_lines(tf.path)
+                if tf.merged_source is not None:
+                    lines = [line[source[1] :] for line in lines if (source := line_source(line))]
+                backwards[tf.path] = runs_backwards(lines)
+            if backwards[tf.path]:
+                tf = replace(tf, newest_first=True)
+        out.append(tf)
+    return out
 
 
 def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:

@@ -65,6 +65,8 @@ class ParseStats:
     log_zones: dict[str, list[float]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
+    # Files written newest line first, read from their end (`collector.line_order`).
+    newest_first_logs: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -101,6 +103,13 @@ class ParseStats:
         self.log_zones.update(other.log_zones)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
+        for path in other.newest_first_logs:
+            self.note_newest_first(path)
+
+    def note_newest_first(self, path: str) -> None:
+        if path not in self.newest_first_logs:
+            self.newest_first_logs.append(path)
+            self.newest_first_logs.sort()
 
     def note_merged(self, path: str, names: list[str]) -> None:
         kept = self.merged_logs.setdefault(path, [])
@@ -151,6 +160,8 @@ def file_events(
             stats.files += 1
         if tf.merged_source is not None:
             stats.note_merged(str(tf.path), [tf.node])
+        if tf.newest_first:
+            stats.note_newest_first(str(tf.path))
     # A merged file's other names' readings count nothing: its own reading counts it once.
     read = ReadStats(progress=stats.progress if tf.counted else None)
     if tf.kind == "log":

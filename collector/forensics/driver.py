@@ -33,6 +33,7 @@ from collector.forensics.report import (
     late_lines_line,
     log_zones_line,
     merged_logs_line,
+    newest_first_line,
     possible_line,
     write_findings_csv,
     write_html,
@@ -499,6 +500,7 @@ def build_summary(
                 for node, zones in sorted(stats.log_zones.items())
             },
             "merged_logs": dict(sorted(stats.merged_logs.items())),
+            "newest_first_logs": list(stats.newest_first_logs),
             "seconds": read["seconds"],
             "mb_per_second": read["mb_per_second"],
         },
@@ -644,6 +646,9 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     merged = merged_logs_line(summary)
     if merged:
         out.write(f"MERGED LOGS: {merged}\n")
+    newest_first = newest_first_line(summary)
+    if newest_first:
+        out.write(f"NEWEST FIRST: {newest_first}\n")
     late = late_lines_line(summary)
     if late:
         out.write(f"LATE LINES: {late}\n")

@@ -165,6 +165,18 @@ def merged_logs_line(summary: dict[str, Any]) -> str:
     return f"{'; '.join(parts)} (each the node its lines' name says)."
 
 
+def newest_first_line(summary: dict[str, Any]) -> str:
+    """Files written newest line first (a Loki or Grafana export), read from their end: said,
+    since the file's own order is not the one the report's times follow."""
+    paths: list[str] = summary["input"].get("newest_first_logs") or []
+    if not paths:
+        return ""
+    names = ", ".join(Path(path).name for path in paths)
+    return (
+        f"{names} ran newest line first (a logcli or Grafana export?) and were read from the end."
+    )
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -282,6 +294,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         unattributed_exports_line,
         log_zones_line,
         merged_logs_line,
+        newest_first_line,
         late_lines_line,
     ):
         line = said(summary)
