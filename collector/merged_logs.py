@@ -46,6 +46,22 @@ _COMPOSE: Final = re.compile(
 )
 # `[pod/sglang-decode-0/engine] `: the name is `sglang-decode-0/engine`.
 _KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252}/[A-Za-z0-9_.-]{1,63})\] ?")
+# Loki's `logcli query` over several streams: `<RFC 3339> {pod="sglang-decode-0", …}  <line>`;
+# the label naming the source, in this order of preference (else the labels themselves).
+_LOGCLI: Final = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?=\{[A-Za-z_])"
+)
+_LABEL: Final = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
+_SOURCE_LABELS: Final = (
+    "pod",
+    "container",
+    "instance",
+    "host",
+    "hostname",
+    "node",
+    "filename",
+    "job",
+)
 # Words a logging format puts before a bar (`INFO     | message`): levels, not sources.
 _LEVELS: Final = frozenset(
     {"TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "SUCCESS"}
@@ -80,6 +96,8 @@ _REPLICA: Final = re.compile(r"[-_]\d+$")
 def line_source(line: str) -> tuple[str, int] | None:
     """(name, where the engine's line starts) for a line led by a compose or kubectl name."""
     first = line[:1]
+    if first.isdigit():
+        return _logcli_source(line)
     if first == "[":
         m = _KUBECTL.match(line)
     elif first.isalnum() or first == "\x1b":
@@ -89,6 +107,23 @@ def line_source(line: str) -> tuple[str, int] | None:
     else:
         return None
     return (m.group(1), m.end()) if m is not None else None
+
+
+def _logcli_source(line: str) -> tuple[str, int] | None:
+    from collector.sglang.runtime_wrappers import LOKI_LABELS
+
+    stamp = _LOGCLI.match(line)
+    labels = LOKI_LABELS.match(line, stamp.end()) if stamp is not None else None
+    if labels is None:
+        return None
+    found = dict(_LABEL.findall(line, labels.start(), labels.end()))
+    key = next((key for key in _SOURCE_LABELS if found.get(key)), None)
+    if key is None:
+        name = line[labels.start() : labels.end()].strip()
+    else:  # a file's path names its node as a file does: by its stem
+        name = Path(found[key]).stem if key == "filename" else found[key]
+    name = name.replace("/", "_")  # `/` is kubectl's pod/container
+    return (name, labels.end()) if name else None
 
 
 def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
@@ -237,7 +272,13 @@ def own_lines(
     for first, lines in blocks:
         kept: list[str] = []
         for line in lines:
-            if not counting and not line.startswith(opening) and line[:1] != "\x1b":
+            first_char = line[:1]
+            if (
+                not counting
+                and not line.startswith(opening)
+                and first_char != "\x1b"
+                and not first_char.isdigit()  # logcli's stamp, the name after it
+            ):
                 kept.append(DROPPED)
                 continue
             source = line_source(line)

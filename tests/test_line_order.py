@@ -106,10 +106,17 @@ def test_a_newest_first_line_keeps_its_number_in_the_file(tmp_path: Path) -> Non
     assert events[-1].source.endswith("decode-0.log:1")
 
 
-def test_a_merged_export_newest_first_is_read_per_name_oldest_first(tmp_path: Path) -> None:
-    """logcli over several pods: names lead the lines, and the newest come first."""
+@pytest.mark.parametrize(
+    "lead",
+    ["[pod/{pod}/engine] ", '2026-09-06T00:00:00Z {{namespace="ml", pod="{pod}"}}  '],
+    ids=["kubectl", "logcli"],
+)
+def test_a_merged_export_newest_first_is_read_per_name_oldest_first(
+    tmp_path: Path, lead: str
+) -> None:
+    """logcli over several pods (its default): names lead the lines, and the newest come first."""
     lines = [
-        f"[pod/{pod}/engine] {line}"
+        lead.format(pod=pod) + line
         for line in _lines(list(range(30, 0, -1)))
         for pod in ("sglang-prefill-0", "sglang-decode-0")
     ]

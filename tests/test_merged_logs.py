@@ -40,6 +40,13 @@ _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
         ("[2026-09-06 00:00:01 TP0] Decode batch, #running-req: 1", None),
         ('  File "/sgl/scheduler.py", line 3, in run', None),
         ("[pod/] x", None),
+        (
+            '2026-09-06T00:00:01Z {app="x", pod="sglang-decode-0"}  [2026-09-06] x',
+            ("sglang-decode-0", 55),
+        ),
+        ('2026-09-06T00:00:01Z {filename="/var/log/prefill-0.log"} [x', ("prefill-0", 57)),
+        ("2026-09-06T00:00:01Z {}  [2026-09-06 00:00:01] x", None),  # one stream: no name
+        ('2026-09-06T00:00:01Z {"rid": "a1"}', None),  # a JSON record behind a stamp
         ("| x", None),
     ],
 )
@@ -78,6 +85,11 @@ def _kubectl(node: str, line: str) -> str:
     return f"[pod/sglang-{node}/engine] {line}"
 
 
+def _logcli(node: str, line: str) -> str:
+    """Loki's `logcli query` over several streams."""
+    return f'2026-09-05T23:57:30.000000000Z {{namespace="ml", pod="loki-{node}"}}  {line}'
+
+
 def _merge(
     incident: Path,
     out: Path,
@@ -113,8 +125,9 @@ def _exposed(summary: dict[str, Any]) -> set[str]:
         (_compose, False, "decode-0"),
         (_compose_timestamps, True, "decode-0"),
         (_kubectl, True, "sglang-decode-0"),
+        (_logcli, True, "loki-decode-0"),
     ],
-    ids=["compose-by-container", "compose-timestamps", "kubectl-prefix"],
+    ids=["compose-by-container", "compose-timestamps", "kubectl-prefix", "logcli"],
 )
 def test_the_incident_in_one_merged_file_is_the_incident_in_per_node_files(
     tmp_path: Path,

@@ -77,6 +77,7 @@ def test_docker_records_are_joined_until_the_piece_that_ends_the_line(tmp_path: 
         '{{"log": {json_line}, "stream": "stdout", "time": "2026-08-27T10:14:52Z"}}',
         "2026-08-27T10:14:52+0000 gpu-7 python3[4127]: {line}",  # journalctl -o short-iso
         "2026-08-27T12:14:52.000000+02:00 gpu-7.lan sglang[4127]: {line}",  # rsyslog, precise
+        "2026-08-27T10:14:52Z {{}}  {line}",  # logcli query, one stream: no labels to tell
     ],
 )
 def test_a_bare_request_line_takes_the_runtimes_time(tmp_path: Path, wrapped: str) -> None:

@@ -172,9 +172,8 @@ def newest_first_line(summary: dict[str, Any]) -> str:
     if not paths:
         return ""
     names = ", ".join(Path(path).name for path in paths)
-    return (
-        f"{names} ran newest line first (a logcli or Grafana export?) and were read from the end."
-    )
+    verb = "was" if len(paths) == 1 else "were"
+    return f"{names} {verb} written newest line first (logcli? Grafana?): read from the end."
 
 
 def late_lines_line(summary: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ pieces marked `P`, the last one `F`; Docker's json-file driver writes `{"log": �
 "time": …}` records and splits the same way, only the last piece ending in a newline;
 `kubectl logs --timestamps` puts `<RFC3339> ` in front; syslog puts `Sep  1 10:00:00 host
 prog[pid]: ` (no year: the year of the file's last dated line, when there is one), and
-`journalctl -o short-iso` or rsyslog's high-precision template `<RFC3339> host prog[pid]: `.
+`journalctl -o short-iso` or rsyslog's high-precision template `<RFC3339> host prog[pid]: `,
+and Loki's `logcli query` `<RFC3339> {labels} `.
 Request logs with prompt text are the long lines, so an over-length prompt's `Receive`/`Finish`
 arrive in pieces. And the request logger may print no time of its own (reference §2.5, §8), so the
 runtime's time is the line's.
@@ -36,6 +37,9 @@ _KUBECTL: Final = re.compile(_RFC3339 + r" ")
 # After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
 # rsyslog's high-precision template (`2026-09-01T10:00:00+0000 gpu-7 python3[123]: `). A host
 # is a name, never a word followed by a colon, so a request line (`Finish: obj=…`) is none.
+# After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
+# when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
+LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
 _SYSLOG_TAG: Final = re.compile(r"[A-Za-z0-9][\w.-]* [\w.@/-]+(?:\[\d+\])?: ")
 _MONTHS: Final = (
     "Jan",
@@ -114,7 +118,7 @@ class RuntimeLines:
                 return joined if isinstance(joined, _Held) else _with_prefix(joined, _epoch(m))
             m = _KUBECTL.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
-                tag = _SYSLOG_TAG.match(line, m.end())
+                tag = _SYSLOG_TAG.match(line, m.end()) or LOKI_LABELS.match(line, m.end())
                 return _with_prefix(line[(tag or m).end() :], _epoch(m))
         elif first == "{" and line.startswith('{"log"'):
             return self._docker(line)
