@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
-from collector.line_order import head_lines, oldest_first, runs_backwards
+from collector.line_order import line_time, newest_first, oldest_first
 from collector.merged_logs import line_source, own_lines, split_merged
 from collector.sglang.request_log import cut_record
 
@@ -497,27 +497,36 @@ def file_line_blocks(
     its name's lines."""
     blocks = read_line_blocks(tf.path, stats, byte_range)
     if tf.newest_first:
-        blocks = oldest_first(blocks, stats)
+        blocks = oldest_first(blocks, _line_time_of(tf))
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)
 
 
 def _mark_newest_first(files: list[TelemetryFile]) -> list[TelemetryFile]:
-    """Log files whose first timed lines run back in time, marked to be read from their end."""
+    """Log files written newest line first, marked to be read from their end."""
     backwards: dict[Path, bool] = {}
     out = []
     for tf in files:
         if tf.kind == "log":
             if tf.path not in backwards:
-                lines = head_lines(tf.path)
-                if tf.merged_source is not None:
-                    lines = [line[source[1] :] for line in lines if (source := line_source(line))]
-                backwards[tf.path] = runs_backwards(lines)
+                backwards[tf.path] = newest_first(tf.path, _line_time_of(tf))
             if backwards[tf.path]:
                 tf = replace(tf, newest_first=True)
         out.append(tf)
     return out
+
+
+def _line_time_of(tf: TelemetryFile) -> Callable[[str], float | None]:
+    """The time of a line of this file: of a merged file's, behind the name leading it."""
+    if tf.merged_source is None:
+        return line_time
+
+    def behind_name(line: str) -> float | None:
+        source = line_source(line)
+        return line_time(line[source[1] :]) if source is not None else None
+
+    return behind_name
 
 
 def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:

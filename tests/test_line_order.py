@@ -131,3 +131,33 @@ def test_a_merged_export_newest_first_is_read_per_name_oldest_first(
     for event in events_by_node([log], ParseStats()):
         by_node.setdefault(event.node, []).append(event.time or 0.0)
     assert all(times == sorted(times) and len(times) == 30 for times in by_node.values())
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_busy_second_at_the_newest_end_does_not_hide_the_order(tmp_path: Path) -> None:
+    """The newest 400 KB printed within one second: the first 256 KiB span no time at all."""
+    busy = [
+        f"[2026-09-06 01:00:00 TP0] Decode batch, #token: {i} " + "x" * 200 for i in range(2000)
+    ]
+    log = _write(tmp_path / "decode-0.log", busy + _lines(list(range(3599, 0, -7))))
+    assert [f.newest_first for f in discover([log])] == [True]
+
+
+def test_two_newest_first_exports_appended_are_read_oldest_first(tmp_path: Path) -> None:
+    older, newer = list(range(600, 0, -1)), list(range(3000, 2400, -1))
+    log = _write(tmp_path / "decode-0.log", _lines(older) + _lines(newer))
+    assert [f.newest_first for f in discover([log])] == [True]
+    times = [e.time or 0.0 for e in events_by_node([log], ParseStats())]
+    assert times == sorted(times) and len(times) == len(older) + len(newer)
+
+
+def test_a_forward_log_with_an_older_block_first_is_read_as_it_lies(tmp_path: Path) -> None:
+    """A backfilled block, newest first, at the top of a log that otherwise runs forward."""
+    log = _write(
+        tmp_path / "decode-0.log", _lines(list(range(60, 0, -1))) + _lines(list(range(61, 3600)))
+    )
+    assert [f.newest_first for f in discover([log])] == [False]
