@@ -156,8 +156,8 @@ def test_two_newest_first_exports_appended_are_read_oldest_first(tmp_path: Path)
 
 
 def test_a_forward_log_with_an_older_block_first_is_read_as_it_lies(tmp_path: Path) -> None:
-    """A backfilled block, newest first, at the top of a log that otherwise runs forward."""
-    log = _write(
-        tmp_path / "decode-0.log", _lines(list(range(60, 0, -1))) + _lines(list(range(61, 3600)))
-    )
+    """A backfilled block running back, longer than the start read, at the top of a log that
+    otherwise runs forward: the end says which way the file runs."""
+    padded = [line + " " + "x" * 120 for line in _lines(list(range(2400, 0, -1)))]
+    log = _write(tmp_path / "decode-0.log", padded + _lines(list(range(2401, 3600))))
     assert [f.newest_first for f in discover([log])] == [False]
