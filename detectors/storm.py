@@ -57,6 +57,11 @@ class StormConfig(DetectorConfig):
     # Windows held at the start before any is judged (see the module docstring); 0 judges each
     # window as it closes, against the priors.
     warmup_windows: int = Field(default=12, ge=0)
+    # The input says which nodes reported in each window (`node_window` partials, as forensics
+    # ships them), from its first event on: a window in which none did was not seen, even when
+    # it closes before the first partial arrives (the hours between a deploy-time snapshot and
+    # the first log line).
+    reported_windows: bool = False
 
 
 class Episode:
@@ -162,7 +167,7 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.seeded_ = False
         # Whether the input says which nodes reported when (`node_window` partials), and the
         # nodes that reported in the open window.
-        self.reports_ = False
+        self.reports_ = self.config.reported_windows
         self.active_: set[str] = set()
         # When the warm-up ended; the nodes in the baselines; those first seen after that end,
         # with their windows held for their own warm-up.

@@ -4,8 +4,11 @@ joins after the warm-up against its own normal first (`detectors.storm`)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from pathlib import Path
 
 from collector.events import Event
+from collector.forensics.driver import run_forensics
 from collector.state.config_timeline import NODE_WINDOW
 from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
 from detectors.examples import startup
@@ -114,3 +117,50 @@ def test_a_joining_nodes_warm_up_survives_a_save_and_load():
     findings = [f for e in events[cut:] for f in resumed.process(e)] + resumed.finish()
     assert findings == []
     assert "decode-1" in second.nodes_ and not second.late_
+
+
+def test_hours_between_a_deploy_snapshot_and_the_first_log_line_are_not_quiet():
+    """A snapshot saved at deploy time, six hours before the logs begin, with routine timeouts
+    (6 a window) from their first line: forensics says the input reports windows per node, so
+    those hours were not seen, though they close before the first partial arrives."""
+    deployed = startup("decode-0", "decode", T - 6 * HOUR, pool=400_000, version="0.5.23")
+    events = [
+        *deployed,
+        *reporting("decode-0", T, T + 3 * HOUR),
+        *steady("decode-0", T, T + 3 * HOUR, 6, 0),
+    ]
+    assert run(DeferredReleaseTimeouts(reported_windows=True), events) == []
+    assert run(TransferFailureStorm(reported_windows=True), events) == []
+    # Said by no one, the hours count as quiet, and the first hour of the logs is a storm.
+    assert run(DeferredReleaseTimeouts(), events) != []
+    # A storm after the warm-up is still found.
+    storm = steady("decode-0", T + 2 * HOUR, T + 2 * HOUR + 900, 30, 50_000)
+    (finding,) = run(DeferredReleaseTimeouts(reported_windows=True), events + storm)
+    assert finding.time == T + 2 * HOUR + 300
+
+
+def test_forensics_counts_no_window_before_the_first_log_line(tmp_path: Path) -> None:
+    """The same through `kvwatch forensics`: a `/server_info` saved at deploy time, six hours
+    before a decode log whose deferred releases time out routinely (6 a window) from its first
+    line."""
+    deployed = datetime.fromtimestamp(T - 6 * HOUR, UTC).strftime("%Y%m%dT%H%M%SZ")
+    info = {
+        "version": "0.5.23",
+        "disaggregation_mode": "decode",
+        "context_length": 131072,
+        "max_total_num_tokens": 400_000,
+    }
+    (tmp_path / f"decode-0@{deployed}.server_info.json").write_text(json.dumps(info))
+    lines = []
+    for k in range(int(3 * HOUR / 50)):
+        stamp = datetime.fromtimestamp(T + 50 * k, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"[{stamp} TP0] Decode batch, #running-req: 3, #token: 900, token usage: 0.01")
+        lines.append(
+            f"[{stamp} TP0] Deferred KV release for room {1000 + k} timed out after 30.0s "
+            "without a full drain ack from prefill; releasing anyway."
+        )
+    (tmp_path / "decode-0.log").write_text("\n".join(lines) + "\n")
+    summary = run_forensics([str(tmp_path)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["events_by_kind"]["deferred_release"] == len(lines) // 2
+    assert summary["nodes"]["decode-0"]["config"][0]["max_total_num_tokens"] == 400_000
+    assert [f["detector"] for f in summary["findings"] if f["severity"] != "info"] == []

@@ -267,6 +267,10 @@ def _for_workers(config: PipelineConfig) -> PipelineConfig:
         **detectors.get("telemetry_anomaly", {}),
         "input": "node_windows",
     }
+    # The partials say which nodes logged in each window: the storm detectors count only the
+    # windows someone reported in.
+    for storm in ("deferred_release_timeouts", "transfer_failure_storm"):
+        detectors[storm] = {**detectors.get(storm, {}), "reported_windows": True}
     return config.model_copy(update={"detectors": detectors})
 
 
