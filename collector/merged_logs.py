@@ -28,6 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from collector.sglang.runtime_wrappers import LOKI_LABELS, RFC3339
+
 if TYPE_CHECKING:
     from collector.files import ReadStats, TelemetryFile
 
@@ -48,9 +50,7 @@ _COMPOSE: Final = re.compile(
 _KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252}/[A-Za-z0-9_.-]{1,63})\] ?")
 # Loki's `logcli query` over several streams: `<RFC 3339> {pod="sglang-decode-0", …}  <line>`;
 # the label naming the source, in this order of preference (else the labels themselves).
-_LOGCLI: Final = re.compile(
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) (?=\{[A-Za-z_])"
-)
+_LOGCLI: Final = re.compile(RFC3339 + r" (?=\{[A-Za-z_])")
 _LABEL: Final = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
 _SOURCE_LABELS: Final = (
     "pod",
@@ -76,7 +76,7 @@ _ENGINE_OPENING: Final = re.compile(
 # stamp or not: what marks a pod's engine container among its others (a mesh proxy's access
 # lines open with `[2026-09-06T00:00:01.123Z]`, its own lines with a stamp and a level).
 _SGLANG_OPENING: Final = re.compile(
-    r"(?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d) )?\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d[ .\]]"
+    f"(?:{RFC3339} )?" + r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d[ .\]]"
 )
 # A file is merged when this share of its first non-blank lines (at least `_MIN_LINES`, looked
 # for in up to `_MAX_HEAD_BYTES`: request lines of long prompts run to megabytes) is led by a
@@ -110,8 +110,6 @@ def line_source(line: str) -> tuple[str, int] | None:
 
 
 def _logcli_source(line: str) -> tuple[str, int] | None:
-    from collector.sglang.runtime_wrappers import LOKI_LABELS
-
     stamp = _LOGCLI.match(line)
     labels = LOKI_LABELS.match(line, stamp.end()) if stamp is not None else None
     if labels is None:

@@ -641,21 +641,17 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         out.write(f"POSSIBLY EXPOSED: {possible_line(possible)}\n")
-    signals = abort_signals_line(summary)
-    if signals:
-        out.write(f"{signals}\n")
-    zones = log_zones_line(summary)
-    if zones:
-        out.write(f"LOG CLOCKS: {zones}\n")
-    merged = merged_logs_line(summary)
-    if merged:
-        out.write(f"MERGED LOGS: {merged}\n")
-    newest_first = newest_first_line(summary)
-    if newest_first:
-        out.write(f"NEWEST FIRST: {newest_first}\n")
-    late = late_lines_line(summary)
-    if late:
-        out.write(f"LATE LINES: {late}\n")
+    # What the input itself says, each said only when it applies.
+    for label, said in (
+        ("", abort_signals_line),
+        ("LOG CLOCKS: ", log_zones_line),
+        ("MERGED LOGS: ", merged_logs_line),
+        ("NEWEST FIRST: ", newest_first_line),
+        ("LATE LINES: ", late_lines_line),
+    ):
+        line = said(summary)
+        if line:
+            out.write(f"{label}{line}\n")
     for gap in config_gaps(summary):
         out.write(
             f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "

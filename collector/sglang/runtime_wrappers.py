@@ -31,16 +31,16 @@ from collector.sglang.envelope import CLOCK_PATTERN, DATE_PATTERN
 MAX_JOINED_CHARS: Final = 1 << 20
 
 # Only real dates and times (a garbled month has no epoch): the runtime's stamp, or no wrapper.
-_RFC3339 = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
-_CRI: Final = re.compile(_RFC3339 + r" (stdout|stderr) ([PF]) ")
-_KUBECTL: Final = re.compile(_RFC3339 + r" ")
+RFC3339: Final = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
+_CRI: Final = re.compile(RFC3339 + r" (stdout|stderr) ([PF]) ")
+_KUBECTL: Final = re.compile(RFC3339 + r" ")
 # After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
 # rsyslog's high-precision template (`2026-09-01T10:00:00+0000 gpu-7 python3[123]: `). A host
 # is a name, never a word followed by a colon, so a request line (`Finish: obj=…`) is none.
+_SYSLOG_TAG: Final = re.compile(r"[A-Za-z0-9][\w.-]* [\w.@/-]+(?:\[\d+\])?: ")
 # After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
 # when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
 LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
-_SYSLOG_TAG: Final = re.compile(r"[A-Za-z0-9][\w.-]* [\w.@/-]+(?:\[\d+\])?: ")
 _MONTHS: Final = (
     "Jan",
     "Feb",
