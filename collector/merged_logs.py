@@ -22,12 +22,12 @@ merged files of different nodes (two hosts running one compose project).
 from __future__ import annotations
 
 import re
-import zlib
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from collector.line_order import head_lines
 from collector.sglang.runtime_wrappers import LOKI_LABELS, RFC3339
 
 if TYPE_CHECKING:
@@ -153,28 +153,14 @@ def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
 
 
 def _head_lines(path: Path) -> list[str]:
-    """The whole lines at the start of a file (gzip read through): at least `_MIN_LINES` of
-    them, in as little of it as holds them; none when it cannot be read (its reading proper
-    reports why)."""
-    head = b""
-    try:
-        with open(path, "rb") as raw:
-            gunzip = None
-            size = _HEAD_BYTES
-            while True:
-                chunk = raw.read(size)
-                if not head and chunk[:2] == b"\x1f\x8b":
-                    gunzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                if gunzip is not None:
-                    chunk = gunzip.decompress(chunk, _MAX_HEAD_BYTES - len(head))
-                head += chunk
-                if not chunk or head.count(b"\n") >= _MIN_LINES or len(head) >= _MAX_HEAD_BYTES:
-                    break
-                size = _HEAD_BYTES
-    except (OSError, zlib.error):
-        return []
-    lines = head.decode("utf-8", "replace").split("\n")
-    return lines[:-1] if len(lines) > 1 else lines
+    """The whole lines at the start of a file: at least `_MIN_LINES` of them, in as little of
+    it as holds them (up to `_MAX_HEAD_BYTES`)."""
+    size = _HEAD_BYTES
+    while True:
+        lines = head_lines(path, size)
+        if len(lines) >= _MIN_LINES or size >= _MAX_HEAD_BYTES:
+            return lines
+        size *= 4
 
 
 def split_merged(files: list[TelemetryFile]) -> list[TelemetryFile]:
