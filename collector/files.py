@@ -495,9 +495,10 @@ def file_line_blocks(
 ) -> Iterator[tuple[int, list[str]]]:
     """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
     its name's lines."""
-    blocks = read_line_blocks(tf.path, stats, byte_range)
-    if tf.newest_first:
-        blocks = oldest_first(blocks, _line_time_of(tf))
+    if tf.newest_first and byte_range is None:
+        blocks = oldest_first(tf.path, stats, _line_time_of(tf))
+    else:
+        blocks = read_line_blocks(tf.path, stats, byte_range)
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)

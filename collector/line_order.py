@@ -11,24 +11,24 @@ gzip), its end agrees: its last timed lines run back in time too, or (one busy s
 than its first. A block of older lines at the start of a file that otherwise runs forward does
 not turn it round.
 
-It is then read from its end: its lines, checked and decoded as any file's are
-(`files.read_line_blocks`), go block by block to a temporary file with each block's lines
-reversed, and are read back last first. Two exports appended to one another are two newest-first
-runs: the file is cut where its time jumps forward, and the runs are read oldest first. Memory
-holds one block; the disk, the file once more. Each line keeps its number in the file.
+It is then read from its end, and nothing of it is written anywhere (its lines hold prompts):
+a plain file by line-aligned pieces, last piece first, each read and checked as any file is
+(`files.read_line_blocks`); a gzip file, readable only from its start, turned round in memory
+up to `MAX_GZIP_TEXT`, past which it is a counted drop (decompress it to read it). Two exports
+appended to one another are two newest-first runs: the file is cut where its time jumps
+forward, and the runs are read oldest first. Each line keeps its number in the file.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    pass
+    from collector.files import ReadStats
 
 # The start of a file is read in growing pieces until its timed lines span this much.
 _SNIFF_BYTES: Final = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
@@ -134,47 +134,102 @@ def _tail_lines(path: Path) -> list[str]:
     return lines[1:] if size > _TAIL_BYTES else lines
 
 
+class _Runs:
+    """Where a newest-first file's runs begin (line numbers) and each run's oldest time: a step
+    forward in time longer than `_RUN_GAP_SECONDS` starts a run."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = [1]
+        self.oldest: list[float] = [float("inf")]
+        self._last: float | None = None
+
+    def see(self, number: int, when: float | None) -> None:
+        if when is None:
+            return
+        if self._last is not None and when - self._last > _RUN_GAP_SECONDS:
+            self.starts.append(number)
+            self.oldest.append(float("inf"))
+        self._last = when
+        self.oldest[-1] = min(self.oldest[-1], when)
+
+    def spans(self, end: int) -> list[tuple[int, int]]:
+        """[first, last] line numbers of each run, the run holding the oldest lines first."""
+        bounds = [*self.starts, end + 1]
+        order = sorted(range(len(self.starts)), key=lambda run: (self.oldest[run], run))
+        return [(bounds[run], bounds[run + 1] - 1) for run in order]
+
+
 def oldest_first(
-    blocks: Iterator[tuple[int, list[str]]], time_of: LineTime = line_time
+    path: Path, stats: ReadStats, time_of: LineTime = line_time
 ) -> Iterator[tuple[int, list[str]]]:
-    """The lines of `blocks` (a newest-first file read as it lies) oldest first, each with its
-    own number (one line per block: numbers run down within a run)."""
-    # (first line, lines, offset, bytes, run) per piece of a block within one run.
-    spans: list[tuple[int, int, int, int, int]] = []
-    oldest: list[float] = [float("inf")]  # per run
-    last: float | None = None
-    with tempfile.TemporaryFile(prefix="kvwatch-newest-first-") as spill:
+    """The lines of a newest-first file oldest first, each with its own number (one line per
+    block: numbers run down within a run). Never written anywhere: a plain file is read again
+    by line-aligned pieces, last piece first; a gzip file, which can only be read from its
+    start, is turned round in memory up to `MAX_GZIP_TEXT` of text, and past that is not read
+    (counted, `newest_first_gzip_too_large`: decompress it to read it)."""
+    from collector.files import is_gzip
 
-        def keep(first: int, lines: list[str]) -> None:
-            data = "\n".join(reversed(lines)).encode("utf-8", "surrogatepass")
-            spans.append((first, len(lines), spill.tell(), len(data), len(oldest) - 1))
-            spill.write(data)
+    if is_gzip(path):
+        return _gzip_oldest_first(path, stats, time_of)
+    return _plain_oldest_first(path, stats, time_of)
 
-        for first, lines in blocks:
-            start = 0
+
+# A newest-first gzip file is turned round in memory up to this much text.
+MAX_GZIP_TEXT: Final = 64 << 20
+# Pieces a plain newest-first file is read back by.
+_PIECE_BYTES: Final = 8 << 20
+
+
+def _plain_oldest_first(
+    path: Path, stats: ReadStats, time_of: LineTime
+) -> Iterator[tuple[int, list[str]]]:
+    from collector.files import ReadStats as Uncounted
+    from collector.files import line_aligned_ranges, read_line_blocks
+
+    pieces = line_aligned_ranges(path, _PIECE_BYTES)
+    runs = _Runs()
+    firsts: list[int] = []  # each piece's first line number
+    number = 0
+    for piece in pieces:  # the reading that counts: bytes, lines, drops
+        firsts.append(number + 1)
+        seen = 0
+        for first, lines in read_line_blocks(path, stats, piece):
             for index, line in enumerate(lines):
-                when = time_of(line)
-                if when is None:
-                    continue
-                if last is not None and when - last > _RUN_GAP_SECONDS:
-                    if index > start:
-                        keep(first + start, lines[start:index])
-                    start = index
-                    oldest.append(float("inf"))
-                last = when
-                oldest[-1] = min(oldest[-1], when)
-            if start < len(lines):
-                keep(first + start, lines[start:])
-        order = sorted(range(len(oldest)), key=lambda run: (oldest[run], run))
-        by_run: dict[int, list[tuple[int, int, int, int, int]]] = {}
-        for span in spans:
-            by_run.setdefault(span[4], []).append(span)
-        for run in order:
-            for first, count, offset, length, _ in reversed(by_run.get(run, [])):
-                spill.seek(offset)
-                lines = spill.read(length).decode("utf-8", "surrogatepass").split("\n")
-                if len(lines) != count:  # cannot happen: lines hold no newline
-                    lines = (lines + [""] * count)[:count]
-                top = first + count - 1
-                for index, line in enumerate(lines):
-                    yield top - index, [line]
+                runs.see(number + first + index, time_of(line))
+            seen = first + len(lines) - 1
+        number += seen
+    for low, high in runs.spans(number):
+        for index in reversed(range(len(pieces))):
+            begin = firsts[index]
+            end = firsts[index + 1] - 1 if index + 1 < len(firsts) else number
+            if end < low or begin > high:
+                continue
+            kept: list[tuple[int, str]] = []
+            for first, lines in read_line_blocks(path, Uncounted(), pieces[index]):
+                offset = begin - 1 + first
+                kept.extend(
+                    (offset + i, line) for i, line in enumerate(lines) if low <= offset + i <= high
+                )
+            for line_number, line in reversed(kept):
+                yield line_number, [line]
+
+
+def _gzip_oldest_first(
+    path: Path, stats: ReadStats, time_of: LineTime
+) -> Iterator[tuple[int, list[str]]]:
+    from collector.files import read_line_blocks
+
+    held: list[str] = []
+    size = 0
+    runs = _Runs()
+    for first, lines in read_line_blocks(path, stats):
+        for index, line in enumerate(lines):
+            runs.see(first + index, time_of(line))
+        held.extend(lines)
+        size += sum(map(len, lines))
+        if size > MAX_GZIP_TEXT:
+            stats.drop("newest_first_gzip_too_large")
+            return
+    for low, high in runs.spans(len(held)):
+        for number in range(high, low - 1, -1):
+            yield number, [held[number - 1]]

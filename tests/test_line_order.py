@@ -161,3 +161,44 @@ def test_a_forward_log_with_an_older_block_first_is_read_as_it_lies(tmp_path: Pa
     padded = [line + " " + "x" * 120 for line in _lines(list(range(2400, 0, -1)))]
     log = _write(tmp_path / "decode-0.log", padded + _lines(list(range(2401, 3600))))
     assert [f.newest_first for f in discover([log])] == [False]
+
+
+def test_a_newest_first_file_is_turned_round_without_writing_its_lines_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lines hold prompts: read again by pieces (here of 4 KB: many), never spilled."""
+    import tempfile
+
+    from collector import line_order
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a newest-first file's lines written to a temporary file")
+
+    for name in ("TemporaryFile", "NamedTemporaryFile", "SpooledTemporaryFile", "mkstemp"):
+        monkeypatch.setattr(tempfile, name, refused)
+    monkeypatch.setattr(line_order, "_PIECE_BYTES", 4096)
+    older, newer = list(range(1200, 0, -1)), list(range(3500, 2300, -1))
+    log = _write(tmp_path / "decode-0.log", _lines(older) + _lines(newer))
+    events = list(events_by_node([log], ParseStats()))
+    assert [e.time for e in events] == sorted(e.time or 0.0 for e in events)
+    assert len(events) == len(older) + len(newer)
+    numbers = [int(e.source.rpartition(":")[2]) for e in events]
+    assert numbers == list(range(len(older), 0, -1)) + list(
+        range(len(older) + len(newer), len(older), -1)
+    )
+
+
+def test_a_newest_first_gzip_past_the_memory_bound_is_a_counted_drop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collector import line_order
+
+    log = tmp_path / "decode-0.log.gz"
+    with gzip.open(log, "wt") as handle:
+        handle.write("\n".join(_lines(list(range(600, 0, -1)))) + "\n")
+    stats = ParseStats()
+    assert len(list(events_by_node([log], stats))) == 600
+    monkeypatch.setattr(line_order, "MAX_GZIP_TEXT", 10_000)
+    stats = ParseStats()
+    assert list(events_by_node([log], stats)) == []
+    assert stats.dropped["newest_first_gzip_too_large"] == 1
