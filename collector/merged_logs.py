@@ -3,8 +3,10 @@
 A responder on a single-host PD deployment saves `docker compose logs > all.log`: every line is
 `<container>  | <line>` (the names padded to one width, `--timestamps` puts an RFC 3339 stamp
 after the bar). On Kubernetes, `kubectl logs -l app=sglang --prefix` writes
-`[pod/<pod>/<container>] <line>`. Read as one node, such a file mixes prefill's pool with
-decode's requests, and its lines start with no SGLang prefix at all: nothing was judged.
+`[pod/<pod>/<container>] <line>`; Loki's `logcli query`, `<RFC 3339> {pod="…"}  <line>`; a
+journal of two units, `<stamp> host sglang-decode[222]: <line>`. Read as one node, such a file
+mixes prefill's pool with decode's requests, and its lines start with no SGLang prefix at all:
+nothing was judged.
 
 So a log file whose first lines are nearly all led by such names, some of them leading an
 engine's line, is read once per name, each time as that name's own log (other names' lines are
@@ -62,6 +64,15 @@ _SOURCE_LABELS: Final = (
     "filename",
     "job",
 )
+# A journal's or syslog's `<stamp> host prog[pid]: ` (`journalctl -u sglang-prefill -u
+# sglang-decode`): the program names the source, once two programs print an engine's lines (one
+# unit's journal is a log like any other, its tag unwrapped with the line).
+_MONTH_INITIALS: Final = "ADFJMNOS"
+_JOURNAL: Final = re.compile(
+    f"(?:{RFC3339}"
+    + r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
+    + r" [A-Za-z0-9][\w.-]* (?P<program>[\w.@/-]+?)(?:\[\d+\])?: "
+)
 # Words a logging format puts before a bar (`INFO     | message`): levels, not sources.
 _LEVELS: Final = frozenset(
     {"TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "WARNING", "ERROR", "CRITICAL", "FATAL", "SUCCESS"}
@@ -97,7 +108,9 @@ def line_source(line: str) -> tuple[str, int] | None:
     """(name, where the engine's line starts) for a line led by a compose or kubectl name."""
     first = line[:1]
     if first.isdigit():
-        return _logcli_source(line)
+        return _logcli_source(line) or _journal_source(line)
+    if first in _MONTH_INITIALS and (journal := _journal_source(line)) is not None:
+        return journal
     if first == "[":
         m = _KUBECTL.match(line)
     elif first.isalnum() or first == "\x1b":
@@ -107,6 +120,11 @@ def line_source(line: str) -> tuple[str, int] | None:
     else:
         return None
     return (m.group(1), m.end()) if m is not None else None
+
+
+def _journal_source(line: str) -> tuple[str, int] | None:
+    m = _JOURNAL.match(line)
+    return (m.group("program").rsplit("/", 1)[-1], m.end()) if m is not None else None
 
 
 def _logcli_source(line: str) -> tuple[str, int] | None:
@@ -137,6 +155,10 @@ def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
         return None
     if not any(_ENGINE_OPENING.match(line, source[1]) for line, source in led):
         return None
+    if all(_JOURNAL.match(line) for line, _ in led) and (
+        len({source[0] for line, source in led if _SGLANG_OPENING.match(line, source[1])}) < 2
+    ):
+        return None  # one unit's journal: its tag is unwrapped with the line
     names: dict[str, bool] = {}
     for _, lines in read_line_blocks(tf.path, ReadStats()):
         for line in lines:
@@ -262,6 +284,7 @@ def own_lines(
                 and not line.startswith(opening)
                 and first_char != "\x1b"
                 and not first_char.isdigit()  # logcli's stamp, the name after it
+                and first_char not in _MONTH_INITIALS  # syslog's month
             ):
                 kept.append(DROPPED)
                 continue

@@ -47,6 +47,8 @@ _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
         ('2026-09-06T00:00:01Z {filename="/var/log/prefill-0.log"} [x', ("prefill-0", 57)),
         ("2026-09-06T00:00:01Z {}  [2026-09-06 00:00:01] x", None),  # one stream: no name
         ('2026-09-06T00:00:01Z {"rid": "a1"}', None),  # a JSON record behind a stamp
+        ("2026-09-06T00:00:01+0000 gpu-7 sglang-decode[222]: [2026-09-06", ("sglang-decode", 51)),
+        ("Sep  6 00:00:01 gpu-7 /usr/bin/python3[7]: [2026-09-06", ("python3", 43)),
         ("| x", None),
     ],
 )
@@ -298,3 +300,29 @@ def test_the_lines_of_names_past_the_limit_are_counted_drops(tmp_path: Path) -> 
     summary = run_forensics([str(log)], tmp_path / "out", write_parquet=False).summary
     assert summary["input"]["dropped_by_reason"] == {"merged_name_over_limit": 2}
     assert summary["input"]["lines"] == pods
+
+
+def test_a_journal_of_two_units_is_read_per_program_one_units_is_one_log(tmp_path: Path) -> None:
+    """`journalctl -u sglang-prefill -u sglang-decode -o short-iso`: the program is the node
+    once two print an engine's lines; a single unit's journal stays the file's node (its tag is
+    unwrapped with the line), as do two processes of one program (the pid changes at restart)."""
+
+    def journal(programs: tuple[str, ...]) -> list[str]:
+        return [
+            f"2026-09-06T00:00:{i:02d}+0000 gpu-7 {program}: {_ENGINE_LINE.format(second=i)}"
+            for i in range(10)
+            for program in programs
+        ]
+
+    two = _write(
+        tmp_path / "two" / "gpu-7.log", journal(("sglang-prefill[111]", "sglang-decode[222]"))
+    )
+    assert _nodes(two) == [("sglang-decode", "sglang-decode"), ("sglang-prefill", "sglang-prefill")]
+    one = _write(tmp_path / "one" / "gpu-7.log", journal(("sglang-decode[222]",)))
+    assert _nodes(one) == [("gpu-7", None)]
+    pids = _write(tmp_path / "pids" / "gpu-7.log", journal(("python3[111]", "python3[222]")))
+    assert _nodes(pids) == [("gpu-7", None)]
+    by_node: dict[str, int] = {}
+    for event in events_by_node([two], ParseStats()):
+        by_node[event.node] = by_node.get(event.node, 0) + 1
+    assert by_node == {"sglang-decode": 10, "sglang-prefill": 10}
