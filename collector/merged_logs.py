@@ -207,7 +207,7 @@ def split_merged(files: list[TelemetryFile]) -> list[TelemetryFile]:
         if found is None:
             out.append(tf)
             continue
-        nodes = node_names(found, known | {tf.node})
+        nodes = node_names(found, known, tf.node)
         for position, name in enumerate(found):
             node = nodes[name] if len(under[name]) == 1 else f"{tf.node}/{nodes[name]}"
             out.append(
@@ -222,10 +222,15 @@ def split_merged(files: list[TelemetryFile]) -> list[TelemetryFile]:
     return out
 
 
-def node_names(names: dict[str, bool], known: set[str]) -> dict[str, str]:
+def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[str, str]:
     """The node each name of one merged file is read as (see the module docstring), given
-    whether each leads an engine's line: a pod is its engine container's node, and its other
-    containers (a mesh's proxy) are nodes of their own.
+    whether each leads an engine's line, the nodes the other files name (`known`) and the
+    file's own node (`own`).
+
+    A pod is its engine container's node, and its other containers (a mesh's proxy) are nodes
+    of their own. A name becomes the node the other files name when that is the name without
+    compose's replica number, or the name's last part (`sglang-decode-0` is the snapshots'
+    `decode-0`), and no other name of the file would become it.
 
     >>> node_names({"p-0/engine": True, "p-0/istio-proxy": False}, set())
     {'p-0/engine': 'p-0', 'p-0/istio-proxy': 'p-0/istio-proxy'}
@@ -233,15 +238,15 @@ def node_names(names: dict[str, bool], known: set[str]) -> dict[str, str]:
     {'d-0/prefill': 'd-0/prefill', 'd-0/decode': 'd-0/decode'}
     >>> node_names({"prefill-0-1": True, "decode-0-1": True}, {"prefill-0", "decode-0"})
     {'prefill-0-1': 'prefill-0', 'decode-0-1': 'decode-0'}
+    >>> node_names({"sglang-decode-0/engine": True, "b-decode-0/x": True}, {"decode-0"})
+    {'sglang-decode-0/engine': 'sglang-decode-0', 'b-decode-0/x': 'b-decode-0'}
     """
     # Per pod, its containers: those leading engine lines first.
     pods: dict[str, list[str]] = {}
     for name in sorted(names, key=lambda name: not names[name]):
         if "/" in name:
             pods.setdefault(name.split("/", 1)[0], []).append(name)
-    stripped = {name: _REPLICA.sub("", name) for name in names if "/" not in name}
-    taken = [base for name, base in stripped.items() if name not in known and base in known]
-    out: dict[str, str] = {}
+    first: dict[str, str] = {}
     for name in names:
         if "/" in name:
             pod = name.split("/", 1)[0]
@@ -249,12 +254,26 @@ def node_names(names: dict[str, bool], known: set[str]) -> dict[str, str]:
             alone = len(containers) == 1 or (
                 containers[0] == name and not names[containers[1]] and names[name]
             )
-            out[name] = pod if alone else name
+            first[name] = pod if alone else name
         else:
-            base = stripped[name]
-            adopt = name not in known and base in known and taken.count(base) == 1
-            out[name] = base if adopt else name
-    return out
+            first[name] = name
+    adopted = {name: _known_as(node, known, own) for name, node in first.items()}
+    claims = [node for node in adopted.values() if node is not None]
+    return {
+        name: node if node is not None and claims.count(node) == 1 else first[name]
+        for name, node in adopted.items()
+    }
+
+
+def _known_as(node: str, known: set[str], own: str) -> str | None:
+    """The node the other files (or the file's own name) give `node`, if exactly one."""
+    if "/" in node or node in known:
+        return None
+    base = _REPLICA.sub("", node)
+    if base in known or base == own:
+        return base
+    ends = {k for k in known for name in (node, base) if name.endswith(("-" + k, "_" + k))}
+    return ends.pop() if len(ends) == 1 else None
 
 
 def own_lines(
