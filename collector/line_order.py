@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from collector.files import ReadStats
 
 # The start of a file is read in growing pieces until its timed lines span this much.
-_SNIFF_BYTES: Final = (256 << 10, 1 << 20, 4 << 20, 16 << 20)
+_SNIFF_BYTES: Final = (64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+# Timed lines enough to tell the order, once they move.
+_ENOUGH_TIMED: Final = 64
 _TAIL_BYTES: Final = 256 << 10
 _MIN_TIMED: Final = 10
 # Newest first: the first timed line is later than the last by this much, and at most this
@@ -60,7 +62,10 @@ def line_time(line: str) -> float | None:
 def runs_backwards(lines: list[str], time_of: LineTime = line_time) -> bool:
     """Whether these lines of a file (whole lines) run back in time: newest first. Steps longer
     than a run's gap (where one export was appended to another) are not counted."""
-    times = [when for line in lines if (when := time_of(line)) is not None]
+    return _backwards([when for line in lines if (when := time_of(line)) is not None])
+
+
+def _backwards(times: list[float]) -> bool:
     steps = _steps(times)
     back = -sum(step for step in steps if step < 0)
     forward = sum(step > 0 for step in steps)
@@ -84,38 +89,59 @@ def _moves(times: list[float]) -> bool:
     return len(times) >= _MIN_TIMED and sum(map(abs, _steps(times))) >= _MIN_SPAN_SECONDS
 
 
+def _leading_times(lines: Iterable[str], time_of: LineTime) -> list[float]:
+    """The times of these lines, in order, up to the first `_ENOUGH_TIMED` once they move: what
+    the order is judged on (a file of thousands of lines is not read whole to tell it)."""
+    times: list[float] = []
+    moved = 0.0
+    for line in lines:
+        when = time_of(line)
+        if when is None:
+            continue
+        if times and abs(when - times[-1]) <= _RUN_GAP_SECONDS:
+            moved += abs(when - times[-1])
+        times.append(when)
+        if len(times) >= _ENOUGH_TIMED and moved >= _MIN_SPAN_SECONDS:
+            break
+    return times
+
+
 def newest_first(path: Path, time_of: LineTime = line_time) -> bool:
     """Whether a log file was written newest line first (see the module docstring)."""
-    lines: list[str] = []
+    times: list[float] = []
     for size in _SNIFF_BYTES:
-        lines = head_lines(path, size)
-        if _moves([when for line in lines if (when := time_of(line)) is not None]):
+        lines, whole = _head(path, size)
+        times = _leading_times(lines, time_of)
+        if _moves(times) or whole:
             break
-        if len(lines) < size // 4096 and size > _SNIFF_BYTES[0]:
-            break  # the whole file was read
-    if not runs_backwards(lines, time_of):
+    if not _backwards(times):
         return False
     # The end must agree: running back in time itself (newest-first exports appended to one
     # another), or, when it is one busy second, older than the start.
-    tail_lines = _tail_lines(path)
-    tail = [when for line in tail_lines if (when := time_of(line)) is not None]
+    tail = _leading_times(reversed(_tail_lines(path)), time_of)[::-1]
     if _moves(tail):
-        return runs_backwards(tail_lines, time_of)
-    first = next(when for line in lines if (when := time_of(line)) is not None)
-    return not tail or tail[-1] < first
+        return _backwards(tail)
+    return not tail or tail[-1] < times[0]
 
 
 def head_lines(path: Path, size: int = _SNIFF_BYTES[0]) -> list[str]:
     """The whole lines in the first `size` bytes of a file (gzip read through)."""
+    return _head(path, size)[0]
+
+
+def _head(path: Path, size: int) -> tuple[list[str], bool]:
+    """`head_lines`, and whether they are the whole file."""
     try:
         with open(path, "rb") as raw:
             head = raw.read(size)
+            whole = len(head) < size
             if head[:2] == b"\x1f\x8b":
                 head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, size)
+                whole = whole and len(head) < size
     except (OSError, zlib.error):
-        return []
+        return [], True
     lines = head.decode("utf-8", "replace").split("\n")
-    return lines[:-1] if len(lines) > 1 else lines
+    return (lines[:-1] if len(lines) > 1 else lines), whole
 
 
 def _tail_lines(path: Path) -> list[str]:
