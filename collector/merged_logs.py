@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from collector.line_order import head_lines
-from collector.sglang.runtime_wrappers import LOKI_LABELS, RFC3339
+from collector.sglang.runtime_wrappers import (
+    LOKI_LABELS,
+    MONTH,
+    MONTH_INITIALS,
+    RFC3339,
+    SYSLOG_TAG,
+)
 
 if TYPE_CHECKING:
     from collector.files import ReadStats, TelemetryFile
@@ -67,11 +73,8 @@ _SOURCE_LABELS: Final = (
 # A journal's or syslog's `<stamp> host prog[pid]: ` (`journalctl -u sglang-prefill -u
 # sglang-decode`): the program names the source, once two programs print an engine's lines (one
 # unit's journal is a log like any other, its tag unwrapped with the line).
-_MONTH_INITIALS: Final = "ADFJMNOS"
 _JOURNAL: Final = re.compile(
-    f"(?:{RFC3339}"
-    + r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
-    + r" [A-Za-z0-9][\w.-]* (?P<program>[\w.@/-]+?)(?:\[\d+\])?: "
+    f"(?:{RFC3339}|{MONTH}" + r" [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,6})?) " + SYSLOG_TAG
 )
 # Words a logging format puts before a bar (`INFO     | message`): levels, not sources.
 _LEVELS: Final = frozenset(
@@ -80,8 +83,7 @@ _LEVELS: Final = frozenset(
 # What an engine's line opens with, behind a name: SGLang's prefix, a runtime's RFC 3339 stamp
 # (`--timestamps`), a JSON record, syslog's month. A table's `key | value` rows open with none.
 _ENGINE_OPENING: Final = re.compile(
-    r"\[\d|\d{4}-\d\d-\d\dT\d\d:\d\d|\{"
-    r"|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
+    r"\[\d|\d{4}-\d\d-\d\dT\d\d:\d\d|\{" + f"|{MONTH}" + r" [ \d]\d "
 )
 # SGLang's own prefix (a date and a time, or an old build's time alone), behind a runtime's
 # stamp or not: what marks a pod's engine container among its others (a mesh proxy's access
@@ -109,7 +111,7 @@ def line_source(line: str) -> tuple[str, int] | None:
     first = line[:1]
     if first.isdigit():
         return _logcli_source(line) or _journal_source(line)
-    if first in _MONTH_INITIALS and (journal := _journal_source(line)) is not None:
+    if first in MONTH_INITIALS and (journal := _journal_source(line)) is not None:
         return journal
     if first == "[":
         m = _KUBECTL.match(line)
@@ -303,7 +305,7 @@ def own_lines(
                 and not line.startswith(opening)
                 and first_char != "\x1b"
                 and not first_char.isdigit()  # logcli's stamp, the name after it
-                and first_char not in _MONTH_INITIALS  # syslog's month
+                and first_char not in MONTH_INITIALS  # syslog's month
             ):
                 kept.append(DROPPED)
                 continue

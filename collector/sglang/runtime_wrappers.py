@@ -37,7 +37,8 @@ _KUBECTL: Final = re.compile(RFC3339 + r" ")
 # After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
 # rsyslog's high-precision template (`2026-09-01T10:00:00+0000 gpu-7 python3[123]: `). A host
 # is a name, never a word followed by a colon, so a request line (`Finish: obj=…`) is none.
-_SYSLOG_TAG: Final = re.compile(r"[A-Za-z0-9][\w.-]* [\w.@/-]+(?:\[\d+\])?: ")
+SYSLOG_TAG: Final = r"[A-Za-z0-9][\w.-]* (?P<program>[\w.@/-]+)(?:\[\d+\])?: "
+_SYSLOG_TAG: Final = re.compile(SYSLOG_TAG)
 # After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
 # when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
 LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
@@ -55,6 +56,9 @@ _MONTHS: Final = (
     "Nov",
     "Dec",
 )
+MONTH: Final = "(?:" + "|".join(_MONTHS) + ")"
+# What a syslog line can start with: a month's first letter.
+MONTH_INITIALS: Final = "".join(sorted({month[0] for month in _MONTHS}))
 _SYSLOG: Final = re.compile(
     r"("
     + "|".join(_MONTHS)
@@ -122,7 +126,7 @@ class RuntimeLines:
                 return _with_prefix(line[(tag or m).end() :], _epoch(m))
         elif first == "{" and line.startswith('{"log"'):
             return self._docker(line)
-        elif last_time is not None and first in "ADFJMNOS":
+        elif last_time is not None and first in MONTH_INITIALS:
             m = _SYSLOG.match(line)
             if m is not None:
                 return _with_prefix(line[m.end() :], _syslog_epoch(m, last_time))
