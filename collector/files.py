@@ -28,6 +28,7 @@ from typing import BinaryIO, Final, Literal
 from collector.events import parse_iso_time
 from collector.line_order import line_time, newest_first, oldest_first
 from collector.merged_logs import line_source, own_lines, split_merged
+from collector.repeated_lines import one_log
 from collector.sglang.request_log import cut_record
 
 FileKind = Literal["log", "prom", "json", "otlp"]
@@ -44,6 +45,8 @@ _ROTATION = re.compile(
     r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|[.-](?P<date>\d{4}-?\d\d-?\d\d(?:[T_-]?\d\d)?))$"
 )
 _HOURLY_SUFFIX = re.compile(r"[-_.](\d{8}(?:[_T-]?\d\d)?)$")
+# What a browser, Finder or Explorer adds to a file saved again under the same name.
+_COPY_MARK = re.compile(r"(?: \(\d{1,3}\)| - Copy(?: \(\d{1,3}\))?| copy(?: \d{1,3})?)$")
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
 _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".server_info.json", "json"),
@@ -123,6 +126,11 @@ def describe(path: Path) -> TelemetryFile | None:
         if name.endswith(ext):
             name, kind = name[: -len(ext)], ext_kind
             break
+    # A copy saved beside the file (`decode-0 (1).log`, `decode-0 - Copy.log`) is the same
+    # node's log, read in the order of its first line (`collector.repeated_lines`).
+    copied = _COPY_MARK.search(name)
+    if copied and copied.start() > 0:
+        name = name[: copied.start()]
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = hourly.group(1)
@@ -253,14 +261,33 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     parents: dict[tuple[str, FileKind], set[Path]] = {}
     for f in files:
         parents.setdefault((f.node, f.kind), set()).add(f.path.parent)
+    copies = {key for key, folders in parents.items() if len(folders) > 1 and _copies(key, files)}
     names: dict[Path, str] = {}
-    for folders in parents.values():
-        if len(folders) > 1:
+    for key, folders in parents.items():
+        if len(folders) > 1 and key not in copies:
             names.update(folder_names(folders))
     return [
-        replace(f, node=names[f.path.parent]) if len(parents[(f.node, f.kind)]) > 1 else f
+        replace(f, node=names[f.path.parent])
+        if len(parents[(f.node, f.kind)]) > 1 and (f.node, f.kind) not in copies
+        else f
         for f in files
     ]
+
+
+def _copies(key: tuple[str, FileKind], files: list[TelemetryFile]) -> bool:
+    """Whether one name's logs in several folders are copies or exports of one node's log
+    (`collector.repeated_lines`), not the logs of one host per folder."""
+    if key[1] != "log":
+        return False
+    by_folder: dict[Path, list[TelemetryFile]] = {}
+    for f in files:
+        if (f.node, f.kind) == key:
+            by_folder.setdefault(f.path.parent, []).append(f)
+    oldest_first = [
+        [f.path for f in sorted(group, key=lambda f: (f.order, str(f.path)))]
+        for group in by_folder.values()
+    ]
+    return one_log(oldest_first)
 
 
 def folder_names(folders: set[Path]) -> dict[Path, str]:
@@ -331,7 +358,11 @@ class _Ending:
 
 
 def _open_blocks(
-    path: Path, stats: ReadStats, ending: _Ending, byte_range: tuple[int, int] | None = None
+    path: Path,
+    stats: ReadStats,
+    ending: _Ending,
+    byte_range: tuple[int, int] | None = None,
+    block_size: int | None = None,
 ) -> Iterator[bytes]:
     """Yield the file's bytes in blocks, decompressing gzip (by magic, not by name); `ending`
     learns whether the stream ended early.
@@ -350,11 +381,11 @@ def _open_blocks(
         magic = handle.read(2)
         handle.seek(0)
         if magic == b"\x1f\x8b":
-            yield from _gunzip_blocks(handle, stats, ending)
+            yield from _gunzip_blocks(handle, stats, ending, block_size)
         else:
             size, read = os.fstat(handle.fileno()).st_size, 0
             while True:
-                block = handle.read(BLOCK_SIZE)
+                block = handle.read(block_size or BLOCK_SIZE)
                 if not block:
                     break
                 read += len(block)
@@ -368,7 +399,9 @@ def _open_blocks(
         handle.close()
 
 
-def _gunzip_blocks(handle: BinaryIO, stats: ReadStats, ending: _Ending) -> Iterator[bytes]:
+def _gunzip_blocks(
+    handle: BinaryIO, stats: ReadStats, ending: _Ending, block_size: int | None = None
+) -> Iterator[bytes]:
     """Stream-decompress gzip (multi-member too), yielding everything up to any damage.
 
     `gzip.GzipFile` discards the last partial block when the file is cut short; a shipper killed
@@ -377,7 +410,7 @@ def _gunzip_blocks(handle: BinaryIO, stats: ReadStats, ending: _Ending) -> Itera
     inflater = zlib.decompressobj(wbits=31)
     member_open = False
     while True:
-        compressed = handle.read(BLOCK_SIZE)
+        compressed = handle.read(block_size or BLOCK_SIZE)
         if not compressed:
             break
         while compressed:
@@ -427,7 +460,10 @@ def _range_blocks(
 
 
 def read_line_blocks(
-    path: Path, stats: ReadStats, byte_range: tuple[int, int] | None = None
+    path: Path,
+    stats: ReadStats,
+    byte_range: tuple[int, int] | None = None,
+    block_size: int | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """(number of the first line, lines) per block read; CRLF, NULs, bad UTF-8, giant lines handled.
 
@@ -442,7 +478,7 @@ def read_line_blocks(
     skipping = False
     number = 0
     ending = _Ending()
-    for block in _open_blocks(path, stats, ending, byte_range):
+    for block in _open_blocks(path, stats, ending, byte_range, block_size):
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
@@ -491,14 +527,17 @@ def read_line_blocks(
 
 
 def file_line_blocks(
-    tf: TelemetryFile, stats: ReadStats, byte_range: tuple[int, int] | None = None
+    tf: TelemetryFile,
+    stats: ReadStats,
+    byte_range: tuple[int, int] | None = None,
+    block_size: int | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
-    its name's lines."""
+    its name's lines. A small `block_size` reads little of a file that is only begun."""
     if tf.newest_first and byte_range is None:
         blocks = oldest_first(tf.path, stats, _line_time_of(tf))
     else:
-        blocks = read_line_blocks(tf.path, stats, byte_range)
+        blocks = read_line_blocks(tf.path, stats, byte_range, block_size)
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)

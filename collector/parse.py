@@ -28,6 +28,7 @@ from collector.files import (
     is_export,
     read_lines,
 )
+from collector.repeated_lines import RepeatedLines, in_reading_order
 from collector.sglang.log_clock import LogClock, log_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
@@ -67,6 +68,9 @@ class ParseStats:
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
     newest_first_logs: list[str] = field(default_factory=list)
+    # Logs whose first lines an earlier file of the same node held, read once
+    # (`collector.repeated_lines`): path -> (lines skipped, the earlier file).
+    repeated_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -105,6 +109,7 @@ class ParseStats:
             self.note_merged(path, names)
         for path in other.newest_first_logs:
             self.note_newest_first(path)
+        self.repeated_lines.update(other.repeated_lines)
 
     def note_newest_first(self, path: str) -> None:
         if path not in self.newest_first_logs:
@@ -146,6 +151,7 @@ def file_events(
     batch_lane: BatchSink | None = None,
     keep_metric: Callable[[str | None], bool] | None = None,
     clock: LogClock | None = None,
+    repeats: RepeatedLines | None = None,
 ) -> Iterator[Event]:
     """Events of one file. Logs line by line; `.prom` and JSON snapshots as whole documents.
 
@@ -153,7 +159,8 @@ def file_events(
     from the start of the range). With `batch_lane`, batch lines it takes are counted but not
     yielded (see `LineParser`). With `keep_metric`, a `.prom` file's samples whose signal it
     refuses are counted as metric events but never built (see `parse_exposition`). A log's
-    prefix times are moved to UTC by `clock` (see `stream_clock`).
+    prefix times are moved to UTC by `clock` (see `stream_clock`). With `repeats` (the
+    node's whole log stream), lines an earlier file of the stream held are read once.
     """
     if byte_range is None or byte_range[0] == 0:
         if tf.counted:
@@ -173,7 +180,11 @@ def file_events(
         # Kinds whose lines the lane takes (no event): counted as events without `count`'s tests.
         taken = BATCH_KINDS if batch_lane is not None else frozenset()
         try:
-            for first, lines in file_line_blocks(tf, read, byte_range):
+            if repeats is not None and byte_range is None:
+                blocks = repeats.blocks(tf, read)
+            else:
+                blocks = file_line_blocks(tf, read, byte_range)
+            for first, lines in blocks:
                 for number, line in enumerate(lines, first):
                     if len(line) <= 1 and (not line or line == DROPPED):
                         if not line:
@@ -193,6 +204,9 @@ def file_events(
             if tf.counted:
                 stats.absorb(read)
             stats.dropped.update(parser.close())
+            repeated = repeats.repeated(tf) if repeats is not None else None
+            if repeated is not None:
+                stats.repeated_lines[str(tf.path)] = (repeated[0], str(repeated[1]))
         return
     if tf.kind == "otlp":
         yield from _trace_events(tf, stats, read)
@@ -296,7 +310,9 @@ def streams_of(
     for tf in discover(paths, skipped):
         kind = EXPORT_STREAM if tf.kind == "log" and is_export(tf.path) else tf.kind
         streams.setdefault((tf.node, kind), []).append(tf)
-    return streams
+    return {
+        key: in_reading_order(files) if key[1] == "log" else files for key, files in streams.items()
+    }
 
 
 def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
@@ -317,6 +333,11 @@ def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
         yield event
 
 
+def stream_repeats(key: tuple[str, str], files: list[TelemetryFile]) -> RepeatedLines | None:
+    """The read-once watch of a node's log stream (None for snapshots and exports)."""
+    return RepeatedLines(files) if key[1] == "log" and len(files) > 1 else None
+
+
 def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock | None:
     """The zone of a node's log stream, as its first stamped lines tell it (None for other
     streams: exports and snapshots are UTC)."""
@@ -335,8 +356,9 @@ def stream_events(
     key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
 ) -> Iterator[Event]:
     clock = stream_clock(key, files)
+    repeats = stream_repeats(key, files)
     for tf in files:
-        yield from file_events(tf, stats, clock=clock)
+        yield from file_events(tf, stats, clock=clock, repeats=repeats)
     note_clock(key, clock, stats)
 
 

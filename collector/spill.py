@@ -33,6 +33,7 @@ from collector.parse import (
     merge_by_time,
     note_clock,
     stream_clock,
+    stream_repeats,
     streams_of,
 )
 from collector.sglang.batch import BatchSample, BatchSampler
@@ -183,8 +184,11 @@ def _stream(
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
     clock = stream_clock(key, files)
+    repeats = stream_repeats(key, files)
     for tf in files:
-        for event in file_events(tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock):
+        for event in file_events(
+            tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock, repeats=repeats
+        ):
             if outbox:  # what the lane's lines shipped comes before this event
                 yield from outbox
                 outbox.clear()

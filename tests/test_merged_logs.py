@@ -218,11 +218,17 @@ def _nodes(*paths: Path) -> list[tuple[str, str | None]]:
 
 
 def test_one_compose_project_on_two_hosts_is_two_sets_of_nodes(tmp_path: Path) -> None:
-    """Both hosts print `prefill-0-1`: read as one node, host b's history followed host a's."""
-    for host in ("host-a", "host-b"):
+    """Both hosts print `prefill-0-1`: read as one node, host b's history followed host a's.
+    (Their lines differ, as two hosts' do: the same lines in two folders are copies of one
+    file, `collector.repeated_lines`.)"""
+    for offset, host in ((0, "host-a"), (30, "host-b")):
         _write(
             tmp_path / host / "all.log",
-            [_compose(n, _ENGINE_LINE.format(second=i)) for i in range(5) for n in ("p", "d")],
+            [
+                _compose(n, _ENGINE_LINE.format(second=offset + i))
+                for i in range(5)
+                for n in ("p", "d")
+            ],
         )
     assert _nodes(tmp_path) == [
         ("host-a/d-1", "d-1"),

@@ -30,7 +30,14 @@ from typing import Any, Final
 from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts, mode_doubt
 from collector.events import Event
 from collector.files import ReadStats, TelemetryFile, discover, is_export, read_lines
-from collector.parse import MAX_DOCUMENT_BYTES, ParseStats, file_events, stream_clock
+from collector.parse import (
+    MAX_DOCUMENT_BYTES,
+    ParseStats,
+    file_events,
+    stream_clock,
+    stream_repeats,
+)
+from collector.repeated_lines import in_reading_order
 from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
 
 _CONFIG_KINDS: Final = frozenset(
@@ -164,9 +171,18 @@ def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
         index = 0
         node_logs = logs.get(node, [])
         # Snapshots are dated in UTC: the logs are too, once their zone is known.
-        clock = stream_clock((node, "log"), [tf for tf in node_logs if not is_export(tf.path)])
+        own_logs = in_reading_order([tf for tf in node_logs if not is_export(tf.path)])
+        clock = stream_clock((node, "log"), own_logs)
+        repeats = stream_repeats((node, "log"), own_logs)
+        node_logs = own_logs + [tf for tf in node_logs if is_export(tf.path)]
         for tf in node_logs:
-            for event in file_events(tf, stats, clock=None if is_export(tf.path) else clock):
+            exported = is_export(tf.path)
+            for event in file_events(
+                tf,
+                stats,
+                clock=None if exported else clock,
+                repeats=None if exported else repeats,
+            ):
                 if event.time is not None:
                     while index < len(pending) and _time_key(pending[index]) <= event.time:
                         tracker.feed(pending[index])

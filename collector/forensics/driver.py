@@ -35,6 +35,7 @@ from collector.forensics.report import (
     merged_logs_line,
     newest_first_line,
     possible_line,
+    repeated_lines_line,
     write_findings_csv,
     write_html,
     write_markdown,
@@ -505,6 +506,10 @@ def build_summary(
             },
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "newest_first_logs": list(stats.newest_first_logs),
+            "repeated_lines": {
+                path: {"lines": lines, "earlier": earlier}
+                for path, (lines, earlier) in sorted(stats.repeated_lines.items())
+            },
             "seconds": read["seconds"],
             "mb_per_second": read["mb_per_second"],
         },
@@ -647,6 +652,7 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),
         ("NEWEST FIRST: ", newest_first_line),
+        ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),
     ):
         line = said(summary)

@@ -176,6 +176,28 @@ def newest_first_line(summary: dict[str, Any]) -> str:
     return f"{names} {verb} written newest line first (logcli? Grafana?): read from the end."
 
 
+def repeated_lines_line(summary: dict[str, Any]) -> str:
+    """Logs that began with lines an earlier file of their node held (copies, exports saved
+    again later), read once: said, since the lines read count them and the events do not."""
+    repeated: dict[str, dict[str, Any]] = summary["input"].get("repeated_lines") or {}
+    if not repeated:
+        return ""
+    parts = []
+    for path, said in list(repeated.items())[:_LISTED_REPEATS]:
+        later, earlier = Path(path), Path(said["earlier"])
+        if later.name == earlier.name:  # a copy in another folder: the folders tell them apart
+            later, earlier = Path(*later.parts[-2:]), Path(*earlier.parts[-2:])
+        else:
+            later, earlier = Path(later.name), Path(earlier.name)
+        parts.append(f"{later} began with {said['lines']:,} lines {earlier} held")
+    if len(repeated) > _LISTED_REPEATS:
+        parts.append(f"{len(repeated) - _LISTED_REPEATS:,} more files alike")
+    return f"{'; '.join(parts)}: each line read once."
+
+
+_LISTED_REPEATS = 5
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -294,6 +316,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         log_zones_line,
         merged_logs_line,
         newest_first_line,
+        repeated_lines_line,
         late_lines_line,
     ):
         line = said(summary)

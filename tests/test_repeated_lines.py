@@ -1,0 +1,166 @@
+"""A node's lines saved twice (a copy in another folder, `kubectl logs` saved again an hour
+later, a browser's `decode-0 (1).log`) are read once, and the copy is the same node.
+
+Before: a copy of the abort race's decode log in a second folder made two nodes named after
+the folders (`logs`, `cp`), the snapshots' `decode-0` a third with no lines, 47 kv-canary
+criticals instead of 28 and one transfer-failure storm lost; an export saved again later made
+every repeated request line "late" and blamed a clock.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from collector.files import discover
+from collector.forensics.driver import run_forensics
+from collector.forensics.report import repeated_lines_line
+from collector.parse import ParseStats, events_by_node
+from simulator.offline import run_offline
+from simulator.scenario import load_scenario
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+SCHEMA_PATH = Path(__file__).parents[1] / "collector" / "forensics" / "schema.json"
+
+
+def _line(second: int, what: str = "Decode batch, #running-req: 1, #token: 9") -> str:
+    return f"[2026-09-06 00:{second // 60:02d}:{second % 60:02d} TP0] {what}"
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _events(*paths: Path) -> tuple[list[tuple[str, str, float | None]], ParseStats]:
+    stats = ParseStats()
+    events = [(e.node, e.kind, e.time) for e in events_by_node([str(p) for p in paths], stats)]
+    return events, stats
+
+
+def _batches(seconds: range, tag: str = "") -> list[str]:
+    return [_line(s, f"Decode batch, #running-req: {s % 7}, #token: {s}{tag}") for s in seconds]
+
+
+def test_an_export_saved_again_later_is_read_once(tmp_path: Path) -> None:
+    whole = _batches(range(0, 600))
+    _write(tmp_path / "one" / "decode-0.log", whole)
+    expected, _ = _events(tmp_path / "one")
+
+    _write(tmp_path / "two" / "decode-0.log", whole[:400])
+    _write(tmp_path / "two" / "decode-0 (1).log", whole[150:])  # saved again an hour later
+    events, stats = _events(tmp_path / "two")
+
+    assert events == expected
+    assert stats.lines == 850  # every line read is counted as read
+    later = str(tmp_path / "two" / "decode-0 (1).log")
+    assert stats.repeated_lines == {later: (250, str(tmp_path / "two" / "decode-0.log"))}
+
+
+def test_a_copy_in_another_folder_is_the_same_node_read_once(tmp_path: Path) -> None:
+    lines = _batches(range(0, 300))
+    _write(tmp_path / "logs" / "decode-0.log", lines)
+    (tmp_path / "backup").mkdir()
+    with gzip.open(tmp_path / "backup" / "decode-0.log.gz", "wt") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    _write(tmp_path / "snapshots" / "decode-0@20260906T000000Z.prom", ["# empty"])
+
+    assert {f.node for f in discover([tmp_path])} == {"decode-0"}
+    events, stats = _events(tmp_path / "logs", tmp_path / "backup")
+    alone, _ = _events(tmp_path / "logs")
+    assert events == alone
+    assert list(stats.repeated_lines.values())[0][0] == 300
+
+
+def test_an_earlier_export_lying_inside_the_later_one_is_read_once(tmp_path: Path) -> None:
+    lines = _batches(range(0, 400))
+    _write(tmp_path / "a" / "decode-0.log", lines)
+    _write(tmp_path / "b" / "decode-0.log", lines[100:200])  # `--since`, saved first
+    events, stats = _events(tmp_path)
+    alone, _ = _events(tmp_path / "a")
+    assert events == alone
+    assert [lines for lines, _ in stats.repeated_lines.values()] == [100]
+
+
+def test_two_hosts_logging_under_one_name_stay_two_nodes(tmp_path: Path) -> None:
+    """Same file name, different lines: the folder-per-host layout, nothing skipped."""
+    _write(tmp_path / "host-a" / "sglang.log", _batches(range(0, 100)))
+    _write(tmp_path / "host-b" / "sglang.log", _batches(range(0, 100), tag="0"))
+    events, stats = _events(tmp_path)
+    assert Counter(node for node, _, _ in events) == {"host-a": 100, "host-b": 100}
+    assert stats.repeated_lines == {}
+
+
+def test_a_later_file_whose_first_line_recurs_but_then_differs_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """The later file's first line stands in the earlier file, then the two part: a match of
+    one line is no repeat, and every line of both is read."""
+    earlier = _batches(range(0, 200))
+    later = [earlier[120], *_batches(range(200, 300), tag="1")]
+    _write(tmp_path / "decode-0.log.1", earlier)
+    _write(tmp_path / "decode-0.log", later)
+    events, stats = _events(tmp_path)
+    assert len(events) == 301
+    assert stats.repeated_lines == {}
+
+
+def test_rotated_files_that_do_not_overlap_are_read_whole(tmp_path: Path) -> None:
+    _write(tmp_path / "decode-0.log.2", _batches(range(0, 100)))
+    _write(tmp_path / "decode-0.log.1", _batches(range(100, 200)))
+    _write(tmp_path / "decode-0.log", _batches(range(200, 300)))
+    events, stats = _events(tmp_path)
+    assert [t for _, _, t in events] == sorted(t for _, _, t in events)
+    assert len(events) == 300 and stats.repeated_lines == {}
+
+
+@pytest.fixture(scope="module")
+def abort_race(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("abort-race")
+    run_offline(load_scenario(SCENARIOS / "abort-race-storm-small.yaml"), folder)
+    return folder
+
+
+def _findings(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    return sorted(
+        (f["detector"], f["severity"], f["node"], str(f["bootstrap_room"]), f["time"])
+        for f in summary["findings"]
+    )
+
+
+def test_the_abort_race_with_its_decode_log_saved_twice_is_the_abort_race(
+    tmp_path: Path, abort_race: Path
+) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(abort_race / "logs" / "decode-0.log", copy / "decode-0.log")
+    inputs = [abort_race / "logs", abort_race / "snapshots"]
+    alone = run_forensics([str(p) for p in inputs], tmp_path / "alone", write_parquet=False)
+    twice = run_forensics(
+        [str(p) for p in [*inputs, copy]], tmp_path / "twice", write_parquet=False, workers=2
+    ).summary
+    assert _findings(twice) == _findings(alone.summary)
+    canaries = [f for f in twice["findings"] if f["detector"] == "kv_canary_violation"]
+    assert canaries and {f["node"] for f in canaries} == {"decode-0"}
+    repeated = twice["input"]["repeated_lines"]
+    assert list(repeated) == [str(copy / "decode-0.log")]
+    assert "copy/decode-0.log began with" in repeated_lines_line(twice)
+    assert alone.summary["input"]["repeated_lines"] == {}
+    jsonschema.validate(twice, json.loads(SCHEMA_PATH.read_text()))
+
+
+def test_a_line_logged_twice_across_a_rotation_is_read_twice(tmp_path: Path) -> None:
+    """The same batch line in one second on both sides of a rotation is two lines, not a copy."""
+    earlier = _batches(range(0, 100))
+    _write(tmp_path / "decode-0.log.1", earlier)
+    _write(tmp_path / "decode-0.log", [earlier[-1], *_batches(range(100, 200))])
+    events, stats = _events(tmp_path)
+    assert len(events) == 201 and stats.repeated_lines == {}
