@@ -15,6 +15,7 @@ writer still writing or a copy cut short (`truncated_request_line`; see
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import stat
@@ -62,7 +63,13 @@ _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".out", "log"),
     (".err", "log"),
 )
-_SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".zip", ".tar", ".pyc")
+_SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
+# Bundles of files: not read inside, but counted (`archive_not_read`) and said, so that logs
+# left in a support bundle are not taken for logs that were read. A `.tar.gz` read as one gzip
+# log was every engine's lines as one node, and tar headers as binary lines.
+ARCHIVE_SUFFIXES: Final = (
+    ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".zip", ".7z",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +199,9 @@ def discover(
     for raw in paths:
         root = Path(raw)
         for path in _regular_files(root, skip) if root.is_dir() else _checked([root], skip):
+            if path.name.lower().endswith(ARCHIVE_SUFFIXES):
+                skip["archive_not_read"] += 1
+                continue
             described = describe(path)
             if described is not None:
                 found.append(described)
@@ -226,13 +236,22 @@ def _exports_to_hosts(files: list[TelemetryFile]) -> list[TelemetryFile]:
 
 
 def _regular_files(root: Path, skip: Counter[str]) -> list[Path]:
-    """The regular files under `root`, not following links into folders (as `rglob` does)."""
+    """The regular files under `root`, through links to folders too (a case folder often
+    links to where the logs lie), each folder once: a link back up (a loop) or a second way
+    to a folder already walked is counted (`folder_reached_twice`) and not walked again."""
     candidates: list[Path] = []
+    walked: set[str] = set()
 
     def unreadable(_: OSError) -> None:
         skip["unreadable_folder"] += 1
 
-    for folder, _, names in os.walk(root, onerror=unreadable):
+    for folder, folders, names in os.walk(root, onerror=unreadable, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in walked:
+            skip["folder_reached_twice"] += 1
+            folders[:] = []
+            continue
+        walked.add(real)
         candidates.extend(Path(folder, name) for name in names)
     return sorted(_checked(candidates, skip))
 
@@ -478,7 +497,10 @@ def read_line_blocks(
     skipping = False
     number = 0
     ending = _Ending()
-    for block in _open_blocks(path, stats, ending, byte_range, block_size):
+    blocks = _open_blocks(path, stats, ending, byte_range, block_size)
+    if byte_range is None or byte_range[0] == 0:
+        blocks = _as_utf8(blocks)
+    for block in blocks:
         cut = block.rfind(b"\n")
         if cut < 0:
             carry += block
@@ -524,6 +546,40 @@ def read_line_blocks(
             else:
                 yield number, lines
     stats.lines += number
+
+
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
+_UTF16_BOMS: Final = (b"\xff\xfe", b"\xfe\xff")
+
+
+def _as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """The blocks as UTF-8: a byte-order mark left by an editor is taken off, and UTF-16 (what
+    Windows PowerShell's `>` writes: every line would otherwise be binary) is turned into
+    UTF-8 as it is read. Told by the mark, or, without one, by a start of ASCII every other
+    byte."""
+    first = next(blocks, b"")
+    if first.startswith(_UTF16_BOMS) or _utf16_without_mark(first):
+        encoding = "utf-16" if first.startswith(_UTF16_BOMS) else "utf-16-le"
+        decoder = codecs.getincrementaldecoder(encoding)("replace")
+        yield decoder.decode(first).encode("utf-8", "surrogatepass")
+        for block in blocks:
+            yield decoder.decode(block).encode("utf-8", "surrogatepass")
+        yield decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+        return
+    if first.startswith(_UTF8_BOM):
+        first = first[len(_UTF8_BOM) :]
+    if first:
+        yield first
+    yield from blocks
+
+
+def _utf16_without_mark(head: bytes) -> bool:
+    """Little-endian UTF-16 text without a mark: NULs at every odd byte, few at even ones."""
+    sample = head[:4096]
+    if len(sample) < 64:
+        return False
+    odd_nuls = sample[1::2].count(0)
+    return odd_nuls > 0.9 * (len(sample) // 2) and sample[0::2].count(0) < len(sample) // 20
 
 
 def file_line_blocks(

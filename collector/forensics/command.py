@@ -86,6 +86,7 @@ def load_detection_config(path: Path | None) -> object:
 
 def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from collector.forensics.driver import print_outcome, run_forensics, stderr_is_terminal
+    from collector.forensics.report import not_judged_line
     from detectors.pipeline import PipelineConfig
 
     if args.workers is not None and args.workers < 1:
@@ -123,14 +124,10 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if result.summary["input"]["files"] == 0:
         err.write("kvwatch forensics: no telemetry files found in the given paths\n")
         return 2
-    if not result.summary["nodes"] and not result.summary["requests"]["total"]:
-        # Files, but nothing SGLang in them (the wrong folder): "no exposed responses" would
-        # read as an all-clear.
-        err.write(
-            "kvwatch forensics: NOT JUDGED: no SGLang telemetry recognised in the input "
-            f"({result.summary['input']['lines']:,} lines read, no request and no engine "
-            "configuration among them)\n"
-        )
+    if not result.summary["requests"]["total"]:
+        # Files, but no request in them (the wrong folder, an encoding or wrapping not read):
+        # "no exposed responses" would read as an all-clear.
+        err.write(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
         return 2
     found = _failing(result.summary, args.fail_on)
     if found:

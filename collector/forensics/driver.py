@@ -29,13 +29,16 @@ from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
     abort_signals_line,
+    archives_line,
     config_gaps,
     late_lines_line,
     log_zones_line,
     merged_logs_line,
     newest_first_line,
+    not_judged_line,
     possible_line,
     repeated_lines_line,
+    unread_line,
     write_findings_csv,
     write_html,
     write_markdown,
@@ -499,6 +502,7 @@ def build_summary(
             "events_by_kind": read["events_by_kind"],
             "unclassified_engine_lines": read["unclassified_engine_lines"],
             "unclassified_other_lines": read["unclassified_other_lines"],
+            "noise_by_category": read["noise_by_category"],
             "dropped_by_reason": read["dropped_by_reason"],
             "log_utc_offsets": {
                 node: [zone_name(zone) for zone in zones]
@@ -635,8 +639,8 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         if exposure["count"] > 5:
             out.write(f"  ... {exposure['count'] - 5:,} more in the report\n")
     else:
-        if not summary["nodes"] and not summary["requests"]["total"]:
-            out.write("NOT JUDGED: no SGLang request or engine configuration recognised\n")
+        if not summary["requests"]["total"]:
+            out.write(f"NOT JUDGED: {not_judged_line(summary)}\n")
         else:
             out.write("no exposed responses found\n")
     out.write(
@@ -651,6 +655,8 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("", abort_signals_line),
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),
+        ("UNREAD: ", unread_line),
+        ("ARCHIVES: ", archives_line),
         ("NEWEST FIRST: ", newest_first_line),
         ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),

@@ -14,7 +14,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from collector.files import EXPORT_NAME
 from collector.forensics.plots import PlotData, render_all
@@ -198,6 +198,89 @@ def repeated_lines_line(summary: dict[str, Any]) -> str:
 _LISTED_REPEATS = 5
 
 
+def unread_lines(summary: dict[str, Any]) -> dict[str, int]:
+    """Lines read and of no use, by why: dropped (binary, cut, too long), not recognised, or
+    taken for a traceback's continuation (what every line of an unknown wrapping looks like)."""
+    read = summary["input"]
+    reasons = {
+        why: count
+        for why, count in (read.get("dropped_by_reason") or {}).items()
+        if why not in FILE_REASONS
+    }
+    for key, count in (
+        ("unrecognised engine lines", read.get("unclassified_engine_lines", 0)),
+        ("unrecognised lines", read.get("unclassified_other_lines", 0)),
+        ("continuation lines", (read.get("noise_by_category") or {}).get("continuation", 0)),
+    ):
+        if count:
+            reasons[key] = count
+    return reasons
+
+
+# Drops that count files or folders passed over, not lines.
+FILE_REASONS: Final = frozenset(
+    {
+        "archive_not_read",
+        "broken_or_looping_link",
+        "folder_reached_twice",
+        "not_a_regular_file",
+        "unreadable_file",
+        "unreadable_folder",
+    }
+)
+
+
+def archives_line(summary: dict[str, Any]) -> str:
+    """Archives passed over: said, since the logs a responder was given often stay in the
+    support bundle, and a verdict without them is a verdict over part of the input."""
+    count = (summary["input"].get("dropped_by_reason") or {}).get("archive_not_read", 0)
+    if not count:
+        return ""
+    what = "archive was" if count == 1 else "archives were"
+    return (
+        f"{count:,} {what} not read (.tar, .tgz, .zip): extract them and pass the folders; "
+        "what they hold is not in the verdicts."
+    )
+
+
+def unread_line(summary: dict[str, Any]) -> str:
+    """Said when a good part of the lines read could not be used: a verdict over what is left
+    must not pass for a verdict over all of it."""
+    reasons = unread_lines(summary)
+    lines = summary["input"].get("lines", 0)
+    unused = sum(reasons.values())
+    if not lines or unused < max(100, lines * _UNREAD_SHARE):
+        return ""
+    top = ", ".join(
+        f"{why} {count:,}" for why, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+    )
+    return (
+        f"{unused:,} of {lines:,} lines read could not be used ({top}); what they held is "
+        "not in the verdicts."
+    )
+
+
+# The share of unusable lines that is said on its own line.
+_UNREAD_SHARE = 0.05
+
+
+def not_judged_line(summary: dict[str, Any]) -> str:
+    """Why there is no verdict on exposure: no request was recognised, so none can be named,
+    and "no exposed responses" would read as an all-clear."""
+    reasons = unread_lines(summary)
+    lines = summary["input"].get("lines", 0)
+    said = f"no SGLang request line recognised in {lines:,} lines read"
+    if reasons:
+        top = ", ".join(
+            f"{why} {count:,}" for why, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+        )
+        said += f" ({top})"
+    archives = (summary["input"].get("dropped_by_reason") or {}).get("archive_not_read", 0)
+    if archives:
+        said += f", and {archives:,} {'archive' if archives == 1 else 'archives'} not read"
+    return f"{said}; whether responses were exposed cannot be told from this input."
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -304,6 +387,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             f"{exposure['count']:,} client responses probably carried another request's data, "
             f"between {exposure['first']} and {exposure['last']}."
         )
+    elif not summary["requests"]["total"]:
+        lines.append(f"Not judged: {not_judged_line(summary)}")
     else:
         lines.append("No client response was found to carry another request's data.")
     possible = exposure.get("possible") or {}
@@ -314,6 +399,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         abort_signals_line,
         unattributed_exports_line,
         log_zones_line,
+        unread_line,
+        archives_line,
         merged_logs_line,
         newest_first_line,
         repeated_lines_line,
