@@ -42,10 +42,19 @@ DROPPED: Final = "\x00"
 BLOCK_SIZE: Final = 1 << 20
 MAX_LINE_BYTES: Final = 1 << 20
 
-_ROTATION = re.compile(
-    r"^(?P<base>.+?)(?:\.(?P<num>\d{1,4})|[.-](?P<date>\d{4}-?\d\d-?\d\d(?:[T_-]?\d\d)?))$"
-)
-_HOURLY_SUFFIX = re.compile(r"[-_.](\d{8}(?:[_T-]?\d\d)?)$")
+# A date with an hour, minutes and seconds or not: `20260906`, `2026-09-06`, `20260906-12`,
+# `20260906-120000` (the kubelet's), `2026-09-06T12-00`.
+_DATE = r"\d{4}-?\d\d-?\d\d(?:[T_-]?\d\d(?:-?\d\d){0,2})?"
+_ROTATION = re.compile(rf"^(?P<base>.+?)(?:\.(?P<num>\d{{1,4}})|[.-](?P<date>{_DATE}))$")
+_HOURLY_SUFFIX = re.compile(rf"[-_.]({_DATE})$")
+# `split` pieces of one log (`decode-0.log.aa`, `decode-0.log.00` with `-d`): one file, cut
+# anywhere, read as the pieces joined (zero-padded, so never a rotation's `.1`).
+_PIECE = re.compile(r"^(?P<base>.+\.(?:log|txt|out|err|jsonl))\.(?P<piece>[a-z]{2,3}|\d{2,4})$")
+# The log of the container before its last restart (`kubectl logs --previous`, saved beside).
+_PREVIOUS = re.compile(r"[._-]previous$")
+# The two streams of one process saved apart (supervisord's, systemd's `StandardError=`).
+_CHANNEL = re.compile(r"[._-](stdout|stderr)$")
+_CHANNEL_EXTENSIONS: Final = {".out": "stdout", ".err": "stderr"}
 # What a browser, Finder or Explorer adds to a file saved again under the same name.
 _COPY_MARK = re.compile(r"(?: \(\d{1,3}\)| - Copy(?: \(\d{1,3}\))?| copy(?: \d{1,3})?)$")
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
@@ -88,6 +97,13 @@ class TelemetryFile:
     # Written newest line first (a Loki or Grafana export): read from its end
     # (`collector.line_order`).
     newest_first: bool = False
+    # Which of a process's two streams this is, when they were saved apart (`stdout`,
+    # `stderr`): read side by side, not one after the other (`parse.streams_of`).
+    channel: str = ""
+    # A `split` piece's suffix (`aa`, `00`); the set's pieces are joined into one file whose
+    # `pieces` are read one after the other as one stream of bytes.
+    piece: str = ""
+    pieces: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -119,7 +135,14 @@ def describe(path: Path) -> TelemetryFile | None:
         name = name[:-3]
     rotation = 0
     date_key = ""
-    m = _ROTATION.match(name)
+    piece = ""
+    previous = name.endswith(".previous")  # `decode-0.log.previous`
+    if previous:
+        name = name[: -len(".previous")]
+    split = _PIECE.match(name)
+    if split and _is_piece(path, split.group("piece")):
+        name, piece = split.group("base"), split.group("piece")
+    m = _ROTATION.match(name) if not piece else None
     if m and (m.group("num") or m.group("date")):
         stem = m.group("base")
         if any(stem.endswith(ext) for ext, _ in _EXTENSIONS) or "." not in stem:
@@ -127,12 +150,20 @@ def describe(path: Path) -> TelemetryFile | None:
             if m.group("num"):
                 rotation = int(m.group("num"))
             else:
-                date_key = m.group("date")
+                date_key = re.sub(r"\D", "", m.group("date"))
     kind: FileKind = "log"
+    channel = ""
     for ext, ext_kind in _EXTENSIONS:
         if name.endswith(ext):
             name, kind = name[: -len(ext)], ext_kind
+            channel = _CHANNEL_EXTENSIONS.get(ext, "")
             break
+    if kind == "log":
+        if _PREVIOUS.search(name) and len(name) > len(".previous"):
+            name, previous = name[: -len(".previous")], True
+        said = _CHANNEL.search(name)
+        if said and said.start() > 0:
+            name, channel = name[: said.start()], said.group(1)
     # A copy saved beside the file (`decode-0 (1).log`, `decode-0 - Copy.log`) is the same
     # node's log, read in the order of its first line (`collector.repeated_lines`).
     copied = _COPY_MARK.search(name)
@@ -140,7 +171,7 @@ def describe(path: Path) -> TelemetryFile | None:
         name = name[: copied.start()]
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
-        date_key = hourly.group(1)
+        date_key = re.sub(r"\D", "", hourly.group(1))
         name = name[: hourly.start()]
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if _holds_otlp(path):
@@ -153,11 +184,39 @@ def describe(path: Path) -> TelemetryFile | None:
             f"{raw[0:4]}-{raw[4:6]}-{raw[6:8]}T{raw[9:11]}:{raw[11:13]}:{raw[13:15]}Z"
         )
         name = name[: stamp.start()]
-    # Higher rotation numbers are older; dated rotations sort by date; the live file is newest.
+    # Higher rotation numbers are older; dated rotations sort by date; the live file is newest;
+    # the container's life before its restart comes before all of them.
     order = (-rotation if rotation else 0, date_key or "~")
+    if previous:
+        order = (-_PREVIOUS_ORDER, date_key or "~")
     if snapshot_time is not None:
         order = (0, stamp.group(1) if stamp else "")
-    return TelemetryFile(path, _printable(name or path.name), kind, order, snapshot_time)
+    return TelemetryFile(
+        path,
+        _printable(name or path.name),
+        kind,
+        order,
+        snapshot_time,
+        channel=channel,
+        piece=piece,
+    )
+
+
+# Older than any rotation number.
+_PREVIOUS_ORDER: Final = 100_000
+
+
+def _is_piece(path: Path, suffix: str) -> bool:
+    """Whether `.aa` or `.07` ends a `split` piece's name: letters always do; digits do when
+    the set's first piece (`.00`) is there, else they are a rotation's number."""
+    if suffix.isalpha():
+        return True
+    first = path.name[: path.name.rindex("." + suffix)] + "." + "0" * len(suffix)
+    return (
+        suffix == "0" * len(suffix)
+        or (path.parent / first).exists()
+        or (path.parent / (first + ".gz")).exists()
+    )
 
 
 # An OpenTelemetry Collector's file exporter (SGLang's `opentelemetry.yaml` writes
@@ -205,9 +264,28 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
+    found = _join_pieces(found)
     found = _mark_newest_first(split_merged(_exports_to_hosts(_disambiguate_nodes(found))))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
+
+
+def _join_pieces(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """The pieces `split` cut one log into, as that one log: its first piece, with every piece
+    to be read in turn (`TelemetryFile.pieces`), so a line cut between two pieces is whole."""
+    sets: dict[tuple[Path, str], list[TelemetryFile]] = {}
+    out: list[TelemetryFile] = []
+    for tf in files:
+        if not tf.piece:
+            out.append(tf)
+            continue
+        whole = tf.path.name.removesuffix(".gz")
+        sets.setdefault((tf.path.parent, whole[: -len(tf.piece) - 1]), []).append(tf)
+    for pieces in sets.values():
+        pieces.sort(key=lambda tf: (len(tf.piece), tf.piece))
+        first = pieces[0]
+        out.append(replace(first, piece="", pieces=tuple(tf.path for tf in pieces)))
+    return out
 
 
 # The file name `--export-metrics-to-file` gives every node's records (`…-YYYYMMDD_HH.log`).
@@ -478,11 +556,22 @@ def _range_blocks(
         ending.cut(stats, "read_error")
 
 
+def _pieces_blocks(
+    paths: tuple[Path, ...], stats: ReadStats, ending: _Ending, block_size: int | None
+) -> Iterator[bytes]:
+    for path in paths:
+        yield from _open_blocks(path, stats, ending, None, block_size)
+        if ending.early is not None:  # a piece cut short: what follows would join a cut line
+            stats.drop("split_piece_after_damage", len(paths) - paths.index(path) - 1)
+            return
+
+
 def read_line_blocks(
     path: Path,
     stats: ReadStats,
     byte_range: tuple[int, int] | None = None,
     block_size: int | None = None,
+    more: tuple[Path, ...] = (),
 ) -> Iterator[tuple[int, list[str]]]:
     """(number of the first line, lines) per block read; CRLF, NULs, bad UTF-8, giant lines handled.
 
@@ -497,7 +586,10 @@ def read_line_blocks(
     skipping = False
     number = 0
     ending = _Ending()
-    blocks = _open_blocks(path, stats, ending, byte_range, block_size)
+    if more:  # a log cut into pieces, read as one
+        blocks = _pieces_blocks((path, *more), stats, ending, block_size)
+    else:
+        blocks = _open_blocks(path, stats, ending, byte_range, block_size)
     if byte_range is None or byte_range[0] == 0:
         blocks = _as_utf8(blocks)
     for block in blocks:
@@ -593,7 +685,7 @@ def file_line_blocks(
     if tf.newest_first and byte_range is None:
         blocks = oldest_first(tf.path, stats, _line_time_of(tf))
     else:
-        blocks = read_line_blocks(tf.path, stats, byte_range, block_size)
+        blocks = read_line_blocks(tf.path, stats, byte_range, block_size, tf.pieces[1:])
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)
@@ -604,7 +696,7 @@ def _mark_newest_first(files: list[TelemetryFile]) -> list[TelemetryFile]:
     backwards: dict[Path, bool] = {}
     out = []
     for tf in files:
-        if tf.kind == "log":
+        if tf.kind == "log" and not tf.pieces:
             if tf.path not in backwards:
                 backwards[tf.path] = newest_first(tf.path, _line_time_of(tf))
             if backwards[tf.path]:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from collector.events import BATCH_KINDS, METRIC, Event
 from collector.files import (
@@ -308,11 +308,39 @@ def streams_of(
     """
     streams: dict[tuple[str, str], list[TelemetryFile]] = {}
     for tf in discover(paths, skipped):
-        kind = EXPORT_STREAM if tf.kind == "log" and is_export(tf.path) else tf.kind
+        kind: str = EXPORT_STREAM if tf.kind == "log" and is_export(tf.path) else tf.kind
+        if kind == "log" and tf.channel:
+            kind = f"{LOG}:{tf.channel}"
         streams.setdefault((tf.node, kind), []).append(tf)
+    streams = _channels_as_logs(streams)
     return {
-        key: in_reading_order(files) if key[1] == "log" else files for key, files in streams.items()
+        key: in_reading_order(files) if is_log_stream(key[1]) else files
+        for key, files in streams.items()
     }
+
+
+LOG: Final = "log"
+# A process's two streams saved apart are read side by side, each a stream of its own.
+_CHANNEL_STREAMS: Final = ("log:stderr", "log:stdout")
+
+
+def is_log_stream(kind: str) -> bool:
+    """Whether a stream is a node's own log (as written, or one of its channels)."""
+    return kind == LOG or kind in _CHANNEL_STREAMS
+
+
+def _channels_as_logs(
+    streams: dict[tuple[str, str], list[TelemetryFile]],
+) -> dict[tuple[str, str], list[TelemetryFile]]:
+    """A node's log saved as channels: the one channel there is, or stderr (where SGLang's
+    logging writes) beside stdout, is the node's log; the other is read beside it."""
+    out = dict(streams)
+    for node in sorted({node for node, kind in streams if kind in _CHANNEL_STREAMS}):
+        if (node, LOG) in out:
+            continue
+        present = [kind for kind in _CHANNEL_STREAMS if (node, kind) in out]
+        out[(node, LOG)] = out.pop((node, present[0]))
+    return out
 
 
 def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
@@ -335,13 +363,13 @@ def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
 
 def stream_repeats(key: tuple[str, str], files: list[TelemetryFile]) -> RepeatedLines | None:
     """The read-once watch of a node's log stream (None for snapshots and exports)."""
-    return RepeatedLines(files) if key[1] == "log" and len(files) > 1 else None
+    return RepeatedLines(files) if is_log_stream(key[1]) and len(files) > 1 else None
 
 
 def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock | None:
     """The zone of a node's log stream, as its first stamped lines tell it (None for other
     streams: exports and snapshots are UTC)."""
-    if key[1] != "log":
+    if not is_log_stream(key[1]):
         return None
     return LogClock(log_zone(key[0], files))
 

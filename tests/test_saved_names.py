@@ -1,0 +1,132 @@
+"""What a saved log's name says: its node, its place among the node's files, and whether it is
+one of several files read side by side or one after the other.
+
+From an audit of how responders save logs, each of which lost exposures before:
+`split -d` pieces (`.00`, `.01`) were taken for rotations and read backwards (0 of 145
+exposures); `split` letter pieces (`.aa`) were nodes of their own; a process's stderr and stdout
+saved apart (`decode-0.err`, `decode-0.out`) were read one after the other, so every request
+line of the second was late (33 of 145 with time stats off); `kubectl logs --previous` saved
+beside the current log, dashed dates and the kubelet's rotations were nodes of their own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collector.files import describe, discover
+from collector.forensics.driver import run_forensics
+from collector.parse import ParseStats, events_by_node
+from simulator.offline import run_offline
+from simulator.scenario import scenario_from_dict
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+
+
+@pytest.mark.parametrize(
+    ("names", "node"),
+    [
+        # oldest first, as a node's files are read
+        (["decode-0.previous.log", "decode-0.log.2.gz", "decode-0.log.1", "decode-0.log"], None),
+        (["decode-0-previous.log", "decode-0.log"], None),
+        (["decode-0.log.previous", "decode-0.log"], None),
+        (["decode-0-2026-09-09.log", "decode-0-2026-09-10.log", "decode-0.log"], None),
+        (["0.log.20260906-120000.gz", "0.log.20260908-000000", "0.log"], "0"),
+        (["decode-0.log-20260906", "decode-0.log-20260907.gz", "decode-0.log"], None),
+    ],
+)
+def test_a_node_s_saved_files_sort_oldest_first(names: list[str], node: str | None) -> None:
+    described = [describe(Path("/case") / name) for name in names]
+    assert all(d is not None for d in described)
+    assert {d.node for d in described if d} == {node or "decode-0"}
+    orders = [d.order for d in described if d]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders)
+
+
+@pytest.mark.parametrize(
+    ("name", "channel"),
+    [
+        ("decode-0.err", "stderr"),
+        ("decode-0.out", "stdout"),
+        ("decode-0.stderr.log", "stderr"),
+        ("decode-0-stdout.log", "stdout"),
+        ("decode-0.log", ""),
+    ],
+)
+def test_a_channel_is_told_by_the_name_and_the_node_is_the_same(name: str, channel: str) -> None:
+    described = describe(Path(name))
+    assert described is not None
+    assert (described.node, described.channel) == ("decode-0", channel)
+
+
+def _line(i: int) -> str:
+    return f"[2026-09-06 00:{i // 60 % 60:02d}:{i % 60:02d} TP0] Decode batch, #token: {i}"
+
+
+def _kinds_and_times(*paths: Path) -> list[tuple[str, str, float | None]]:
+    return [(e.node, e.kind, e.time) for e in events_by_node([str(p) for p in paths], ParseStats())]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cuts=st.lists(st.integers(min_value=1, max_value=3000), min_size=1, max_size=14, unique=True),
+    numeric=st.booleans(),
+)
+def test_split_pieces_read_as_the_log_they_were_cut_from(
+    tmp_path_factory: pytest.TempPathFactory, cuts: list[int], numeric: bool
+) -> None:
+    """`split -b` cuts anywhere, inside lines too; `-d` numbers the pieces from `00`."""
+    folder = tmp_path_factory.mktemp("split")
+    whole = "".join(_line(i) + "\n" for i in range(60)).encode()
+    (folder / "whole").mkdir()
+    (folder / "whole" / "decode-0.log").write_bytes(whole)
+    bounds = [0, *sorted(cut % len(whole) or 1 for cut in cuts), len(whole)]
+    pieces = folder / "pieces"
+    pieces.mkdir()
+    for index, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        suffix = f"{index:02d}" if numeric else "a" + "abcdefghijklmnop"[index]
+        (pieces / f"decode-0.log.{suffix}").write_bytes(whole[start:end])
+    assert [f.node for f in discover([pieces])] == ["decode-0"]
+    assert _kinds_and_times(pieces) == _kinds_and_times(folder / "whole")
+
+
+def _variant(**role_options: Any) -> Any:
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    for role in ("prefill", "decode"):
+        data["deployment"][role].update(role_options)
+    return scenario_from_dict(data, "variant")
+
+
+def _on_stdout(line: str) -> bool:
+    head = line[:40]
+    return "] Receive:" in head or "] Finish:" in head or "] INFO:     " in head
+
+
+def test_stderr_and_stdout_saved_apart_are_read_side_by_side(tmp_path: Path) -> None:
+    """The engine's logging on stderr, the request logger's and uvicorn's access lines on
+    stdout: saved apart, both are the node's, at the same time."""
+    run_offline(_variant(request_time_stats=False), tmp_path / "sim")
+    apart = tmp_path / "apart"
+    apart.mkdir()
+    for log in (tmp_path / "sim" / "logs").glob("*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        stdout = [line for line in lines if _on_stdout(line)]
+        assert stdout
+        (apart / f"{log.stem}.out").write_text("".join(stdout))
+        (apart / f"{log.stem}.err").write_text("".join(x for x in lines if not _on_stdout(x)))
+    summary = run_forensics(
+        [str(apart), str(tmp_path / "sim" / "snapshots")], tmp_path / "out", write_parquet=False
+    ).summary
+    truth = {
+        str(r["bootstrap_room"])
+        for r in json.loads((tmp_path / "sim" / "ground_truth.json").read_text())["exposed"]
+    }
+    assert len(truth) >= 10
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == truth
+    assert summary["requests"].get("late_lines", 0) == 0
