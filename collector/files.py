@@ -28,7 +28,7 @@ from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
 from collector.line_order import line_time, newest_first, oldest_first
-from collector.merged_logs import line_source, own_lines, split_merged
+from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import one_log
 from collector.sglang.request_log import cut_record
 
@@ -264,10 +264,61 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = _join_pieces(found)
-    found = _mark_newest_first(split_merged(_exports_to_hosts(_disambiguate_nodes(found))))
+    found = _adopt_known_nodes(_disambiguate_nodes(_kubernetes_nodes(_join_pieces(found))))
+    found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
+
+
+# The kubelet's layouts name the pod in the path: `/var/log/pods/<ns>_<pod>_<uid>/<container>/
+# 0.log` (the number counts restarts) and `/var/log/containers/<pod>_<ns>_<container>-<id>.log`.
+_POD_FOLDER = re.compile(
+    r"^[a-z0-9][a-z0-9-]*_(?P<pod>[a-z0-9][a-z0-9.-]*)_[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}$"
+)
+_CONTAINER_LOG = re.compile(
+    r"^(?P<pod>[a-z0-9][a-z0-9.-]*)_[a-z0-9][a-z0-9-]*_(?P<container>[a-z0-9][a-z0-9-]*)"
+    r"-[0-9a-f]{64}$"
+)
+
+
+def _kubernetes_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """Logs in the kubelet's layouts as their pod's (`pod/container` when several of a pod's
+    containers left logs): named by the file, every pod was `0`, told apart by folder only."""
+    pods: dict[TelemetryFile, tuple[str, str]] = {}
+    for f in files:
+        if f.kind != "log":
+            continue
+        folder = _POD_FOLDER.match(f.path.parent.parent.name)
+        if folder is not None and f.node.isdigit():
+            pods[f] = (folder["pod"], f.path.parent.name)
+        elif (named := _CONTAINER_LOG.match(f.node)) is not None:
+            pods[f] = (named["pod"], named["container"])
+    if not pods:
+        return files
+    containers: dict[str, set[str]] = {}
+    for pod, container in pods.values():
+        containers.setdefault(pod, set()).add(container)
+    out = []
+    for f in files:
+        if f in pods:
+            pod, container = pods[f]
+            f = replace(f, node=pod if len(containers[pod]) == 1 else f"{pod}/{container}")
+        out.append(f)
+    return out
+
+
+def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """A log named a little otherwise than the snapshots' node (the pod `sglang-prefill-1`, the
+    snapshots' `prefill-1`) is that node's, when no other log would be: its configuration and
+    version then judge its lines, and its pool is not said twice."""
+    known = {f.node for f in files if f.kind != "log"}
+    logs = {f.node for f in files if f.kind == "log"} - known
+    adopted = {node: known_as(node, known) for node in logs}
+    claims = [node for node in adopted.values() if node is not None]
+    renamed = {node: to for node, to in adopted.items() if to is not None and claims.count(to) == 1}
+    if not renamed:
+        return files
+    return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
 
 
 def _join_pieces(files: list[TelemetryFile]) -> list[TelemetryFile]:

@@ -259,7 +259,7 @@ def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[s
             first[name] = pod if alone else name
         else:
             first[name] = name
-    adopted = {name: _known_as(node, known, own) for name, node in first.items()}
+    adopted = {name: known_as(node, known, own) for name, node in first.items()}
     claims = [node for node in adopted.values() if node is not None]
     return {
         name: node if node is not None and claims.count(node) == 1 else first[name]
@@ -267,7 +267,7 @@ def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[s
     }
 
 
-def _known_as(node: str, known: set[str], own: str) -> str | None:
+def known_as(node: str, known: set[str], own: str = "") -> str | None:
     """The node the other files (or the file's own name) give `node`, if exactly one."""
     if "/" in node or node in known:
         return None

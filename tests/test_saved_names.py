@@ -130,3 +130,45 @@ def test_stderr_and_stdout_saved_apart_are_read_side_by_side(tmp_path: Path) -> 
     assert len(truth) >= 10
     assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == truth
     assert summary["requests"].get("late_lines", 0) == 0
+
+
+UID = "00000001-1a2b-4c3d-9e8f-0123456789ab"
+
+
+def _touch(path: Path, text: str = "[2026-09-06 00:00:01 TP0] Decode batch, #token: 1\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_kubelet_s_logs_are_their_pod_s(tmp_path: Path) -> None:
+    pods = tmp_path / "var" / "log" / "pods"
+    _touch(pods / f"sglang_sglang-prefill-1_{UID}" / "sglang" / "0.log")
+    _touch(pods / f"sglang_sglang-prefill-1_{UID}" / "sglang" / "0.log.20260906-120000.gz")
+    _touch(pods / f"sglang_pd-0_{UID}" / "prefill" / "0.log")  # two engines in one pod
+    _touch(pods / f"sglang_pd-0_{UID}" / "decode" / "0.log")
+    containers = tmp_path / "var" / "log" / "containers"
+    _touch(containers / f"sglang-decode-7f9c8d5b4-x2k9p_sglang_sglang-{'ab' * 32}.log")
+    nodes = [(f.node, f.path.name) for f in discover([tmp_path])]  # each node's oldest first
+    assert nodes == [
+        ("pd-0/decode", "0.log"),
+        ("pd-0/prefill", "0.log"),
+        (
+            "sglang-decode-7f9c8d5b4-x2k9p",
+            f"sglang-decode-7f9c8d5b4-x2k9p_sglang_sglang-{'ab' * 32}.log",
+        ),
+        ("sglang-prefill-1", "0.log.20260906-120000.gz"),
+        ("sglang-prefill-1", "0.log"),
+    ]
+
+
+def test_a_log_named_by_its_pod_is_the_snapshots_node_when_only_it_would_be(
+    tmp_path: Path,
+) -> None:
+    _touch(tmp_path / "logs" / "sglang-prefill-1.log")
+    _touch(tmp_path / "logs" / "a-decode-0.log")
+    _touch(tmp_path / "logs" / "b-decode-0.log")  # which is decode-0? neither is said to be
+    for node in ("prefill-1", "decode-0"):
+        _touch(tmp_path / "snapshots" / f"{node}@20260906T000000Z.prom", "# none\n")
+    logs = sorted(f.node for f in discover([tmp_path]) if f.kind == "log")
+    assert logs == ["a-decode-0", "b-decode-0", "prefill-1"]
