@@ -405,10 +405,13 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     folder: when one file name of one kind stands in several folders, the folder is the node,
     so the logs meet the snapshots saved as `prefill-0@….prom` on one node. Different kinds for
     one name in different folders (`logs/prefill-0.log` beside `snapshots/prefill-0@….prom`)
-    are the same node seen through different sources."""
-    parents: dict[tuple[str, FileKind], set[Path]] = {}
+    are the same node seen through different sources; so are dated snapshots
+    (`snapshots/prefill-0@….server_info.json`) and one saved by hand without a date
+    (`logs/prefill-0.server_info.json`): taken for two hosts, every node's snapshots became
+    one node named `snapshots`."""
+    parents: dict[tuple[str, str], set[Path]] = {}
     for f in files:
-        parents.setdefault((f.node, f.kind), set()).add(f.path.parent)
+        parents.setdefault(_source(f), set()).add(f.path.parent)
     copies = {key for key, folders in parents.items() if len(folders) > 1 and _copies(key, files)}
     names: dict[Path, str] = {}
     for key, folders in parents.items():
@@ -416,20 +419,25 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             names.update(folder_names(folders))
     return [
         replace(f, node=names[f.path.parent])
-        if len(parents[(f.node, f.kind)]) > 1 and (f.node, f.kind) not in copies
+        if len(parents[_source(f)]) > 1 and _source(f) not in copies
         else f
         for f in files
     ]
 
 
-def _copies(key: tuple[str, FileKind], files: list[TelemetryFile]) -> bool:
+def _source(f: TelemetryFile) -> tuple[str, str]:
+    """A file's node and the kind of source it is (a dated snapshot is a source of its own)."""
+    return f.node, f.kind if f.snapshot_time is None else f"{f.kind}@"
+
+
+def _copies(key: tuple[str, str], files: list[TelemetryFile]) -> bool:
     """Whether one name's logs in several folders are copies or exports of one node's log
     (`collector.repeated_lines`), not the logs of one host per folder."""
     if key[1] != "log":
         return False
     by_folder: dict[Path, list[TelemetryFile]] = {}
     for f in files:
-        if (f.node, f.kind) == key:
+        if _source(f) == key:
             by_folder.setdefault(f.path.parent, []).append(f)
     oldest_first = [
         [f.path for f in sorted(group, key=lambda f: (f.order, str(f.path)))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,49 @@ def test_a_shippers_zone_applies_to_the_engines_local_stamp_only_when_its_clock_
 ) -> None:
     events, _ = _events(tmp_path, [f"{shipper}\t[{engine}] {FINISH}"])
     assert _finish_fields(events)["time"] == f"2026-09-06T{expected}.000Z"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        # Fluent Bit's CRI parser: time first, pieces marked by `_p`, no newline
+        lambda text, last: {
+            "time": "2026-08-27T10:14:52.25Z",
+            "stream": "stdout",
+            "_p": "F" if last else "P",
+            "log": text,
+        },
+        # Vector's kubernetes_logs source: the line in `message`, metadata before it
+        lambda text, last: {
+            "file": "/var/log/pods/sglang_decode-0_uid/sglang/0.log",
+            "kubernetes": {"pod_name": "decode-0"},
+            "message": text,
+            "timestamp": "2026-08-27T10:14:52.250Z",
+        },
+        # journalctl -o json
+        lambda text, last: {
+            "__REALTIME_TIMESTAMP": "1787825692250000",
+            "_SYSTEMD_UNIT": "sglang-decode.service",
+            "MESSAGE": text,
+        },
+    ],
+    ids=["fluent-bit-cri", "vector", "journald-json"],
+)
+def test_a_shipper_s_json_record_holds_the_engine_s_line(tmp_path: Path, record: Any) -> None:
+    pieces = _pieces(FINISH, 64)
+    if "_p" in record("", True):  # only Fluent Bit's CRI parser keeps the runtime's pieces
+        lines = [json.dumps(record(p, i == len(pieces) - 1)) for i, p in enumerate(pieces)]
+    else:
+        lines = [json.dumps(record(FINISH, True))]
+    lines.append(json.dumps(record(BATCH, True)))
+    events, stats = _events(tmp_path, lines)
+    whole, _ = _events(tmp_path, [f"[2026-08-27 10:14:52.250000] {FINISH}", BATCH])
+    assert _finish_fields(events) == _finish_fields(whole)
+    assert [e.kind for e in events] == ["request_finished", "decode_batch"]
+    assert stats.unclassified_engine == stats.unclassified_other == 0 and not stats.dropped
+
+
+def test_sglang_s_own_json_request_record_is_no_wrapper() -> None:
+    record = {"timestamp": "2026-08-27T10:14:52Z", "event": "request.finished", "rid": "a1"}
+    record["obj"] = {"message": "a prompt"}
+    assert runtime_wrappers.RuntimeLines().unwrap(json.dumps(record)) is None

@@ -172,3 +172,14 @@ def test_a_log_named_by_its_pod_is_the_snapshots_node_when_only_it_would_be(
         _touch(tmp_path / "snapshots" / f"{node}@20260906T000000Z.prom", "# none\n")
     logs = sorted(f.node for f in discover([tmp_path]) if f.kind == "log")
     assert logs == ["a-decode-0", "b-decode-0", "prefill-1"]
+
+
+def test_a_server_info_saved_by_hand_beside_dated_snapshots_is_the_same_node(
+    tmp_path: Path,
+) -> None:
+    """Not two hosts `logs` and `snapshots`: taken so, every node's snapshots were one node."""
+    _touch(tmp_path / "logs" / "prefill-0.log")
+    _touch(tmp_path / "logs" / "prefill-0.server_info.json", "{}")
+    for node in ("prefill-0", "decode-0"):
+        _touch(tmp_path / "snapshots" / f"{node}@20260906T000000Z.server_info.json", "{}")
+    assert sorted({f.node for f in discover([tmp_path])}) == ["decode-0", "prefill-0"]

@@ -124,8 +124,8 @@ class RuntimeLines:
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
                 tag = _SYSLOG_TAG.match(line, m.end()) or LOKI_LABELS.match(line, m.end())
                 return _with_prefix(line[(tag or m).end() :], _epoch(m))
-        elif first == "{" and line.startswith('{"log"'):
-            return self._docker(line)
+        elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
+            return self._record(line)
         elif last_time is not None and first in MONTH_INITIALS:
             m = _SYSLOG.match(line)
             if m is not None:
@@ -141,23 +141,35 @@ class RuntimeLines:
         self._skipping.clear()
         return self.dropped
 
-    def _docker(self, line: str) -> str | _Held | None:
+    def _record(self, line: str) -> str | _Held | None:
+        """A JSON record a runtime or shipper wrote the engine's line into: Docker's json-file
+        (`log`, pieces ending without a newline), Fluent Bit (`log`, its CRI parser's `_p`
+        marking pieces), Vector (`message`), journald's JSON (`MESSAGE`), Google Cloud Logging
+        (`textPayload`). SGLang's own JSON request records (`event`, `rid`) are not wrappers."""
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):
             return None
-        if not isinstance(record, dict) or not isinstance(record.get("log"), str):
+        if not isinstance(record, dict) or ("event" in record and "rid" in record):
             return None
-        text: str = record["log"]
+        key = next((k for k in _TEXT_KEYS if isinstance(record.get(k), str)), None)
+        if key is None:
+            return None
+        text: str = record[key]
         stream = record.get("stream")
-        complete = text.endswith("\n")
+        piece = record.get("_p")
+        if isinstance(piece, str):
+            complete = piece != "P"
+        elif key == "log" and record.keys() <= _DOCKER_KEYS:
+            complete = text.endswith("\n")
+        else:
+            complete = True
         joined = self._join(stream if isinstance(stream, str) else "", text, complete)
         if isinstance(joined, _Held):
             return joined
         joined = joined.rstrip("\r\n")
-        stamp = record.get("time")
-        m = _KUBECTL.match(stamp + " ") if isinstance(stamp, str) else None
-        return _with_prefix(joined, _epoch(m)) if m is not None else joined
+        when = _record_time(record)
+        return _with_prefix(joined, when) if when is not None else joined
 
     def _join(self, stream: str, piece: str, last: bool) -> str | _Held:
         if stream in self._skipping:
@@ -186,6 +198,31 @@ class RuntimeLines:
 
     def _count(self, reason: str) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+
+# Where a shipper's JSON record keeps the engine's line, and its time.
+_TEXT_KEYS: Final = ("log", "message", "MESSAGE", "textPayload", "msg")
+# Looked for near the start only: a shipper's metadata comes first, a prompt may be long.
+_SHIPPER_TEXT: Final = re.compile(r'"(?:log|message|MESSAGE|textPayload|msg)" ?: ?"')
+_DOCKER_KEYS: Final = frozenset({"log", "stream", "time", "attrs"})
+_TIME_KEYS: Final = ("time", "timestamp", "@timestamp", "date")
+
+
+def _record_time(record: dict[str, object]) -> float | None:
+    """A record's time: an RFC 3339 string, epoch seconds or milliseconds (CloudWatch), or
+    journald's microseconds."""
+    for key in _TIME_KEYS:
+        value = record.get(key)
+        if isinstance(value, str):
+            m = _KUBECTL.match(value + " ")
+            if m is not None:
+                return _epoch(m)
+        elif isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return value / 1000 if value > 1e11 else float(value)
+    micros = record.get("__REALTIME_TIMESTAMP")
+    if isinstance(micros, str) and micros.isdigit():
+        return int(micros) / 1e6
+    return None
 
 
 def _epoch(m: re.Match[str]) -> float:
