@@ -28,6 +28,7 @@ from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
 from collector.line_order import line_time, newest_first, oldest_first
+from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import one_log
 from collector.sglang.request_log import cut_record
@@ -104,6 +105,8 @@ class TelemetryFile:
     # `pieces` are read one after the other as one stream of bytes.
     piece: str = ""
     pieces: tuple[Path, ...] = ()
+    # A cloud log service's JSON document of log lines (`collector.log_exports`).
+    cloud_export: str = ""
 
 
 @dataclass
@@ -173,9 +176,12 @@ def describe(path: Path) -> TelemetryFile | None:
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = re.sub(r"\D", "", hourly.group(1))
         name = name[: hourly.start()]
+    cloud_export = ""
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if _holds_otlp(path):
             kind = "otlp"
+        elif kind == "json" and (found := log_export_format(path)) is not None:
+            kind, cloud_export = "log", found
     snapshot_time = None
     stamp = _SNAPSHOT_TIME.search(name)
     if stamp:
@@ -199,6 +205,7 @@ def describe(path: Path) -> TelemetryFile | None:
         snapshot_time,
         channel=channel,
         piece=piece,
+        cloud_export=cloud_export,
     )
 
 
@@ -741,7 +748,9 @@ def file_line_blocks(
 ) -> Iterator[tuple[int, list[str]]]:
     """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
     its name's lines. A small `block_size` reads little of a file that is only begun."""
-    if tf.newest_first and byte_range is None:
+    if tf.cloud_export:
+        blocks = export_lines(tf.path, tf.cloud_export, stats)
+    elif tf.newest_first and byte_range is None:
         blocks = oldest_first(tf.path, stats, _line_time_of(tf))
     else:
         blocks = read_line_blocks(tf.path, stats, byte_range, block_size, tf.pieces[1:])
@@ -755,7 +764,7 @@ def _mark_newest_first(files: list[TelemetryFile]) -> list[TelemetryFile]:
     backwards: dict[Path, bool] = {}
     out = []
     for tf in files:
-        if tf.kind == "log" and not tf.pieces:
+        if tf.kind == "log" and not tf.pieces and not tf.cloud_export:
             if tf.path not in backwards:
                 backwards[tf.path] = newest_first(tf.path, _line_time_of(tf))
             if backwards[tf.path]:

@@ -29,7 +29,7 @@ def plan(
 ) -> list[Task]:
     tasks: list[Task] = []
     for tf in discover(paths, skipped):
-        if tf.kind != "log" or is_gzip(tf.path) or tf.pieces:
+        if tf.kind != "log" or is_gzip(tf.path) or tf.pieces or tf.cloud_export:
             tasks.append((tf, None))
             continue
         for byte_range in line_aligned_ranges(tf.path, chunk_bytes):

@@ -79,6 +79,7 @@ def test_docker_records_are_joined_until_the_piece_that_ends_the_line(tmp_path: 
         "2026-08-27T10:14:52+0000 gpu-7 python3[4127]: {line}",  # journalctl -o short-iso
         "2026-08-27T12:14:52.000000+02:00 gpu-7.lan sglang[4127]: {line}",  # rsyslog, precise
         "2026-08-27T10:14:52Z {{}}  {line}",  # logcli query, one stream: no labels to tell
+        "2026-08-27T10:14:52.000000+00:00 sglang/sglang-decode-0/3f2a {line}",  # aws logs tail
     ],
 )
 def test_a_bare_request_line_takes_the_runtimes_time(tmp_path: Path, wrapped: str) -> None:

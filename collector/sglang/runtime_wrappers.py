@@ -7,7 +7,7 @@ pieces marked `P`, the last one `F`; Docker's json-file driver writes `{"log": �
 `kubectl logs --timestamps` puts `<RFC3339> ` in front; syslog puts `Sep  1 10:00:00 host
 prog[pid]: ` (no year: the year of the file's last dated line, when there is one), and
 `journalctl -o short-iso` or rsyslog's high-precision template `<RFC3339> host prog[pid]: `,
-and Loki's `logcli query` `<RFC3339> {labels} `.
+Loki's `logcli query` `<RFC3339> {labels} `, and `aws logs tail` `<RFC3339> <log stream> `.
 Request logs with prompt text are the long lines, so an over-length prompt's `Receive`/`Finish`
 arrive in pieces. And the request logger may print no time of its own (reference §2.5, §8), so the
 runtime's time is the line's.
@@ -41,6 +41,9 @@ SYSLOG_TAG: Final = r"[A-Za-z0-9][\w.-]* (?P<program>[\w.@/-]+)(?:\[\d+\])?: "
 _SYSLOG_TAG: Final = re.compile(SYSLOG_TAG)
 # After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
 # when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
+# After an RFC 3339 stamp, the log stream of `aws logs tail` (`sglang/decode-0/abc `): a name
+# with a slash in it, not a path ending in a colon (a warning's `/x/y.py:12: `).
+_CLOUDWATCH_STREAM: Final = re.compile(r"[\w.#=-]+(?:/[\w.#=\[\]$-]+)+ ")
 LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
 _MONTHS: Final = (
     "Jan",
@@ -119,17 +122,22 @@ class RuntimeLines:
             m = _CRI.match(line)
             if m is not None:
                 joined = self._join(m.group(9), line[m.end() :], m.group(10) == "F")
-                return joined if isinstance(joined, _Held) else _with_prefix(joined, _epoch(m))
+                return joined if isinstance(joined, _Held) else with_prefix(joined, _epoch(m))
             m = _KUBECTL.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
-                tag = _SYSLOG_TAG.match(line, m.end()) or LOKI_LABELS.match(line, m.end())
-                return _with_prefix(line[(tag or m).end() :], _epoch(m))
+                at = m.end()
+                tag = (
+                    _SYSLOG_TAG.match(line, at)
+                    or LOKI_LABELS.match(line, at)
+                    or _CLOUDWATCH_STREAM.match(line, at)
+                )
+                return with_prefix(line[(tag or m).end() :], _epoch(m))
         elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
             return self._record(line)
         elif last_time is not None and first in MONTH_INITIALS:
             m = _SYSLOG.match(line)
             if m is not None:
-                return _with_prefix(line[m.end() :], _syslog_epoch(m, last_time))
+                return with_prefix(line[m.end() :], _syslog_epoch(m, last_time))
         return None
 
     def close(self) -> dict[str, int]:
@@ -168,8 +176,8 @@ class RuntimeLines:
         if isinstance(joined, _Held):
             return joined
         joined = joined.rstrip("\r\n")
-        when = _record_time(record)
-        return _with_prefix(joined, when) if when is not None else joined
+        when = record_time(record)
+        return with_prefix(joined, when) if when is not None else joined
 
     def _join(self, stream: str, piece: str, last: bool) -> str | _Held:
         if stream in self._skipping:
@@ -208,7 +216,7 @@ _DOCKER_KEYS: Final = frozenset({"log", "stream", "time", "attrs"})
 _TIME_KEYS: Final = ("time", "timestamp", "@timestamp", "date")
 
 
-def _record_time(record: dict[str, object]) -> float | None:
+def record_time(record: dict[str, object]) -> float | None:
     """A record's time: an RFC 3339 string, epoch seconds or milliseconds (CloudWatch), or
     journald's microseconds."""
     for key in _TIME_KEYS:
@@ -245,7 +253,7 @@ def _syslog_epoch(m: re.Match[str], last_time: float) -> float:
     return epoch_from_parts(year + 1, *parts) if when < last_time - _HALF_YEAR else when
 
 
-def _with_prefix(text: str, when: float) -> str:
+def with_prefix(text: str, when: float) -> str:
     """`text` as the engine's line: as it is when it has SGLang's prefix, else behind one
     made from the runtime's time (UTC, microseconds)."""
     if text[:1] == "[" and _ENGINE_PREFIX.match(text):
