@@ -30,7 +30,7 @@ from collector.events import parse_iso_time
 from collector.line_order import line_time, newest_first, oldest_first
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
-from collector.repeated_lines import one_log
+from collector.repeated_lines import log_clusters
 from collector.sglang.request_log import cut_record
 
 FileKind = Literal["log", "prom", "json", "otlp"]
@@ -167,11 +167,6 @@ def describe(path: Path) -> TelemetryFile | None:
         said = _CHANNEL.search(name)
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
-    # A copy saved beside the file (`decode-0 (1).log`, `decode-0 - Copy.log`) is the same
-    # node's log, read in the order of its first line (`collector.repeated_lines`).
-    copied = _COPY_MARK.search(name)
-    if copied and copied.start() > 0:
-        name = name[: copied.start()]
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = re.sub(r"\D", "", hourly.group(1))
@@ -271,7 +266,8 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = _adopt_known_nodes(_disambiguate_nodes(_kubernetes_nodes(_join_pieces(found))))
+    found = _disambiguate_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found))))
+    found = _adopt_known_nodes(found)
     found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
@@ -312,6 +308,31 @@ def _kubernetes_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             f = replace(f, node=pod if len(containers[pod]) == 1 else f"{pod}/{container}")
         out.append(f)
     return out
+
+
+def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """A log saved again under the same name (`decode-0 (1).log`, `decode-0 - Copy.log`) is
+    the node's whose log it repeats, when its lines say so (`collector.repeated_lines`):
+    eight hosts' logs downloaded alike as `sglang.log`, `sglang (1).log`, … stay eight."""
+    logs: dict[str, list[TelemetryFile]] = {}
+    for f in files:
+        if f.kind == "log":
+            logs.setdefault(f.node, []).append(f)
+    renamed: dict[str, str] = {}
+    for node, marked in logs.items():
+        mark = _COPY_MARK.search(node)
+        base = node[: mark.start()] if mark and mark.start() > 0 else None
+        if base is None or base not in logs:
+            continue
+        groups = [
+            [f.path for f in sorted(group, key=lambda f: (f.order, str(f.path)))]
+            for group in (logs[base], marked)
+        ]
+        if len(log_clusters(groups)) == 1:
+            renamed[node] = base
+    if not renamed:
+        return files
+    return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
 
 
 def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
@@ -419,14 +440,20 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     parents: dict[tuple[str, str], set[Path]] = {}
     for f in files:
         parents.setdefault(_source(f), set()).add(f.path.parent)
-    copies = {key for key, folders in parents.items() if len(folders) > 1 and _copies(key, files)}
-    names: dict[Path, str] = {}
+    names: dict[tuple[tuple[str, str], Path], str] = {}
     for key, folders in parents.items():
-        if len(folders) > 1 and key not in copies:
-            names.update(folder_names(folders))
+        if len(folders) < 2:
+            continue
+        clusters = _folder_clusters(key, files, sorted(folders))
+        if len(clusters) == 1:  # copies of one node's log
+            continue
+        named = folder_names({cluster[0] for cluster in clusters})
+        for cluster in clusters:
+            for folder in cluster:
+                names[(key, folder)] = named[cluster[0]]
     return [
-        replace(f, node=names[f.path.parent])
-        if len(parents[_source(f)]) > 1 and _source(f) not in copies
+        replace(f, node=names[(_source(f), f.path.parent)])
+        if (_source(f), f.path.parent) in names
         else f
         for f in files
     ]
@@ -437,20 +464,22 @@ def _source(f: TelemetryFile) -> tuple[str, str]:
     return f.node, f.kind if f.snapshot_time is None else f"{f.kind}@"
 
 
-def _copies(key: tuple[str, str], files: list[TelemetryFile]) -> bool:
-    """Whether one name's logs in several folders are copies or exports of one node's log
-    (`collector.repeated_lines`), not the logs of one host per folder."""
+def _folder_clusters(
+    key: tuple[str, str], files: list[TelemetryFile], folders: list[Path]
+) -> list[list[Path]]:
+    """The folders holding one name's logs, in clusters that each hold one node's log (copies,
+    exports of it: `collector.repeated_lines`); of other files, each folder its own."""
     if key[1] != "log":
-        return False
-    by_folder: dict[Path, list[TelemetryFile]] = {}
+        return [[folder] for folder in folders]
+    by_folder: dict[Path, list[TelemetryFile]] = {folder: [] for folder in folders}
     for f in files:
         if _source(f) == key:
-            by_folder.setdefault(f.path.parent, []).append(f)
+            by_folder[f.path.parent].append(f)
     oldest_first = [
-        [f.path for f in sorted(group, key=lambda f: (f.order, str(f.path)))]
-        for group in by_folder.values()
+        [f.path for f in sorted(by_folder[folder], key=lambda f: (f.order, str(f.path)))]
+        for folder in folders
     ]
-    return one_log(oldest_first)
+    return [[folders[i] for i in cluster] for cluster in log_clusters(oldest_first)]
 
 
 def folder_names(folders: set[Path]) -> dict[Path, str]:

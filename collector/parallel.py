@@ -14,12 +14,15 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from collector.files import TelemetryFile, discover, is_gzip, line_aligned_ranges
-from collector.parse import ParseStats, file_events
+from collector.files import TelemetryFile, is_gzip, line_aligned_ranges
+from collector.parse import ParseStats, file_events, is_log_stream, streams_of
+from collector.repeated_lines import RepeatedLines
 
 CHUNK_BYTES = 16 << 20
 
-Task = tuple[TelemetryFile, tuple[int, int] | None]
+# One file, or a line-aligned range of it; or a node's whole log stream, read in order so that
+# what its files repeat of each other is counted once (`collector.repeated_lines`).
+Task = tuple[list[TelemetryFile], tuple[int, int] | None]
 
 
 def plan(
@@ -28,32 +31,41 @@ def plan(
     skipped: Counter[str] | None = None,
 ) -> list[Task]:
     tasks: list[Task] = []
-    for tf in discover(paths, skipped):
-        if tf.kind != "log" or is_gzip(tf.path) or tf.pieces or tf.cloud_export:
-            tasks.append((tf, None))
+    for key, files in streams_of(paths, skipped).items():
+        if is_log_stream(key[1]) and len(files) > 1:
+            tasks.append((files, None))
             continue
-        for byte_range in line_aligned_ranges(tf.path, chunk_bytes):
-            tasks.append((tf, byte_range))
+        for tf in files:
+            if tf.kind != "log" or is_gzip(tf.path) or tf.pieces or tf.cloud_export:
+                tasks.append(([tf], None))
+                continue
+            for byte_range in line_aligned_ranges(tf.path, chunk_bytes):
+                tasks.append(([tf], byte_range))
     # Largest first, so a big gzip file does not start last and leave a core idle.
     tasks.sort(key=lambda t: -_task_size(t))
     return tasks
 
 
 def _task_size(task: Task) -> int:
-    tf, byte_range = task
+    files, byte_range = task
     if byte_range is not None:
         return byte_range[1] - byte_range[0]
-    try:
-        return os.stat(tf.path).st_size * (8 if is_gzip(tf.path) else 1)
-    except OSError:
-        return 0
+    total = 0
+    for tf in files:
+        try:
+            total += os.stat(tf.path).st_size * (8 if is_gzip(tf.path) else 1)
+        except OSError:
+            continue
+    return total
 
 
 def _count(task: Task) -> ParseStats:
-    tf, byte_range = task
+    files, byte_range = task
     stats = ParseStats()
-    for _ in file_events(tf, stats, byte_range):
-        pass
+    repeats = RepeatedLines(files) if len(files) > 1 else None
+    for tf in files:
+        for _ in file_events(tf, stats, byte_range, repeats=repeats):
+            pass
     return stats
 
 

@@ -7,29 +7,34 @@ windows add up double, each kv-canary violation is a second critical finding, a 
 timeouts are counted again, and the repeats come after their requests were judged (late
 lines, blamed on a clock).
 
-Two things follow, both from the lines themselves, never from names or times alone:
+Two things follow, both from the lines themselves, never from names or times alone, and both
+only on evidence a chance likeness does not give: `EVIDENCE_LINES` distinct stamped lines, in
+more than one second, alike in the same order. Start-up lines two hosts print alike, a
+keep-alive line repeated, a traceback's body recurring are no evidence.
 
-* `one_log` (discovery): logs of one name in several folders are one node's when their
-  starts are the same (copies, whole-history exports), or when one's first line stands in
-  the other (a later export). Otherwise the folders are hosts (`prefill-0/sglang.log`).
+* `log_clusters` (discovery): logs of one name in several folders are one node's when their
+  starts are alike (copies, whole-history exports) or one's start stands in the other (a
+  later export); the others are hosts (`prefill-0/sglang.log`), a copy of one of them
+  (`backup/sglang.log`) that host's.
 * `RepeatedLines` (reading): while a node's file is read, it watches for where each of the
-  next few files begins; from there on it compares the two line by line. Those of the later
-  file's first lines that matched to the end of the earlier file (or all of them, when the
-  later file lies inside the earlier one) are skipped when the later file is read, and said
-  (`ParseStats.repeated_lines`), when they are at least `MIN_REPEATED_LINES`. A match of one
-  line that the next line breaks costs one comparison; nothing of a file is held beyond a
-  block of its lines.
+  next few files begins (its first stamped line); from there on it compares the two line by
+  line. Those of the later file's first lines that matched to the end of the earlier file
+  (or all of them, when the later file lies inside the earlier one, a copy cut mid-line
+  included) are skipped when the later file is read, and said (`ParseStats.repeated_lines`).
+  Nothing of a file is held beyond a block of its lines; a watch that keeps failing to match
+  stops (`MAX_STARTS`).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from collector.line_order import head_lines, line_time
+from collector.merged_logs import line_source
 
 if TYPE_CHECKING:
     from collector.files import ReadStats, TelemetryFile
@@ -39,63 +44,112 @@ Blocks = Iterator[tuple[int, list[str]]]
 # How many of the files after the one being read are watched for: enough for three copies of
 # a rotated set side by side.
 WATCHED_FILES: Final = 4
-# Fewer lines than this agreeing at a file's end are no repeat: the same line can be logged
-# twice in one second, on either side of a rotation.
-MIN_REPEATED_LINES: Final = 16
-# The start of a file compared to tell copies of one log (its first lines, gzip read through).
-_HEAD_BYTES: Final = 64 << 10
-# A later export's first line is looked for in an earlier plain file up to this size.
+# What makes lines alike a copy, not a chance: this many distinct stamped lines, in more than
+# one second.
+EVIDENCE_LINES: Final = 32
+# A watch whose anchor keeps recurring without a match gives up after this many tries.
+MAX_STARTS: Final = 64
+# The start of a file compared to tell copies of one log (gzip read through).
+_HEAD_BYTES: Final = 256 << 10
+# A later export's start is looked for in an earlier plain file up to this size.
 _MAX_SEARCHED_BYTES: Final = 4 << 30
 
 
-def one_log(groups: list[list[Path]]) -> bool:
-    """Whether the logs of one name found in several folders (`groups`, one list of files per
-    folder, oldest first) are all one node's: linked, folder to folder, by starting alike or
-    by one's first line standing in the other's plain files."""
+class _Evidence:
+    """Distinct stamped lines seen, and their seconds, until there are enough."""
+
+    __slots__ = ("_lines", "_times", "_time_of")
+
+    def __init__(self, time_of: Callable[[str], float | None] = line_time) -> None:
+        self._lines: set[str] = set()
+        self._times: set[float] = set()
+        self._time_of = time_of
+
+    @property
+    def enough(self) -> bool:
+        return len(self._lines) >= EVIDENCE_LINES and len(self._times) > 1
+
+    def see(self, lines: list[str]) -> None:
+        for line in lines:
+            if self.enough:
+                return
+            if line not in self._lines:
+                when = self._time_of(line)
+                if when is not None:
+                    self._lines.add(line)
+                    self._times.add(when)
+
+
+def log_clusters(groups: list[list[Path]]) -> list[list[int]]:
+    """The logs of one name found in several folders (`groups`, one list of files per folder,
+    oldest first), in clusters of folders holding one node's log: linked, folder to folder,
+    by starting alike or by one's start standing in the other's plain files."""
     starts = [_start(files[0]) for files in groups]
-    if any(not start for start in starts):
-        return False
-    joined = {0}
-    while len(joined) < len(groups):
-        linked = next(
-            (
-                other
-                for other in range(len(groups))
-                if other not in joined
-                and any(_overlap(groups, starts, one, other) for one in joined)
-            ),
-            None,
-        )
-        if linked is None:
-            return False
-        joined.add(linked)
-    return True
+    clusters: list[list[int]] = []
+    for index in range(len(groups)):
+        linked = [
+            cluster
+            for cluster in clusters
+            if any(_overlap(groups, starts, one, index) for one in cluster)
+        ]
+        joined = [index]
+        for cluster in linked:
+            clusters.remove(cluster)
+            joined = sorted(joined + cluster)
+        clusters.append(joined)
+    return sorted(clusters)
 
 
 def _overlap(groups: list[list[Path]], starts: list[list[str]], one: int, other: int) -> bool:
-    return (
-        _same_start(starts[one], starts[other])
-        or _holds_line(groups[other], starts[one][0])
-        or _holds_line(groups[one], starts[other][0])
+    blocks = (_evidence_block(starts[one]), _evidence_block(starts[other]))
+    return _same_start(starts[one], starts[other]) or any(
+        # A newest-first export's start is the other's lines the other way round.
+        _holds(groups[where], block) or _holds(groups[where], block[::-1])
+        for where, block in ((other, blocks[0]), (one, blocks[1]))
     )
 
 
 def _start(path: Path) -> list[str]:
-    """The first content lines of a file (blank ones and the last, possibly cut, left out)."""
-    return [line.rstrip("\r") for line in head_lines(path, _HEAD_BYTES) if line.strip()]
+    """The first lines of a file from its first stamped one (the last, possibly cut, left
+    out; line ends as written)."""
+    lines = [line.rstrip("\r") for line in head_lines(path, _HEAD_BYTES)]
+    first = next((i for i, line in enumerate(lines) if _stamped(line) is not None), None)
+    return lines[first:] if first is not None else []
+
+
+def _stamped(line: str) -> float | None:
+    """A line's time, behind the name a merged file leads it with too (`decode-0  | [...]`)."""
+    when = line_time(line)
+    if when is None and (source := line_source(line)) is not None:
+        when = line_time(line[source[1] :])
+    return when
+
+
+def _evidence_block(start: list[str]) -> list[str]:
+    """The shortest beginning of `start` that is evidence (see the module docstring)."""
+    evidence = _Evidence(_stamped)
+    for end in range(len(start)):
+        evidence.see(start[end : end + 1])
+        if evidence.enough:
+            return start[: end + 1]
+    return []
 
 
 def _same_start(a: list[str], b: list[str]) -> bool:
-    """Whether two heads begin alike over as many lines as the shorter holds (at least two):
-    two hosts started in the same second with the same arguments part by their next lines."""
-    shared = min(len(a), len(b))
-    return shared >= 2 and a[:shared] == b[:shared]
+    """Whether two starts agree over an evidence block (two hosts started in the same second
+    with the same arguments part within their first requests)."""
+    block = _evidence_block(a)
+    return bool(block) and b[: len(block)] == block
 
 
-def _holds_line(files: list[Path], line: str) -> bool:
-    """Whether any of the plain files holds `line` as a whole line (gzip files are not
-    searched: only their start can be read without reading all of them)."""
-    needle = b"\n" + line.encode("utf-8", "surrogateescape")
+def _holds(files: list[Path], block: list[str]) -> bool:
+    """Whether any of the plain files holds `block` as whole consecutive lines, LF or CRLF
+    (gzip files are not searched: only their start can be read without reading all)."""
+    if not block:
+        return False
+    needles = [
+        ("\n" + ending.join(block)).encode("utf-8", "surrogateescape") for ending in ("\n", "\r\n")
+    ]
     for path in files:
         try:
             with open(path, "rb") as handle:
@@ -105,12 +159,13 @@ def _holds_line(files: list[Path], line: str) -> bool:
                 if not 0 < size <= _MAX_SEARCHED_BYTES:
                     continue
                 with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    at = mapped.find(needle)
-                    while at >= 0:
-                        end = at + len(needle)
-                        if end == size or mapped[end : end + 1] in (b"\n", b"\r"):
-                            return True
-                        at = mapped.find(needle, at + 1)
+                    for needle in needles:
+                        at = mapped.find(needle)
+                        while at >= 0:
+                            end = at + len(needle)
+                            if end == size or mapped[end : end + 1] in (b"\n", b"\r"):
+                                return True
+                            at = mapped.find(needle, at + 1)
         except (OSError, ValueError):
             continue
     return False
@@ -127,12 +182,22 @@ def in_reading_order(files: list[TelemetryFile]) -> list[TelemetryFile]:
                 return when
         return float("inf")
 
+    def size(tf: TelemetryFile) -> int:
+        try:
+            return os.stat(tf.path).st_size
+        except OSError:
+            return 0
+
     ties: dict[tuple[int, str], int] = {}
     for tf in files:
         ties[tf.order] = ties.get(tf.order, 0) + 1
     if all(count == 1 for count in ties.values()):
         return files
-    return sorted(files, key=lambda tf: (tf.order, first_time(tf) if ties[tf.order] > 1 else 0))
+    # Of copies starting alike, the longest first: a copy cut short then lies inside it.
+    return sorted(
+        files,
+        key=lambda tf: (tf.order, first_time(tf), -size(tf)) if ties[tf.order] > 1 else (tf.order,),
+    )
 
 
 class RepeatedLines:
@@ -155,14 +220,14 @@ class RepeatedLines:
             return
         skip, _ = self._skip.get(index, (0, tf.path))
         watches = [
-            _Watch(later, self._anchor(later))
+            _Watch(later, self.files[later], anchor)
             for later in range(index + 1, min(index + 1 + WATCHED_FILES, len(self.files)))
-            if self._anchor(later) is not None
+            if (anchor := self._anchor(later)) is not None
         ]
         seen = 0  # lines read so far, in reading order (newest-first files number backwards)
         for first, lines in file_line_blocks(tf, stats):
             for watch in watches:
-                watch.feed(lines, self.files[watch.later])
+                watch.feed(lines)
             if seen + len(lines) <= skip:
                 seen += len(lines)
                 continue
@@ -175,8 +240,6 @@ class RepeatedLines:
             yield first, lines
         for watch in watches:
             matched = watch.finish()
-            if matched < MIN_REPEATED_LINES:
-                continue
             if matched > self._skip.get(watch.later, (0, tf.path))[0]:
                 self._skip[watch.later] = (matched, tf.path)
 
@@ -186,21 +249,22 @@ class RepeatedLines:
         return self._skip.get(index) if index is not None else None
 
     def _anchor(self, index: int) -> tuple[str, int] | None:
-        """A file's first content line and its place among its lines, read once."""
+        """A file's first stamped line and its place among its lines, read once."""
         if index not in self._anchors:
-            self._anchors[index] = _first_content_line(self.files[index])
+            self._anchors[index] = _first_stamped_line(self.files[index])
         return self._anchors[index]
 
 
-def _first_content_line(tf: TelemetryFile) -> tuple[str, int] | None:
-    from collector.files import DROPPED, ReadStats, file_line_blocks
+def _first_stamped_line(tf: TelemetryFile) -> tuple[str, int] | None:
+    """The first line with a time (a traceback's body recurs; a stamped line rarely does)."""
+    from collector.files import ReadStats, file_line_blocks
 
     seen = 0
     blocks = file_line_blocks(tf, ReadStats(), block_size=16 << 10)
     try:
         for _, lines in blocks:
             for line in lines:
-                if line and line != DROPPED:
+                if line_time(line) is not None:
                     return line, seen
                 seen += 1
             if seen > 1024:
@@ -220,27 +284,48 @@ def _close(blocks: Blocks) -> None:
 class _Watch:
     """Where, in the file being read, a later file begins, and how far the two then agree."""
 
-    __slots__ = ("later", "_anchor", "_lead", "_theirs", "_buffer", "_at", "_matched", "_done")
+    __slots__ = (
+        "later",
+        "_file",
+        "_anchor",
+        "_lead",
+        "_theirs",
+        "_buffer",
+        "_at",
+        "_matched",
+        "_evidence",
+        "_inside",
+        "_cut",
+        "_starts",
+    )
 
-    def __init__(self, later: int, anchor: tuple[str, int] | None) -> None:
-        assert anchor is not None
+    def __init__(self, later: int, file: TelemetryFile, anchor: tuple[str, int]) -> None:
         self.later = later
+        self._file = file
         self._anchor, self._lead = anchor
         self._theirs: Blocks | None = None
         self._buffer: list[str] = []
         self._at = 0  # next line of the buffer to compare
         self._matched = 0  # the later file's lines that agreed so far (from its first)
-        self._done = False  # the later file ended inside this one: all of it is repeated
+        self._evidence = _Evidence()
+        self._inside = False  # the later file ended inside this one: all of it is repeated
+        self._cut = False  # our last line so far is the start of theirs (a copy cut there?)
+        self._starts = 0
 
-    def feed(self, lines: list[str], later: TelemetryFile) -> None:
+    def feed(self, lines: list[str]) -> None:
         index = 0
-        while index < len(lines) and not self._done:
+        if self._cut and lines:  # more lines after a cut one: it was no cut, a difference
+            self._stop()
+            index = 0
+        while index < len(lines) and not self._inside:
             if self._theirs is None:
+                if self._starts >= MAX_STARTS:
+                    return
                 try:
                     index = lines.index(self._anchor, index)
                 except ValueError:
                     return
-                self._begin(later)
+                self._begin()
                 if self._theirs is None:
                     return
             start = index
@@ -249,17 +334,20 @@ class _Watch:
                 index = start + 1
 
     def finish(self) -> int:
-        """The later file's first lines the file read held (0 when it does not begin there)."""
-        matched = self._matched if self._theirs is not None or self._done else 0
+        """The later file's first lines the file read held (0 when it does not begin there,
+        or when what agreed is no evidence of a copy)."""
+        live = self._theirs is not None or self._inside
+        matched = self._matched if live and self._evidence.enough else 0
         self._stop()
         return matched
 
-    def _begin(self, later: TelemetryFile) -> None:
+    def _begin(self) -> None:
         from collector.files import ReadStats, file_line_blocks
 
-        self._theirs = file_line_blocks(later, ReadStats())
-        self._buffer, self._at = [], 0
-        # Blank or dropped lines before its first content line are passed over, not compared.
+        self._starts += 1
+        self._theirs = file_line_blocks(self._file, ReadStats(), block_size=64 << 10)
+        self._buffer, self._at, self._evidence = [], 0, _Evidence()
+        # Lines before its first stamped one are passed over, not compared.
         self._matched = 0
         while self._matched < self._lead:
             if self._at >= len(self._buffer) and not self._pull():
@@ -273,15 +361,37 @@ class _Watch:
         """Compare from `index` on; the index reached (where they differ, or the end)."""
         while index < len(lines):
             if self._at >= len(self._buffer) and not self._pull():
-                self._done = True  # the later file ended: it lies inside this one
+                self._inside = True  # the later file ended: it lies inside this one
                 return len(lines)
             span = min(len(lines) - index, len(self._buffer) - self._at)
-            if lines[index : index + span] != self._buffer[self._at : self._at + span]:
-                self._stop()
-                return index
+            ours = lines[index : index + span]
+            theirs = self._buffer[self._at : self._at + span]
+            if ours != theirs:
+                agree = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
+                self._agreed(ours[:agree])
+                return self._differ(lines, index + agree, theirs[agree])
+            self._agreed(ours)
             index += span
-            self._at += span
-            self._matched += span
+        return index
+
+    def _agreed(self, lines: list[str]) -> None:
+        self._at += len(lines)
+        self._matched += len(lines)
+        if not self._evidence.enough:
+            self._evidence.see(lines)
+
+    def _differ(self, lines: list[str], index: int, theirs: str) -> int:
+        """Where the two differ: a copy cut mid-line (theirs the cut one, at its end; or ours,
+        when nothing follows it), else the end of this match."""
+        ours = lines[index]
+        if ours.startswith(theirs) and self._at + 1 == len(self._buffer) and not self._pull():
+            self._matched += 1  # their last line, cut: the whole later file is repeated
+            self._inside = True
+            return len(lines)
+        if theirs.startswith(ours) and index + 1 == len(lines):
+            self._cut = True  # ours may be the cut one, if this file ends here
+            return len(lines)
+        self._stop()
         return index
 
     def _pull(self) -> bool:
@@ -297,4 +407,4 @@ class _Watch:
         if self._theirs is not None:
             _close(self._theirs)
         self._theirs = None
-        self._buffer, self._at = [], 0
+        self._buffer, self._at, self._cut = [], 0, False

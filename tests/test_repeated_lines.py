@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from collector import repeated_lines
 from collector.files import discover
 from collector.forensics.driver import run_forensics
 from collector.forensics.report import repeated_lines_line
@@ -164,3 +165,86 @@ def test_a_line_logged_twice_across_a_rotation_is_read_twice(tmp_path: Path) -> 
     _write(tmp_path / "decode-0.log", [earlier[-1], *_batches(range(100, 200))])
     events, stats = _events(tmp_path)
     assert len(events) == 201 and stats.repeated_lines == {}
+
+
+# From an adversarial audit of the first version: each case lost lines or merged hosts.
+
+
+def test_forty_identical_lines_across_a_rotation_are_all_read(tmp_path: Path) -> None:
+    """A keep-alive or batch line logged 40 times in one second, both sides of a rotation:
+    alike, but no evidence of a copy (one distinct stamped line)."""
+    same = _line(300, 'INFO:     10.0.0.2:35752 - "POST /generate HTTP/1.1" 200 OK')
+    _write(tmp_path / "decode-0.log.1", [*_batches(range(0, 100)), *[same] * 40])
+    _write(tmp_path / "decode-0.log", [same] * 40 + _batches(range(301, 400)))
+    _, stats = _events(tmp_path)
+    assert stats.repeated_lines == {} and stats.noise.get("repeated", 0) == 0
+    assert stats.events["http_access"] == 80
+
+
+def test_hosts_whose_logs_start_alike_stay_two_nodes(tmp_path: Path) -> None:
+    """Two hosts started in the same second with the same arguments, one of them hung after
+    its start-up lines: alike for as long as the shorter runs, never evidence of a copy."""
+    start = [
+        _line(0, "server_args=ServerArgs(model_path='m', tp_size=8)"),
+        _line(1, "Load weight begin"),
+    ]
+    _write(tmp_path / "host-a" / "sglang.log", [*start, *_batches(range(2, 200))])
+    _write(tmp_path / "host-b" / "sglang.log", [""] + start)
+    events, stats = _events(tmp_path)
+    alone, _ = _events(tmp_path / "host-a")
+    assert Counter(node for node, _, _ in events)["host-a"] == len(alone)
+    assert {node for node, _, _ in events} == {"host-a", "host-b"}
+    assert stats.repeated_lines == {}
+
+
+def test_a_copy_cut_mid_line_lies_inside_the_whole_log(tmp_path: Path) -> None:
+    lines = _batches(range(0, 600))
+    whole = "".join(line + "\n" for line in lines)
+    _write(tmp_path / "logs" / "decode-0.log", lines)
+    (tmp_path / "backup").mkdir()
+    (tmp_path / "backup" / "decode-0.log").write_text(whole[: len(whole) * 6 // 10])
+    events, stats = _events(tmp_path)
+    alone, _ = _events(tmp_path / "logs")
+    assert [(k, t) for _, k, t in events] == [(k, t) for _, k, t in alone]
+    assert [n for n, _ in stats.repeated_lines.values()] == [361]  # the cut line too
+
+
+def test_logs_saved_alike_by_a_browser_are_each_their_host_s(tmp_path: Path) -> None:
+    """`sglang.log`, `sglang (1).log`: eight pods' logs downloaded under one name."""
+    _write(tmp_path / "sglang.log", _batches(range(0, 100)))
+    _write(tmp_path / "sglang (1).log", _batches(range(0, 100), tag="7"))
+    events, stats = _events(tmp_path)
+    assert Counter(node for node, _, _ in events) == {"sglang": 100, "sglang (1)": 100}
+    assert stats.repeated_lines == {}
+
+
+def test_a_copy_beside_a_folder_per_host_layout_is_its_host_s(tmp_path: Path) -> None:
+    a, b = _batches(range(0, 100)), _batches(range(0, 100), tag="5")
+    _write(tmp_path / "host-a" / "sglang.log", a)
+    _write(tmp_path / "host-b" / "sglang.log", b)
+    _write(tmp_path / "backup" / "sglang.log", a)
+    events, _ = _events(tmp_path)
+    assert Counter(node for node, _, _ in events) == {"backup": 100, "host-b": 100}
+
+
+def test_a_recurring_first_line_is_looked_at_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live file begins with a line the rotated one holds 5,000 times: each match that
+    breaks at once reopens the live file, so the watch gives up after `MAX_STARTS`."""
+    same = _line(300, "Decode transfer failed for request rank=0: peer closed")
+    _write(tmp_path / "decode-0.log.1", [same, "  File 'conn.py', line 412"] * 5000)
+    _write(tmp_path / "decode-0.log", [same, *_batches(range(301, 400))])
+    import collector.files as files
+
+    opened = Counter[str]()
+    real = files.file_line_blocks
+
+    def counting(tf: Any, *args: Any, **kwargs: Any) -> Any:
+        opened[tf.path.name] += 1
+        return real(tf, *args, **kwargs)
+
+    monkeypatch.setattr(files, "file_line_blocks", counting)
+    _, stats = _events(tmp_path)
+    assert opened["decode-0.log"] <= repeated_lines.MAX_STARTS + 2
+    assert stats.repeated_lines == {}
