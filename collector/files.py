@@ -853,6 +853,16 @@ def _clean(line: str, stats: ReadStats) -> str:
     return line.replace("\x00", "")
 
 
+def dated_by_file_time(source: str) -> bool:
+    """Whether an event's time is its file's modification time: a whole document (a `.prom`
+    scrape, a saved `/server_info`) whose name carries no `@<time>`. Lines are sourced
+    `path:line`, spans `otlp`."""
+    path, _, line = source.rpartition(":")
+    if line.isdigit() or source == "otlp" or not source:
+        return False
+    return _SNAPSHOT_TIME.search(Path(source).name.split(".", 1)[0]) is None
+
+
 def file_time(path: Path) -> float | None:
     try:
         return os.stat(path).st_mtime

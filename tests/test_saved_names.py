@@ -183,3 +183,21 @@ def test_a_server_info_saved_by_hand_beside_dated_snapshots_is_the_same_node(
     for node in ("prefill-0", "decode-0"):
         _touch(tmp_path / "snapshots" / f"{node}@20260906T000000Z.server_info.json", "{}")
     assert sorted({f.node for f in discover([tmp_path])}) == ["decode-0", "prefill-0"]
+
+
+def test_a_document_dated_only_by_its_file_time_does_not_stretch_what_the_logs_cover(
+    tmp_path: Path,
+) -> None:
+    """A /server_info saved at the inquiry, months on: its file's time dates its
+    configuration, not the end of the logs."""
+    import os
+
+    logs = tmp_path / "logs"
+    _touch(logs / "decode-0.log", "".join(_line(i) + "\n" for i in range(30)))
+    info = _touch(logs / "decode-0.server_info.json", '{"max_total_num_tokens": 681280}')
+    months_later = 1796000000  # 2026-12-01
+    os.utime(info, (months_later, months_later))
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["first_time"] == "2026-09-06T00:00:00.000Z"
+    assert summary["input"]["last_time"].startswith("2026-09-06T00:00:")  # not 2026-12-01
+    assert summary["nodes"]["decode-0"]["config"]  # the document still configures the node

@@ -110,3 +110,15 @@ def test_no_request_read_is_not_judged_even_with_snapshots_beside_it(tmp_path: P
     assert "NOT JUDGED" in done.stderr and "1 archive not read" in done.stderr
     assert "no exposed responses" not in done.stdout
     assert "UNREAD: " in done.stdout and "ARCHIVES: 1 archive was not read" in done.stdout
+
+
+def test_an_archive_alone_is_said_to_be_unread(tmp_path: Path) -> None:
+    (tmp_path / "sglang-logs.tgz").write_bytes(b"\x1f\x8b")
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet"]
+        + [str(tmp_path), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "no telemetry files found" in done.stderr and "1 not read: extract" in done.stderr

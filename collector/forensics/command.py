@@ -122,7 +122,9 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     )
     print_outcome(result, out)
     if result.summary["input"]["files"] == 0:
-        err.write("kvwatch forensics: no telemetry files found in the given paths\n")
+        archives = result.summary["input"]["dropped_by_reason"].get("archive_not_read", 0)
+        hint = f" ({archives:,} not read: extract them and pass the folders)" if archives else ""
+        err.write(f"kvwatch forensics: no telemetry files found in the given paths{hint}\n")
         return 2
     if not result.summary["requests"]["total"]:
         # Files, but no request in them (the wrong folder, an encoding or wrapping not read):

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
-from collector.files import EXPORT_NAME
+from collector.files import EXPORT_NAME, dated_by_file_time
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
@@ -372,11 +372,17 @@ def run_forensics(
         progress=progress.advance,
         stage_factory=WorkerStages(config.ledger, window_seconds),
     )
+    # What the input covers: from its first time to its last, leaving out documents saved
+    # without a date in their name, which only the file's time dates (saved at the inquiry,
+    # one stretched "logs cover" by months).
     first_time: float | None = None
+    last_time: float | None = None
     try:
         for event in events:
-            if first_time is None:
-                first_time = event.time
+            if event.time is not None and not dated_by_file_time(event.source):
+                if first_time is None:
+                    first_time = event.time
+                last_time = event.time if last_time is None else max(last_time, event.time)
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
             for finding in process(event):
@@ -392,7 +398,7 @@ def run_forensics(
         outputs["parquet"] = parquet.path
     summary = build_summary(paths, stats, pipeline, evidence)
     summary["input"]["first_time"] = iso_time(first_time)
-    summary["input"]["last_time"] = iso_time(pipeline.now)
+    summary["input"]["last_time"] = iso_time(last_time)
     outcomes: Counter[str] = Counter()
     for counts in evidence.deferred.values():
         outcomes.update(counts)
