@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
-from collector.line_order import line_time, newest_first, oldest_first
+from collector.line_order import head_bytes, line_time, newest_first, oldest_first
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import log_clusters
@@ -229,14 +229,8 @@ _OTLP_OPENING: Final = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"resourceSpa
 
 def _holds_otlp(path: Path) -> bool:
     """Whether a JSON file holds OTLP trace exports (else it is a saved endpoint response)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-            if head[:2] == b"\x1f\x8b":
-                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 4096)
-    except (OSError, zlib.error):
-        return False
-    return _OTLP_OPENING.match(head) is not None
+    read = head_bytes(path, 4096)
+    return read is not None and _OTLP_OPENING.match(read[0]) is not None
 
 
 def _printable(name: str) -> str:

@@ -129,8 +129,9 @@ def head_lines(path: Path, size: int = _SNIFF_BYTES[0]) -> list[str]:
     return _head(path, size)[0]
 
 
-def _head(path: Path, size: int) -> tuple[list[str], bool]:
-    """`head_lines`, and whether they are the whole file."""
+def head_bytes(path: Path, size: int) -> tuple[bytes, bool] | None:
+    """The first `size` bytes of a file (of its text, when gzipped), and whether they are all
+    of it; None when it cannot be read."""
     try:
         with open(path, "rb") as raw:
             head = raw.read(size)
@@ -139,9 +140,17 @@ def _head(path: Path, size: int) -> tuple[list[str], bool]:
                 head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, size)
                 whole = whole and len(head) < size
     except (OSError, zlib.error):
+        return None
+    return head, whole
+
+
+def _head(path: Path, size: int) -> tuple[list[str], bool]:
+    """`head_lines`, and whether they are the whole file."""
+    read = head_bytes(path, size)
+    if read is None:
         return [], True
-    lines = head.decode("utf-8", "replace").split("\n")
-    return (lines[:-1] if len(lines) > 1 else lines), whole
+    lines = read[0].decode("utf-8", "replace").split("\n")
+    return (lines[:-1] if len(lines) > 1 else lines), read[1]
 
 
 def _tail_lines(path: Path) -> list[str]:

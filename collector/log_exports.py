@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+from collector.line_order import head_bytes
 
 if TYPE_CHECKING:
     from collector.files import ReadStats
@@ -32,13 +33,10 @@ _CLOUD_LOGGING_KEYS: Final = (b'"textPayload"', b'"logName"', b'"insertId"')
 
 def log_export_format(path: Path) -> str | None:
     """`cloudwatch` or `cloud_logging` when the file is such an export, else None."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(8192)
-            if head[:2] == b"\x1f\x8b":
-                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 8192)
-    except (OSError, zlib.error):
+    read = head_bytes(path, 8192)
+    if read is None:
         return None
+    head = read[0]
     if _CLOUDWATCH.match(head):
         return "cloudwatch"
     if _CLOUD_LOGGING.match(head) and any(key in head for key in _CLOUD_LOGGING_KEYS):
