@@ -15,7 +15,6 @@ writer still writing or a copy cut short (`truncated_request_line`; see
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
 import stat
@@ -32,6 +31,7 @@ from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import log_clusters
 from collector.sglang.request_log import cut_record
+from collector.text_encoding import as_utf8
 
 FileKind = Literal["log", "prom", "json", "otlp"]
 
@@ -50,7 +50,7 @@ _ROTATION = re.compile(rf"^(?P<base>.+?)(?:\.(?P<num>\d{{1,4}})|[.-](?P<date>{_D
 _HOURLY_SUFFIX = re.compile(rf"[-_.]({_DATE})$")
 # `split` pieces of one log (`decode-0.log.aa`, `decode-0.log.00` with `-d`): one file, cut
 # anywhere, read as the pieces joined (zero-padded, so never a rotation's `.1`).
-_PIECE = re.compile(r"^(?P<base>.+\.(?:log|txt|out|err|jsonl))\.(?P<piece>[a-z]{2,3}|\d{2,4})$")
+_PIECE = re.compile(r"^(?P<base>.+\.(?:log|txt|out|err|jsonl))\.(?P<piece>[a-z]{2,4}|\d{2,4})$")
 # The log of the container before its last restart (`kubectl logs --previous`, saved beside).
 _PREVIOUS = re.compile(r"[._-]previous$")
 # The two streams of one process saved apart (supervisord's, systemd's `StandardError=`).
@@ -210,14 +210,15 @@ _PREVIOUS_ORDER: Final = 100_000
 
 def _is_piece(path: Path, suffix: str) -> bool:
     """Whether `.aa` or `.07` ends a `split` piece's name: letters always do; digits do when
-    the set's first piece (`.00`) is there, else they are a rotation's number."""
+    the set's first piece (`.00`, or `.000` with `-a 3`) is there, else they are a rotation's
+    number. Past `.89` split goes on at `.9000`."""
     if suffix.isalpha():
         return True
-    first = path.name[: path.name.rindex("." + suffix)] + "." + "0" * len(suffix)
-    return (
-        suffix == "0" * len(suffix)
-        or (path.parent / first).exists()
-        or (path.parent / (first + ".gz")).exists()
+    base = path.name[: path.name.rindex("." + suffix)]
+    return any(
+        (path.parent / f"{base}.{'0' * width}{gz}").exists()
+        for width in (2, 3, 4)
+        for gz in ("", ".gz")
     )
 
 
@@ -260,7 +261,7 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(described)
-    found = _disambiguate_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found))))
+    found = _disambiguate_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found, skip))))
     found = _adopt_known_nodes(found)
     found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
@@ -280,26 +281,32 @@ _CONTAINER_LOG = re.compile(
 
 def _kubernetes_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """Logs in the kubelet's layouts as their pod's (`pod/container` when several of a pod's
-    containers left logs): named by the file, every pod was `0`, told apart by folder only."""
-    pods: dict[TelemetryFile, tuple[str, str]] = {}
-    for f in files:
+    containers left logs): named by the file, every pod was `0`, told apart by folder only.
+    The file's number counts the container's restarts: `1.log` and its rotations come after
+    all of `0.log`'s."""
+    pods: dict[int, tuple[str, str, int]] = {}  # file index -> pod, container, restarts
+    for index, f in enumerate(files):
         if f.kind != "log":
             continue
         folder = _POD_FOLDER.match(f.path.parent.parent.name)
         if folder is not None and f.node.isdigit():
-            pods[f] = (folder["pod"], f.path.parent.name)
+            pods[index] = (folder["pod"], f.path.parent.name, int(f.node))
         elif (named := _CONTAINER_LOG.match(f.node)) is not None:
-            pods[f] = (named["pod"], named["container"])
+            pods[index] = (named["pod"], named["container"], 0)
     if not pods:
         return files
     containers: dict[str, set[str]] = {}
-    for pod, container in pods.values():
+    for pod, container, _ in pods.values():
         containers.setdefault(pod, set()).add(container)
     out = []
-    for f in files:
-        if f in pods:
-            pod, container = pods[f]
-            f = replace(f, node=pod if len(containers[pod]) == 1 else f"{pod}/{container}")
+    for index, f in enumerate(files):
+        if index in pods:
+            pod, container, restarts = pods[index]
+            f = replace(
+                f,
+                node=pod if len(containers[pod]) == 1 else f"{pod}/{container}",
+                order=(f.order[0] + restarts * _PREVIOUS_ORDER, f.order[1]),
+            )
         out.append(f)
     return out
 
@@ -333,8 +340,8 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """A log named a little otherwise than the snapshots' node (the pod `sglang-prefill-1`, the
     snapshots' `prefill-1`) is that node's, when no other log would be: its configuration and
     version then judge its lines, and its pool is not said twice."""
-    known = {f.node for f in files if f.kind != "log"}
-    logs = {f.node for f in files if f.kind == "log"} - known
+    logs = {f.node for f in files if f.kind == "log"}
+    known = {f.node for f in files if f.kind != "log"} - logs  # a node with its own log: taken
     adopted = {node: known_as(node, known) for node in logs}
     claims = [node for node in adopted.values() if node is not None]
     renamed = {node: to for node, to in adopted.items() if to is not None and claims.count(to) == 1}
@@ -343,7 +350,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
 
 
-def _join_pieces(files: list[TelemetryFile]) -> list[TelemetryFile]:
+def _join_pieces(files: list[TelemetryFile], skipped: Counter[str]) -> list[TelemetryFile]:
     """The pieces `split` cut one log into, as that one log: its first piece, with every piece
     to be read in turn (`TelemetryFile.pieces`), so a line cut between two pieces is whole."""
     sets: dict[tuple[Path, str], list[TelemetryFile]] = {}
@@ -355,10 +362,33 @@ def _join_pieces(files: list[TelemetryFile]) -> list[TelemetryFile]:
         whole = tf.path.name.removesuffix(".gz")
         sets.setdefault((tf.path.parent, whole[: -len(tf.piece) - 1]), []).append(tf)
     for pieces in sets.values():
-        pieces.sort(key=lambda tf: (len(tf.piece), tf.piece))
-        first = pieces[0]
-        out.append(replace(first, piece="", pieces=tuple(tf.path for tf in pieces)))
+        pieces.sort(key=lambda tf: _piece_number(tf.piece))
+        # A piece missing cuts the set in two: joined across the gap, one line's start would
+        # meet another's end.
+        runs: list[list[TelemetryFile]] = [[pieces[0]]]
+        for piece in pieces[1:]:
+            gap = _piece_number(piece.piece) - _piece_number(runs[-1][-1].piece) - 1
+            if gap:
+                skipped["split_piece_missing"] += gap
+                runs.append([])
+            runs[-1].append(piece)
+        for run in runs:
+            out.append(replace(run[0], piece="", pieces=tuple(tf.path for tf in run)))
     return out
+
+
+def _piece_number(suffix: str) -> int:
+    """A split piece's place: `aa` 0, `ab` 1, … `yz` 649, `zaaa` 650 (split widens the suffix
+    past `yz`, and past `89` for digits: `9000` is 90)."""
+    if suffix.isdigit():
+        widened = len(suffix) == 4 and suffix.startswith("9")
+        return 90 + int(suffix[1:]) if widened else int(suffix)
+    value = 0
+    for letter in suffix:
+        value = value * 26 + ord(letter) - ord("a")
+    if len(suffix) == 4 and suffix.startswith("z"):  # `zaaa` follows `yz`
+        return 650 + value - 25 * 26**3
+    return value
 
 
 # The file name `--export-metrics-to-file` gives every node's records (`…-YYYYMMDD_HH.log`).
@@ -680,7 +710,7 @@ def read_line_blocks(
     else:
         blocks = _open_blocks(path, stats, ending, byte_range, block_size)
     if byte_range is None or byte_range[0] == 0:
-        blocks = _as_utf8(blocks)
+        blocks = as_utf8(blocks)
     for block in blocks:
         cut = block.rfind(b"\n")
         if cut < 0:
@@ -729,38 +759,10 @@ def read_line_blocks(
     stats.lines += number
 
 
-_UTF8_BOM: Final = b"\xef\xbb\xbf"
-_UTF16_BOMS: Final = (b"\xff\xfe", b"\xfe\xff")
-
-
-def _as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
-    """The blocks as UTF-8: a byte-order mark left by an editor is taken off, and UTF-16 (what
-    Windows PowerShell's `>` writes: every line would otherwise be binary) is turned into
-    UTF-8 as it is read. Told by the mark, or, without one, by a start of ASCII every other
-    byte."""
-    first = next(blocks, b"")
-    if first.startswith(_UTF16_BOMS) or _utf16_without_mark(first):
-        encoding = "utf-16" if first.startswith(_UTF16_BOMS) else "utf-16-le"
-        decoder = codecs.getincrementaldecoder(encoding)("replace")
-        yield decoder.decode(first).encode("utf-8", "surrogatepass")
-        for block in blocks:
-            yield decoder.decode(block).encode("utf-8", "surrogatepass")
-        yield decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
-        return
-    if first.startswith(_UTF8_BOM):
-        first = first[len(_UTF8_BOM) :]
-    if first:
-        yield first
-    yield from blocks
-
-
-def _utf16_without_mark(head: bytes) -> bool:
-    """Little-endian UTF-16 text without a mark: NULs at every odd byte, few at even ones."""
-    sample = head[:4096]
-    if len(sample) < 64:
-        return False
-    odd_nuls = sample[1::2].count(0)
-    return odd_nuls > 0.9 * (len(sample) // 2) and sample[0::2].count(0) < len(sample) // 20
+def read_text_blocks(path: Path, stats: ReadStats) -> Iterator[bytes]:
+    """A file's text as UTF-8 blocks (gzip read through), not cut into lines: for a document
+    read whole. Damage is counted as for lines (`truncated_gzip`, `read_error`)."""
+    return as_utf8(_open_blocks(path, stats, _Ending()))
 
 
 def file_line_blocks(
@@ -771,9 +773,9 @@ def file_line_blocks(
 ) -> Iterator[tuple[int, list[str]]]:
     """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
     its name's lines. A small `block_size` reads little of a file that is only begun."""
-    if tf.cloud_export:
-        blocks = export_lines(tf.path, tf.cloud_export, stats)
-    elif tf.newest_first and byte_range is None:
+    if tf.cloud_export:  # its entries name their source: no name leads the lines
+        return export_lines(tf.path, tf.cloud_export, stats, tf.merged_source)
+    if tf.newest_first and byte_range is None:
         blocks = oldest_first(tf.path, stats, _line_time_of(tf))
     else:
         blocks = read_line_blocks(tf.path, stats, byte_range, block_size, tf.pieces[1:])

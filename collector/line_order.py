@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from collector.text_encoding import head_as_utf8, utf16_encoding
+
 if TYPE_CHECKING:
     from collector.files import ReadStats
 
@@ -130,8 +132,8 @@ def head_lines(path: Path, size: int = _SNIFF_BYTES[0]) -> list[str]:
 
 
 def head_bytes(path: Path, size: int) -> tuple[bytes, bool] | None:
-    """The first `size` bytes of a file (of its text, when gzipped), and whether they are all
-    of it; None when it cannot be read."""
+    """The first `size` bytes of a file (of its text, when gzipped; as UTF-8, when UTF-16), and
+    whether they are all of it; None when it cannot be read."""
     try:
         with open(path, "rb") as raw:
             head = raw.read(size)
@@ -141,7 +143,7 @@ def head_bytes(path: Path, size: int) -> tuple[bytes, bool] | None:
                 whole = whole and len(head) < size
     except (OSError, zlib.error):
         return None
-    return head, whole
+    return head_as_utf8(head), whole
 
 
 def _head(path: Path, size: int) -> tuple[list[str], bool]:
@@ -158,8 +160,9 @@ def _tail_lines(path: Path) -> list[str]:
     is only reached through all of it)."""
     try:
         with open(path, "rb") as raw:
-            if raw.read(2) == b"\x1f\x8b":
-                return []
+            start = raw.read(4096)
+            if start[:2] == b"\x1f\x8b" or utf16_encoding(start) is not None:
+                return []  # nor of a UTF-16 one: its end read alone is no whole characters
             size = os.fstat(raw.fileno()).st_size
             raw.seek(max(size - _TAIL_BYTES, 0))
             tail = raw.read(_TAIL_BYTES)
@@ -201,12 +204,20 @@ def oldest_first(
     block: numbers run down within a run). Never written anywhere: a plain file is read again
     by line-aligned pieces, last piece first; a gzip file, which can only be read from its
     start, is turned round in memory up to `MAX_GZIP_TEXT` of text, and past that is not read
-    (counted, `newest_first_gzip_too_large`: decompress it to read it)."""
-    from collector.files import is_gzip
-
-    if is_gzip(path):
+    (counted, `newest_first_gzip_too_large`: decompress it to read it); so is a UTF-16 file."""
+    if not is_plain_utf8(path):  # gzip, or UTF-16 (its pieces would split characters)
         return _gzip_oldest_first(path, stats, time_of)
     return _plain_oldest_first(path, stats, time_of)
+
+
+def is_plain_utf8(path: Path) -> bool:
+    """Whether a file can be read from any line's start: not gzip, not UTF-16."""
+    try:
+        with open(path, "rb") as raw:
+            start = raw.read(4096)
+    except OSError:
+        return True
+    return start[:2] != b"\x1f\x8b" and utf16_encoding(start) is None
 
 
 # A newest-first gzip file is turned round in memory up to this much text.

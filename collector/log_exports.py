@@ -25,7 +25,8 @@ from collector.line_order import head_bytes
 if TYPE_CHECKING:
     from collector.files import ReadStats
 
-MAX_EXPORT_BYTES: Final = 256 << 20
+# Read whole and parsed as JSON (ten times its size as objects): bounded as other documents.
+MAX_EXPORT_BYTES: Final = 64 << 20
 _CLOUDWATCH: Final = re.compile(rb'^(?:\xef\xbb\xbf)?\s*\{\s*"(?:events|nextToken)"\s*:')
 _CLOUD_LOGGING: Final = re.compile(rb"^(?:\xef\xbb\xbf)?\s*\[\s*\{")
 _CLOUD_LOGGING_KEYS: Final = (b'"textPayload"', b'"logName"', b'"insertId"')
@@ -44,34 +45,32 @@ def log_export_format(path: Path) -> str | None:
     return None
 
 
+def export_sources(path: Path, cloud_export: str) -> dict[str, bool] | None:
+    """The log streams (CloudWatch) or pods (Cloud Logging) an export holds entries of, when
+    more than one: then it is read once per source, as that node's log (`merged_logs`)."""
+    from collector.files import ReadStats
+
+    entries = _document_entries(path, cloud_export, ReadStats())
+    if entries is None:
+        return None
+    names = {name: True for entry in entries if (name := _source(entry, cloud_export))}
+    return names if len(names) > 1 else None
+
+
 def export_lines(
-    path: Path, cloud_export: str, stats: ReadStats
+    path: Path, cloud_export: str, stats: ReadStats, source: str | None = None
 ) -> Iterator[tuple[int, list[str]]]:
-    """(entry number, [line]) for each entry's line, oldest first (see the module docstring)."""
-    from collector.files import read_line_blocks
+    """(entry number, [line]) for each entry's line, oldest first (see the module docstring);
+    with `source`, of that source's entries only."""
     from collector.sglang.runtime_wrappers import with_prefix
 
-    parts: list[str] = []
-    size = 0
-    for _, lines in read_line_blocks(path, stats):
-        for line in lines:
-            size += len(line) + 1
-            if size > MAX_EXPORT_BYTES:
-                stats.drop("log_export_too_large")
-                return
-            parts.append(line)
-    try:
-        document = json.loads("\n".join(parts))
-    except (ValueError, RecursionError):
-        stats.drop("log_export_not_json")
-        return
-    del parts
-    entries = _entries(document, cloud_export)
+    entries = _document_entries(path, cloud_export, stats)
     if entries is None:
-        stats.drop("log_export_unrecognised")
         return
     timed: list[tuple[float, int, str]] = []
     for number, entry in enumerate(entries, 1):
+        if source is not None and _source(entry, cloud_export) != source:
+            continue
         found = _entry(entry, cloud_export)
         if found is None:
             stats.drop("log_export_entry_without_text")
@@ -82,6 +81,56 @@ def export_lines(
     for when, number, text in timed:
         for line in text.rstrip("\n").split("\n"):
             yield number, [with_prefix(line, when) if when != float("-inf") else line]
+
+
+def _document_entries(path: Path, cloud_export: str, stats: ReadStats) -> list[Any] | None:
+    """The document's entries; read as text, not as lines (a compact export is one line)."""
+    from collector.files import read_text_blocks
+
+    parts: list[bytes] = []
+    size = 0
+    for block in read_text_blocks(path, stats):
+        size += len(block)
+        if size > MAX_EXPORT_BYTES:
+            stats.drop("log_export_too_large")
+            return None
+        stats.lines += block.count(b"\n")
+        parts.append(block)
+    try:
+        document = json.loads(b"".join(parts).decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        stats.drop("log_export_not_json")
+        return None
+    entries = _entries(document, cloud_export)
+    if entries is None:
+        stats.drop("log_export_unrecognised")
+    return entries
+
+
+# A CloudWatch stream the kubelet's file names (`…<pod>_<namespace>_<container>-<id>…`).
+_CONTAINER_STREAM: Final = re.compile(
+    r"([a-z0-9][a-z0-9.-]*)_[a-z0-9][a-z0-9-]*_[a-z0-9-]+-[0-9a-f]{64}"
+)
+
+
+def _source(entry: Any, cloud_export: str) -> str | None:
+    """The node an entry is of: its CloudWatch log stream (the pod, when the stream is named
+    by the kubelet's file), or its Cloud Logging pod (else its log's name)."""
+    if not isinstance(entry, dict):
+        return None
+    if cloud_export == "cloudwatch":
+        stream = entry.get("logStreamName")
+        if not isinstance(stream, str) or not stream:
+            return None
+        pod = _CONTAINER_STREAM.search(stream)
+        return pod.group(1) if pod else stream.replace("/", ".")
+    resource = entry.get("resource")
+    labels = resource.get("labels") if isinstance(resource, dict) else None
+    pod = labels.get("pod_name") if isinstance(labels, dict) else None
+    if isinstance(pod, str) and pod:
+        return pod
+    name = entry.get("logName")
+    return name.rsplit("/", 1)[-1] if isinstance(name, str) and name else None
 
 
 def _entries(document: Any, cloud_export: str) -> list[Any] | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from collector.line_order import head_lines
+from collector.log_exports import export_sources
 from collector.sglang.runtime_wrappers import (
     LOKI_LABELS,
     MONTH,
@@ -150,6 +151,8 @@ def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
     merged (the usual case: only its head is read)."""
     from collector.files import ReadStats, read_line_blocks
 
+    if tf.cloud_export:
+        return export_sources(tf.path, tf.cloud_export)
     sniffed = [line for line in _head_lines(tf.path) if line.strip()][:_SNIFF_LINES]
     sources = [(line, line_source(line)) for line in sniffed]
     led = [(line, source) for line, source in sources if source is not None]

@@ -15,6 +15,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from collector.files import TelemetryFile, is_gzip, line_aligned_ranges
+from collector.line_order import is_plain_utf8
 from collector.parse import ParseStats, file_events, is_log_stream, streams_of
 from collector.repeated_lines import RepeatedLines
 
@@ -36,7 +37,7 @@ def plan(
             tasks.append((files, None))
             continue
         for tf in files:
-            if tf.kind != "log" or is_gzip(tf.path) or tf.pieces or tf.cloud_export:
+            if tf.kind != "log" or not is_plain_utf8(tf.path) or tf.pieces or tf.cloud_export:
                 tasks.append(([tf], None))
                 continue
             for byte_range in line_aligned_ranges(tf.path, chunk_bytes):

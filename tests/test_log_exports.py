@@ -124,3 +124,58 @@ def test_an_export_past_the_bound_is_a_counted_drop(
     monkeypatch.setattr(log_exports, "MAX_EXPORT_BYTES", 1000)
     events, stats = _lines(tmp_path / "decode-0.json")
     assert events == [] and stats.dropped == {"log_export_too_large": 1}
+
+
+def test_an_export_of_two_streams_is_read_as_two_nodes(tmp_path: Path, incident: Path) -> None:
+    """A log group's export holds every pod's stream: each is its node, as its own export
+    would be (read as one node, prefill and decode lines met in one stream)."""
+    entries: list[dict[str, Any]] = []
+    for node in ("prefill-0", "decode-0"):
+        for event in cloudwatch(_entries(incident / "logs" / f"{node}.log"))["events"]:
+            entries.append({**event, "logStreamName": f"sglang-{node}"})
+    entries.sort(key=lambda e: e["timestamp"])
+    group = tmp_path / "group"
+    group.mkdir()
+    (group / "sglang-group.json").write_text(json.dumps({"events": entries}))
+    apart = tmp_path / "apart"
+    apart.mkdir()
+    for node in ("prefill-0", "decode-0"):
+        (apart / f"{node}.json").write_text(
+            json.dumps(cloudwatch(_entries(incident / "logs" / f"{node}.log")))
+        )
+
+    def judged(folder: Path) -> dict[str, Any]:
+        return run_forensics(
+            [str(folder), str(incident / "snapshots")], tmp_path / folder.name / "out",
+            write_parquet=False,
+        ).summary  # fmt: skip
+
+    together, alone = judged(group), judged(apart)
+    # each stream the snapshots' node its name ends in
+    read_as = together["input"]["merged_logs"][str(group / "sglang-group.json")]
+    assert sorted(read_as) == ["decode-0", "prefill-0"]
+    assert {r["rid"] for r in together["exposure"]["requests"]} == {
+        r["rid"] for r in alone["exposure"]["requests"]
+    }
+    assert len(alone["exposure"]["requests"]) > 0
+
+
+def test_a_utf16_export_saved_by_powershell_is_read(tmp_path: Path) -> None:
+    entries = [(1788652800.0 + s, BATCH.format(s=s)) for s in range(50)]
+    text = json.dumps(cloudwatch(entries), indent=2)
+    (tmp_path / "decode-0.json").write_bytes(text.encode("utf-16"))
+    events, stats = _lines(tmp_path / "decode-0.json")
+    assert len(events) == 50 and not stats.dropped
+
+
+def test_an_export_too_large_to_read_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One count, a whole node's log: said whatever its share of the lines."""
+    from collector.forensics.report import unread_line
+
+    entries = [(1788652800.0 + s, BATCH.format(s=s)) for s in range(50)]
+    (tmp_path / "decode-0.json").write_text(json.dumps(cloudwatch(entries), indent=1))
+    monkeypatch.setattr(log_exports, "MAX_EXPORT_BYTES", 1000)
+    summary = {"input": {"lines": 10_000, "dropped_by_reason": {"log_export_too_large": 1}}}
+    assert "log_export_too_large 1" in unread_line(summary)

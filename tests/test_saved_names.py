@@ -12,6 +12,7 @@ beside the current log, dashed dates and the kubelet's rotations were nodes of t
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,49 @@ def test_a_document_dated_only_by_its_file_time_does_not_stretch_what_the_logs_c
     assert summary["input"]["first_time"] == "2026-09-06T00:00:00.000Z"
     assert summary["input"]["last_time"].startswith("2026-09-06T00:00:")  # not 2026-12-01
     assert summary["nodes"]["decode-0"]["config"]  # the document still configures the node
+
+
+# From a second audit of these shapes.
+
+
+def test_a_pod_named_like_a_node_that_has_its_own_log_stays_apart(tmp_path: Path) -> None:
+    """`canary-decode-0.log` beside `decode-0.log`: decode-0 has its log; the canary is not it."""
+    _touch(tmp_path / "logs" / "decode-0.log")
+    _touch(tmp_path / "logs" / "canary-decode-0.log")
+    _touch(tmp_path / "snapshots" / "decode-0@20260906T000000Z.prom", "# none\n")
+    assert sorted({f.node for f in discover([tmp_path]) if f.kind == "log"}) == [
+        "canary-decode-0",
+        "decode-0",
+    ]
+
+
+def test_a_container_s_restarts_are_read_in_order(tmp_path: Path) -> None:
+    folder = tmp_path / "var" / "log" / "pods" / f"sglang_decode-0_{UID}" / "sglang"
+    for name in ("1.log", "1.log.20260908-000000.gz", "0.log", "0.log.20260906-120000.gz"):
+        _touch(folder / name)
+    assert [f.path.name for f in discover([tmp_path])] == [
+        "0.log.20260906-120000.gz",
+        "0.log",
+        "1.log.20260908-000000.gz",
+        "1.log",
+    ]
+
+
+def test_split_past_89_pieces_and_a_missing_piece(tmp_path: Path) -> None:
+    """`split -d` goes on at `.9000` after `.89`; a piece missing is said, never joined across."""
+    whole = "".join(_line(i) + "\n" for i in range(400)).encode()
+    size = len(whole) // 100 + 1
+    suffixes = [f"{i:02d}" for i in range(90)] + [f"9{i:03d}" for i in range(10)]
+    for index, suffix in enumerate(suffixes):
+        (tmp_path / "all").mkdir(exist_ok=True)
+        (tmp_path / "all" / f"decode-0.log.{suffix}").write_bytes(
+            whole[index * size : (index + 1) * size]
+        )
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "decode-0.log").write_bytes(whole)
+    assert _kinds_and_times(tmp_path / "all") == _kinds_and_times(tmp_path / "one")
+    (tmp_path / "all" / "decode-0.log.45").unlink()
+    skipped: Counter[str] = Counter()
+    found = discover([tmp_path / "all"], skipped)
+    assert skipped["split_piece_missing"] == 1
+    assert [len(f.pieces) for f in found] == [45, 54]

@@ -248,18 +248,38 @@ def unread_line(summary: dict[str, Any]) -> str:
     must not pass for a verdict over all of it."""
     reasons = unread_lines(summary)
     lines = summary["input"].get("lines", 0)
-    unused = sum(reasons.values())
-    if not lines or unused < max(100, lines * _UNREAD_SHARE):
+    unused = sum(count for why, count in reasons.items() if why not in WHOLE_FILE_LOSSES)
+    files_lost = {why: count for why, count in reasons.items() if why in WHOLE_FILE_LOSSES}
+    said = []
+    if lines and unused >= max(100, lines * _UNREAD_SHARE):
+        top = ", ".join(
+            f"{why} {count:,}"
+            for why, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+            if why not in WHOLE_FILE_LOSSES
+        )
+        said.append(f"{unused:,} of {lines:,} lines read could not be used ({top})")
+    if files_lost:
+        said.append(
+            "files not read whole: "
+            + ", ".join(f"{why} {count:,}" for why, count in sorted(files_lost.items()))
+        )
+    if not said:
         return ""
-    top = ", ".join(
-        f"{why} {count:,}" for why, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
-    )
-    return (
-        f"{unused:,} of {lines:,} lines read could not be used ({top}); what they held is "
-        "not in the verdicts."
-    )
+    return "; ".join(said) + "; what they held is not in the verdicts."
 
 
+# Losses of a file or of a file's entries, said however few lines they are: a log export too
+# large to read is one count and a whole node's log.
+WHOLE_FILE_LOSSES: Final = frozenset(
+    {
+        "log_export_entry_without_text",
+        "log_export_not_json",
+        "log_export_too_large",
+        "log_export_unrecognised",
+        "newest_first_gzip_too_large",
+        "split_piece_missing",
+    }
+)
 # The share of unusable lines that is said on its own line.
 _UNREAD_SHARE = 0.05
 

@@ -1,0 +1,54 @@
+"""Log text in the forms it is saved in, as UTF-8.
+
+Windows PowerShell's `>` writes UTF-16 with a byte-order mark; some editors leave a UTF-8 mark
+before the first line. Read as bytes, every line of a UTF-16 log is binary and the first line
+behind a mark is no engine line. Both the readers and the sniffs that look at a file's start
+(newest first? merged? a trace or cloud export?) see the text as UTF-8.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterator
+from typing import Final
+
+_UTF8_BOM: Final = b"\xef\xbb\xbf"
+_UTF16_BOMS: Final = (b"\xff\xfe", b"\xfe\xff")
+_TEXT_BYTES: Final = frozenset({9, 10, 13, *range(32, 127)})
+
+
+def utf16_encoding(head: bytes) -> str | None:
+    """The codec of a UTF-16 text by its first bytes: told by the mark, or, without one, by
+    NULs at every odd byte and printable ASCII at the even ones (not any binary with NULs)."""
+    if head.startswith(_UTF16_BOMS):
+        return "utf-16"
+    sample = head[:4096]
+    if len(sample) < 64:
+        return None
+    half = len(sample) // 2
+    odd_nuls = sample[1::2].count(0)
+    printable = sum(byte in _TEXT_BYTES for byte in sample[0::2])
+    return "utf-16-le" if odd_nuls > 0.9 * half and printable > 0.9 * half else None
+
+
+def as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
+    """The blocks of a file read from its start, as UTF-8 (see the module docstring)."""
+    first = next(blocks, b"")
+    encoding = utf16_encoding(first)
+    if encoding is not None:
+        decoder = codecs.getincrementaldecoder(encoding)("replace")
+        yield decoder.decode(first).encode("utf-8", "surrogatepass")
+        for block in blocks:
+            yield decoder.decode(block).encode("utf-8", "surrogatepass")
+        yield decoder.decode(b"", final=True).encode("utf-8", "surrogatepass")
+        return
+    if first.startswith(_UTF8_BOM):
+        first = first[len(_UTF8_BOM) :]
+    if first:
+        yield first
+    yield from blocks
+
+
+def head_as_utf8(head: bytes) -> bytes:
+    """A file's first bytes as UTF-8 (a character cut at the end is replaced)."""
+    return b"".join(as_utf8(iter([head])))
