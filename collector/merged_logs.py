@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final
 from collector.line_order import head_lines
 from collector.log_exports import export_sources
 from collector.sglang.runtime_wrappers import (
+    CLOUDWATCH_STREAM,
     LOKI_LABELS,
     MONTH,
     MONTH_INITIALS,
@@ -60,6 +61,8 @@ _KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252}/[A-Za-z0-
 # Loki's `logcli query` over several streams: `<RFC 3339> {pod="sglang-decode-0", …}  <line>`;
 # the label naming the source, in this order of preference (else the labels themselves).
 _LOGCLI: Final = re.compile(RFC3339 + r" (?=\{[A-Za-z_])")
+# `aws logs tail` of a log group: `<RFC3339> <log stream> <line>`.
+_CLOUDWATCH_TAIL: Final = re.compile(RFC3339 + " ")
 _LABEL: Final = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
 _SOURCE_LABELS: Final = (
     "pod",
@@ -111,7 +114,7 @@ def line_source(line: str) -> tuple[str, int] | None:
     """(name, where the engine's line starts) for a line led by a compose or kubectl name."""
     first = line[:1]
     if first.isdigit():
-        return _logcli_source(line) or _journal_source(line)
+        return _logcli_source(line) or _journal_source(line) or _cloudwatch_source(line)
     if first in MONTH_INITIALS and (journal := _journal_source(line)) is not None:
         return journal
     if first == "[":
@@ -128,6 +131,14 @@ def line_source(line: str) -> tuple[str, int] | None:
 def _journal_source(line: str) -> tuple[str, int] | None:
     m = _JOURNAL.match(line)
     return (m.group("program").rsplit("/", 1)[-1], m.end()) if m is not None else None
+
+
+def _cloudwatch_source(line: str) -> tuple[str, int] | None:
+    stamp = _CLOUDWATCH_TAIL.match(line)
+    stream = CLOUDWATCH_STREAM.match(line, stamp.end()) if stamp is not None else None
+    if stream is None:
+        return None
+    return line[stream.start() : stream.end() - 1].replace("/", "."), stream.end()
 
 
 def _logcli_source(line: str) -> tuple[str, int] | None:
@@ -164,6 +175,8 @@ def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
         len({source[0] for line, source in led if _SGLANG_OPENING.match(line, source[1])}) < 2
     ):
         return None  # one unit's journal: its tag is unwrapped with the line
+    if all(_cloudwatch_source(line) for line, _ in led) and len({s[0] for _, s in led}) < 2:
+        return None  # one stream's `aws logs tail`: its name is unwrapped with the line
     names: dict[str, bool] = {}
     for _, lines in read_line_blocks(tf.path, ReadStats()):
         for line in lines:

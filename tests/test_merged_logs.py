@@ -333,3 +333,18 @@ def test_a_journal_of_two_units_is_read_per_program_one_units_is_one_log(tmp_pat
     for event in events_by_node([two], ParseStats()):
         by_node[event.node] = by_node.get(event.node, 0) + 1
     assert by_node == {"sglang-decode": 10, "sglang-prefill": 10}
+
+
+def test_aws_logs_tail_of_a_group_is_one_node_per_stream(tmp_path: Path) -> None:
+    """`aws logs tail <group>`: `<RFC3339> <log stream> <line>`, every pod's stream in one
+    file; a single stream's tail stays the file's node, its stream name taken off the line."""
+    lines = [
+        f"2026-09-06T00:00:{i:02d}.000000+00:00 sglang/{node}/abc {_ENGINE_LINE.format(second=i)}"
+        for i in range(6)
+        for node in ("prefill-0", "decode-0")
+    ]
+    group = _write(tmp_path / "group" / "sglang.log", lines)
+    assert _nodes(group) == [("sglang.decode-0.abc", "sglang.decode-0.abc"),
+                             ("sglang.prefill-0.abc", "sglang.prefill-0.abc")]  # fmt: skip
+    one = _write(tmp_path / "one" / "decode-0.log", [x for x in lines if "/decode-0/" in x])
+    assert _nodes(one) == [("decode-0", None)]

@@ -43,7 +43,7 @@ _SYSLOG_TAG: Final = re.compile(SYSLOG_TAG)
 # when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
 # After an RFC 3339 stamp, the log stream of `aws logs tail` (`sglang/decode-0/abc `): a name
 # with a slash in it, not a path ending in a colon (a warning's `/x/y.py:12: `).
-_CLOUDWATCH_STREAM: Final = re.compile(r"[\w.#=-]+(?:/[\w.#=\[\]$-]+)+ ")
+CLOUDWATCH_STREAM: Final = re.compile(r"[\w.#=-]+(?:/[\w.#=\[\]$-]+)+ ")
 LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
 _MONTHS: Final = (
     "Jan",
@@ -129,7 +129,7 @@ class RuntimeLines:
                 tag = (
                     _SYSLOG_TAG.match(line, at)
                     or LOKI_LABELS.match(line, at)
-                    or _CLOUDWATCH_STREAM.match(line, at)
+                    or CLOUDWATCH_STREAM.match(line, at)
                 )
                 return with_prefix(line[(tag or m).end() :], _epoch(m))
         elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
