@@ -61,6 +61,9 @@ _KUBECTL: Final = re.compile(r"\[pod/([A-Za-z0-9][A-Za-z0-9_.-]{0,252}/[A-Za-z0-
 # Loki's `logcli query` over several streams: `<RFC 3339> {pod="sglang-decode-0", …}  <line>`;
 # the label naming the source, in this order of preference (else the labels themselves).
 _LOGCLI: Final = re.compile(RFC3339 + r" (?=\{[A-Za-z_])")
+# A shipper's JSON record naming its pod (Vector's `kubernetes.pod_name`, Fluent Bit's
+# kubernetes filter's): the record is the line, unwrapped as it is read (`runtime_wrappers`).
+_JSON_POD: Final = re.compile(r'"pod_name" ?: ?"([A-Za-z0-9][A-Za-z0-9_.-]{0,252})"')
 # `aws logs tail` of a log group: `<RFC3339> <log stream> <line>`.
 _CLOUDWATCH_TAIL: Final = re.compile(RFC3339 + " ")
 _LABEL: Final = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
@@ -117,6 +120,10 @@ def line_source(line: str) -> tuple[str, int] | None:
         return _logcli_source(line) or _journal_source(line) or _cloudwatch_source(line)
     if first in MONTH_INITIALS and (journal := _journal_source(line)) is not None:
         return journal
+    if first == "{":
+        at = line.find('"pod_name"')  # inside a string it would be `\"pod_name\"`
+        pod = _JSON_POD.match(line, at) if at >= 0 else None
+        return (pod.group(1), 0) if pod is not None else None
     if first == "[":
         m = _KUBECTL.match(line)
     elif first.isalnum() or first == "\x1b":
@@ -175,8 +182,10 @@ def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:
         len({source[0] for line, source in led if _SGLANG_OPENING.match(line, source[1])}) < 2
     ):
         return None  # one unit's journal: its tag is unwrapped with the line
-    if all(_cloudwatch_source(line) for line, _ in led) and len({s[0] for _, s in led}) < 2:
-        return None  # one stream's `aws logs tail`: its name is unwrapped with the line
+    if len({source[0] for _, source in led}) < 2 and all(
+        line[:1] == "{" or _cloudwatch_source(line) for line, _ in led
+    ):
+        return None  # one stream's `aws logs tail`, one pod's records: the file's node
     names: dict[str, bool] = {}
     for _, lines in read_line_blocks(tf.path, ReadStats()):
         for line in lines:
@@ -320,6 +329,7 @@ def own_lines(
                 not counting
                 and not line.startswith(opening)
                 and first_char != "\x1b"
+                and first_char != "{"  # a shipper's record, its pod inside
                 and not first_char.isdigit()  # logcli's stamp, the name after it
                 and first_char not in MONTH_INITIALS  # syslog's month
             ):

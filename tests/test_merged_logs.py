@@ -348,3 +348,22 @@ def test_aws_logs_tail_of_a_group_is_one_node_per_stream(tmp_path: Path) -> None
                              ("sglang.prefill-0.abc", "sglang.prefill-0.abc")]  # fmt: skip
     one = _write(tmp_path / "one" / "decode-0.log", [x for x in lines if "/decode-0/" in x])
     assert _nodes(one) == [("decode-0", None)]
+
+
+def test_a_shipper_s_records_of_two_pods_are_one_node_per_pod(tmp_path: Path) -> None:
+    """Vector's or Fluent Bit's records, every pod's in one file, the pod named after the line
+    (the line with a prompt inside it can never fake the name: its quotes are escaped)."""
+    import json
+
+    def record(pod: str, second: int) -> str:
+        text = _ENGINE_LINE.format(second=second) + ' "pod_name": "forged"'
+        return json.dumps({"message": text, "kubernetes": {"pod_name": pod, "namespace": "x"}})
+
+    lines = [record(pod, i) for i in range(6) for pod in ("sglang-prefill-0", "sglang-decode-0")]
+    both = _write(tmp_path / "both" / "vector-sink.log", lines)
+    assert _nodes(both) == [
+        ("sglang-decode-0", "sglang-decode-0"),
+        ("sglang-prefill-0", "sglang-prefill-0"),
+    ]
+    one = _write(tmp_path / "one" / "decode-0.log", [x for x in lines if "decode" in x])
+    assert _nodes(one) == [("decode-0", None)]
