@@ -156,9 +156,10 @@ def describe(path: Path) -> TelemetryFile | None:
                 date_key = re.sub(r"\D", "", m.group("date"))
     kind: FileKind = "log"
     channel = ""
+    extension = ""
     for ext, ext_kind in _EXTENSIONS:
         if name.endswith(ext):
-            name, kind = name[: -len(ext)], ext_kind
+            name, kind, extension = name[: -len(ext)], ext_kind, ext
             channel = _CHANNEL_EXTENSIONS.get(ext, "")
             break
     if kind == "log":
@@ -175,7 +176,7 @@ def describe(path: Path) -> TelemetryFile | None:
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if _holds_otlp(path):
             kind = "otlp"
-        elif kind == "json" and (found := log_export_format(path)) is not None:
+        elif extension == ".json" and (found := log_export_format(path)) is not None:
             kind, cloud_export = "log", found
     snapshot_time = None
     stamp = _SNAPSHOT_TIME.search(name)

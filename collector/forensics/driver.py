@@ -379,10 +379,15 @@ def run_forensics(
     last_time: float | None = None
     try:
         for event in events:
-            if event.time is not None and not dated_by_file_time(event.source):
+            when = event.time  # in time order: the source is looked at when time moves on
+            if (
+                when is not None
+                and (last_time is None or when > last_time)
+                and not dated_by_file_time(event.source)
+            ):
                 if first_time is None:
-                    first_time = event.time
-                last_time = event.time if last_time is None else max(last_time, event.time)
+                    first_time = when
+                last_time = when
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
             for finding in process(event):
