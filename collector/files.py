@@ -326,11 +326,7 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
         base = node[: mark.start()] if mark and mark.start() > 0 else None
         if base is None or base not in logs:
             continue
-        groups = [
-            [f.path for f in sorted(group, key=lambda f: (f.order, str(f.path)))]
-            for group in (logs[base], marked)
-        ]
-        if len(log_clusters(groups)) == 1:
+        if len(log_clusters([_oldest_first(logs[base]), _oldest_first(marked)])) == 1:
             renamed[node] = base
     if not renamed:
         return files
@@ -500,11 +496,13 @@ def _folder_clusters(
     for f in files:
         if _source(f) == key:
             by_folder[f.path.parent].append(f)
-    oldest_first = [
-        [f.path for f in sorted(by_folder[folder], key=lambda f: (f.order, str(f.path)))]
-        for folder in folders
-    ]
-    return [[folders[i] for i in cluster] for cluster in log_clusters(oldest_first)]
+    groups = [_oldest_first(by_folder[folder]) for folder in folders]
+    return [[folders[i] for i in cluster] for cluster in log_clusters(groups)]
+
+
+def _oldest_first(files: list[TelemetryFile]) -> list[Path]:
+    """The paths of one node's logs in the order they are read (before discovery sorts)."""
+    return [f.path for f in sorted(files, key=lambda f: (f.order, str(f.path)))]
 
 
 def folder_names(folders: set[Path]) -> dict[Path, str]:

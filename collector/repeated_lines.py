@@ -316,7 +316,6 @@ class _Watch:
         index = 0
         if self._cut and lines:  # more lines after a cut one: it was no cut, a difference
             self._stop()
-            index = 0
         while index < len(lines) and not self._inside:
             if self._theirs is None:
                 if self._starts >= MAX_STARTS:
