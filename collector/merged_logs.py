@@ -37,6 +37,7 @@ from collector.sglang.runtime_wrappers import (
     MONTH,
     MONTH_INITIALS,
     RFC3339,
+    STAMPED,
     SYSLOG_TAG,
 )
 
@@ -64,8 +65,6 @@ _LOGCLI: Final = re.compile(RFC3339 + r" (?=\{[A-Za-z_])")
 # A shipper's JSON record naming its pod (Vector's `kubernetes.pod_name`, Fluent Bit's
 # kubernetes filter's): the record is the line, unwrapped as it is read (`runtime_wrappers`).
 _JSON_POD: Final = re.compile(r'"pod_name" ?: ?"([A-Za-z0-9][A-Za-z0-9_.-]{0,252})"')
-# `aws logs tail` of a log group: `<RFC3339> <log stream> <line>`.
-_CLOUDWATCH_TAIL: Final = re.compile(RFC3339 + " ")
 _LABEL: Final = re.compile(r'([A-Za-z_]\w*)="((?:[^"\\]|\\.)*)"')
 _SOURCE_LABELS: Final = (
     "pod",
@@ -141,7 +140,7 @@ def _journal_source(line: str) -> tuple[str, int] | None:
 
 
 def _cloudwatch_source(line: str) -> tuple[str, int] | None:
-    stamp = _CLOUDWATCH_TAIL.match(line)
+    stamp = STAMPED.match(line)  # `aws logs tail` of a log group: `<RFC3339> <stream> <line>`
     stream = CLOUDWATCH_STREAM.match(line, stamp.end()) if stamp is not None else None
     if stream is None:
         return None

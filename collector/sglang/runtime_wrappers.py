@@ -33,17 +33,18 @@ MAX_JOINED_CHARS: Final = 1 << 20
 # Only real dates and times (a garbled month has no epoch): the runtime's stamp, or no wrapper.
 RFC3339: Final = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
 _CRI: Final = re.compile(RFC3339 + r" (stdout|stderr) ([PF]) ")
-_KUBECTL: Final = re.compile(RFC3339 + r" ")
+# A line behind an RFC 3339 stamp (`kubectl logs --timestamps`, and the start of others).
+STAMPED: Final = re.compile(RFC3339 + r" ")
 # After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
 # rsyslog's high-precision template (`2026-09-01T10:00:00+0000 gpu-7 python3[123]: `). A host
 # is a name, never a word followed by a colon, so a request line (`Finish: obj=…`) is none.
 SYSLOG_TAG: Final = r"[A-Za-z0-9][\w.-]* (?P<program>[\w.@/-]+)(?:\[\d+\])?: "
 _SYSLOG_TAG: Final = re.compile(SYSLOG_TAG)
-# After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
-# when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
 # After an RFC 3339 stamp, the log stream of `aws logs tail` (`sglang/decode-0/abc `): a name
 # with a slash in it, not a path ending in a colon (a warning's `/x/y.py:12: `).
 CLOUDWATCH_STREAM: Final = re.compile(r"[\w.#=-]+(?:/[\w.#=\[\]$-]+)+ ")
+# After an RFC 3339 stamp, the stream labels of Loki's `logcli query` (`{pod="decode-0"}`, `{}`
+# when every line shares them), padded to one width. A JSON record (`{"rid": …}`) is no labels.
 LOKI_LABELS: Final = re.compile(r'\{(?:[A-Za-z_]\w*="(?:[^"\\]|\\.)*"(?:, )?)*\} +')
 _MONTHS: Final = (
     "Jan",
@@ -123,7 +124,7 @@ class RuntimeLines:
             if m is not None:
                 joined = self._join(m.group(9), line[m.end() :], m.group(10) == "F")
                 return joined if isinstance(joined, _Held) else with_prefix(joined, _epoch(m))
-            m = _KUBECTL.match(line)
+            m = STAMPED.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
                 at = m.end()
                 tag = (
@@ -222,7 +223,7 @@ def record_time(record: dict[str, object]) -> float | None:
     for key in _TIME_KEYS:
         value = record.get(key)
         if isinstance(value, str):
-            m = _KUBECTL.match(value + " ")
+            m = STAMPED.match(value + " ")
             if m is not None:
                 return _epoch(m)
         elif isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
