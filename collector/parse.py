@@ -71,6 +71,8 @@ class ParseStats:
     # Logs whose first lines an earlier file of the same node held, read once
     # (`collector.repeated_lines`): path -> (lines skipped, the earlier file).
     repeated_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # Each node's log lines by event kind: which nodes served requests without logging them.
+    node_events: dict[str, Counter[str]] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -110,6 +112,8 @@ class ParseStats:
         for path in other.newest_first_logs:
             self.note_newest_first(path)
         self.repeated_lines.update(other.repeated_lines)
+        for node, kinds in other.node_events.items():
+            self.node_events.setdefault(node, Counter()).update(kinds)
 
     def note_newest_first(self, path: str) -> None:
         if path not in self.newest_first_logs:
@@ -176,7 +180,7 @@ def file_events(
         prefix = f"{tf.path}:"
         count = stats.count
         parse = parser.parse
-        events = stats.events
+        events: Counter[str] = Counter()  # this file's, added to the node's and the run's
         # Kinds whose lines the lane takes (no event): counted as events without `count`'s tests.
         taken = BATCH_KINDS if batch_lane is not None else frozenset()
         try:
@@ -201,6 +205,8 @@ def file_events(
                     else:
                         count(bucket)
         finally:
+            stats.events.update(events)
+            stats.node_events.setdefault(tf.node, Counter()).update(events)
             if tf.counted:
                 stats.absorb(read)
             stats.dropped.update(parser.close())

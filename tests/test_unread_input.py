@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import shutil
 import subprocess
 import sys
 import tarfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +125,94 @@ def test_an_archive_alone_is_said_to_be_unread(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "no telemetry files found" in done.stderr and "1 not read: extract" in done.stderr
+
+
+REFERENCE = Path(__file__).parent / "testdata" / "reference_incident"
+EXPOSED_ROOM = "5523401987766512300"
+EXPOSED_RIDS = ("e5f4a3b2c1d0e9f8a7b6554433221100", "b2e1d4f3c5a6b7988877665544332222")
+
+
+def _without_request_lines(log: Path) -> str:
+    """A node's log as SGLang writes it without `--log-requests`: start-up and batch lines."""
+    kept = [
+        line
+        for line in log.read_text().splitlines(keepends=True)
+        if "Receive:" not in line and "Finish:" not in line and "ReqTimeStats(" not in line
+    ]
+    return "".join(kept)
+
+
+def _forensics(folder: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet"]
+        + [str(folder), "--out", str(out), "--json", str(out / "f.json")],
+        capture_output=True,
+        text=True,
+    )
+    return done, json.loads((out / "f.json").read_text())
+
+
+def _healthy_reference(folder: Path) -> None:
+    """The reference incident without its exposed request: one honest PD request."""
+    folder.mkdir()
+    for log in REFERENCE.glob("*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if not any(rid in line for rid in EXPOSED_RIDS)]
+        kept = [line for line in kept if EXPOSED_ROOM not in line and "912384" not in line]
+        (folder / log.name).write_text("".join(kept))
+
+
+def test_a_decode_that_logged_no_request_turns_no_exposure_into_not_judged(
+    tmp_path: Path,
+) -> None:
+    """One decode logged its requests, the other ran requests with request logging off: the
+    first's all-clear is not the deployment's."""
+    _healthy_reference(tmp_path / "case")
+    control, control_summary = _forensics(tmp_path / "case", tmp_path / "control")
+    assert control.returncode == 0, control.stderr
+    assert "no exposed responses found\n" in control.stdout
+    assert control_summary["requests"]["nodes_not_judged"] == []
+
+    unlogged = _without_request_lines(REFERENCE / "decode-0.log")
+    (tmp_path / "case" / "decode-1.log").write_text(unlogged)
+    batches = unlogged.count("Decode batch")
+    done, summary = _forensics(tmp_path / "case", tmp_path / "out")
+    assert done.returncode == 2
+    assert f"NOT JUDGED: decode-1 ran requests ({batches} batch lines)" in done.stderr
+    assert "no exposed responses found in the requests judged" in done.stdout
+    assert "NOT JUDGED NODES: decode-1 ran requests" in done.stdout
+    assert summary["requests"]["nodes_not_judged"] == [
+        {"node": "decode-1", "role": "decode", "batch_lines": batches}
+    ]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "decode-1 ran requests" in report and "some nodes logged none of theirs" in report
+
+
+def test_a_prefill_that_logged_no_request_is_said_but_decode_still_judges(tmp_path: Path) -> None:
+    """A prefill never answers a client: without its request lines the decode side still
+    judges each request, so the run is judged, and the missing side is said."""
+    case = tmp_path / "case"
+    case.mkdir()
+    shutil.copy(REFERENCE / "decode-0.log", case / "decode-0.log")
+    unlogged = _without_request_lines(REFERENCE / "prefill-0.log")
+    (case / "prefill-0.log").write_text(unlogged)
+    done, summary = _forensics(case, tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert summary["exposure"]["count"] == 1  # over-length answered, from decode's lines
+    assert summary["requests"]["nodes_not_judged"] == [
+        {"node": "prefill-0", "role": "prefill", "batch_lines": unlogged.count("Prefill batch")}
+    ]
+    assert "prefill-0 (prefill) ran requests" in done.stdout
+    assert "NOT JUDGED:" not in done.stderr
+
+
+def test_exposures_found_stay_the_verdict_when_another_node_was_not_judged(
+    tmp_path: Path,
+) -> None:
+    case = tmp_path / "case"
+    shutil.copytree(REFERENCE, case)
+    (case / "decode-1.log").write_text(_without_request_lines(REFERENCE / "decode-0.log"))
+    done, summary = _forensics(case, tmp_path / "out")
+    assert done.returncode == 0, done.stderr  # the default --fail-on: reports written
+    assert summary["exposure"]["count"] == 1
+    assert [row["node"] for row in summary["requests"]["nodes_not_judged"]] == ["decode-1"]

@@ -2,7 +2,9 @@
 
 Exit status: 0 when the reports are written, 1 when they are and `--fail-on` names something
 they found (so a scheduled run or a post-incident script can ask "is it still happening?"
-without reading the JSON), 2 on bad arguments or no telemetry.
+without reading the JSON), 2 on bad arguments or no telemetry, and when no exposed response
+was found but the input cannot say so: no request line recognised, or nodes that answered
+clients logged none of their requests.
 """
 
 from __future__ import annotations
@@ -86,7 +88,11 @@ def load_detection_config(path: Path | None) -> object:
 
 def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from collector.forensics.driver import print_outcome, run_forensics, stderr_is_terminal
-    from collector.forensics.report import not_judged_line
+    from collector.forensics.report import (
+        answering_not_judged,
+        nodes_not_judged_line,
+        not_judged_line,
+    )
     from detectors.pipeline import PipelineConfig
 
     if args.workers is not None and args.workers < 1:
@@ -135,4 +141,8 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
+    if not result.summary["exposure"]["count"] and answering_not_judged(result.summary):
+        # Nothing found, but in the requests of some nodes only: not an all-clear.
+        err.write(f"kvwatch forensics: NOT JUDGED: {nodes_not_judged_line(result.summary)}\n")
+        return 2
     return 0

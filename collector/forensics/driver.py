@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
@@ -29,12 +29,14 @@ from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
     abort_signals_line,
+    answering_not_judged,
     archives_line,
     config_gaps,
     late_lines_line,
     log_zones_line,
     merged_logs_line,
     newest_first_line,
+    nodes_not_judged_line,
     not_judged_line,
     possible_line,
     repeated_lines_line,
@@ -112,6 +114,8 @@ class _Evidence:
         self._recent_releases: dict[tuple[str, str, str], None] = {}
         self.parquet = parquet
         self.records = 0
+        # Nodes some request was judged on (a side of its record): from any source.
+        self.judged_nodes: set[str] = set()
         # Requests known only from request-metric exports no node could be found for.
         self.unattributed = 0
         # Exposure findings made while their request was judged (`record`), not yet noted.
@@ -159,6 +163,7 @@ class _Evidence:
         self.records += 1
         if any(side.node == EXPORT_NAME for side in record.sides):
             self.unattributed += 1
+        self.judged_nodes.update(side.node for side in record.sides)
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -532,9 +537,33 @@ def build_summary(
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
             "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
+            "nodes_not_judged": nodes_not_judged(stats, nodes, evidence.judged_nodes),
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }
+
+
+# Lines that show a node ran requests (access lines do not: scrapes and health probes), and
+# lines that name a request to judge.
+_SERVING_KINDS: Final = ("decode_batch", "prefill_batch")
+_REQUEST_LINE_KINDS: Final = ("request_received", "request_finished", "request_time_stats")
+
+
+def nodes_not_judged(
+    stats: ParseStats, nodes: dict[str, Any], judged: set[str]
+) -> list[dict[str, Any]]:
+    """Nodes whose logs show them running requests (batch lines) but name none, and
+    on which no request was judged from any other source: their responses are missing from
+    every verdict (SGLang logs requests only with `--log-requests`). Said, since "no exposed
+    responses" over eight nodes of which one logged its requests is one node's all-clear."""
+    out = []
+    for node, kinds in sorted(stats.node_events.items()):
+        serving = {kind: kinds[kind] for kind in _SERVING_KINDS if kinds[kind]}
+        if not serving or node in judged or any(kinds[kind] for kind in _REQUEST_LINE_KINDS):
+            continue
+        role = (nodes.get(node) or {}).get("role")
+        out.append({"node": node, "role": role, "batch_lines": sum(serving.values())})
+    return out
 
 
 # Exposed responses further apart than this are shaded as separate spans on the time plots:
@@ -652,6 +681,10 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
     else:
         if not summary["requests"]["total"]:
             out.write(f"NOT JUDGED: {not_judged_line(summary)}\n")
+        elif answering_not_judged(summary):
+            out.write(
+                "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"
+            )
         else:
             out.write("no exposed responses found\n")
     out.write(
@@ -671,6 +704,7 @@ def print_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("NEWEST FIRST: ", newest_first_line),
         ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),
+        ("NOT JUDGED NODES: ", nodes_not_judged_line),
     ):
         line = said(summary)
         if line:

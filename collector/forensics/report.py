@@ -301,6 +301,52 @@ def not_judged_line(summary: dict[str, Any]) -> str:
     return f"{said}; whether responses were exposed cannot be told from this input."
 
 
+def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes not judged (`requests.nodes_not_judged`) that answer clients: decode in PD,
+    or any node whose role is unknown. A prefill node never answers, so the decode side of
+    its requests still judges them."""
+    rows: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
+    return [row for row in rows if row["role"] != "prefill"]
+
+
+def nodes_not_judged_line(summary: dict[str, Any]) -> str:
+    """Nodes that ran requests but logged none of them: said, since every verdict is silent
+    on what they served."""
+    rows: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
+    if not rows:
+        return ""
+    answering = answering_not_judged(summary)
+    prefill = [row for row in rows if row["role"] == "prefill"]
+    parts = []
+    if answering:
+        parts.append(
+            f"{_node_names(answering)} ran requests ({_batch_lines(answering)}) but logged none "
+            "of them, so no response they served was judged"
+        )
+    if prefill:
+        parts.append(
+            f"{_node_names(prefill)} (prefill) ran requests ({_batch_lines(prefill)}) but logged "
+            "none of them, so their side of each request (refusals, prefill times) is missing "
+            "from the verdicts"
+        )
+    return "; ".join(parts) + ". SGLang logs each request with --log-requests."
+
+
+_LISTED_NODES = 8
+
+
+def _node_names(rows: list[dict[str, Any]]) -> str:
+    names = [row["node"] for row in rows[:_LISTED_NODES]]
+    if len(rows) > _LISTED_NODES:
+        names.append(f"{len(rows) - _LISTED_NODES:,} more")
+    return ", ".join(names)
+
+
+def _batch_lines(rows: list[dict[str, Any]]) -> str:
+    count = sum(row["batch_lines"] for row in rows)
+    return f"{count:,} batch {'line' if count == 1 else 'lines'}"
+
+
 def late_lines_line(summary: dict[str, Any]) -> str:
     """Request lines that came after their request had been judged, and were not used: a
     clock that disagrees with the others (a node's, or trace spans' UTC against logs in the
@@ -409,6 +455,11 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         )
     elif not summary["requests"]["total"]:
         lines.append(f"Not judged: {not_judged_line(summary)}")
+    elif answering_not_judged(summary):
+        lines.append(
+            "No client response judged was found to carry another request's data; some nodes "
+            "logged none of theirs (below)."
+        )
     else:
         lines.append("No client response was found to carry another request's data.")
     possible = exposure.get("possible") or {}
@@ -425,6 +476,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         newest_first_line,
         repeated_lines_line,
         late_lines_line,
+        nodes_not_judged_line,
     ):
         line = said(summary)
         if line:
