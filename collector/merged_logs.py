@@ -298,8 +298,25 @@ def known_as(node: str, known: set[str], own: str = "") -> str | None:
     base = _REPLICA.sub("", node)
     if base in known or base == own:
         return base
-    ends = {k for k in known for name in (node, base) if name.endswith(("-" + k, "_" + k))}
-    return ends.pop() if len(ends) == 1 else None
+    held = {k for k in known for name in (node, base) if _holds_name(name, k)}
+    return held.pop() if len(held) == 1 else None
+
+
+def _holds_name(name: str, node: str) -> bool:
+    """`node` is a whole part of `name`: between its ends or separators (the pod
+    `sglang-prefill-1`, the stream `sglang.decode-0.abc123` against `decode-1` or `decode-10`)."""
+    at = name.find(node)
+    while at >= 0:
+        end = at + len(node)
+        if (at == 0 or name[at - 1] in _NAME_SEPARATORS) and (
+            end == len(name) or name[end] in _NAME_SEPARATORS
+        ):
+            return True
+        at = name.find(node, at + 1)
+    return False
+
+
+_NAME_SEPARATORS: Final = "-_."
 
 
 def own_lines(

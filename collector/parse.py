@@ -350,21 +350,43 @@ def _channels_as_logs(
 
 
 def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
-    """Merge streams by time, keeping each stream's own order.
+    """Merge streams by time, keeping each stream's own order; at the same time, the earlier
+    stream's events first.
 
     Events without a time (or behind their stream's clock) take the last time seen on their
     stream, so they stay next to their neighbours instead of sinking to the front.
     """
+    for _, event in merge_placed(placed(place, s) for place, s in enumerate(streams)):
+        yield event
 
-    def keyed(index: int, events: Iterable[Event]) -> Iterator[tuple[float, int, int, Event]]:
+
+def placed(place: int, events: Iterable[Event]) -> Iterator[tuple[int, Event]]:
+    """A stream's events, each with the stream's place among the run's streams."""
+    for event in events:
+        yield place, event
+
+
+def merge_placed(
+    streams: Iterable[Iterable[tuple[int, Event]]],
+) -> Iterator[tuple[int, Event]]:
+    """`merge_by_time` of streams of (place, event), events of the same time in the order of
+    their streams' places (each place one stream's): what lets processes that each read some
+    of the streams, and one that merges their outputs, give the order one process reading
+    every stream gives, however the streams were shared out. Without it, a pool snapshot and
+    a version snapshot of the same second met in the order of the workers that read them, and
+    the findings depended on `--workers`."""
+
+    def keyed(
+        pairs: Iterable[tuple[int, Event]],
+    ) -> Iterator[tuple[float, int, int, Event]]:
         last = float("-inf")
-        for seq, event in enumerate(events):
+        for seq, (place, event) in enumerate(pairs):
             if event.time is not None and event.time >= last:
                 last = event.time
-            yield (last, index, seq, event)
+            yield (last, place, seq, event)
 
-    for *_, event in heapq.merge(*(keyed(i, s) for i, s in enumerate(streams))):
-        yield event
+    for _, place, _, event in heapq.merge(*(keyed(s) for s in streams)):
+        yield place, event
 
 
 def stream_repeats(key: tuple[str, str], files: list[TelemetryFile]) -> RepeatedLines | None:

@@ -30,8 +30,9 @@ from collector.files import TelemetryFile
 from collector.parse import (
     ParseStats,
     file_events,
-    merge_by_time,
+    merge_placed,
     note_clock,
+    placed,
     stream_clock,
     stream_repeats,
     streams_of,
@@ -47,7 +48,8 @@ _T = TypeVar("_T")
 PARALLEL_MIN_BYTES = 48 << 20
 
 Wanted = Callable[[Event], bool]
-Row = tuple[str, str, float | None, str, dict[str, Any], dict[str, int]]
+# An event as a worker ships it, with its stream's place (`merge_placed`) last.
+Row = tuple[str, str, float | None, str, dict[str, Any], dict[str, int], int]
 StreamKey = tuple[str, str]  # (node, file kind)
 
 
@@ -212,9 +214,22 @@ def _merged(
     wanted: Wanted,
     stage_factory: StageFactory | None,
 ) -> Iterator[Event]:
-    return merge_by_time(
-        _in_chunks(_stream(key, files, stats, wanted, stage_factory), STREAM_CHUNK)
-        for key, files in streams.items()
+    places = range(len(streams))
+    for _, event in _merged_placed(streams, places, stats, wanted, stage_factory):
+        yield event
+
+
+def _merged_placed(
+    streams: dict[StreamKey, list[TelemetryFile]],
+    places: Iterable[int],
+    stats: ParseStats,
+    wanted: Wanted,
+    stage_factory: StageFactory | None,
+) -> Iterator[tuple[int, Event]]:
+    """(place, event) of `streams`, each at its place among the run's streams (increasing)."""
+    return merge_placed(
+        placed(place, _in_chunks(_stream(key, files, stats, wanted, stage_factory), STREAM_CHUNK))
+        for place, (key, files) in zip(places, streams.items(), strict=True)
     )
 
 
@@ -245,19 +260,23 @@ def _size(files: list[TelemetryFile]) -> int:
 def _share(
     streams: dict[StreamKey, list[TelemetryFile]], workers: int
 ) -> list[dict[StreamKey, list[TelemetryFile]]]:
-    """Streams shared out by size, largest first to the least loaded worker."""
-    shares: list[dict[StreamKey, list[TelemetryFile]]] = [{} for _ in range(workers)]
+    """Streams shared out by size, largest first to the least loaded worker; each share in the
+    streams' own order (their places, `merge_placed`)."""
+    target_of: dict[StreamKey, int] = {}
     load = [0] * workers
     for key, files in sorted(streams.items(), key=lambda kv: -_size(kv[1])):
-        target = load.index(min(load))
-        shares[target][key] = files
+        target = target_of[key] = load.index(min(load))
         load[target] += _size(files)
+    shares: list[dict[StreamKey, list[TelemetryFile]]] = [{} for _ in range(workers)]
+    for key, files in streams.items():
+        shares[target_of[key]][key] = files
     return [share for share in shares if share]
 
 
 def _worker(
     conn: Connection,
     share: dict[StreamKey, list[TelemetryFile]],
+    places: list[int],
     wanted: Wanted,
     stage_factory: StageFactory | None,
 ) -> None:
@@ -271,9 +290,9 @@ def _worker(
     stats.progress = progressed
     batch: list[Row] = []
     try:
-        for event in _merged(share, stats, wanted, stage_factory):
+        for place, event in _merged_placed(share, places, stats, wanted, stage_factory):
             batch.append(
-                (event.kind, event.node, event.time, event.source, event.fields, event.ranks)
+                (event.kind, event.node, event.time, event.source, event.fields, event.ranks, place)
             )
             if len(batch) >= BATCH:
                 conn.send_bytes(pickle.dumps(("events", batch, sent[0]), pickle.HIGHEST_PROTOCOL))
@@ -295,7 +314,7 @@ class WorkerFailed(RuntimeError):
 
 def _receive(
     conn: Connection, stats: ParseStats, progress: Callable[[int], None] | None
-) -> Iterator[Event]:
+) -> Iterator[tuple[int, Event]]:
     while True:
         try:
             kind, payload, read = pickle.loads(conn.recv_bytes())
@@ -304,8 +323,8 @@ def _receive(
         if progress is not None and read:
             progress(read)
         if kind == "events":
-            for k, node, when, source, fields, ranks in payload:
-                yield Event(k, node, when, source, fields, ranks)
+            for k, node, when, source, fields, ranks, place in payload:
+                yield place, Event(k, node, when, source, fields, ranks)
         elif kind == "done":
             stats.merge(payload)
             return
@@ -333,19 +352,22 @@ def parallel_events_in_time_order(
         yield from _merged(streams, stats, wanted, stage_factory)
         return
     context = get_context("fork")
-    readers: list[Iterator[Event]] = []
+    readers: list[Iterator[tuple[int, Event]]] = []
     processes = []
+    place_of = {key: place for place, key in enumerate(streams)}
     try:
         for share in _share(streams, workers):
             receive, send = context.Pipe(duplex=False)
+            places = [place_of[key] for key in share]
             process = context.Process(
-                target=_worker, args=(send, share, wanted, stage_factory), daemon=True
+                target=_worker, args=(send, share, places, wanted, stage_factory), daemon=True
             )
             process.start()
             send.close()
             processes.append(process)
             readers.append(_receive(receive, stats, progress))
-        yield from merge_by_time(readers)
+        for _, event in merge_placed(readers):
+            yield event
     finally:
         for process in processes:
             if process.is_alive():

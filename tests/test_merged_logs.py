@@ -367,3 +367,23 @@ def test_a_shipper_s_records_of_two_pods_are_one_node_per_pod(tmp_path: Path) ->
     ]
     one = _write(tmp_path / "one" / "decode-0.log", [x for x in lines if "decode" in x])
     assert _nodes(one) == [("decode-0", None)]
+
+
+def test_a_stream_named_around_a_snapshot_node_is_that_node(tmp_path: Path) -> None:
+    """`aws logs tail` names streams `sglang/decode-0/abc` (read `sglang.decode-0.abc`): beside
+    snapshots of `decode-0`, its lines are that node's, as a pod `sglang-decode-0`'s are;
+    `decode-10` or `xdecode-0` never are."""
+    lines = [
+        f"2026-09-06T00:00:{i:02d}.000000+00:00 sglang/{node}/abc {_ENGINE_LINE.format(second=i)}"
+        for i in range(6)
+        for node in ("prefill-0", "decode-0", "decode-10", "xdecode-1")
+    ]
+    _write(tmp_path / "group" / "sglang.log", lines)
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    for node in ("prefill-0", "decode-0", "decode-1"):
+        (snapshots / f"{node}@20260906T000000Z.prom").write_text(
+            "sglang:max_total_num_tokens 681280\nsglang:context_len 1048576\n"
+        )
+    nodes = {f.node for f in discover([tmp_path]) if f.kind == "log"}
+    assert nodes == {"prefill-0", "decode-0", "sglang.decode-10.abc", "sglang.xdecode-1.abc"}
