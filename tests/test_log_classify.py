@@ -107,3 +107,32 @@ def test_an_access_line_a_wrapper_rerendered_is_still_an_access_line() -> None:
     # Another logger's record of the same words is not taken for one.
     other = wrapped.replace("uvicorn.access", "sglang.srt.entrypoints.http_server")
     assert LineParser("decode-0").parse(other, "d.log:2")[0] != "http_access"
+
+
+@pytest.mark.parametrize(
+    ("line", "bucket"),
+    [
+        (
+            "2026-09-06T00:00:01.123456Z  INFO sgl_model_gateway::routers::http::pd_router: "
+            "src/routers/http/pd_router.rs:812: PD request routed bootstrap_room=77",
+            "noise:router",
+        ),
+        (  # colours, as `kubectl logs` of the router's pod keeps them
+            "\x1b[2m2026-09-06T00:00:01.123456Z\x1b[0m \x1b[32m INFO\x1b[0m "
+            "\x1b[2msgl_router::server\x1b[0m\x1b[2m:\x1b[0m Starting router on 0.0.0.0:8000",
+            "noise:router",
+        ),
+        (
+            "2026-09-06T00:00:01.5+02:00 WARN request{id=ab method=POST}: smg::routers::pd: retry",
+            "noise:router",
+        ),
+        ("2026-09-06T00:00:01Z ERROR tokio_postgres::connection: closed", "noise:rust"),
+        ("Scheduler::run: not a Rust line without its module path", UNCLASSIFIED_OTHER),
+        ("std: : spaced is no module path", UNCLASSIFIED_OTHER),
+    ],
+)
+def test_a_rust_program_s_tracing_line_is_its_own_noise(line: str, bucket: str) -> None:
+    """The router's log beside the engines' (a PD deployment always has one) is the router's,
+    not engine lines kvwatch failed to read: before, a case folder with it said a quarter of
+    its lines could not be used."""
+    assert LineParser("sgl-router").parse(line, "sgl-router.log:1") == (bucket, None)

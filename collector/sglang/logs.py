@@ -297,7 +297,30 @@ def classify(message: str, engine: bool) -> Outcome:
         return NOISE_PREFIX + "traceback", None
     if _PY_WARNING.match(message):
         return NOISE_PREFIX + "python_warning", None
+    if "::" in message:
+        head = message[:_RUST_HEAD]  # the target leads the line: no pass over a long one
+        rust = _RUST_TRACING.match(_COLOUR.sub("", head) if "\x1b" in head else head)
+        if rust is not None:
+            return NOISE_PREFIX + ("router" if rust.group(1) in ROUTER_CRATES else "rust"), None
     return (UNCLASSIFIED_ENGINE if engine else UNCLASSIFIED_OTHER), None
+
+
+# A line of a Rust program's `tracing` log: `[<RFC 3339> ] <LEVEL> [span{…}:] crate::module: `.
+# SGLang's engines are Python: such a line is the router's (or another Rust program's), never
+# an engine line kvwatch failed to read, and a case folder with the router's log beside the
+# engines' must not read as a quarter of its lines unusable.
+_RUST_TRACING: Final = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:?\d\d)?\s+)?"
+    r"(?:(?:TRACE|DEBUG|INFO|WARN|ERROR)\s+)?"
+    r"(?:[A-Za-z_][\w-]*(?:\{[^}\n]{0,256}\})?:\s*){0,8}"
+    r"([a-z_][a-z0-9_]*)(?:::[a-z_][a-z0-9_]*)+:\s"
+)
+# The crates of SGLang's router: `sgl-router`, its rename `sgl-model-gateway`, and SMG.
+ROUTER_CRATES: Final = frozenset(
+    {"sgl_router", "sglang_router", "sglang_router_rs", "sgl_model_gateway", "smg", "model_gateway"}
+)
+_COLOUR: Final = re.compile(r"\x1b\[[0-9;]*m")
+_RUST_HEAD: Final = 512
 
 
 _FINISHED_TS: Final = re.compile(r"'request_finished_ts': (\d{9,10}(?:\.\d+)?)[,}]")
