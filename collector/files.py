@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
-from collector.line_order import head_bytes, line_time, newest_first, oldest_first
+from collector.line_order import head_bytes, head_lines, line_time, newest_first, oldest_first
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import log_clusters
@@ -462,6 +462,7 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     for f in files:
         parents.setdefault(_source(f), set()).add(f.path.parent)
     names: dict[tuple[tuple[str, str], Path], str] = {}
+    crowded = _CrowdedFolders(files)
     for key, folders in parents.items():
         if len(folders) < 2:
             continue
@@ -470,14 +471,62 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             continue
         named = folder_names({cluster[0] for cluster in clusters})
         for cluster in clusters:
+            name = named[cluster[0]]
+            if any(crowded(folder, key[1]) for folder in cluster):
+                name = f"{name}/{key[0]}"
             for folder in cluster:
-                names[(key, folder)] = named[cluster[0]]
+                names[(key, folder)] = name
     return [
         replace(f, node=names[(_source(f), f.path.parent)])
         if (_source(f), f.path.parent) in names
         else f
         for f in files
     ]
+
+
+class _CrowdedFolders:
+    """Folders holding the files of several engines of one source kind: a file's own name is
+    then its node's, and the folder tells only the deployment, so the node is both
+    (`cluster-a/logs/decode-0.log` is `cluster-a/decode-0`). A folder per host holds one
+    engine's log (and perhaps a proxy's, which speaks no SGLang): there the folder is the node.
+
+    Why: two clusters saved side by side (`cluster-a/logs`, `cluster-b/logs`, each with
+    `prefill-0.log` and `decode-0.log`) made one node per cluster of its prefill and decode,
+    and lost most of the joins between them."""
+
+    def __init__(self, files: list[TelemetryFile]) -> None:
+        self._files: dict[tuple[Path, str], dict[str, Path]] = {}
+        for f in files:
+            self._files.setdefault((f.path.parent, _source(f)[1]), {}).setdefault(f.node, f.path)
+        self._known: dict[tuple[Path, str], bool] = {}
+
+    def __call__(self, folder: Path, kind: str) -> bool:
+        key = (folder, kind)
+        if key not in self._known:
+            nodes = self._files.get(key, {})
+            if kind == "log":  # only logs that speak SGLang count as engines'
+                nodes = {node: path for node, path in nodes.items() if _speaks_sglang(path)}
+            self._known[key] = len(nodes) >= 2
+        return self._known[key]
+
+
+def _speaks_sglang(path: Path) -> bool:
+    """Whether the first lines of a log hold an SGLang event (a start-up, request or batch line)."""
+    from collector.sglang.logs import (
+        NOISE_PREFIX,
+        UNCLASSIFIED_ENGINE,
+        UNCLASSIFIED_OTHER,
+        LineParser,
+    )
+
+    parser = LineParser("")
+    for line in head_lines(path):
+        bucket, _ = parser.parse(line, "")
+        if bucket not in (UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER) and not bucket.startswith(
+            NOISE_PREFIX
+        ):
+            return True
+    return False
 
 
 def _source(f: TelemetryFile) -> tuple[str, str]:

@@ -248,3 +248,55 @@ def test_split_past_89_pieces_and_a_missing_piece(tmp_path: Path) -> None:
     found = discover([tmp_path / "all"], skipped)
     assert skipped["split_piece_missing"] == 1
     assert [len(f.pieces) for f in found] == [45, 54]
+
+
+def _exposed_and_findings(summary: dict[str, Any]) -> tuple[set[str], Counter[tuple[str, str]]]:
+    rooms = {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]}
+    findings = Counter(
+        (f["detector"], f["severity"]) for f in summary["findings"] if f["severity"] != "info"
+    )
+    return rooms, findings
+
+
+def test_two_clusters_saved_side_by_side_are_each_their_own_nodes(tmp_path: Path) -> None:
+    """`cluster-a/{logs,snapshots}` beside `cluster-b/{logs,snapshots}`, each holding
+    `prefill-0` and `decode-0`: four nodes, and the run finds what each cluster's own run finds.
+    Before, each cluster's prefill and decode were one node named after its folder: 6,142 late
+    request lines, 12 of 16 over-length answers and every refused-then-served lost."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    alone = {}
+    for cluster, seed in (("cluster-a", 26), ("cluster-b", 27)):
+        run_offline(
+            scenario_from_dict({**data, "seed": seed}, cluster), tmp_path / "case" / cluster
+        )
+        (tmp_path / "case" / cluster / "ground_truth.json").unlink()
+        alone[cluster] = _exposed_and_findings(
+            run_forensics([str(tmp_path / "case" / cluster)], tmp_path / cluster).summary
+        )
+    summary = run_forensics([str(tmp_path / "case")], tmp_path / "both").summary
+    assert sorted(summary["nodes"]) == [
+        "cluster-a/decode-0",
+        "cluster-a/prefill-0",
+        "cluster-b/decode-0",
+        "cluster-b/prefill-0",
+    ]
+    rooms, findings = _exposed_and_findings(summary)
+    assert rooms == alone["cluster-a"][0] | alone["cluster-b"][0] and len(rooms) > 20
+    assert findings == alone["cluster-a"][1] + alone["cluster-b"][1]
+    assert summary["requests"]["late_lines"] == 0
+
+
+def test_a_host_folder_with_a_proxy_s_log_beside_the_engine_s_is_still_the_host(
+    tmp_path: Path,
+) -> None:
+    """Only logs that speak SGLang make a folder hold several engines: a host's nginx log
+    beside its `sglang.log` leaves the host folder the node, so it meets its snapshots."""
+    for host in ("prefill-0", "decode-0"):
+        folder = tmp_path / "hosts" / host
+        folder.mkdir(parents=True)
+        (folder / "sglang.log").write_text("".join(_line(i) + "\n" for i in range(5)))
+        (folder / "nginx.log").write_text('10.0.0.1 - - [06/Sep/2026:00:00:01 +0000] "POST /"\n')
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    (snapshots / "decode-0@20260906T000000Z.prom").write_text("sglang:context_len 1048576\n")
+    assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
