@@ -462,7 +462,7 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     for f in files:
         parents.setdefault(_source(f), set()).add(f.path.parent)
     names: dict[tuple[tuple[str, str], Path], str] = {}
-    crowded = _CrowdedFolders(files)
+    crowded = _CrowdedFolders(files, {key for key, folders in parents.items() if len(folders) > 1})
     for key, folders in parents.items():
         if len(folders) < 2:
             continue
@@ -485,18 +485,23 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
 
 
 class _CrowdedFolders:
-    """Folders holding the files of several engines of one source kind: a file's own name is
-    then its node's, and the folder tells only the deployment, so the node is both
-    (`cluster-a/logs/decode-0.log` is `cluster-a/decode-0`). A folder per host holds one
-    engine's log (and perhaps a proxy's, which speaks no SGLang): there the folder is the node.
+    """Folders holding the files of several engines of one source kind, each name of them
+    standing in other folders too: a file's own name is then its node's, and the folder tells
+    only the deployment, so the node is both (`cluster-a/logs/decode-0.log` is
+    `cluster-a/decode-0`). A folder per host holds one engine's log (perhaps beside a proxy's,
+    which speaks no SGLang, or a copy saved under a name no other host has): there the folder
+    is the node.
 
     Why: two clusters saved side by side (`cluster-a/logs`, `cluster-b/logs`, each with
     `prefill-0.log` and `decode-0.log`) made one node per cluster of its prefill and decode,
     and lost most of the joins between them."""
 
-    def __init__(self, files: list[TelemetryFile]) -> None:
+    def __init__(self, files: list[TelemetryFile], repeated: set[tuple[str, str]]) -> None:
         self._files: dict[tuple[Path, str], dict[str, Path]] = {}
         for f in files:
+            # Request-metric exports are named alike on every node: a host's companions.
+            if f.node == EXPORT_NAME or _source(f) not in repeated:
+                continue
             self._files.setdefault((f.path.parent, _source(f)[1]), {}).setdefault(f.node, f.path)
         self._known: dict[tuple[Path, str], bool] = {}
 

@@ -561,3 +561,53 @@ def test_building_the_parser_stays_cheap() -> None:
         "sys.exit(1 if heavy else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def _model_snapshot(
+    directory: Path, node: str, role: str, *, model: str | None, pool: int, context: int
+) -> None:
+    """Saved /server_info + /v1/models of an engine 0.5.23 serving `model` (None: a
+    /server_info alone, naming no model)."""
+    stem = f"{node}@20261101T100000Z"
+    info: dict[str, Any] = {
+        "disaggregation_mode": role,
+        "disaggregation_transfer_backend": "mooncake",
+        "disaggregation_enable_kv_checksum": True,
+        "max_total_num_tokens": pool,
+        "version": "0.5.23",
+    }
+    (directory / f"{stem}.server_info.json").write_text(
+        json.dumps(info if model is None else {**info, "served_model_name": model})
+    )
+    if model is not None:
+        card = {"id": model, "object": "model", "max_model_len": context}
+        models = {"object": "list", "data": [card]}
+        (directory / f"{stem}.v1_models.json").write_text(json.dumps(models))
+
+
+def test_each_model_s_nodes_are_judged_against_that_model_s_context(tmp_path: Path) -> None:
+    """Two deployments audited from one case folder: a 131,072-token model's prefill pool of
+    400,000 holds its own context, whatever the other model advertises. Before, it failed
+    "pool 400,000 < context 1,048,576 advertised by big-decode"."""
+    for node, role, model, pool, context in (
+        ("big-prefill", "prefill", "glm", 681_280, 1_048_576),
+        ("big-decode", "decode", "glm", 2_400_000, 1_048_576),
+        ("small-prefill", "prefill", "qwen", 400_000, 131_072),
+        ("small-decode", "decode", "qwen", 400_000, 131_072),
+    ):
+        _model_snapshot(tmp_path, node, role, model=model, pool=pool, context=context)
+    code, out, _ = run(str(tmp_path))
+    verdicts = {line.split()[0]: line.split()[2] for line in lines(out)[:-1]}
+    assert verdicts == {
+        "big-prefill": "FAIL",
+        "big-decode": "PASS",
+        "small-prefill": "PASS",
+        "small-decode": "PASS",
+    }
+    assert "pool 681,280 < context 1,048,576" in out and "advertised by" not in out
+    assert code == 1
+
+    # A node whose model nothing names is judged against every node: the strictest case.
+    _model_snapshot(tmp_path, "unnamed-prefill", "prefill", model=None, pool=400_000, context=0)
+    _, out, _ = run(str(tmp_path))
+    assert "unnamed-prefill  prefill  FAIL  pool 400,000 < context 1,048,576 advertised by" in out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 import json
 import random
+from pathlib import Path
 
 from collector.events import Event
 from collector.state.config_timeline import (
@@ -594,3 +595,25 @@ def test_start_up_lines_after_the_node_was_seen_running_are_a_new_process() -> N
     tl = ConfigTimeline.from_state(json.loads(json.dumps(tl.to_state())))
     startup(tl, "d0", T + 3600, pool=1_000_000, role="decode")
     assert len(tl.history("d0")) == 2
+
+
+def test_a_saved_model_card_keeps_the_node_s_role_and_names_its_model(tmp_path: Path) -> None:
+    """`/v1/models` says nothing of the disaggregation mode: saved beside a decode node's
+    `/server_info`, it turned the node `unified` (every node of the demo, with a card each)."""
+    from collector.parse import ParseStats, events_by_node
+
+    stem = tmp_path / "decode-0@20261101T100000Z"
+    info = {"disaggregation_mode": "decode", "max_total_num_tokens": 2_400_000}
+    stem.with_name(stem.name + ".server_info.json").write_text(
+        json.dumps({**info, "version": "0.5.23", "served_model_name": "glm"})
+    )
+    card = {"id": "glm", "object": "model", "max_model_len": 1_048_576}
+    stem.with_name(stem.name + ".v1_models.json").write_text(
+        json.dumps({"object": "list", "data": [card]})
+    )
+    timeline = ConfigTimeline()
+    for event in events_by_node([str(tmp_path)], ParseStats()):
+        timeline.update(event)
+    config = timeline.current("decode-0")
+    assert config is not None
+    assert (config.role, config.model, config.context_len) == ("decode", "glm", 1_048_576)

@@ -58,6 +58,8 @@ class NodeFacts:
 
     node: str
     role: str | None = None
+    # The model served (None: not known): the nodes of one model are one deployment.
+    model: str | None = None
     version: str | None = None
     stale_version: str | None = None
     pool_tokens: int | None = None
@@ -190,6 +192,16 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def same_deployment(nodes: list[NodeFacts], model: str | None) -> list[NodeFacts]:
+    """The nodes serving `model`, with those whose model is not known: one deployment, as in
+    forensics (`ConfigTimeline.advertised_context`). A node whose model is not known is judged
+    against every node, the strictest case. Why: two clusters of two models audited from one
+    case folder failed the smaller model's pools against the larger model's context."""
+    if model is None:
+        return nodes
+    return [n for n in nodes if n.model is None or n.model == model]
+
+
 @dataclass(frozen=True, slots=True)
 class Deployment:
     """What a node is judged against besides itself.
@@ -207,6 +219,11 @@ class Deployment:
     # (node, role) of every reachable PD node: KV flows prefill -> decode only, so a node's
     # checksum peers are the nodes of the other role (`kv_peers`).
     pd_roles: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of_model(cls, nodes: list[NodeFacts], model: str | None) -> Deployment:
+        """The deployment `model`'s nodes make (`same_deployment`)."""
+        return cls.of(same_deployment(nodes, model))
 
     @classmethod
     def of(cls, nodes: list[NodeFacts]) -> Deployment:

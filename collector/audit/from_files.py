@@ -47,7 +47,14 @@ _CONFIG_KINDS: Final = frozenset(
 _ROLE_HINT_KINDS: Final = frozenset(
     {"prefill_batch", "decode_batch", "request_time_stats", "request_trace"}
 )
-_MERGED_FIELDS: Final = ("role", "pool_tokens", "context_len", "transfer_backend", "kv_checksum")
+_MERGED_FIELDS: Final = (
+    "role",
+    "model",
+    "pool_tokens",
+    "context_len",
+    "transfer_backend",
+    "kv_checksum",
+)
 _MAX_SOURCES: Final = 8
 # Set by `_mode_checked` on a server_info event whose document states a mode of the wrong type.
 _ROLE_DOUBT: Final = "audit_role_doubt"
@@ -212,7 +219,8 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
     earlier: dict[str, list[tuple[NodeFacts, Deployment]]] = {}
     for node, facts_list in by_node.items():
         earlier[node] = [
-            (facts, _deployment_at(by_node, _end_of(facts))) for facts in facts_list[:-1]
+            (facts, _deployment_at(by_node, _end_of(facts), facts.model))
+            for facts in facts_list[:-1]
         ]
     ignored = sorted(tracker.seen_nodes - set(by_node))
     return Gathered(final, earlier, ignored, tracker.timeline)
@@ -258,9 +266,11 @@ def _end_of(facts: NodeFacts) -> float | None:
     return facts.since
 
 
-def _deployment_at(by_node: dict[str, list[NodeFacts]], when: float | None) -> Deployment:
-    """The deployment as it stood at `when`: each node's configuration in force then (before a
-    node's first startup, its first one, as the timeline does)."""
+def _deployment_at(
+    by_node: dict[str, list[NodeFacts]], when: float | None, model: str | None
+) -> Deployment:
+    """`model`'s deployment as it stood at `when`: each node's configuration in force then
+    (before a node's first startup, its first one, as the timeline does)."""
     in_force: list[NodeFacts] = []
     for facts_list in by_node.values():
         chosen = facts_list[0]
@@ -269,7 +279,7 @@ def _deployment_at(by_node: dict[str, list[NodeFacts]], when: float | None) -> D
                 if facts.since is not None and facts.since <= when:
                     chosen = facts
         in_force.append(chosen)
-    return Deployment.of(in_force)
+    return Deployment.of_model(in_force, model)
 
 
 def _mode_checked(tf: TelemetryFile, events: list[Event]) -> list[Event]:

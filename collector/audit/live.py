@@ -218,6 +218,7 @@ def _merge(
         return None if endpoint in mode_doubts else field(event, "role")
 
     facts.version = _first(field(info, "version"), field(loads, "version"))
+    facts.model = _first(field(info, "model"), field(models, "model"))
     roles = [role("server_info", info), snap.role if snap else None, role("v1_loads", loads)]
     facts.role = _first(*(r for r in roles if r in _ROLES))
     if facts.role is None and mode_doubts:

@@ -56,7 +56,10 @@ def audit(
         account["endpoints"] = {t.node: t.url for t in targets}
     nodes = list(facts.values())
     deployment = Deployment.of(nodes)
-    results = [judge_node(f, deployment, rules, earlier.get(f.node)) for f in nodes]
+    results = [
+        judge_node(f, Deployment.of_model(nodes, f.model), rules, earlier.get(f.node))
+        for f in nodes
+    ]
     return AuditReport(results, deployment, rules, strict=strict, input=account)
 
 

@@ -73,6 +73,11 @@ def parse_server_args(message: str) -> dict[str, Any]:
     for key, field in _SERVER_ARG_FIELDS.items():
         if key in raw:
             fields[field] = raw[key]
+    served = fields.get("served_model_name")
+    if isinstance(served, str) and served.strip():
+        # The name the node serves under, as `/server_info` gives it: one key for both sources
+        # of a node, and for the nodes of one deployment (`ConfigTimeline.advertised_context`).
+        fields["model"] = served
     if fields["disaggregation_mode"] in ("null", ""):
         fields["disaggregation_mode"] = None
     if isinstance(fields["kv_canary"], str) and fields["kv_canary"] == "none":

@@ -770,6 +770,14 @@ def _on_pool_warning(history: _NodeHistory, event: Event) -> bool:
     return restart
 
 
+def _states_mode(event: Event) -> bool:
+    """Whether a configuration document states the node's disaggregation mode. Every such
+    event carries the key (null when its endpoint does not say); its `role` is set only when
+    the document stated a mode. Why: a saved `/v1/models` card turned every PD node it was
+    saved for `unified`."""
+    return event.get("role") is not None
+
+
 def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     pool = _as_int(event.get("max_total_num_tokens"))
     version = event.get("version")
@@ -792,14 +800,14 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         value = _as_int(event.get(field))
         if value is not None:
             changes[field] = value
-    if "disaggregation_mode" in event.fields:
-        role = _role_from_mode(event.get("disaggregation_mode"), mode_present=True)
-        if role is not None:
-            changes["role"] = role
-            history.role_strength = _STRONG
-    backend = event.get("transfer_backend")
-    if backend is not None:
-        changes["transfer_backend"] = str(backend)
+    role = _role_from_mode(event.get("disaggregation_mode"), mode_present=_states_mode(event))
+    if role is not None:
+        changes["role"] = role
+        history.role_strength = _STRONG
+    for field in ("transfer_backend", "model"):
+        value = event.get(field)
+        if value is not None:
+            changes[field] = str(value)
     checksum = event.get("kv_checksum")
     if isinstance(checksum, bool):
         changes["kv_checksum"] = checksum
@@ -937,8 +945,12 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["version"] = str(get("version")) if get("version") is not None else None
         facts["max_req_input_len"] = _as_int(get("max_req_input_len"))
     if kind in ("server_args", "server_info"):
-        mode_present = "disaggregation_mode" in event.fields
+        mode_present = (
+            _states_mode(event) if kind == "server_info" else "disaggregation_mode" in event.fields
+        )
         facts["role"] = _role_from_mode(get("disaggregation_mode"), mode_present=mode_present)
+        model = get("model")
+        facts["model"] = str(model) if model is not None else None
         backend = get("transfer_backend")
         facts["transfer_backend"] = str(backend) if backend is not None else None
         checksum = get("kv_checksum")
@@ -946,8 +958,8 @@ def _facts(event: Event) -> dict[str, Any]:
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["page_size"] = _as_int(get("page_size"))
-        for field in ("kv_canary", "model"):
-            facts[field] = str(get(field)) if get(field) is not None else None
+        kv_canary = get("kv_canary")
+        facts["kv_canary"] = str(kv_canary) if kv_canary is not None else None
     if kind == "metric":
         signal = get("signal") or _METRIC_NAME_SIGNAL.get(str(get("name")))
         if signal in _METRIC_POOL:
