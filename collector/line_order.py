@@ -120,7 +120,7 @@ def newest_first(path: Path, time_of: LineTime = line_time) -> bool:
         return False
     # The end must agree: running back in time itself (newest-first exports appended to one
     # another), or, when it is one busy second, older than the start.
-    tail = _leading_times(reversed(_tail_lines(path)), time_of)[::-1]
+    tail = _leading_times(reversed(tail_lines(path)), time_of)[::-1]
     if _moves(tail):
         return _backwards(tail)
     return not tail or tail[-1] < times[0]
@@ -155,7 +155,7 @@ def _head(path: Path, size: int) -> tuple[list[str], bool]:
     return (lines[:-1] if len(lines) > 1 else lines), read[1]
 
 
-def _tail_lines(path: Path) -> list[str]:
+def tail_lines(path: Path) -> list[str]:
     """The whole lines in the last `_TAIL_BYTES` of a plain file; none of a gzip file (its end
     is only reached through all of it)."""
     try:

@@ -300,3 +300,32 @@ def test_a_host_folder_with_a_proxy_s_log_beside_the_engine_s_is_still_the_host(
     snapshots.mkdir()
     (snapshots / "decode-0@20260906T000000Z.prom").write_text("sglang:context_len 1048576\n")
     assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
+
+
+def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(tmp_path: Path) -> None:
+    """`week1/` and `week2/`, each with every engine's log (rotated within the folder) and the
+    snapshots apart: the engines are the snapshots' nodes, each read in time order across the
+    folders, and the run finds what the unsplit logs give. Before, each period's engines were
+    nodes of their own (`week1/decode-0`): 67 of the demo's 145 over-length answers lost."""
+    run_offline(_variant(), tmp_path / "whole")
+    (tmp_path / "whole" / "ground_truth.json").unlink()
+    case = tmp_path / "case"
+    for log in (tmp_path / "whole" / "logs").iterdir():
+        lines = log.read_text().splitlines(keepends=True)
+        cuts = [0, len(lines) // 4, len(lines) // 2, 3 * len(lines) // 4, len(lines)]
+        parts = ["week1/{}.1", "week1/{}", "week2/{}.1", "week2/{}"]
+        for part, start, end in zip(parts, cuts, cuts[1:], strict=False):
+            target = case / part.format(log.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("".join(lines[start:end]))
+    (tmp_path / "whole" / "snapshots").rename(case / "snapshots")
+    whole = run_forensics([str(tmp_path / "whole"), str(case / "snapshots")], tmp_path / "a")
+    split = run_forensics([str(case)], tmp_path / "b")
+    assert (
+        sorted(split.summary["nodes"])
+        == sorted(whole.summary["nodes"])
+        == ["decode-0", "prefill-0"]
+    )
+    assert _exposed_and_findings(split.summary) == _exposed_and_findings(whole.summary)
+    assert split.summary["requests"]["total"] == whole.summary["requests"]["total"]
+    assert split.summary["requests"]["late_lines"] == 0
