@@ -27,12 +27,12 @@ from typing import BinaryIO, Final, Literal
 
 from collector.events import parse_iso_time
 from collector.line_order import (
+    end_lines,
     head_bytes,
     head_lines,
     line_time,
     newest_first,
     oldest_first,
-    tail_lines,
 )
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
@@ -546,7 +546,7 @@ def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:
         return min(times), max(times)
     ordered = sorted(files, key=lambda f: (f.order, str(f.path)))
     first = _first_time(head_lines(ordered[0].path))
-    last = _first_time(reversed(tail_lines(ordered[-1].path)))
+    last = _first_time(reversed(end_lines(ordered[-1].path)))
     if first is None or last is None or last < first:
         return None
     return first, last

@@ -11,6 +11,7 @@ beside the current log, dashed dates and the kubelet's rotations were nodes of t
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -302,11 +303,15 @@ def test_a_host_folder_with_a_proxy_s_log_beside_the_engine_s_is_still_the_host(
     assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
 
 
-def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(tmp_path: Path) -> None:
-    """`week1/` and `week2/`, each with every engine's log (rotated within the folder) and the
-    snapshots apart: the engines are the snapshots' nodes, each read in time order across the
-    folders, and the run finds what the unsplit logs give. Before, each period's engines were
-    nodes of their own (`week1/decode-0`): 67 of the demo's 145 over-length answers lost."""
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(
+    tmp_path: Path, gzipped: bool
+) -> None:
+    """`week1/` and `week2/`, each with every engine's log (rotated within the folder, plain or
+    gzipped: a gzip log's end is read through) and the snapshots apart: the engines are the
+    snapshots' nodes, each read in time order across the folders, and the run finds what the
+    unsplit logs give. Before, each period's engines were nodes of their own
+    (`week1/decode-0`): 67 of the demo's 145 over-length answers lost."""
     run_offline(_variant(), tmp_path / "whole")
     (tmp_path / "whole" / "ground_truth.json").unlink()
     case = tmp_path / "case"
@@ -317,7 +322,11 @@ def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(tmp_path: Pa
         for part, start, end in zip(parts, cuts, cuts[1:], strict=False):
             target = case / part.format(log.name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text("".join(lines[start:end]))
+            text = "".join(lines[start:end]).encode()
+            if gzipped:
+                target = target.with_name(target.name + ".gz")
+                text = gzip.compress(text)
+            target.write_bytes(text)
     (tmp_path / "whole" / "snapshots").rename(case / "snapshots")
     whole = run_forensics([str(tmp_path / "whole"), str(case / "snapshots")], tmp_path / "a")
     split = run_forensics([str(case)], tmp_path / "b")
