@@ -466,8 +466,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     (`logs/prefill-0.server_info.json`): taken for two hosts, every node's snapshots became
     one node named `snapshots`."""
     parents: dict[tuple[str, str], set[Path]] = {}
+    held: dict[tuple[tuple[str, str], Path], list[TelemetryFile]] = {}
     for f in files:
         parents.setdefault(_source(f), set()).add(f.path.parent)
+        held.setdefault((_source(f), f.path.parent), []).append(f)
     names: dict[tuple[tuple[str, str], Path], str] = {}
     periods: dict[tuple[tuple[str, str], Path], int] = {}
     crowded = _CrowdedFolders(files, {key for key, folders in parents.items() if len(folders) > 1})
@@ -479,7 +481,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             continue
         # A folder of several engines' files: the file's name is the node's.
         node_named = any(crowded(folder, key[1]) for cluster in clusters for folder in cluster)
-        ranks = _period_ranks(key, clusters, files) if node_named else None
+        ranks = None
+        if node_named:
+            spans = [_time_span([f for d in group for f in held[(key, d)]]) for group in clusters]
+            ranks = _period_ranks(spans)
         if ranks is not None:  # one node's periods, saved apart: one node, read in turn
             for cluster, rank in zip(clusters, ranks, strict=True):
                 for folder in cluster:
@@ -507,30 +512,24 @@ _PERIOD_ORDER: Final = 1000 * _PREVIOUS_ORDER
 _PERIOD_OVERLAP: Final = 0.1
 
 
-def _period_ranks(
-    key: tuple[str, str], clusters: list[list[Path]], files: list[TelemetryFile]
-) -> list[int] | None:
-    """Each folder cluster's place in time when they are one node's periods saved apart
-    (`logs-0906/decode-0.log`, `logs-0908/decode-0.log`): the span of time each holds apart
-    from the others' but at their edges. None when they overlap (two deployments that ran at
-    once) or a span cannot be told (a gzip log last: its end is only reached through it).
+def _period_ranks(spans: list[tuple[float, float] | None]) -> list[int] | None:
+    """Each folder cluster's place in time, from the span of time each holds, when they are
+    one node's periods saved apart (`logs-0906/decode-0.log`, `logs-0908/decode-0.log`): each
+    span apart from the others' but at their edges. None when they overlap (two deployments
+    that ran at once) or a span cannot be told.
 
     Why: a case folder per period made each period's engines nodes of their own, apart from
     their snapshots: 67 of 145 over-length answers lost and every pool gap said twice."""
-    spans: list[tuple[float, float]] = []
-    for cluster in clusters:
-        members = [f for f in files if _source(f) == key and f.path.parent in cluster]
-        span = _time_span(members)
-        if span is None:
-            return None
-        spans.append(span)
-    by_start = sorted(range(len(spans)), key=lambda i: spans[i])
+    known = [span for span in spans if span is not None]
+    if len(known) < len(spans):
+        return None
+    by_start = sorted(range(len(known)), key=lambda i: known[i])
     for earlier, later in zip(by_start, by_start[1:], strict=False):
-        (start, end), (next_start, next_end) = spans[earlier], spans[later]
+        (start, end), (next_start, next_end) = known[earlier], known[later]
         shorter = min(end - start, next_end - next_start)
         if end - next_start > _PERIOD_OVERLAP * shorter:
             return None
-    ranks = [0] * len(spans)
+    ranks = [0] * len(known)
     for rank, index in enumerate(by_start):
         ranks[index] = rank
     return ranks
