@@ -481,29 +481,56 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             continue
         # A folder of several engines' files: the file's name is the node's.
         node_named = any(crowded(folder, key[1]) for cluster in clusters for folder in cluster)
-        ranks = None
-        if node_named:
-            spans = [_time_span([f for d in group for f in held[(key, d)]]) for group in clusters]
-            ranks = _period_ranks(spans)
-        if ranks is not None:  # one node's periods, saved apart: one node, read in turn
-            for cluster, rank in zip(clusters, ranks, strict=True):
-                for folder in cluster:
-                    periods[(key, folder)] = rank
-            continue
         named = folder_names({cluster[0] for cluster in clusters})
-        for cluster in clusters:
-            name = named[cluster[0]]
-            for folder in cluster:
-                names[(key, folder)] = f"{name}/{key[0]}" if node_named else name
+        if not node_named:
+            for cluster in clusters:
+                for folder in cluster:
+                    names[(key, folder)] = named[cluster[0]]
+            continue
+        spans = [_time_span([f for d in group for f in held[(key, d)]]) for group in clusters]
+        for deployment, members in _deployments(clusters, spans, named).items():
+            for cluster, rank in members:
+                for folder in cluster:
+                    if deployment is not None:
+                        names[(key, folder)] = f"{deployment}/{key[0]}"
+                    periods[(key, folder)] = rank
     out = []
     for f in files:
         at = (_source(f), f.path.parent)
         if at in names:
             f = replace(f, node=names[at])
-        elif periods.get(at):
+        if periods.get(at):
             f = replace(f, order=(f.order[0] + periods[at] * _PERIOD_ORDER, f.order[1]))
         out.append(f)
     return out
+
+
+def _deployments(
+    clusters: list[list[Path]],
+    spans: list[tuple[float, float] | None],
+    named: dict[Path, str],
+) -> dict[str | None, list[tuple[list[Path], int]]]:
+    """One engine's folder clusters (named after their folders by `named`) by the deployment
+    each is of, with each cluster's period in it: all of them one deployment's periods when
+    their spans of time keep apart (key None: the node keeps its own name); else, when the
+    folders name a deployment and then a period (`cluster-a/week1`) and each deployment's
+    periods keep apart, by deployment; else each cluster a deployment of its own (named
+    after its folder)."""
+    ranks = _period_ranks(spans)
+    if ranks is not None:
+        return {None: list(zip(clusters, ranks, strict=True))}
+    parents = [named[cluster[0]].rpartition("/")[0] for cluster in clusters]
+    if all(parents) and len(set(parents)) < len(parents):
+        grouped: dict[str | None, list[tuple[list[Path], int]]] = {}
+        for parent in sorted(set(parents)):
+            members = [i for i, p in enumerate(parents) if p == parent]
+            within = _period_ranks([spans[i] for i in members])
+            if within is None:
+                break
+            grouped[parent] = [(clusters[i], r) for i, r in zip(members, within, strict=True)]
+        else:
+            return grouped
+    return {named[cluster[0]]: [(cluster, 0)] for cluster in clusters}
 
 
 # Orders a node's files by the period they were saved in before their rotations and restarts.
@@ -520,6 +547,8 @@ def _period_ranks(spans: list[tuple[float, float] | None]) -> list[int] | None:
 
     Why: a case folder per period made each period's engines nodes of their own, apart from
     their snapshots: 67 of 145 over-length answers lost and every pool gap said twice."""
+    if len(spans) == 1:
+        return [0]
     known = [span for span in spans if span is not None]
     if len(known) < len(spans):
         return None

@@ -259,11 +259,15 @@ def _exposed_and_findings(summary: dict[str, Any]) -> tuple[set[str], Counter[tu
     return rooms, findings
 
 
-def test_two_clusters_saved_side_by_side_are_each_their_own_nodes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("by_period", [False, True], ids=["logs", "logs-per-week"])
+def test_two_clusters_saved_side_by_side_are_each_their_own_nodes(
+    tmp_path: Path, by_period: bool
+) -> None:
     """`cluster-a/{logs,snapshots}` beside `cluster-b/{logs,snapshots}`, each holding
-    `prefill-0` and `decode-0`: four nodes, and the run finds what each cluster's own run finds.
-    Before, each cluster's prefill and decode were one node named after its folder: 6,142 late
-    request lines, 12 of 16 over-length answers and every refused-then-served lost."""
+    `prefill-0` and `decode-0` (or their logs split into `week1/` and `week2/`): four nodes,
+    and the run finds what each cluster's own run finds. Before, each cluster's prefill and
+    decode were one node named after its folder: 6,142 late request lines, 12 of 16
+    over-length answers and every refused-then-served lost."""
     data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
     alone = {}
     for cluster, seed in (("cluster-a", 26), ("cluster-b", 27)):
@@ -274,6 +278,16 @@ def test_two_clusters_saved_side_by_side_are_each_their_own_nodes(tmp_path: Path
         alone[cluster] = _exposed_and_findings(
             run_forensics([str(tmp_path / "case" / cluster)], tmp_path / cluster).summary
         )
+        if by_period:
+            for log in list((tmp_path / "case" / cluster / "logs").iterdir()):
+                lines = log.read_text().splitlines(keepends=True)
+                for week, part in (
+                    ("week1", lines[: len(lines) // 2]),
+                    ("week2", lines[len(lines) // 2 :]),
+                ):
+                    (log.parent.parent / week).mkdir(exist_ok=True)
+                    (log.parent.parent / week / log.name).write_text("".join(part))
+                log.unlink()
     summary = run_forensics([str(tmp_path / "case")], tmp_path / "both").summary
     assert sorted(summary["nodes"]) == [
         "cluster-a/decode-0",
