@@ -28,6 +28,7 @@ from typing import BinaryIO, Final, Literal
 from collector.events import parse_iso_time
 from collector.line_order import (
     end_lines,
+    first_line_time,
     head_bytes,
     head_lines,
     line_time,
@@ -573,19 +574,11 @@ def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:
         times = [f.snapshot_time for f in files if f.snapshot_time is not None]
         return min(times), max(times)
     ordered = sorted(files, key=lambda f: (f.order, str(f.path)))
-    first = _first_time(head_lines(ordered[0].path))
-    last = _first_time(reversed(end_lines(ordered[-1].path)))
+    first = first_line_time(head_lines(ordered[0].path))
+    last = first_line_time(reversed(end_lines(ordered[-1].path)))
     if first is None or last is None or last < first:
         return None
     return first, last
-
-
-def _first_time(lines: Iterable[str]) -> float | None:
-    for line in lines:
-        when = line_time(line)
-        if when is not None:
-            return when
-    return None
 
 
 class _CrowdedFolders:

@@ -61,6 +61,15 @@ def line_time(line: str) -> float | None:
     return peel(inner if isinstance(inner, str) else line).time
 
 
+def first_line_time(lines: Iterable[str]) -> float | None:
+    """The time of the first of `lines` that carries one."""
+    for line in lines:
+        when = line_time(line)
+        if when is not None:
+            return when
+    return None
+
+
 def runs_backwards(lines: list[str], time_of: LineTime = line_time) -> bool:
     """Whether these lines of a file (whole lines) run back in time: newest first. Steps longer
     than a run's gap (where one export was appended to another) are not counted."""

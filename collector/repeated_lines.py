@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from collector.line_order import head_lines, line_time
+from collector.line_order import first_line_time, head_lines, line_time
 from collector.merged_logs import line_source
 
 if TYPE_CHECKING:
@@ -176,11 +176,8 @@ def in_reading_order(files: list[TelemetryFile]) -> list[TelemetryFile]:
     times) in the order of their first line's time, so an earlier export is read first."""
 
     def first_time(tf: TelemetryFile) -> float:
-        for line in head_lines(tf.path, _HEAD_BYTES):
-            when = line_time(line)
-            if when is not None:
-                return when
-        return float("inf")
+        when = first_line_time(head_lines(tf.path, _HEAD_BYTES))
+        return when if when is not None else float("inf")
 
     def size(tf: TelemetryFile) -> int:
         try:
