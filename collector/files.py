@@ -586,8 +586,7 @@ class _CrowdedFolders:
     standing in other folders too: a file's own name is then its node's, and the folder tells
     only the deployment, so the node is both (`cluster-a/logs/decode-0.log` is
     `cluster-a/decode-0`). A folder per host holds one engine's log (perhaps beside a proxy's,
-    which speaks no SGLang, or a copy saved under a name no other host has): there the folder
-    is the node.
+    which speaks no SGLang, or copies of it under other names): there the folder is the node.
 
     Why: two clusters saved side by side (`cluster-a/logs`, `cluster-b/logs`, each with
     `prefill-0.log` and `decode-0.log`) made one node per cluster of its prefill and decode,
@@ -605,10 +604,12 @@ class _CrowdedFolders:
     def __call__(self, folder: Path, kind: str) -> bool:
         key = (folder, kind)
         if key not in self._known:
-            nodes = self._files.get(key, {})
-            if kind == "log":  # only logs that speak SGLang count as engines'
-                nodes = {node: path for node, path in nodes.items() if _speaks_sglang(path)}
-            self._known[key] = len(nodes) >= 2
+            paths = list(self._files.get(key, {}).values())
+            if kind == "log":  # only logs that speak SGLang count, a log and its copies once
+                paths = [path for path in paths if _speaks_sglang(path)]
+                if len(paths) >= 2:
+                    paths = [paths[c[0]] for c in log_clusters([[path] for path in paths])]
+            self._known[key] = len(paths) >= 2
         return self._known[key]
 
 

@@ -352,3 +352,17 @@ def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(
     assert _exposed_and_findings(split.summary) == _exposed_and_findings(whole.summary)
     assert split.summary["requests"]["total"] == whole.summary["requests"]["total"]
     assert split.summary["requests"]["late_lines"] == 0
+
+
+def test_a_host_folder_with_a_copy_of_its_log_under_another_name_is_still_the_host(
+    tmp_path: Path,
+) -> None:
+    """Every host folder holding `sglang.log` and the same lines as `server.log` (the process's
+    output captured twice) is one engine's: the host folder stays the node."""
+    for index, host in enumerate(("prefill-0", "decode-0")):
+        folder = tmp_path / "hosts" / host
+        folder.mkdir(parents=True)
+        text = "".join(_line(i + 100 * index) + "\n" for i in range(60))
+        (folder / "sglang.log").write_text(text)
+        (folder / "server.log").write_text(text)
+    assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
