@@ -22,6 +22,7 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from itertools import combinations
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
@@ -640,16 +641,50 @@ def _source(f: TelemetryFile) -> tuple[str, str]:
 def _folder_clusters(
     key: tuple[str, str], files: list[TelemetryFile], folders: list[Path]
 ) -> list[list[Path]]:
-    """The folders holding one name's logs, in clusters that each hold one node's log (copies,
-    exports of it: `collector.repeated_lines`); of other files, each folder its own."""
-    if key[1] != "log":
+    """The folders holding one name's files, in clusters that each hold one node's: of logs,
+    copies and exports of one log (`collector.repeated_lines`); of dated snapshots, sets that
+    share a snapshot (one node's scrape of one moment, saved with each period that held it);
+    of other files, each folder its own."""
+    if key[1] != "log" and not key[1].endswith("@"):
         return [[folder] for folder in folders]
     by_folder: dict[Path, list[TelemetryFile]] = {folder: [] for folder in folders}
     for f in files:
         if _source(f) == key:
             by_folder[f.path.parent].append(f)
+    if key[1] != "log":
+        return _sharing_a_scrape(key[0], folders, files)
     groups = [_oldest_first(by_folder[folder]) for folder in folders]
     return [[folders[i] for i in cluster] for cluster in log_clusters(groups)]
+
+
+def _sharing_a_scrape(
+    node: str, folders: list[Path], files: list[TelemetryFile]
+) -> list[list[Path]]:
+    """Folders of one node's dated snapshots, joined where two hold the same scrape: a `.prom`
+    of the same moment, byte for byte (counters make two engines' scrapes differ, even of two
+    deployments scraped on one schedule; a saved `/server_info` alike could be either). Why:
+    two periods' folders, each saved with the snapshots of the days they shared, made each
+    period's snapshots a node of its own (`week1/decode-0`), its pool gap said again."""
+    scrapes: dict[Path, dict[float, Path]] = {}
+    for f in files:
+        if f.node == node and f.kind == "prom" and f.snapshot_time is not None:
+            scrapes.setdefault(f.path.parent, {})[f.snapshot_time] = f.path
+    clusters = [{folder} for folder in folders]
+    for one, other in combinations(folders, 2):
+        ones, others = scrapes.get(one, {}), scrapes.get(other, {})
+        moment = min(ones.keys() & others.keys(), default=None)
+        if moment is None or not _same_bytes(ones[moment], others[moment]):
+            continue
+        joined = [c for c in clusters if one in c or other in c]
+        clusters = [c for c in clusters if c not in joined] + [set().union(*joined)]
+    return sorted(sorted(cluster) for cluster in clusters)
+
+
+def _same_bytes(one: Path, other: Path) -> bool:
+    try:
+        return one.stat().st_size == other.stat().st_size and one.read_bytes() == other.read_bytes()
+    except OSError:
+        return False
 
 
 def _oldest_first(files: list[TelemetryFile]) -> list[Path]:

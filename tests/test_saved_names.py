@@ -317,15 +317,21 @@ def test_a_host_folder_with_a_proxy_s_log_beside_the_engine_s_is_still_the_host(
     assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
 
 
-@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize(
+    ("gzipped", "snapshots_by_week"),
+    [(False, False), (True, False), (False, True)],
+    ids=["plain", "gzipped", "snapshots-by-week"],
+)
 def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(
-    tmp_path: Path, gzipped: bool
+    tmp_path: Path, gzipped: bool, snapshots_by_week: bool
 ) -> None:
     """`week1/` and `week2/`, each with every engine's log (rotated within the folder, plain or
-    gzipped: a gzip log's end is read through) and the snapshots apart: the engines are the
+    gzipped: a gzip log's end is read through) and the snapshots apart, or each week's with
+    its logs, a third of them (the days the weeks share) in both: the engines are the
     snapshots' nodes, each read in time order across the folders, and the run finds what the
-    unsplit logs give. Before, each period's engines were nodes of their own
-    (`week1/decode-0`): 67 of the demo's 145 over-length answers lost."""
+    unsplit logs give.
+    Before, each period's engines were nodes of their own (`week1/decode-0`): 67 of the demo's
+    145 over-length answers lost; snapshots shared by two weeks made nodes of each week's."""
     run_offline(_variant(), tmp_path / "whole")
     (tmp_path / "whole" / "ground_truth.json").unlink()
     case = tmp_path / "case"
@@ -341,8 +347,22 @@ def test_one_deployment_saved_in_a_folder_per_period_is_read_as_one(
                 target = target.with_name(target.name + ".gz")
                 text = gzip.compress(text)
             target.write_bytes(text)
-    (tmp_path / "whole" / "snapshots").rename(case / "snapshots")
-    whole = run_forensics([str(tmp_path / "whole"), str(case / "snapshots")], tmp_path / "a")
+    snapshots = tmp_path / "whole" / "snapshots"
+    if snapshots_by_week:
+        saved = sorted(snapshots.iterdir(), key=lambda p: p.name.split("@")[1])
+        # The weeks' snapshot folders share their middle third.
+        first_end = saved[2 * len(saved) // 3].name.split("@")[1][:15]
+        second_start = saved[len(saved) // 3].name.split("@")[1][:15]
+        for snapshot in saved:
+            moment = snapshot.name.split("@")[1][:15]
+            for week, held in (("week1", moment <= first_end), ("week2", moment >= second_start)):
+                if held:
+                    (case / week / "snapshots").mkdir(exist_ok=True)
+                    (case / week / "snapshots" / snapshot.name).write_bytes(snapshot.read_bytes())
+    else:
+        snapshots.rename(case / "snapshots")
+        snapshots = case / "snapshots"
+    whole = run_forensics([str(tmp_path / "whole" / "logs"), str(snapshots)], tmp_path / "a")
     split = run_forensics([str(case)], tmp_path / "b")
     assert (
         sorted(split.summary["nodes"])
