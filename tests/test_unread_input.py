@@ -216,3 +216,18 @@ def test_exposures_found_stay_the_verdict_when_another_node_was_not_judged(
     assert done.returncode == 0, done.stderr  # the default --fail-on: reports written
     assert summary["exposure"]["count"] == 1
     assert [row["node"] for row in summary["requests"]["nodes_not_judged"]] == ["decode-1"]
+
+
+def test_requests_judged_from_exports_of_no_known_node_name_no_node_unjudged() -> None:
+    """Request-metric exports kept apart from any host's folder hold some node's requests,
+    which node unknown: a node with batch lines and no request line may be theirs."""
+    from collector.files import EXPORT_NAME
+    from collector.forensics.driver import nodes_not_judged
+
+    stats = ParseStats()
+    stats.node_events["decode-0"] = Counter({"decode_batch": 40})
+    nodes = {"decode-0": {"role": "decode"}}
+    assert nodes_not_judged(stats, nodes, set()) == [
+        {"node": "decode-0", "role": "decode", "batch_lines": 40}
+    ]
+    assert nodes_not_judged(stats, nodes, {EXPORT_NAME}) == []

@@ -555,7 +555,11 @@ def nodes_not_judged(
     """Nodes whose logs show them running requests (batch lines) but name none, and
     on which no request was judged from any other source: their responses are missing from
     every verdict (SGLang logs requests only with `--log-requests`). Said, since "no exposed
-    responses" over eight nodes of which one logged its requests is one node's all-clear."""
+    responses" over eight nodes of which one logged its requests is one node's all-clear.
+    None are named when requests were judged from request-metric exports no node could be found
+    for: those may be any node's."""
+    if EXPORT_NAME in judged:
+        return []
     out = []
     for node, kinds in sorted(stats.node_events.items()):
         serving = {kind: kinds[kind] for kind in _SERVING_KINDS if kinds[kind]}
