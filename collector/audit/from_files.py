@@ -97,7 +97,7 @@ class _Tracker:
             if current is None or current.role not in PD_ROLES:
                 self._update(event)
         elif kind in _CONFIG_KINDS:
-            self._update(_without_unknown_mode(event) if kind == "server_info" else event)
+            self._update(event)
         elif kind == "checksum_skipped":
             gen = self._generation(event.node)
             seen = gen.evidence
@@ -329,17 +329,6 @@ def _document(tf: TelemetryFile) -> Any:
         return json.loads(b"\n".join(chunks))
     except (OSError, ValueError, RecursionError):
         return None
-
-
-def _without_unknown_mode(event: Event) -> Event:
-    """`/v1/models` (and `/v1/loads` without a disaggregation block) say nothing about the
-    mode, yet their events carry `disaggregation_mode: null`, which the timeline reads as
-    "not disaggregated". The parser's `role` is None exactly when the endpoint did not say;
-    then the mode key is dropped so a model card cannot turn a prefill node unified."""
-    if event.get("role") is not None or "disaggregation_mode" not in event.fields:
-        return event
-    fields = {k: v for k, v in event.fields.items() if k != "disaggregation_mode"}
-    return Event(event.kind, event.node, event.time, event.source, fields, event.ranks)
 
 
 def _time_key(event: Event) -> float:
