@@ -452,3 +452,22 @@ def test_a_client_rid_reused_in_a_new_room_is_two_requests_in_sides_as_in_lines(
     assert sorted(map(key, side_records)) == sorted(map(key, line_records))
     assert sorted(r["bootstrap_room"] for r in side_records) == ["701", "702"]
     assert not [f for f in side_findings if f["exposure"]]
+
+
+def test_a_request_neither_node_finished_is_judged_whole_from_sides_as_from_lines() -> None:
+    # Received on both nodes moments before they went down, finished on neither; the logs go on
+    # hours later, after a restart. Each node's side ships once `max_open_seconds` have passed,
+    # both at the same moment: the first to arrive must not be judged before the other joins it
+    # (which would count the other as a late line, blamed on a clock).
+    def node_stream(node: str, rid: str) -> list[Event]:
+        return [
+            ev("request_received", T, node, rid=rid, bootstrap_room="44"),
+            ev("decode_batch", T + 9000, node),
+        ]
+
+    prefill, decode = node_stream("prefill-0", "p"), node_stream("decode-0", "d")
+    line_records, _, by_lines = _judged([prefill, decode], "events")
+    side_records, _, by_sides = _judged([_as_sides(prefill), _as_sides(decode)], "sides")
+    assert len(line_records) == 1 and len(line_records[0]["sides"]) == 2
+    assert side_records == line_records
+    assert by_sides.ledger.stats.late_events == by_lines.ledger.stats.late_events == 0

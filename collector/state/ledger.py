@@ -167,10 +167,13 @@ class RequestLedger:
         self._forced: list[RequestRecord] = []
         self._now: float | None = None
         self.stats = LedgerStats()
-        # A side reaches the ledger up to one settle time after its last line (the worker waits
-        # that long for more), so an entry read from sides waits that much longer: every line
-        # that would have joined it as a line joins it in its side.
-        self._settle = self.config.settle_seconds * (2 if self.config.input == "sides" else 1)
+        # A side reaches the ledger one wait after its last line (the worker waits that long for
+        # more: a settle time after a terminal line, `max_open_seconds` after an unfinished
+        # side's), so an entry read from sides waits one settle time longer than it would from
+        # lines: every line that would have joined it as a line joins it in its side, and the
+        # sides other nodes ship at the same moment join it before it is judged.
+        self._lag = self.config.settle_seconds if self.config.input == "sides" else 0.0
+        self._settle = self.config.settle_seconds + self._lag
         # The event kinds `add` reads under this ledger's `input`.
         self.accepted_kinds = LEDGER_KINDS if self.config.input == "events" else SIDE_INPUT_KINDS
 
@@ -461,7 +464,7 @@ class RequestLedger:
             if seen and (earliest_done is None or seen < earliest_done):
                 earliest_done = seen
         if earliest_done is None:
-            deadline = last + cfg.max_open_seconds
+            deadline = last + cfg.max_open_seconds + self._lag
         elif self._complete_with(entry, done):
             deadline = last + self._settle
         else:
