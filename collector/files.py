@@ -3,7 +3,8 @@
 Fleet logs come rotated (`x.log`, `x.log.1`, `x.log.2.gz`), gzipped, truncated mid-line or
 mid-gzip, with CRLF endings and stray non-UTF-8 bytes. A node's rotated siblings are read as one
 stream, oldest first. Damage becomes a counted drop with a reason, never an exception, and memory
-stays bounded by the block size however long a line is.
+stays bounded by the block size and the longest line kept (`MAX_LINE_BYTES`), however long a
+line is.
 
 A cut line must not become facts. When a stream ends early (a gzip cut short or damaged, a read
 error), the text after its last newline is known to be cut: it is dropped unread
@@ -50,7 +51,10 @@ FileKind = Literal["log", "prom", "json", "otlp"]
 # line numbers stay true; kept lines never consist of a lone NUL (NULs are stripped from them).
 DROPPED: Final = "\x00"
 BLOCK_SIZE: Final = 1 << 20
-MAX_LINE_BYTES: Final = 1 << 20
+# The longest line kept. `--log-requests-level 3` logs prompts whole, so an over-length prompt's
+# request lines run to megabytes (about 4 bytes a token: 4 MB for a million), and they are the
+# very lines that name an exposure. Longer ones are counted and skipped, never held whole.
+MAX_LINE_BYTES: Final = 64 << 20
 
 # A date with an hour, minutes and seconds or not: `20260906`, `2026-09-06`, `20260906-12`,
 # `20260906-120000` (the kubelet's), `2026-09-06T12-00`.
@@ -735,14 +739,28 @@ def line_aligned_ranges(path: Path, target: int) -> list[tuple[int, int]]:
     bounds = [0]
     with open(path, "rb") as handle:
         while bounds[-1] + target < size:
-            handle.seek(bounds[-1] + target)
-            tail = handle.read(MAX_LINE_BYTES)
-            newline = tail.find(b"\n")
-            if newline < 0:
+            end = _next_line_start(handle, bounds[-1] + target)
+            if end is None:
                 break
-            bounds.append(bounds[-1] + target + newline + 1)
+            bounds.append(end)
     bounds.append(size)
     return list(zip(bounds, bounds[1:], strict=False))
+
+
+def _next_line_start(handle: BinaryIO, offset: int) -> int | None:
+    """Where the first line starting after `offset` begins; None when no newline follows
+    within a line's length (the rest is one line, or none)."""
+    handle.seek(offset)
+    looked = 0
+    while looked <= MAX_LINE_BYTES:
+        piece = handle.read(BLOCK_SIZE)
+        if not piece:
+            return None
+        newline = piece.find(b"\n")
+        if newline >= 0:
+            return offset + looked + newline + 1
+        looked += len(piece)
+    return None
 
 
 class _Ending:
@@ -887,7 +905,10 @@ def read_line_blocks(
     (dropped unread, `<why>_partial_line`), and may be when it is a request record left
     incomplete (dropped, `truncated_request_line`); see the module docstring.
     """
-    carry = b""
+    # The start of the line the last block left unfinished, in pieces: a line of megabytes is
+    # put together once, not copied again with every block.
+    carry: list[bytes] = []
+    carried = 0
     skipping = False
     number = 0
     ending = _Ending()
@@ -900,10 +921,11 @@ def read_line_blocks(
     for block in blocks:
         cut = block.rfind(b"\n")
         if cut < 0:
-            carry += block
-            if len(carry) > MAX_LINE_BYTES:
-                carry = b""
-                skipping = True
+            if not skipping:
+                carry.append(block)
+                carried += len(block)
+                if carried > MAX_LINE_BYTES:
+                    carry, carried, skipping = [], 0, True
             continue
         # The block's whole lines are decoded where they lie (a memoryview, no copy); only the
         # line that straddles the previous block is put together.
@@ -914,13 +936,16 @@ def read_line_blocks(
             stats.drop("line_too_long")
             skipping = False
         elif carry:
-            lead = carry + block[:first_end]
+            carry.append(block[:first_end])
+            lead = b"".join(carry)
+            if len(lead) > MAX_LINE_BYTES:
+                lead = None
+                number += 1
+                stats.drop("line_too_long")
         else:
             first_end = -1  # the block starts with a whole line
-        carry = block[cut + 1 :]
-        if len(carry) > MAX_LINE_BYTES:
-            carry = b""
-            skipping = True
+        rest_of_block = block[cut + 1 :]
+        carry, carried = ([rest_of_block], len(rest_of_block)) if rest_of_block else ([], 0)
         lines = _decode_block(lead, stats) if lead is not None else []
         if first_end < cut:
             rest = _decode_block(memoryview(block)[first_end + 1 : cut], stats)
@@ -937,7 +962,7 @@ def read_line_blocks(
         if ending.early is not None:
             stats.drop(ending.early + "_partial_line")
         else:
-            lines = _decode_block(carry, stats)
+            lines = _decode_block(b"".join(carry), stats)
             if lines[0] != DROPPED and cut_record(lines[0]):
                 stats.drop("truncated_request_line")
             else:

@@ -15,13 +15,15 @@ from hypothesis import strategies as st
 from collector import files
 from collector.events import iso_time
 from collector.files import (
-    MAX_LINE_BYTES,
+    BLOCK_SIZE,
     ReadStats,
     describe,
     discover,
+    line_aligned_ranges,
     read_line_blocks,
     read_lines,
 )
+from collector.forensics.report import unread_line
 from collector.parse import ParseStats, events_by_node, events_in_time_order
 
 DECODE = (
@@ -118,16 +120,40 @@ def test_crlf_partial_last_line_and_bad_bytes(tmp_path: Path) -> None:
     assert read.lines == 4
 
 
-def test_huge_line_is_skipped_without_being_held(tmp_path: Path) -> None:
+def test_huge_line_is_skipped_without_being_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", 1 << 20)  # the bound, small enough to write
     path = tmp_path / "x.log"
     with open(path, "wb") as handle:
         handle.write((_line(1, 1) + "\n").encode())
-        handle.write(b"A" * (MAX_LINE_BYTES * 5) + b"\n")
+        handle.write(b"A" * (files.MAX_LINE_BYTES * 5) + b"\n")
         handle.write((_line(2, 2) + "\n").encode())
+        handle.write(b"B" * (files.MAX_LINE_BYTES + 1))  # the last line, without its newline
     read = ReadStats()
     lines = list(read_lines(path, read))
     assert [n for n, _ in lines] == [1, 3]
-    assert read.dropped == {"line_too_long": 1}
+    assert read.dropped == {"line_too_long": 2}
+    # Said however few: each may be the one request line that names an exposure.
+    summary = {"input": {"lines": 10_000, "dropped_by_reason": dict(read.dropped)}}
+    assert "line_too_long 2" in unread_line(summary)
+
+
+def test_a_line_of_megabytes_is_read_whole(tmp_path: Path) -> None:
+    # A prompt logged whole (`--log-requests-level 3`) across many blocks of the reader.
+    path = tmp_path / "x.log"
+    long_line = _line(2, 2) + " " + "ledger " * (3 * BLOCK_SIZE // 7)
+    path.write_text(f"{_line(1, 1)}\n{long_line}\n{_line(3, 3)}\n{long_line}")
+    read = ReadStats()
+    lines = list(read_lines(path, read))
+    assert [(n, len(text)) for n, text in lines] == [
+        (1, len(_line(1, 1))),
+        (2, len(long_line)),
+        (3, len(_line(3, 3))),
+        (4, len(long_line)),
+    ]
+    assert lines[1][1] == long_line and not read.dropped
+    assert line_aligned_ranges(path, BLOCK_SIZE)[0] == (0, len(_line(1, 1)) + len(long_line) + 2)
 
 
 def test_nodes_merge_into_one_timeline(tmp_path: Path) -> None:

@@ -101,3 +101,31 @@ def test_logs_whose_start_rotated_away_still_name_the_exposed_responses(tmp_path
             "2026-09-08T13:35:00.000Z",
             2_040_000,
         )
+
+
+def test_whole_prompts_logged_at_level_three_are_read_however_long(tmp_path: Path) -> None:
+    # `--log-requests-level 3` logs every prompt whole, so an over-length prompt's request lines
+    # run to megabytes (about 4 bytes a token); without time stats, decode's finish line is its
+    # only account of the request. Lines that long are read, not skipped.
+    run_offline(_variant(request_time_stats=False), tmp_path / "sim")
+    truth = _truth(tmp_path / "sim")
+    rids = {
+        r["rid"]
+        for r in json.loads((tmp_path / "sim" / "ground_truth.json").read_text())["exposed"]
+    }
+    whole_prompt = "text='" + "ledger quarter " * 200_000  # 3 MB
+    logs = tmp_path / "sim" / "logs"
+    for log in logs.glob("decode-*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        log.write_text(
+            "".join(
+                line.replace("text='", whole_prompt, 1)
+                if "Finish: obj=" in line and any(rid in line for rid in rids)
+                else line
+                for line in lines
+            )
+        )
+    result = run_forensics([str(logs), str(tmp_path / "sim" / "snapshots")], tmp_path / "out")
+    assert len(truth) >= 10
+    assert result.summary["input"]["dropped_by_reason"].get("line_too_long", 0) == 0
+    assert _exposed(result.summary) == truth

@@ -269,9 +269,11 @@ def unread_line(summary: dict[str, Any]) -> str:
 
 
 # Losses of a file or of a file's entries, said however few lines they are: a log export too
-# large to read is one count and a whole node's log.
+# large to read is one count and a whole node's log, and a line longer than the reader keeps
+# (64 MiB) is one count and may be the one request line that names an exposure.
 WHOLE_FILE_LOSSES: Final = frozenset(
     {
+        "line_too_long",
         "log_export_entry_without_text",
         "log_export_not_json",
         "log_export_too_large",

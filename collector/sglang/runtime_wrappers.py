@@ -27,8 +27,11 @@ from typing import Final
 from collector.events import epoch_from_parts
 from collector.sglang.envelope import CLOCK_PATTERN, DATE_PATTERN
 
-# The engine's line is longer than this once joined: dropped, as the file reader drops one.
-MAX_JOINED_CHARS: Final = 1 << 20
+# The engine's line is longer than this once joined: dropped, as the file reader drops one
+# longer than its `MAX_LINE_BYTES` (the same bound; `collector.files` reads through this module,
+# so it is not imported from there). A runtime splits a long line, such as a prompt logged whole,
+# into pieces of 16 KiB.
+MAX_JOINED_CHARS: Final = 64 << 20
 
 # Only real dates and times (a garbled month has no epoch): the runtime's stamp, or no wrapper.
 RFC3339: Final = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
