@@ -3,9 +3,9 @@ line exactly as before.
 
 A fuzz audit found searches that tried every position of a long run as a match start and scanned
 to the run's end before failing (`(\\w+)=` over `aaaa…`): a 40 KB line took 6-10 s, a 1 MB one
-(then the longest the reader kept) about an hour. Each such regex now starts a match only where a key
-can begin. `OLD_*` below are the patterns as they were, kept as the reference the new ones must
-agree with on every line, real or generated.
+(then the longest the reader kept) about an hour. Each such regex now starts a match only where
+a key can begin. `OLD_*` below are the patterns as they were, kept as the reference the new ones
+must agree with on every line, real or generated.
 """
 
 from __future__ import annotations
