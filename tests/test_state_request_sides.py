@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collector.events import Event
+from collector.forensics.driver import WorkerStages
 from collector.parse import ParseStats, merge_by_time, stream_events, streams_of
 from collector.state.ledger import (
     SIDE_SOURCE_KINDS,
@@ -244,7 +245,8 @@ LEDGER_ONLY = {"request_received", "request_finished", "request_time_stats"}
 
 def _as_sides(stream: list[Event]) -> list[Event]:
     """What a worker ships: sides (and forwarded time stats) in place of the request lines."""
-    asm = RequestSideAssembler()
+    asm = WorkerStages(LedgerConfig(), None)(("node", "log"))
+    assert asm is not None
     out: list[Event] = []
     for event in stream:
         out += asm.observe(event)
@@ -471,3 +473,62 @@ def test_a_request_neither_node_finished_is_judged_whole_from_sides_as_from_line
     assert len(line_records) == 1 and len(line_records[0]["sides"]) == 2
     assert side_records == line_records
     assert by_sides.ledger.stats.late_events == by_lines.ledger.stats.late_events == 0
+
+
+@pytest.mark.parametrize("answer_seconds", [400.0, 2400.0, 6000.0])
+def test_an_answer_still_being_written_is_waited_for_however_long_it_takes(
+    answer_seconds: float,
+) -> None:
+    # Prefill refuses an over-length prompt; decode has received the request and writes its
+    # answer for 7 to 100 minutes, longer than any join window. Decode is in flight, not missing:
+    # the request is judged once its answer is done, with both halves, from lines and from sides
+    # alike (a side still open tells the ledger so before the join window is out).
+    prefill = [
+        ev("request_received", T, "prefill-0", rid="p", bootstrap_room="9"),
+        ev("request_time_stats", T, "prefill-0", rid="p", bootstrap_room="9", role="prefill"),
+        ev("request_rejected", T, "prefill-0", rid="p", input_tokens=800_000, limit_tokens=681_274),
+        ev(
+            "request_finished",
+            T,
+            "prefill-0",
+            rid="p",
+            bootstrap_room="9",
+            prompt_tokens=800_000,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=400,
+        ),
+        ev("prefill_batch", T + 9000, "prefill-0"),
+    ]
+    decode = [
+        ev("request_received", T, "decode-0", rid="d", bootstrap_room="9"),
+        *[ev("decode_batch", T + t, "decode-0") for t in range(60, int(answer_seconds), 60)],
+        ev(
+            "request_time_stats",
+            T + answer_seconds,
+            "decode-0",
+            rid="d",
+            bootstrap_room="9",
+            role="decode",
+        ),
+        ev(
+            "request_finished",
+            T + answer_seconds,
+            "decode-0",
+            rid="d",
+            bootstrap_room="9",
+            prompt_tokens=800_000,
+            completion_tokens=30_000,
+            finish_type="length",
+        ),
+        ev("decode_batch", T + 9000, "decode-0"),
+    ]
+    for streams, ledger_input in (
+        ([prefill, decode], "events"),
+        ([_as_sides(prefill), _as_sides(decode)], "sides"),
+    ):
+        (record,), findings, pipeline = _judged(streams, ledger_input)
+        assert pipeline.ledger.stats.late_events == 0, ledger_input
+        finish = {side["node"]: side["finish_type"] for side in record["sides"]}
+        assert finish == {"prefill-0": "abort", "decode-0": "length"}, ledger_input
+        assert "rejected_then_served" in {f["detector"] for f in findings}, ledger_input

@@ -305,9 +305,11 @@ class WorkerStages:
         if self.window_seconds is not None:
             stages.append(NodeWindowAggregator(self.window_seconds))
         cfg = self.ledger
-        stages.append(
-            RequestSideAssembler(cfg.settle_seconds, cfg.max_open_seconds, cfg.max_entries)
-        )
+        # A side still open a fifth of the join window after its last line goes to the judge as
+        # it stands (its later lines follow as another part): a decode writing a long answer
+        # is then known to be in flight before the ledger would give up waiting for it.
+        in_flight = min(cfg.max_open_seconds, cfg.join_window_seconds / 5)
+        stages.append(RequestSideAssembler(cfg.settle_seconds, in_flight, cfg.max_entries))
         return ChainedStages(stages)
 
 

@@ -463,10 +463,13 @@ class RequestLedger:
             seen = side.last_time
             if seen and (earliest_done is None or seen < earliest_done):
                 earliest_done = seen
-        if earliest_done is None:
-            deadline = last + cfg.max_open_seconds + self._lag
-        elif self._complete_with(entry, done):
+        if earliest_done is not None and self._complete_with(entry, done):
             deadline = last + self._settle
+        elif earliest_done is None or len(done) < len(entry.sides):
+            # None is done, or a node has begun the request and not ended it: a decode writing
+            # a long answer is in flight, not missing, however long after the refusal it ends.
+            # Both wait for the request to end, or to fall idle (`max_open_seconds`).
+            deadline = last + cfg.max_open_seconds + self._lag
         else:
             window = (
                 cfg.long_join_window_seconds
