@@ -564,6 +564,10 @@ def _period_ranks(spans: list[tuple[float, float] | None]) -> list[int] | None:
         shorter = min(end - start, next_end - next_start)
         if end - next_start > _PERIOD_OVERLAP * shorter:
             return None
+        if shorter == 0 and next_start <= end:
+            # An instant within or at the edge of another span (two clusters' snapshots of
+            # the same moment): saved at once, not one after the other.
+            return None
     ranks = [0] * len(known)
     for rank, index in enumerate(by_start):
         ranks[index] = rank

@@ -386,3 +386,22 @@ def test_a_host_folder_with_a_copy_of_its_log_under_another_name_is_still_the_ho
         (folder / "sglang.log").write_text(text)
         (folder / "server.log").write_text(text)
     assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
+
+
+def test_two_clusters_snapshots_of_the_same_moment_are_two_deployments(tmp_path: Path) -> None:
+    # Both clusters saved at one moment under the same names: one node's snapshots of one
+    # instant in two folders are no periods of it. Read so, cluster-b's config of the same
+    # moment replaced cluster-a's failing one, and the audit passed.
+    for cluster in ("cluster-a", "cluster-b"):
+        for node in ("prefill-0", "decode-0"):
+            folder = tmp_path / cluster / "snapshots"
+            _touch(folder / f"{node}@20260901T080000Z.server_info.json", "{}")
+            _touch(folder / f"{node}@20260901T080000Z.prom", f"# {cluster}\n")
+            _touch(tmp_path / cluster / "logs" / f"{node}.log")
+    nodes = {(f.node, f.kind) for f in discover([tmp_path])}
+    assert {node for node, _ in nodes} == {
+        f"{cluster}/{node}"
+        for cluster in ("cluster-a", "cluster-b")
+        for node in ("prefill-0", "decode-0")
+    }
+    assert len(nodes) == 12
