@@ -231,3 +231,25 @@ def test_requests_judged_from_exports_of_no_known_node_name_no_node_unjudged() -
         {"node": "decode-0", "role": "decode", "batch_lines": 40}
     ]
     assert nodes_not_judged(stats, nodes, {EXPORT_NAME}) == []
+
+
+def test_a_decode_seen_only_in_its_snapshots_turns_no_exposure_into_not_judged(
+    tmp_path: Path,
+) -> None:
+    """A decode whose log is missing from the case folder, its snapshots saved beside the
+    others': nothing it served is in any verdict (audit B: 34 of 145 exposures went unsaid)."""
+    _healthy_reference(tmp_path / "case")
+    saved = Path(__file__).parent / "testdata" / "golden" / "server_info"
+    snapshots = tmp_path / "case" / "snapshots"
+    snapshots.mkdir()
+    for node in ("decode-0", "decode-1"):  # decode-0's log is read; decode-1's is not
+        shutil.copy(
+            saved / "server_info_decode_0_5_23.json",
+            snapshots / f"{node}@20260906T000000Z.server_info.json",
+        )
+    done, summary = _forensics(tmp_path / "case", tmp_path / "out")
+    assert done.returncode == 2, done.stderr
+    assert summary["requests"]["nodes_not_judged"] == [
+        {"node": "decode-1", "role": "decode", "batch_lines": 0, "snapshots_only": True}
+    ]
+    assert "NOT JUDGED NODES: decode-1 (decode) was seen only in its snapshots" in done.stdout

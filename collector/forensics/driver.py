@@ -554,22 +554,33 @@ _REQUEST_LINE_KINDS: Final = ("request_received", "request_finished", "request_t
 def nodes_not_judged(
     stats: ParseStats, nodes: dict[str, Any], judged: set[str]
 ) -> list[dict[str, Any]]:
-    """Nodes whose logs show them running requests (batch lines) but name none, and
-    on which no request was judged from any other source: their responses are missing from
-    every verdict (SGLang logs requests only with `--log-requests`). Said, since "no exposed
+    """Nodes whose logs show them running requests (batch lines) but name none, or engines
+    seen only in their snapshots, and on which no request was judged from any other source:
+    their responses are missing from every verdict (SGLang logs requests only with
+    `--log-requests`; a case folder may lack a node's log). Said, since "no exposed
     responses" over eight nodes of which one logged its requests is one node's all-clear.
     None are named when requests were judged from request-metric exports no node could be found
     for: those may be any node's."""
     if EXPORT_NAME in judged:
         return []
     out = []
-    for node, kinds in sorted(stats.node_events.items()):
+    for node in sorted({*stats.node_events, *nodes}):
+        role = (nodes.get(node) or {}).get("role")
+        kinds = stats.node_events.get(node)
+        if kinds is None:
+            # An engine seen only in its snapshots (its log missing from the case folder) is
+            # said when other nodes' logs were read: a router or an unknown service is not.
+            if node not in judged and role in _ENGINE_ROLES and stats.node_events:
+                out.append({"node": node, "role": role, "batch_lines": 0, "snapshots_only": True})
+            continue
         serving = {kind: kinds[kind] for kind in _SERVING_KINDS if kinds[kind]}
         if not serving or node in judged or any(kinds[kind] for kind in _REQUEST_LINE_KINDS):
             continue
-        role = (nodes.get(node) or {}).get("role")
         out.append({"node": node, "role": role, "batch_lines": sum(serving.values())})
     return out
+
+
+_ENGINE_ROLES: Final = frozenset({"prefill", "decode", "unified"})
 
 
 # Exposed responses further apart than this are shaded as separate spans on the time plots:

@@ -314,12 +314,24 @@ def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
 def nodes_not_judged_line(summary: dict[str, Any]) -> str:
     """Nodes that ran requests but logged none of them: said, since every verdict is silent
     on what they served."""
-    rows: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
-    if not rows:
+    every: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
+    if not every:
         return ""
-    answering = answering_not_judged(summary)
+    unlogged = [row for row in every if row.get("snapshots_only")]
+    rows = [row for row in every if not row.get("snapshots_only")]
+    answering = [row for row in answering_not_judged(summary) if row in rows]
     prefill = [row for row in rows if row["role"] == "prefill"]
     parts = []
+    for row in unlogged:
+        parts.append(
+            f"{row['node']} ({row['role']}) was seen only in its snapshots: no log of it was "
+            "read, so "
+            + (
+                "its side of each request (refusals, prefill times) is missing from the verdicts"
+                if row["role"] == "prefill"
+                else "no response it served was judged"
+            )
+        )
     if answering:
         parts.append(
             f"{_node_names(answering)} ran requests ({_batch_lines(answering)}) but logged none "
@@ -331,7 +343,8 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
             "none of them, so their side of each request (refusals, prefill times) is missing "
             "from the verdicts"
         )
-    return "; ".join(parts) + ". SGLang logs each request with --log-requests."
+    said = "; ".join(parts) + "."
+    return said + (" SGLang logs each request with --log-requests." if rows else "")
 
 
 _LISTED_NODES = 8
