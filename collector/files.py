@@ -74,6 +74,7 @@ _COPY_MARK = re.compile(r"(?: \(\d{1,3}\)| - Copy(?: \(\d{1,3}\))?| copy(?: \d{1
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
 _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".server_info.json", "json"),
+    (".get_server_info.json", "json"),
     (".v1_models.json", "json"),
     (".v1_loads.json", "json"),
     (".metrics.prom", "prom"),
@@ -85,6 +86,11 @@ _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".txt", "log"),
     (".out", "log"),
     (".err", "log"),
+)
+# Documents saved under their endpoint's name alone (`curl …/server_info > node-0/server_info.json`)
+# name no node: their folder does.
+_ENDPOINT_NAMES: Final = frozenset(
+    {"server_info", "get_server_info", "v1_models", "models", "v1_loads", "loads", "metrics"}
 )
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # Bundles of files: not read inside, but counted (`archive_not_read`) and said, so that logs
@@ -181,6 +187,8 @@ def describe(path: Path) -> TelemetryFile | None:
         said = _CHANNEL.search(name)
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
+    if kind != "log" and name in _ENDPOINT_NAMES:  # `node-0/server_info.json`: the folder's
+        name = path.parent.name
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = re.sub(r"\D", "", hourly.group(1))

@@ -405,3 +405,16 @@ def test_two_clusters_snapshots_of_the_same_moment_are_two_deployments(tmp_path:
         for node in ("prefill-0", "decode-0")
     }
     assert len(nodes) == 12
+
+
+def test_documents_named_after_their_endpoint_are_their_folder_s_node(tmp_path: Path) -> None:
+    # `curl …/server_info > node-0/server_info.json`: the name is the endpoint's, the folder
+    # the node's. Taken for names, two endpoints in each folder made `node-0/server_info` and
+    # `node-0/v1_models` two nodes, each judged against the other folder's context.
+    for node in ("node-0", "node-1"):
+        _touch(tmp_path / node / "server_info.json", "{}")
+        _touch(tmp_path / node / "v1_models.json", "{}")
+        _touch(tmp_path / node / "get_server_info.json", "{}")
+        _touch(tmp_path / node / "metrics.prom", "# none\n")
+    _touch(tmp_path / "flat" / "prefill-0.get_server_info.json", "{}")
+    assert sorted({f.node for f in discover([tmp_path])}) == ["node-0", "node-1", "prefill-0"]
