@@ -252,4 +252,4 @@ def test_a_decode_seen_only_in_its_snapshots_turns_no_exposure_into_not_judged(
     assert summary["requests"]["nodes_not_judged"] == [
         {"node": "decode-1", "role": "decode", "batch_lines": 0, "snapshots_only": True}
     ]
-    assert "NOT JUDGED NODES: decode-1 (decode) was seen only in its snapshots" in done.stdout
+    assert "NOT JUDGED NODES: decode-1 seen only in snapshots: no log of theirs" in done.stdout

@@ -312,8 +312,8 @@ def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def nodes_not_judged_line(summary: dict[str, Any]) -> str:
-    """Nodes that ran requests but logged none of them: said, since every verdict is silent
-    on what they served."""
+    """Nodes that ran requests but logged none of them, and engines seen only in their
+    snapshots: said, since every verdict is silent on what they served."""
     every: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
     if not every:
         return ""
@@ -322,15 +322,18 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
     answering = [row for row in answering_not_judged(summary) if row in rows]
     prefill = [row for row in rows if row["role"] == "prefill"]
     parts = []
-    for row in unlogged:
+    unlogged_answering = [row for row in unlogged if row["role"] != "prefill"]
+    unlogged_prefill = [row for row in unlogged if row["role"] == "prefill"]
+    if unlogged_answering:
         parts.append(
-            f"{row['node']} ({row['role']}) was seen only in its snapshots: no log of it was "
-            "read, so "
-            + (
-                "its side of each request (refusals, prefill times) is missing from the verdicts"
-                if row["role"] == "prefill"
-                else "no response it served was judged"
-            )
+            f"{_node_names(unlogged_answering)} seen only in snapshots: no log of theirs was "
+            "read, so no response they served was judged"
+        )
+    if unlogged_prefill:
+        parts.append(
+            f"{_node_names(unlogged_prefill)} (prefill) seen only in snapshots: no log of theirs "
+            "was read, so their side of each request (refusals, prefill times) is missing from "
+            "the verdicts"
         )
     if answering:
         parts.append(
