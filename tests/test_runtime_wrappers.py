@@ -222,3 +222,22 @@ def test_sglang_s_own_json_request_record_is_no_wrapper() -> None:
     record = {"timestamp": "2026-08-27T10:14:52Z", "event": "request.finished", "rid": "a1"}
     record["obj"] = {"message": "a prompt"}
     assert runtime_wrappers.RuntimeLines().unwrap(json.dumps(record)) is None
+
+
+def test_journald_records_whose_message_it_left_out_are_counted_and_said(tmp_path: Path) -> None:
+    # `journalctl -o json` without `--all` writes MESSAGE as null for a field over 4,096 bytes:
+    # a request line with its prompt. Said, not taken for an unknown line (or, with time stats
+    # off, for a clock disagreeing: decode's finish is missing, its receive stays).
+    from collector.forensics.report import unread_line
+
+    stamp = '"__REALTIME_TIMESTAMP": "1788677870107751", "SYSLOG_IDENTIFIER": "sglang"'
+    lines = [
+        "{" + stamp + ', "MESSAGE": ' + json.dumps(BATCH) + "}",
+        "{" + stamp + ', "MESSAGE": null}',
+    ]
+    events, stats = _events(tmp_path, lines)
+    assert [e.kind for e in events] == ["decode_batch"]
+    assert stats.dropped == {"journal_message_left_out": 1}
+    assert stats.unclassified_other == 0
+    summary = {"input": {"lines": 10_000, "dropped_by_reason": dict(stats.dropped)}}
+    assert "journal_message_left_out 1" in unread_line(summary)

@@ -166,6 +166,15 @@ class RuntimeLines:
             return None
         key = next((k for k in _TEXT_KEYS if isinstance(record.get(k), str)), None)
         if key is None:
+            if (
+                "MESSAGE" in record
+                and record["MESSAGE"] is None
+                and "__REALTIME_TIMESTAMP" in record
+            ):
+                # journald's JSON without `--all` leaves out a field over 4,096 bytes: a
+                # request line with its prompt. A lost line, said as one.
+                self._count("journal_message_left_out")
+                return HELD
             return None
         text: str = record[key]
         stream = record.get("stream")
@@ -214,8 +223,11 @@ class RuntimeLines:
 
 # Where a shipper's JSON record keeps the engine's line, and its time.
 _TEXT_KEYS: Final = ("log", "message", "MESSAGE", "textPayload", "msg")
-# Looked for near the start only: a shipper's metadata comes first, a prompt may be long.
-_SHIPPER_TEXT: Final = re.compile(r'"(?:log|message|MESSAGE|textPayload|msg)" ?: ?"')
+# Looked for near the start only: a shipper's metadata comes first, a prompt may be long. A
+# journald record whose message it left out (null) is one too.
+_SHIPPER_TEXT: Final = re.compile(
+    r'"(?:log|message|MESSAGE|textPayload|msg)" ?: ?"|"MESSAGE" ?: ?null'
+)
 _DOCKER_KEYS: Final = frozenset({"log", "stream", "time", "attrs"})
 _TIME_KEYS: Final = ("time", "timestamp", "@timestamp", "date")
 
