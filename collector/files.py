@@ -92,6 +92,9 @@ _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
 _ENDPOINT_NAMES: Final = frozenset(
     {"server_info", "get_server_info", "v1_models", "models", "v1_loads", "loads", "metrics"}
 )
+# Docker's json-file log, named by its container's id: its folder names the node (in Docker's
+# own layout, `containers/<id>/<id>-json.log`, the id is all there is).
+_DOCKER_LOG = re.compile(r"^[0-9a-f]{64}-json$")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # Bundles of files: not read inside, but counted (`archive_not_read`) and said, so that logs
 # left in a support bundle are not taken for logs that were read. A `.tar.gz` read as one gzip
@@ -188,6 +191,8 @@ def describe(path: Path) -> TelemetryFile | None:
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
     if kind != "log" and name in _ENDPOINT_NAMES:  # `node-0/server_info.json`: the folder's
+        name = path.parent.name
+    elif kind == "log" and _DOCKER_LOG.match(name):  # `decode-2/<container id>-json.log`
         name = path.parent.name
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
@@ -356,16 +361,34 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
 
 def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """A log named a little otherwise than the snapshots' node (the pod `sglang-prefill-1`, the
-    snapshots' `prefill-1`) is that node's, when no other log would be: its configuration and
-    version then judge its lines, and its pool is not said twice."""
-    logs = {f.node for f in files if f.kind == "log"}
-    known = {f.node for f in files if f.kind != "log"} - logs  # a node with its own log: taken
-    adopted = {node: known_as(node, known) for node in logs}
-    claims = [node for node in adopted.values() if node is not None]
-    renamed = {node: to for node, to in adopted.items() if to is not None and claims.count(to) == 1}
+    snapshots' `prefill-1`) is that node's, when no other log would be, or when the others that
+    would ran one after another (a rollout's pods, `sglang-prefill-1-7d9f8c6b5-f7hkr` then
+    `sglang-prefill-1-6c4b8f9d7-ql99q`), read in that order: its configuration and version then
+    judge its lines, and its pool is not said twice."""
+    logs = sorted({f.node for f in files if f.kind == "log"})
+    known = {f.node for f in files if f.kind != "log"} - set(logs)  # one with its own log: taken
+    claims: dict[str, list[str]] = {}
+    for node in logs:
+        to = known_as(node, known)
+        if to is not None:
+            claims.setdefault(to, []).append(node)
+    renamed: dict[str, tuple[str, int]] = {}
+    for to, claimants in claims.items():
+        spans = [
+            _time_span([f for f in files if f.node == n and f.kind == "log"]) for n in claimants
+        ]
+        ranks = _period_ranks(spans) if len(claimants) > 1 else [0]
+        for node, rank in zip(claimants, ranks or (), strict=False):
+            renamed[node] = (to, rank)
     if not renamed:
         return files
-    return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
+    out = []
+    for f in files:
+        if f.node in renamed:
+            to, rank = renamed[f.node]
+            f = replace(f, node=to, order=(f.order[0] + rank * _PERIOD_ORDER, f.order[1]))
+        out.append(f)
+    return out
 
 
 def _join_pieces(files: list[TelemetryFile], skipped: Counter[str]) -> list[TelemetryFile]:

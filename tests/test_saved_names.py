@@ -418,3 +418,28 @@ def test_documents_named_after_their_endpoint_are_their_folder_s_node(tmp_path: 
         _touch(tmp_path / node / "metrics.prom", "# none\n")
     _touch(tmp_path / "flat" / "prefill-0.get_server_info.json", "{}")
     assert sorted({f.node for f in discover([tmp_path])}) == ["node-0", "node-1", "prefill-0"]
+
+
+def test_a_rollout_s_pods_are_the_snapshots_node_in_turn(tmp_path: Path) -> None:
+    # A restart as a new pod (a new ReplicaSet hash): the old pod's log ends before the new
+    # one's begins, so both are the snapshots' prefill-0, read oldest first. Two replicas that
+    # ran at once are not one node.
+    old, new = "sglang-prefill-0-7d9f8c6b5-f7hkr", "sglang-prefill-0-6c4b8f9d7-ql99q"
+    _touch(tmp_path / "logs" / f"{new}.log", "\n".join(_line(i) for i in range(3000, 3100)))
+    _touch(tmp_path / "logs" / f"{old}.log", "\n".join(_line(i) for i in range(0, 100)))
+    a, b = "sglang-decode-0-5b7c9d4f8-qg8wb", "sglang-decode-0-5b7c9d4f8-zz9xk"
+    _touch(tmp_path / "logs" / f"{a}.log", "\n".join(_line(i) for i in range(0, 100)))
+    _touch(tmp_path / "logs" / f"{b}.log", "\n".join(_line(i) for i in range(50, 150)))
+    for node in ("prefill-0", "decode-0"):
+        _touch(tmp_path / "snapshots" / f"{node}@20260906T000000Z.prom", "# none\n")
+    logs = [(f.node, f.path.stem) for f in discover([tmp_path]) if f.kind == "log"]
+    assert logs == [("prefill-0", old), ("prefill-0", new), (a, a), (b, b)]
+
+
+def test_docker_s_container_log_in_a_node_s_folder_is_the_folder_s(tmp_path: Path) -> None:
+    # Docker's json-file log is named by the container's id: saved in a folder per node, the
+    # folder names the node; in Docker's own layout the id is all there is.
+    one, other = "4aa42002" * 8, "9bc17e55" * 8
+    _touch(tmp_path / "decode-2" / f"{one}-json.log", '{"log": "x\\n"}\n')
+    _touch(tmp_path / "containers" / other / f"{other}-json.log", '{"log": "x\\n"}\n')
+    assert sorted(f.node for f in discover([tmp_path])) == [other, "decode-2"]
