@@ -16,6 +16,7 @@ writer still writing or a copy cut short (`truncated_request_line`; see
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -96,6 +97,8 @@ _ENDPOINT_NAMES: Final = frozenset(
 # own layout, `containers/<id>/<id>-json.log`, the id is all there is).
 _DOCKER_LOG = re.compile(r"^[0-9a-f]{64}-json$")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
+# kvwatch's own table of findings, passed over without a count when a report folder is read.
+OWN_CSV: Final = "findings.csv"
 # Bundles of files: not read inside, but counted (`archive_not_read`) and said, so that logs
 # left in a support bundle are not taken for logs that were read. A `.tar.gz` read as one gzip
 # log was every engine's lines as one node, and tar headers as binary lines.
@@ -204,6 +207,8 @@ def describe(path: Path) -> TelemetryFile | None:
             kind = "otlp"
         elif extension == ".json" and (found := log_export_format(path)) is not None:
             kind, cloud_export = "log", found
+        elif extension == ".json" and _holds_json_lines(path):
+            kind = "log"
     snapshot_time = None
     stamp = _SNAPSHOT_TIME.search(name)
     if stamp:
@@ -255,6 +260,23 @@ def _is_piece(path: Path, suffix: str) -> bool:
 _OTLP_OPENING: Final = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"resourceSpans"')
 
 
+def _holds_json_lines(path: Path) -> bool:
+    """Whether a `.json` file is JSON lines, one record a line (`journalctl -o json` saved as
+    `.json`), not one document: its first two lines are each a whole JSON object."""
+    read = head_bytes(path, 64 << 10)
+    if read is None:
+        return False
+    lines = read[0].split(b"\n")
+    whole = lines if read[1] else lines[:-1]  # the last piece of a cut head is no line
+    records = [line for line in whole[:3] if line.strip()][:2]
+    if len(records) < 2:
+        return False
+    try:
+        return all(isinstance(json.loads(line), dict) for line in records)
+    except ValueError:
+        return False
+
+
 def _holds_otlp(path: Path) -> bool:
     """Whether a JSON file holds OTLP trace exports (else it is a saved endpoint response)."""
     read = head_bytes(path, 4096)
@@ -284,6 +306,9 @@ def discover(
         for path in _regular_files(root, skip) if root.is_dir() else _checked([root], skip):
             if path.name.lower().endswith(ARCHIVE_SUFFIXES):
                 skip["archive_not_read"] += 1
+                continue
+            if path.suffix.lower() == ".csv" and path.name != OWN_CSV:
+                skip["csv_not_read"] += 1  # a log search's export (CloudWatch, Kibana)
                 continue
             described = describe(path)
             if described is not None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from collector.events import iso_time
-from collector.files import TelemetryFile
+from collector.files import TelemetryFile, discover
 from collector.parse import ParseStats, file_events
 from collector.sglang import runtime_wrappers
 from collector.sglang.logs import LineParser
@@ -241,3 +241,18 @@ def test_journald_records_whose_message_it_left_out_are_counted_and_said(tmp_pat
     assert stats.unclassified_other == 0
     summary = {"input": {"lines": 10_000, "dropped_by_reason": dict(stats.dropped)}}
     assert "journal_message_left_out 1" in unread_line(summary)
+
+
+def test_journald_json_saved_as_json_is_read_as_its_lines(tmp_path: Path) -> None:
+    """`journalctl -o json --all > decode-0.json`: one record a line, not one document."""
+    stamp = '"__REALTIME_TIMESTAMP": "1788677870107751", "SYSLOG_IDENTIFIER": "sglang"'
+    path = tmp_path / "decode-0.json"
+    path.write_text(
+        "".join("{" + stamp + ', "MESSAGE": ' + json.dumps(BATCH) + "}\n" for _ in "ab")
+    )
+    (tmp_path / "prefill-0.json").write_text('{"model_path": "m",\n "version": "0.5.23"}\n')
+    stats = ParseStats()
+    kinds = {tf.node: tf.kind for tf in discover([tmp_path])}
+    assert kinds == {"decode-0": "log", "prefill-0": "json"}
+    events = [e for tf in discover([path]) for e in file_events(tf, stats)]
+    assert [e.kind for e in events] == ["decode_batch", "decode_batch"]

@@ -253,3 +253,15 @@ def test_a_decode_seen_only_in_its_snapshots_turns_no_exposure_into_not_judged(
         {"node": "decode-1", "role": "decode", "batch_lines": 0, "snapshots_only": True}
     ]
     assert "NOT JUDGED NODES: decode-1 seen only in snapshots: no log of theirs" in done.stdout
+
+
+def test_a_log_search_exported_as_csv_is_counted_and_said(tmp_path: Path) -> None:
+    """CloudWatch Logs Insights and Kibana export searches as CSV: a whole node's log may be
+    one, passed over unnamed (`.csv` was skipped as kvwatch's own table of findings)."""
+    case = tmp_path / "case"
+    shutil.copytree(REFERENCE, case)
+    (case / "decode-1.csv").write_text('"@timestamp","@message"\n"2026-09-06","x"\n')
+    (case / "findings.csv").write_text("severity,detector\n")  # a report folder's own table
+    done, summary = _forensics(case, tmp_path / "out")
+    assert summary["input"]["dropped_by_reason"]["csv_not_read"] == 1
+    assert "CSV FILES: 1 CSV file was not read" in done.stdout

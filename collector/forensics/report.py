@@ -222,12 +222,26 @@ FILE_REASONS: Final = frozenset(
     {
         "archive_not_read",
         "broken_or_looping_link",
+        "csv_not_read",
         "folder_reached_twice",
         "not_a_regular_file",
         "unreadable_file",
         "unreadable_folder",
     }
 )
+
+
+def csv_files_line(summary: dict[str, Any]) -> str:
+    """CSV files passed over: a log search's export (CloudWatch Logs Insights, Kibana) saved
+    as CSV may be a whole node's log, and a verdict without it is over part of the input."""
+    count = (summary["input"].get("dropped_by_reason") or {}).get("csv_not_read", 0)
+    if not count:
+        return ""
+    what = "CSV file was" if count == 1 else "CSV files were"
+    return (
+        f"{count:,} {what} not read: export log searches as JSON lines (or the raw log) and pass "
+        "those; what they hold is not in the verdicts."
+    )
 
 
 def archives_line(summary: dict[str, Any]) -> str:
@@ -492,6 +506,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         log_zones_line,
         unread_line,
         archives_line,
+        csv_files_line,
         merged_logs_line,
         newest_first_line,
         repeated_lines_line,
