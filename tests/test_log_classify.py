@@ -136,3 +136,28 @@ def test_a_rust_program_s_tracing_line_is_its_own_noise(line: str, bucket: str) 
     not engine lines kvwatch failed to read: before, a case folder with it said a quarter of
     its lines could not be used."""
     assert LineParser("sgl-router").parse(line, "sgl-router.log:1") == (bucket, None)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        # `%(asctime)s %(levelname)s %(name)s: %(message)s`
+        "2026-09-05 22:10:07,859 INFO sglang.srt.managers.scheduler: ",
+        "2026-09-05 22:10:07.859 WARNING sglang.srt.managers.scheduler: ",
+        "2026-09-05 22:10:07,859 - sglang.srt.managers.scheduler - INFO - ",  # `… - %(name)s - …`
+    ],
+)
+def test_lines_in_a_python_logging_format_a_dictconfig_sets_are_the_engine_s(head: str) -> None:
+    # `SGLANG_LOGGING_CONFIG_PATH` replaces SGLang's prefix with the user's dictConfig format
+    # (reference §2.1); Python's own asctime is `YYYY-MM-DD HH:MM:SS,mmm`, local time.
+    parser = LineParser("decode-0")
+    line = head + (
+        "Decode batch, #running-req: 3, #token: 21629, token usage: 0.01, "
+        "gen throughput (token/s): 52.10, #queue-req: 0"
+    )
+    bucket, event = parser.parse(line, "d.log:1")
+    assert bucket == "decode_batch" and event is not None
+    assert event.time == 1788646207.859 and event.fields["running_req"] == 3
+    # A program's line in the same format that says nothing SGLang says is still not an event.
+    other = head.replace("sglang.srt.managers.scheduler", "cron") + "job done"
+    assert parser.parse(other, "d.log:2")[1] is None

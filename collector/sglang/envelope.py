@@ -28,10 +28,14 @@ _SGLANG = re.compile(
 _TIME_ONLY = re.compile(r"\[" + CLOCK_PATTERN + r"(?:[.,](\d{1,6}))?" + _RANKS + r"\] ?")
 # `[ts][scheduler.py:123][INFO]: msg` or `[ts] [INFO] msg` — user dictConfig formats.
 _BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
-# `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo).
+# `2026-11-02T10:15:07.123456Z  INFO sglang.srt.managers.scheduler.func: msg` — wrappers (Dynamo);
+# and Python's logging formats a dictConfig sets (`SGLANG_LOGGING_CONFIG_PATH`), its asctime
+# `2026-11-02 10:15:07,123` in local time: `%(asctime)s %(levelname)s %(name)s: %(message)s`
+# and `%(asctime)s - %(name)s - %(levelname)s - %(message)s`.
+_LEVEL = r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 _WRAPPER = re.compile(
-    DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
-    r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)\s+(?:([\w.<>-]+):\s)?"
+    DATE_PATTERN + "[T ]" + CLOCK_PATTERN + r"(?:[.,](\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
+    r"(?:" + _LEVEL + r"\s+(?:([\w.<>-]+):\s)?|-\s([\w.<>-]+)\s-\s" + _LEVEL + r"\s-\s)"
 )
 # The logger whose records uvicorn prints as `INFO:     <client> - "<request>" <status>`: a
 # wrapper re-renders them without that head, which is given back so they read as access lines.
@@ -241,7 +245,7 @@ def peel(line: str) -> Envelope:
         if m:
             when = _epoch(*m.groups()[:7])
             message = line[m.end() :]
-            if m.group(9) == _ACCESS_LOGGER:
+            if (m.group(9) or m.group(10)) == _ACCESS_LOGGER:
                 message = "INFO:     " + message
             return Envelope(when, None, {}, message, True)
     embedded = _embedded_prefix(line)
