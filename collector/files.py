@@ -549,8 +549,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
                 for folder in cluster:
                     names[(key, folder)] = named[cluster[0]]
             continue
-        spans = [_time_span([f for d in group for f in held[(key, d)]]) for group in clusters]
-        for deployment, members in _deployments(clusters, spans, named).items():
+        groups = [[f for d in group for f in held[(key, d)]] for group in clusters]
+        spans = [_time_span(group) for group in groups]
+        models = [_stated_model(group) for group in groups]
+        for deployment, members in _deployments(clusters, spans, named, models).items():
             for cluster, rank in members:
                 for folder in cluster:
                     if deployment is not None:
@@ -571,14 +573,15 @@ def _deployments(
     clusters: list[list[Path]],
     spans: list[tuple[float, float] | None],
     named: dict[Path, str],
+    models: list[str | None],
 ) -> dict[str | None, list[tuple[list[Path], int]]]:
     """One engine's folder clusters (named after their folders by `named`) by the deployment
     each is of, with each cluster's period in it: all of them one deployment's periods when
-    their spans of time keep apart (key None: the node keeps its own name); else, when the
-    folders name a deployment and then a period (`cluster-a/week1`) and each deployment's
-    periods keep apart, by deployment; else each cluster a deployment of its own (named
-    after its folder)."""
-    ranks = _period_ranks(spans)
+    their spans of time keep apart and they serve one model (`models`, as their files state
+    it; key None: the node keeps its own name); else, when the folders name a deployment and
+    then a period (`cluster-a/week1`) and each deployment's periods keep apart, by
+    deployment; else each cluster a deployment of its own (named after its folder)."""
+    ranks = _period_ranks(spans) if _one_model(models) else None
     if ranks is not None:
         return {None: list(zip(clusters, ranks, strict=True))}
     parents = [named[cluster[0]].rpartition("/")[0] for cluster in clusters]
@@ -586,7 +589,11 @@ def _deployments(
         grouped: dict[str | None, list[tuple[list[Path], int]]] = {}
         for parent in sorted(set(parents)):
             members = [i for i, p in enumerate(parents) if p == parent]
-            within = _period_ranks([spans[i] for i in members])
+            within = (
+                _period_ranks([spans[i] for i in members])
+                if _one_model([models[i] for i in members])
+                else None
+            )
             if within is None:
                 break
             grouped[parent] = [(clusters[i], r) for i, r in zip(members, within, strict=True)]
@@ -628,6 +635,35 @@ def _period_ranks(spans: list[tuple[float, float] | None]) -> list[int] | None:
     for rank, index in enumerate(by_start):
         ranks[index] = rank
     return ranks
+
+
+def _one_model(models: list[str | None]) -> bool:
+    """Whether folders can be one engine's periods by the models they state: not when two
+    name different ones (two clusters saved at different times under the same names)."""
+    return len({model for model in models if model is not None}) <= 1
+
+
+# Where a saved file names the model it served: `served_model_name` in server_args and
+# `/server_info`, the `model_name` label of SGLang's metrics, else `model_path`.
+_SERVED_MODEL = re.compile(
+    rb"""served_model_name['"]?\s*[=:]\s*['"]([^'"\\]{1,256})['"]|model_name="([^"\\]{1,256})"""
+)
+_MODEL_PATH = re.compile(rb"""model_path['"]?\s*[=:]\s*['"]([^'"\\]{1,256})['"]""")
+_MODEL_HEAD_BYTES: Final = 64 << 10
+
+
+def _stated_model(files: list[TelemetryFile]) -> str | None:
+    """The model the first of a folder's files of one node to name one says it served."""
+    for f in sorted(files, key=lambda f: (f.order, str(f.path)))[:8]:
+        read = head_bytes(f.path, _MODEL_HEAD_BYTES)
+        if read is None:
+            continue
+        for pattern in (_SERVED_MODEL, _MODEL_PATH):
+            m = pattern.search(read[0])
+            if m is not None:
+                stated = next(group for group in m.groups() if group is not None)
+                return stated.decode("utf-8", "replace")
+    return None
 
 
 def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:

@@ -443,3 +443,30 @@ def test_docker_s_container_log_in_a_node_s_folder_is_the_folder_s(tmp_path: Pat
     _touch(tmp_path / "decode-2" / f"{one}-json.log", '{"log": "x\\n"}\n')
     _touch(tmp_path / "containers" / other / f"{other}-json.log", '{"log": "x\\n"}\n')
     assert sorted(f.node for f in discover([tmp_path])) == [other, "decode-2"]
+
+
+@pytest.mark.parametrize("second_model", ["Qwen/Qwen3-32B", "zai-org/GLM-5.3"])
+def test_folders_apart_in_time_are_one_deployment_only_if_they_serve_one_model(
+    tmp_path: Path, second_model: str
+) -> None:
+    # An hour apart, the same names: one deployment's periods, unless the snapshots say the
+    # two served different models (two clusters, saved at different times).
+    for folder, stamp, model in (
+        ("cluster-a", "20260901T080000Z", "Qwen/Qwen3-32B"),
+        ("cluster-b", "20260901T090000Z", second_model),
+    ):
+        for node in ("prefill-0", "decode-0"):
+            info = json.dumps({"served_model_name": model, "model_path": model})
+            _touch(tmp_path / folder / f"{node}@{stamp}.server_info.json", info)
+            scrape = f'sglang:max_total_num_tokens{{model_name="{model}"}} 1\n'
+            _touch(tmp_path / folder / f"{node}@{stamp}.prom", scrape)
+    nodes = sorted({f.node for f in discover([tmp_path])})
+    if second_model == "Qwen/Qwen3-32B":
+        assert nodes == ["decode-0", "prefill-0"]
+    else:
+        assert nodes == [
+            "cluster-a/decode-0",
+            "cluster-a/prefill-0",
+            "cluster-b/decode-0",
+            "cluster-b/prefill-0",
+        ]
