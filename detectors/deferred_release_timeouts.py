@@ -139,6 +139,16 @@ class _Window:
         return window
 
 
+def _worst_node(window: _Window, rule: str) -> str | None:
+    """The node the rule that fired points at: the most failed releases, the most pages held,
+    else the most timeouts (ties to the first by name)."""
+    if rule == "held":
+        held = {node: value for node, value in window.held.items() if node != "*"}
+        return max(sorted(held), key=held.__getitem__, default=None)
+    outcome = "error" if rule == "errors" else "timeout"
+    return max(sorted(window.nodes()), key=lambda n: window.outcome_count(n, outcome), default=None)
+
+
 class _Counts:
     """What one window counts: timeouts, failed and drained releases, the timeout share (with
     the `outcome` counter, which also counts `drained`) and the most pages held."""
@@ -347,7 +357,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if not new and (episode.severity == "critical" or severity == episode.severity):
             return None
         episode.severity = severity
-        worst = max(sorted(nodes), key=lambda n: window.outcome_count(n, "timeout"), default=None)
+        worst = _worst_node(window, rule)
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
         extra = f"; {mismatches} KV checksum/metadata mismatches alongside" if mismatches else ""

@@ -60,10 +60,10 @@ def failures_counter(t: float, value: float, node: str = "decode-0", role: str =
     )
 
 
-def held(t: float, value: float) -> Event:
+def held(t: float, value: float, node: str = "decode-0") -> Event:
     return ev(
         "metric",
-        "decode-0",
+        node,
         t,
         name="sglang:num_decode_deferred_kv_release_reqs",
         labels={"engine_type": "decode", "tp_rank": "0"},
@@ -256,6 +256,31 @@ def test_held_gauge_rising_far_above_its_baseline():
     events += [held(T + 7200 + 60 * k, 40.0) for k in range(5)]
     (finding,) = run(DeferredReleaseTimeouts(), events)
     assert finding.evidence["rule"] == "held" and finding.evidence["held"] == 40.0
+
+
+def test_the_node_named_is_the_one_whose_releases_went_wrong_by_the_rule_that_fired():
+    # decode-0 times out now and then; decode-1's pages pile up, then its releases fail. The
+    # finding names decode-1 each time, not the first node by name or by timeouts.
+    quiet = [timeout(T + 600 * k + 5, 500 + k, "decode-0") for k in range(12)]
+    piling = [held(T + 60 * k, 1.0, "decode-1") for k in range(120)]
+    piling += [held(T + 7200 + 60 * k, 40.0, "decode-1") for k in range(5)]
+    (by_held,) = run(DeferredReleaseTimeouts(), quiet + piling)
+    assert (by_held.evidence["rule"], by_held.node) == ("held", "decode-1")
+    failing = [
+        ev(
+            "deferred_release",
+            "decode-1",
+            T + 7200 + 20 * k,
+            bootstrap_room=str(900 + k),
+            outcome="error",
+            seconds=1.0,
+        )
+        for k in range(12)
+    ]
+    (by_errors,) = run(
+        DeferredReleaseTimeouts(), quiet + [timeout(T + 7210, 7, "decode-0")] + failing
+    )
+    assert (by_errors.evidence["rule"], by_errors.node) == ("errors", "decode-1")
 
 
 # -- transfer failure storm ---------------------------------------------------------------------
