@@ -317,6 +317,10 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
     roles = {node: info["role"] for node, info in summary["nodes"].items()}
     assert roles["sglang-prefill@4f1c9a7e11d2"] == "prefill"
     assert roles["sglang-decode@9b2e6d0c55a8"] == "decode"
+    # The logs' nodes logged no request, but the spans judged requests on servers named by no
+    # log: they may be any node's, so no node is said to be unjudged (nor a span's server to
+    # be seen only in snapshots).
+    assert summary["requests"]["nodes_not_judged"] == []
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -265,3 +265,19 @@ def test_a_log_search_exported_as_csv_is_counted_and_said(tmp_path: Path) -> Non
     done, summary = _forensics(case, tmp_path / "out")
     assert summary["input"]["dropped_by_reason"]["csv_not_read"] == 1
     assert "CSV FILES: 1 CSV file was not read" in done.stdout
+
+
+def test_a_trace_server_named_like_a_log_s_node_judges_that_node() -> None:
+    """`--otlp-service-name decode-0` names the spans' server `decode-0@<host>`: requests judged
+    from its spans are decode-0's, so decode-0 is judged and decode-1 (batch lines, no request
+    named anywhere) is not. Spans of a server no log names may be any node's: none is said."""
+    from collector.forensics.driver import nodes_not_judged
+    from collector.parse import ParseStats
+
+    stats = ParseStats()
+    for node in ("decode-0", "decode-1"):
+        stats.node_events[node] = Counter({"decode_batch": 40})
+    nodes = {"decode-0@1a2b": {"role": "decode"}, "decode-1": {"role": "decode"}}
+    named = nodes_not_judged(stats, nodes, {"decode-0@1a2b"}, {"decode-0@1a2b"})
+    assert named == [{"node": "decode-1", "role": "decode", "batch_lines": 40}]
+    assert nodes_not_judged(stats, nodes, {"sglang-decode@1a2b"}, {"sglang-decode@1a2b"}) == []

@@ -16,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -117,6 +118,8 @@ class _Evidence:
         self.records = 0
         # Nodes some request was judged on (a side of its record): from any source.
         self.judged_nodes: set[str] = set()
+        # Of those, the servers known from trace spans alone (`service@host`).
+        self.traced_nodes: set[str] = set()
         # Requests known only from request-metric exports no node could be found for.
         self.unattributed = 0
         # Exposure findings made while their request was judged (`record`), not yet noted.
@@ -165,6 +168,7 @@ class _Evidence:
         if any(side.node == EXPORT_NAME for side in record.sides):
             self.unattributed += 1
         self.judged_nodes.update(side.node for side in record.sides)
+        self.traced_nodes.update(side.node for side in record.sides if side.traced_only)
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -540,7 +544,9 @@ def build_summary(
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
             "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
-            "nodes_not_judged": nodes_not_judged(stats, nodes, evidence.judged_nodes),
+            "nodes_not_judged": nodes_not_judged(
+                stats, nodes, evidence.judged_nodes, evidence.traced_nodes
+            ),
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }
@@ -553,7 +559,10 @@ _REQUEST_LINE_KINDS: Final = ("request_received", "request_finished", "request_t
 
 
 def nodes_not_judged(
-    stats: ParseStats, nodes: dict[str, Any], judged: set[str]
+    stats: ParseStats,
+    nodes: dict[str, Any],
+    judged: set[str],
+    traced: AbstractSet[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Nodes whose logs show them running requests (batch lines) but name none, or engines
     seen only in their snapshots, and on which no request was judged from any other source:
@@ -561,11 +570,19 @@ def nodes_not_judged(
     `--log-requests`; a case folder may lack a node's log). Said, since "no exposed
     responses" over eight nodes of which one logged its requests is one node's all-clear.
     None are named when requests were judged from request-metric exports no node could be found
-    for: those may be any node's."""
+    for, or from trace spans of servers no log names (a span names its server
+    `<service.name>@<host>`; `--otlp-service-name decode-0` names the log's `decode-0`): those
+    may be any node's."""
     if EXPORT_NAME in judged:
         return []
+    judged = set(judged)
+    for server in traced:
+        service = server.partition("@")[0]
+        if service not in stats.node_events:
+            return []
+        judged.add(service)
     out = []
-    for node in sorted({*stats.node_events, *nodes}):
+    for node in sorted({*stats.node_events, *nodes} - set(traced)):
         role = (nodes.get(node) or {}).get("role")
         kinds = stats.node_events.get(node)
         if kinds is None:
