@@ -73,6 +73,8 @@ class ParseStats:
     repeated_lines: dict[str, tuple[int, str]] = field(default_factory=dict)
     # Each node's log lines by event kind: which nodes served requests without logging them.
     node_events: dict[str, Counter[str]] = field(default_factory=dict)
+    # Nodes a snapshot (a `.prom` scrape, a saved `/server_info`) was read of.
+    snapshot_nodes: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -114,6 +116,7 @@ class ParseStats:
         self.repeated_lines.update(other.repeated_lines)
         for node, kinds in other.node_events.items():
             self.node_events.setdefault(node, Counter()).update(kinds)
+        self.snapshot_nodes |= other.snapshot_nodes
 
     def note_newest_first(self, path: str) -> None:
         if path not in self.newest_first_logs:
@@ -271,6 +274,8 @@ def _document_events(
     stats.dropped.update(dropped)
     if not_kept:
         stats.events[METRIC] += not_kept
+    if produced or not_kept:
+        stats.snapshot_nodes.add(tf.node)
     for event in produced:
         stats.events[event.kind] += 1
         yield event

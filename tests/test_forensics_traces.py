@@ -335,6 +335,8 @@ def test_traces_beside_full_logs_join_the_logged_sides_and_accuse_nothing_more(
     _assert_joined_to_the_logged_sides(summary)
     assert summary["input"]["events_by_kind"]["request_trace"] == 4
     assert summary["requests"]["late_lines"] == 0  # spans after their logs' verdict lose nothing
+    # The spans' servers are known from the spans, not seen only in snapshots: none unjudged.
+    assert summary["requests"]["nodes_not_judged"] == []
 
 
 def test_only_json_that_opens_with_resource_spans_is_read_as_traces(

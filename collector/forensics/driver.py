@@ -588,7 +588,12 @@ def nodes_not_judged(
         if kinds is None:
             # An engine seen only in its snapshots (its log missing from the case folder) is
             # said when other nodes' logs were read: a router or an unknown service is not.
-            if node not in judged and role in _ENGINE_ROLES and stats.node_events:
+            if (
+                node not in judged
+                and node in stats.snapshot_nodes
+                and role in _ENGINE_ROLES
+                and stats.node_events
+            ):
                 out.append({"node": node, "role": role, "batch_lines": 0, "snapshots_only": True})
             continue
         serving = {kind: kinds[kind] for kind in _SERVING_KINDS if kinds[kind]}
