@@ -11,7 +11,8 @@ node in that state is critical; when the version is unknown, a refusal on that n
 did not retire (answered it, or its answer is not in the logs) makes it critical too: a refused
 request decode aborted shows the path closed. Otherwise (fixed engine, decode nodes, non-PD
 nodes) the gap means long prompts are refused: a warning. One finding per node and condition; a
-restart with a different pool or context raises it again.
+restart with a different pool or context raises it again, and so does the same gap come back
+after it was mended (`detectors.condition_since`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collector.events import Event
 from collector.state.config_timeline import ConfigChange, ConfigTimeline, NodeConfig
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig
+from detectors.condition_since import ConditionSince
 from detectors.context import DetectionContext
 from detectors.engine_version import is_below
 from detectors.finding import Finding, Severity
@@ -66,6 +68,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Per node, refused requests whose decode answer was a success or is unknown: the leak's
         # path may be open. A refused request decode then aborted shows it closed.
         self.unretired_: dict[str, int] = {}
+        self.faults_ = ConditionSince()
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -76,7 +79,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self._models: dict[str, str | None] = {}
 
     def _learned_state(self) -> dict[str, object]:
-        return {"refusals_": dict(self.refusals_), "unretired_": dict(self.unretired_)}
+        return {
+            "refusals_": dict(self.refusals_),
+            "unretired_": dict(self.unretired_),
+            "faults_": self.faults_.to_state(),
+        }
 
     def _load_learned(self, state: dict[str, object]) -> None:
         raw = state.get("refusals_")
@@ -85,6 +92,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         raw = state.get("unretired_")
         if isinstance(raw, dict):
             self.unretired_ = {str(k): int(v) for k, v in raw.items()}
+        self.faults_ = ConditionSince.from_state(state.get("faults_"))
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
         # A node's verdict depends on its own configuration in force, the context advertised
@@ -186,6 +194,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         pool = config.pool_tokens
         reference = advertised if config.is_pd else config.context_len
         if pool is None or reference is None or pool >= reference:
+            if pool is not None and reference is not None:
+                self.faults_.mended(config.node)
             return None
         severity: Severity = "warning"
         why = "prompts longer than the pool will be refused"
@@ -220,6 +230,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                     "engine version is unknown: on engines < 0.5.20 decode answers them from "
                     "other requests' KV"
                 )
+        since = self.faults_.began(
+            config.node, (config.role, pool, reference, severity), config.generation
+        )
         gap = reference - pool
         role = config.role or "unknown role"
         summary = (
@@ -232,7 +245,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             time=ctx.now if ctx.now is not None else config.since,
             node=config.node,
             summary=summary,
-            subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}",
+            subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}:since{since}",
             evidence={
                 "pool_tokens": pool,
                 "context_len": reference,

@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from collector.state.config_timeline import ConfigChange
 from detectors.base import Detector, DetectorConfig
+from detectors.condition_since import ConditionSince
 from detectors.context import DetectionContext
 from detectors.engine_version import VersionPolicy, version_verdict
 from detectors.finding import Finding
@@ -63,6 +64,15 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
     config_class: ClassVar[type[DetectorConfig]] = UnsafeEngineVersionConfig
     wants_config: ClassVar[bool] = True
 
+    def _init_learned(self) -> None:
+        self.faults_ = ConditionSince()
+
+    def _learned_state(self) -> dict[str, object]:
+        return {"faults_": self.faults_.to_state()}
+
+    def _load_learned(self, state: dict[str, object]) -> None:
+        self.faults_ = ConditionSince.from_state(state.get("faults_"))
+
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
         config = change.config
         if config.version is None:
@@ -74,8 +84,12 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
             config.version, pd=pd, backend=config.transfer_backend, policy=self.config.policy()
         )
         if verdict.severity is None:
+            self.faults_.mended(config.node)
             return []
         backend = config.transfer_backend or "unknown backend"
+        since = self.faults_.began(
+            config.node, (config.version, backend, verdict.severity), config.generation
+        )
         mitigation = ""
         if config.deferred_release is True:
             mitigation = " (deferred release explicitly enabled)"
@@ -92,7 +106,7 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
                 time=ctx.now if ctx.now is not None else config.since,
                 node=config.node,
                 summary=summary,
-                subject=f"{config.node}:{config.version}:{backend}:{verdict.severity}",
+                subject=f"{config.node}:{config.version}:{backend}:{verdict.severity}:since{since}",
                 evidence={
                     "version": config.version,
                     "role": config.role,

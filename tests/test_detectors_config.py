@@ -210,6 +210,39 @@ def test_restarts_raise_again_only_when_the_condition_changes():
     assert [f.evidence["generation"] for f in findings] == [0, 2]
 
 
+def test_a_fault_mended_and_then_back_is_raised_again():
+    # A rollback: the pool raised with an upgrade, then the old engine and pool restored. The
+    # same gap and the same unsafe engine as at first, but after they were mended: they page
+    # again. The same fault over two restarts in a row stays one finding.
+    def generation(t: float, version: str, pool: int) -> list[Event]:
+        return [args("prefill-0", t, "prefill"), info("prefill-0", t + 1, version)] + [
+            capacity("prefill-0", t + 60, pool)
+        ]
+
+    events = (
+        generation(T, "0.5.19", 681_280)
+        + generation(T + 1_000, "0.5.23", 2_040_000)
+        + generation(T + 2_000, "0.5.19", 681_280)
+        + generation(T + 3_000, "0.5.19", 681_280)
+    )
+    pools = run(PoolBelowContext(), events)
+    assert [(f.severity, f.evidence["generation"]) for f in pools] == [
+        ("critical", 0),
+        ("critical", 2),
+    ]
+    versions = run(UnsafeEngineVersion(), events)
+    assert [(f.severity, f.evidence["generation"]) for f in versions] == [
+        ("critical", 0),
+        ("critical", 2),
+    ]
+    # A restore of the detector keeps what it knew: the fault in force is not raised anew.
+    detector = UnsafeEngineVersion()
+    pipeline = DetectionPipeline(detectors=[detector], raise_errors=True)
+    list(pipeline.run(events[:3]))
+    restored = UnsafeEngineVersion.from_state(detector.to_state())
+    assert restored.faults_.began("prefill-0", ("0.5.19", "mooncake", "critical"), 5) == 0
+
+
 # -- unsafe engine version ----------------------------------------------------------------------
 
 
