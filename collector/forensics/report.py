@@ -234,27 +234,31 @@ FILE_REASONS: Final = frozenset(
 def csv_files_line(summary: dict[str, Any]) -> str:
     """CSV files passed over: a log search's export (CloudWatch Logs Insights, Kibana) saved
     as CSV may be a whole node's log, and a verdict without it is over part of the input."""
-    count = (summary["input"].get("dropped_by_reason") or {}).get("csv_not_read", 0)
-    if not count:
-        return ""
-    what = "CSV file was" if count == 1 else "CSV files were"
-    return (
-        f"{count:,} {what} not read: export log searches as JSON lines (or the raw log) and pass "
-        "those; what they hold is not in the verdicts."
+    return _passed_over(
+        summary,
+        "csv_not_read",
+        ("CSV file", "CSV files"),
+        ": export log searches as JSON lines (or the raw log) and pass those",
     )
 
 
 def archives_line(summary: dict[str, Any]) -> str:
     """Archives passed over: said, since the logs a responder was given often stay in the
     support bundle, and a verdict without them is a verdict over part of the input."""
-    count = (summary["input"].get("dropped_by_reason") or {}).get("archive_not_read", 0)
+    return _passed_over(
+        summary,
+        "archive_not_read",
+        ("archive", "archives"),
+        " (.tar, .tgz, .zip): extract them and pass the folders",
+    )
+
+
+def _passed_over(summary: dict[str, Any], reason: str, names: tuple[str, str], how: str) -> str:
+    count = (summary["input"].get("dropped_by_reason") or {}).get(reason, 0)
     if not count:
         return ""
-    what = "archive was" if count == 1 else "archives were"
-    return (
-        f"{count:,} {what} not read (.tar, .tgz, .zip): extract them and pass the folders; "
-        "what they hold is not in the verdicts."
-    )
+    what = f"{names[0]} was" if count == 1 else f"{names[1]} were"
+    return f"{count:,} {what} not read{how}; what they hold is not in the verdicts."
 
 
 def unread_line(summary: dict[str, Any]) -> str:
