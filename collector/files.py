@@ -399,11 +399,13 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             claims.setdefault(to, []).append(node)
     renamed: dict[str, tuple[str, int]] = {}
     for to, claimants in claims.items():
-        spans = [
-            _time_span([f for f in files if f.node == n and f.kind == "log"]) for n in claimants
-        ]
-        ranks = _period_ranks(spans) if len(claimants) > 1 else [0]
-        for node, rank in zip(claimants, ranks or (), strict=False):
+        ranks: list[int] | None = [0]
+        if len(claimants) > 1:
+            logs_of = [[f for f in files if f.node == n and f.kind == "log"] for n in claimants]
+            ranks = _period_ranks([_time_span(own) for own in logs_of])
+        if ranks is None:
+            continue  # replicas that ran at once: none of them is the node
+        for node, rank in zip(claimants, ranks, strict=True):
             renamed[node] = (to, rank)
     if not renamed:
         return files
