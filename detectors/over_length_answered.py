@@ -56,6 +56,17 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         pool = pool_in_force(record, ctx)
         if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
             return []
+        prefill = record.prefill
+        if (
+            prefill is not None
+            and prefill.input_len is not None
+            and prefill.input_len >= prompt
+            and not record.refused(prefill)
+        ):
+            # Prefill's own time stats say it prefilled the whole prompt (a refused one is
+            # swapped for a one-token stub, reference §5): the pool in force held it, whatever
+            # the timeline knows of that pool (a restart's start-up lines may be missing).
+            return []
         pd = serving.role == "decode"
         if pd:
             consequence = "the answer was probably generated from other requests' KV"

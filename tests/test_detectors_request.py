@@ -212,6 +212,22 @@ def test_prompts_within_the_pool_and_failed_answers_are_not_flagged():
     assert findings == []
 
 
+def test_a_prompt_prefill_itself_says_it_held_is_not_over_its_pool():
+    # The start-up lines of a restart with a bigger pool are missing, so the timeline still has
+    # the old pool in force. Prefill's own time stats say it prefilled all 900,000 tokens
+    # (a refused prompt is replaced by a one-token stub, reference §5): its pool held them, and
+    # the answer is no exposure. The refused one beside it still is.
+    findings = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefill_ok(3001, T + 700, 900_000, seconds=90.0),
+        decode_answer(3001, T + 700, 900_000, ttft=92.0),
+        prefill_refused(3002, T + 800, 900_000),
+        decode_answer(3002, T + 800, 900_000, ttft=0.05),
+    )
+    assert [f.bootstrap_room for f in findings] == ["3002"]
+
+
 def test_a_prompt_the_engine_refuses_though_shorter_than_the_pool_is_over_length():
     # 681,274 to 681,280 tokens fit the pool but are refused (max_req_input_len is pool - 6):
     # answered with success on decode, they were answered from a one-token stub.
