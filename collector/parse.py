@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from collector.events import BATCH_KINDS, METRIC, Event
+from collector.events import BATCH_KINDS, METRIC, Event, epoch_from_parts
 from collector.files import (
     DROPPED,
     EXPORT_STREAM,
@@ -179,7 +179,7 @@ def file_events(
     # A merged file's other names' readings count nothing: its own reading counts it once.
     read = ReadStats(progress=stats.progress if tf.counted else None)
     if tf.kind == "log":
-        parser = LineParser(tf.node, batch_lane, clock)
+        parser = LineParser(tf.node, batch_lane, clock, _export_hour(tf))
         prefix = f"{tf.path}:"
         count = stats.count
         parse = parser.parse
@@ -221,6 +221,19 @@ def file_events(
         yield from _trace_events(tf, stats, read)
         return
     yield from _document_events(tf, stats, read, keep_metric)
+
+
+def _export_hour(tf: TelemetryFile) -> float | None:
+    """The start of the hour a request-metric export's name gives
+    (`sglang-request-metrics-20260827_06.log`): its records were written in it. Records
+    without the `--enable-metrics` times carry no other."""
+    digits = tf.order[1]
+    if not is_export(tf.path) or len(digits) < 10 or not digits[:10].isdigit():
+        return None
+    year, month, day, hour = (int(digits[a:b]) for a, b in ((0, 4), (4, 6), (6, 8), (8, 10)))
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour <= 23):
+        return None
+    return epoch_from_parts(year, month, day, hour, 0, 0)
 
 
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:

@@ -119,3 +119,22 @@ def test_exports_no_node_could_be_found_for_are_said_not_judged(tmp_path: Path) 
     assert result.summary["exposure"]["count"] == 0
     head = (tmp_path / "out" / "report.md").read_text().split("## ")[0]
     assert "2 requests were read from request-metric exports" in head
+
+
+def test_records_without_the_metrics_times_are_judged_at_their_file_s_hour(tmp_path: Path) -> None:
+    # Without `--enable-metrics` a record has no `*_ts` times: only its file's name says when
+    # it was written. Left without a time, the leaked answer was judged unserved and the run
+    # said "no exposed responses found".
+    _deployment(tmp_path / "logs")
+    export = tmp_path / "logs" / "decode-0" / "metrics" / f"{EXPORT_NAME}-20260906_06.log"
+    timeless = []
+    for line in export.read_text().splitlines():
+        record = json.loads(line)
+        for key in ("request_received_ts", "request_finished_ts", "first_token_latency"):
+            del record[key]
+        timeless.append(json.dumps(record))
+    export.write_text("\n".join(timeless) + "\n")
+    result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
+    exposure = result.summary["exposure"]
+    assert [(r["rid"], r["node"]) for r in exposure["requests"]] == [("leaked", "decode-0")]
+    assert exposure["first"] == "2026-09-06T06:00:00.000Z"  # the hour its file names

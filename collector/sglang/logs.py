@@ -343,13 +343,20 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "clock", "_day", "_last_tod", "_runtime")
+    __slots__ = ("node", "batch_sink", "clock", "untimed_at", "_day", "_last_tod", "_runtime")
 
     def __init__(
-        self, node: str, batch_sink: BatchSink | None = None, clock: LogClock | None = None
+        self,
+        node: str,
+        batch_sink: BatchSink | None = None,
+        clock: LogClock | None = None,
+        untimed_at: float | None = None,
     ) -> None:
         self.node = node
         self.batch_sink = batch_sink
+        # The time of a record that carries none and whose file tells when it was written (a
+        # request-metric export of one hour): judged at that hour, not left out of time.
+        self.untimed_at = untimed_at
         # The stream's zone (`log_clock`): taken off every time read from an engine's prefix,
         # never off the UTC stamps some lines carry instead; told of stamped lines as they come.
         self.clock = clock
@@ -435,4 +442,6 @@ class LineParser:
         stamp = payload.pop("record_time", None)
         if when is None and stamp is not None:
             when = parse_iso_time(stamp)
+        if when is None:
+            when = self.untimed_at
         return kind, ev.Event(kind, self.node, when, source, payload, envelope.ranks)
