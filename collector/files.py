@@ -413,7 +413,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     for f in files:
         if f.node in renamed:
             to, rank = renamed[f.node]
-            f = replace(f, node=to, order=(f.order[0] + rank * _PERIOD_ORDER, f.order[1]))
+            f = _in_period(replace(f, node=to), rank)
         out.append(f)
     return out
 
@@ -566,7 +566,7 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
         if at in names:
             f = replace(f, node=names[at])
         if periods.get(at):
-            f = replace(f, order=(f.order[0] + periods[at] * _PERIOD_ORDER, f.order[1]))
+            f = _in_period(f, periods[at])
         out.append(f)
     return out
 
@@ -606,6 +606,13 @@ def _deployments(
 
 # Orders a node's files by the period they were saved in before their rotations and restarts.
 _PERIOD_ORDER: Final = 1000 * _PREVIOUS_ORDER
+
+
+def _in_period(f: TelemetryFile, rank: int) -> TelemetryFile:
+    """`f` read in its node's `rank`-th period: after every file of the periods before."""
+    return replace(f, order=(f.order[0] + rank * _PERIOD_ORDER, f.order[1]))
+
+
 # Periods saved apart may share their edges (a export's last minutes saved again in the next).
 _PERIOD_OVERLAP: Final = 0.1
 
