@@ -96,6 +96,14 @@ _ENDPOINT_NAMES: Final = frozenset(
 # Docker's json-file log, named by its container's id: its folder names the node (in Docker's
 # own layout, `containers/<id>/<id>-json.log`, the id is all there is).
 _DOCKER_LOG = re.compile(r"^[0-9a-f]{64}-json$")
+# Docker's own folder for a container (`/var/lib/docker/containers/<id>/`), copied whole: beside
+# the log, Docker's record of the container, which names it (`config.v2.json`'s `Name`), and
+# files Docker mounts into it. None of them is telemetry.
+_DOCKER_FOLDER = re.compile(r"^[0-9a-f]{64}$")
+_DOCKER_BOOKKEEPING: Final = frozenset(
+    {"config.v2.json", "hostconfig.json", "hostname", "hosts", "resolv.conf", "resolv.conf.hash"}
+)
+_DOCKER_CONFIG_MAX_BYTES: Final = 1 << 20
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # kvwatch's own table of findings, passed over without a count when a report folder is read.
 OWN_CSV: Final = "findings.csv"
@@ -158,6 +166,8 @@ def describe(path: Path) -> TelemetryFile | None:
     name = path.name
     if name.startswith(".") or name.endswith(_SKIP_SUFFIXES):
         return None
+    if name in _DOCKER_BOOKKEEPING and _DOCKER_FOLDER.match(path.parent.name):
+        return None
     compressed = name.endswith(".gz")
     if compressed:
         name = name[:-3]
@@ -197,6 +207,8 @@ def describe(path: Path) -> TelemetryFile | None:
         name = path.parent.name
     elif kind == "log" and _DOCKER_LOG.match(name):  # `decode-2/<container id>-json.log`
         name = path.parent.name
+        if _DOCKER_FOLDER.match(name):  # `containers/<id>/<id>-json.log`
+            name = docker_container_name(path.parent)
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = re.sub(r"\D", "", hourly.group(1))
@@ -238,6 +250,21 @@ def describe(path: Path) -> TelemetryFile | None:
 
 # Older than any rotation number.
 _PREVIOUS_ORDER: Final = 100_000
+
+
+def docker_container_name(folder: Path) -> str:
+    """The name Docker gave the container whose folder (named by its id) this is, from its
+    `config.v2.json` (`/sglang-decode-2`: `sglang-decode-2`); else its short id, as `docker ps`
+    shows it. A node called by its 64-digit id is one no responder recognises."""
+    try:
+        with open(folder / "config.v2.json", "rb") as f:
+            config = json.loads(f.read(_DOCKER_CONFIG_MAX_BYTES))
+        named = config.get("Name") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        named = None
+    if isinstance(named, str) and named.strip("/ "):
+        return named.strip("/ ")
+    return folder.name[:12]
 
 
 def _is_piece(path: Path, suffix: str) -> bool:

@@ -442,7 +442,26 @@ def test_docker_s_container_log_in_a_node_s_folder_is_the_folder_s(tmp_path: Pat
     one, other = "4aa42002" * 8, "9bc17e55" * 8
     _touch(tmp_path / "decode-2" / f"{one}-json.log", '{"log": "x\\n"}\n')
     _touch(tmp_path / "containers" / other / f"{other}-json.log", '{"log": "x\\n"}\n')
-    assert sorted(f.node for f in discover([tmp_path])) == [other, "decode-2"]
+    assert sorted(f.node for f in discover([tmp_path])) == [other[:12], "decode-2"]
+
+
+def test_docker_s_own_container_folder_is_named_as_docker_named_the_container(
+    tmp_path: Path,
+) -> None:
+    # `/var/lib/docker/containers` copied whole: each container's folder holds its log and
+    # Docker's record of it, whose `Name` is what `docker ps` shows. The other files are
+    # Docker's, not telemetry: read as logs they were nodes of their own, and as JSON
+    # documents, unrecognised ones.
+    cid = "4aa42002" * 8
+    folder = tmp_path / "containers" / cid
+    _touch(folder / f"{cid}-json.log", '{"log": "x\\n"}\n')
+    _touch(folder / "config.v2.json", json.dumps({"ID": cid, "Name": "/sglang-decode-2"}))
+    _touch(folder / "hostconfig.json", json.dumps({"NetworkMode": "host"}))
+    for name in ("hostname", "hosts", "resolv.conf", "resolv.conf.hash"):
+        _touch(folder / name, "127.0.0.1 localhost\n")
+    assert [(f.node, f.path.name) for f in discover([tmp_path])] == [
+        ("sglang-decode-2", f"{cid}-json.log")
+    ]
 
 
 @pytest.mark.parametrize("second_model", ["Qwen/Qwen3-32B", "zai-org/GLM-5.3"])
