@@ -22,7 +22,8 @@ not happen as claimed. Two floors:
   moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
   learned floor is conservative (2% quantile, divided by 8), judges only long prompts
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
-  measures the answer's length.
+  measures the answer's length. A node learns one floor per model and tensor-parallel size
+  it ran: after a restart onto a smaller model or more GPUs, the old speed is not its history.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
@@ -290,7 +291,11 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         # models' keys) worked out once.
         physical = self.physical_floor(uncached, timings[0].gpus)
         judge_learned = uncached >= cfg.learned_min_uncached_tokens
-        keys = [f"{t.node}|{t.source}" for t in timings]
+        regimes: dict[str, str] = {}
+        for timing in timings:
+            if timing.node not in regimes:
+                regimes[timing.node] = self._regime(timing.node, record, ctx)
+        keys = [f"{t.node}|{t.source}{regimes[t.node]}" for t in timings]
         models = self.models_
         score, learned, worst = 0.0, None, timings[0]
         for index, timing in enumerate(timings):
@@ -329,7 +334,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             f"{worst.seconds:.3f}s of {worst.source} on {worst.node}, below the {kind} floor "
             f"of {floor:.3f}s ({score:.1f}x too fast): {consequence}"
         )
-        model = self.models_.get(f"{worst.node}|{worst.source}")
+        model = self.models_.get(keys[timings.index(worst)])
         return [
             self._request_finding(
                 severity,
@@ -379,6 +384,14 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             for source, node, seconds in found
             if seconds is not None and source in wanted and math.isfinite(seconds)
         ]
+
+    def _regime(self, node: str, record: RequestRecord, ctx: DetectionContext) -> str:
+        """What a node's speed belongs to: the model and tensor-parallel size in force at the
+        request's time (`|model|tp`), empty when neither is known."""
+        config = ctx.config_at(node, record.start_time)
+        if config is None or (config.model is None and config.tp_size is None):
+            return ""
+        return f"|{config.model or ''}|{config.tp_size or ''}"
 
     def _gpus(self, node: str, record: RequestRecord, ctx: DetectionContext) -> int:
         if self.config.gpus_per_node is not None:

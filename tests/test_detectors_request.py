@@ -615,9 +615,51 @@ def test_requests_that_cannot_be_honest_do_not_teach_the_floor():
     learned = {key: len(model.samples) for key, model in detector.models_.items()}
     # Only the honest request taught the floor; e2e latency is never learned.
     assert learned == {
-        "prefill-0|prefill_forward": 1,
-        "decode-0|first_token_latency": 1,
+        "prefill-0|prefill_forward||8": 1,
+        "decode-0|first_token_latency||8": 1,
     }
+
+
+@pytest.mark.parametrize("new_model", ["zai-org/GLM-5.3", "Qwen/Qwen3-0.6B"])
+def test_a_node_restarted_on_another_model_does_not_judge_it_by_the_old_one_s_speed(
+    new_model: str,
+) -> None:
+    # Forty long GLM prompts teach prefill-0 its speed; both nodes then restart on a model a
+    # hundred times smaller, which prefills 30k-token prompts in a twentieth of the old time,
+    # honestly (its own time stats show the whole prompt prefilled). Kept on the old model,
+    # the same speed is still too fast for it.
+    def started(node: str, role: str, t: float, model: str) -> list[Event]:
+        args = ev("server_args", node, t, disaggregation_mode=role, model=model, tp_size=8)
+        return [args, ev("capacity", node, t + 30, max_total_num_tokens=2_040_000,
+                         context_len=CONTEXT)]  # fmt: skip
+
+    detector = ImpossiblyFastPrefill(model_active_params=1e6, min_history=20, refit_every=10)
+    history = []
+    for k in range(40):
+        prompt = 34_000 + 1_000 * k
+        seconds = 0.1 + 2e-5 * prompt * (1.0 + (k % 3) * 0.2)
+        history += prefill_ok(100 + k, T + 100 + 20 * k, prompt, seconds=seconds)
+        history += decode_answer(100 + k, T + 100 + 20 * k, prompt, ttft=seconds + 0.2)
+    restart = T + 5_000
+    small = []
+    for k in range(5):
+        prompt, seconds = 38_000 + 100 * k, 0.04
+        small += prefill_ok(300 + k, restart + 100 + 10 * k, prompt, seconds=seconds)
+        small += decode_answer(300 + k, restart + 100 + 10 * k, prompt, ttft=seconds + 0.02)
+    findings = run(
+        detector,
+        started("prefill-0", "prefill", T, "zai-org/GLM-5.3"),
+        started("decode-0", "decode", T, "zai-org/GLM-5.3"),
+        history,
+        started("prefill-0", "prefill", restart, new_model),
+        started("decode-0", "decode", restart, new_model),
+        small,
+    )
+    flagged = sorted({f.bootstrap_room for f in findings})
+    if new_model == "zai-org/GLM-5.3":
+        assert flagged == [str(300 + k) for k in range(5)]
+    else:
+        assert flagged == []
 
 
 def test_score_one_and_learn_one_follow_the_sign_convention():
