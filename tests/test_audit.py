@@ -176,9 +176,11 @@ def test_version_reported_before_a_restart_is_not_trusted_after_it() -> None:
         "decode-0   decode   UNKNOWN  engine version unknown since the restart at 2026-09-09 "
         f"19:40:03 UTC (0.5.19 was reported before it); {EARLIER_DECODE}",
         "verdict: UNKNOWN - no check failed, but 2 of 2 nodes could not be fully checked "
-        "(prefill-0, decode-0); confirm before rolling out",
+        "(prefill-0, decode-0); confirm before rolling out (exit 3; --allow-unknown: exit 0)",
     ]
-    assert code == 0
+    assert code == 3  # nothing failed, but the gate cannot pass what it could not check
+    allowed_code, _, _ = run("--allow-unknown", *paths)
+    assert allowed_code == 0
     strict_code, strict_out, _ = run("--strict", *paths)
     assert strict_code == 1
     assert lines(strict_out)[-1].endswith("confirm before rolling out (--strict: exit 1)")

@@ -357,7 +357,7 @@ def test_absurd_pool_and_context_are_unknown_not_passed(
         f"n-0  unified  UNKNOWN  pool value {shown} not plausible, context value {shown} not "
         f"plausible"
     )
-    assert code == 0
+    assert code == 3  # could not be checked: the gate fails closed
     code, _, _ = run("--strict", str(tmp_path))
     assert code == 1
 
@@ -371,7 +371,7 @@ def test_absurd_values_in_a_prom_snapshot_are_unknown(tmp_path: Path) -> None:
     assert out.splitlines()[0] == (
         "n-0  unified  UNKNOWN  pool value 0 not plausible, context value 0 not plausible"
     )
-    assert code == 0
+    assert code == 3  # could not be checked: the gate fails closed
 
 
 def test_an_absurd_context_is_not_the_deployments_advertised_context(tmp_path: Path) -> None:
@@ -406,7 +406,7 @@ def test_an_absurd_context_is_not_the_deployments_advertised_context(tmp_path: P
         "checksum on (verification shows only in the logs: audit them too)",
         "decode-0   decode   UNKNOWN  context value 10,000,000,000,000 not plausible",
     ]
-    assert code == 0
+    assert code == 3  # could not be checked: the gate fails closed
 
 
 def test_facts_built_by_hand_are_checked_too() -> None:
@@ -519,7 +519,7 @@ def test_live_absurd_values_and_wrong_typed_mode(
         "a  unified  UNKNOWN  pool value -1 not plausible, context value -1 not plausible",
         "b  unknown  UNKNOWN  role unknown (disaggregation_mode [1] not understood): judged as PD",
     ]
-    assert code == 0
+    assert code == 3  # could not be checked: the gate fails closed
 
 
 def test_live_absurd_pool_overrides_a_plausible_one_from_the_logs(
@@ -542,3 +542,57 @@ def test_live_absurd_pool_overrides_a_plausible_one_from_the_logs(
     (result,) = audit([tmp_path], [Target("n-0", server.url)]).results
     assert result.status == "UNKNOWN"
     assert result.reasons == ["pool value 0 not plausible"]
+
+
+def _page(body: bytes, content_type: bytes, status: bytes = b"200 OK") -> Behaviour:
+    def send(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(
+            b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (status, content_type, len(body))
+            + body
+        )
+
+    return send
+
+
+def test_a_target_answering_nothing_an_engine_gives_fails_the_gate(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    # A login page on every path, and a router's own metrics: answers, but nothing was
+    # checked, as for a target that did not answer at all. Both passed the gate (exit 0).
+    login = _page(b"<html><body>Sign in</body></html>", b"text/html")
+    portal = serve({path: login for path in ("/server_info", "/v1/models", "/metrics")})
+    router_metrics = b'sgl_router_requests_total{route="/generate"} 12\n'
+    router = serve({"/metrics": _page(router_metrics, b"text/plain; version=0.0.4")})
+    code, out, _ = run("--endpoint", f"p={portal.url}", "--endpoint", f"r={router.url}")
+    portal_line, router_line = (" ".join(line.split()) for line in out.splitlines()[:2])
+    assert portal_line.startswith("p unknown FAIL unusable: no SGLang engine answer (")
+    assert "server_info: unparseable (not_json)" in portal_line
+    assert router_line == (
+        "r unknown FAIL unusable: a router, not an engine: audit the engines behind it"
+    )
+    assert code == 1
+
+
+def test_a_node_whose_server_info_failed_says_so_and_fails_closed(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    # /server_info answers 500, /metrics is fine: pool and context are known, the version is
+    # not. The line says why; the gate does not pass it.
+    metrics = (
+        b'sglang:max_total_num_tokens{engine_type="prefill",tp_rank="0"} 2400000\n'
+        b'sglang:context_len{engine_type="prefill",tp_rank="0"} 1048576\n'
+    )
+    server = serve(
+        {
+            "/server_info": _page(b"Internal Server Error", b"text/plain", b"500 Internal"),
+            "/metrics": _page(metrics, b"text/plain; version=0.0.4"),
+        }
+    )
+    code, out, _ = run("--endpoint", f"prefill-0={server.url}")
+    line = " ".join(out.splitlines()[0].split())
+    assert line.startswith("prefill-0 prefill UNKNOWN ")
+    assert "endpoints: " in line and "server_info: HTTP 500" in line
+    assert code == 3
+    code, _, _ = run("--allow-unknown", "--endpoint", f"prefill-0={server.url}")
+    assert code == 0

@@ -1,7 +1,8 @@
 """`kvwatch audit`: the pre-rollout gate, over logs and snapshots or live endpoints.
 
 Exit status: 0 when every node passes, 1 when any check fails (with `--strict`, also on any
-WARN or UNKNOWN), 2 on usage or input errors.
+WARN or UNKNOWN), 3 when none failed but a node could not be fully checked (a gate fails
+closed; `--allow-unknown` makes that 0), 2 on usage or input errors.
 """
 
 from __future__ import annotations
@@ -35,7 +36,13 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument(
-        "--strict", action="store_true", help="exit 1 on any WARN or UNKNOWN, not only FAIL"
+        "--strict", action="store_true", help="exit 1 on any WARN or UNKNOWN, not only on a FAIL"
+    )
+    parser.add_argument(
+        "--allow-unknown",
+        action="store_true",
+        help="exit 0, not 3, when no check failed but a node could not be fully checked "
+        "(e.g. logs alone, which do not carry the engine version)",
     )
     parser.add_argument(
         "--timeout",
@@ -83,7 +90,14 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"kvwatch audit: no such file or folder: {', '.join(missing)}\n")
         return EXIT_USAGE
     policy = AuditPolicy(checksum_off="WARN" if args.allow_checksum_off else "FAIL")
-    report = audit(paths, targets, policy=policy, strict=args.strict, timeout=args.timeout)
+    report = audit(
+        paths,
+        targets,
+        policy=policy,
+        strict=args.strict,
+        allow_unknown=args.allow_unknown,
+        timeout=args.timeout,
+    )
     files = report.input.get("files")
     if paths and isinstance(files, dict) and files.get("files") == 0:
         err.write(f"kvwatch audit: no telemetry files found in {', '.join(paths)}\n")

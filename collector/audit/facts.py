@@ -75,8 +75,10 @@ class NodeFacts:
     live: bool = False
     # Set when the node's own log files were read (only logs show whether the checksum verifies).
     logs_read: bool = False
-    # Live only: why the node could not be read at all.
+    # Live only: why the node could not be read at all, and whether it answered (with nothing
+    # an engine gives: a login page, a cut document, a router).
     unreachable: str | None = None
+    answered: bool = False
     # Live only: endpoints that answered with an error or nothing usable, endpoint -> reason.
     endpoint_errors: dict[str, str] = field(default_factory=dict)
     # Values a source stated that cannot be right, field -> reason ("pool value -1 not

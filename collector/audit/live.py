@@ -196,6 +196,24 @@ async def _node(
         else:
             reasons = ", ".join(sorted(outcome.dropped)) or "nothing usable"
             facts.endpoint_errors[answer.endpoint] = f"unparseable ({reasons})"
+    router = any(
+        a.endpoint == "metrics"
+        and b"sgl_router_" in (a.body or b"")
+        and b"sglang:" not in (a.body or b"")
+        and b"sglang_" not in (a.body or b"")
+        for a in answered
+    )
+    if not events and (router or not metric_events):
+        # Answers, but none an engine gives: a login page, a cut document, a router. Nothing
+        # was checked, as for a node that did not answer at all.
+        said = "; ".join(f"{name}: {why}" for name, why in sorted(facts.endpoint_errors.items()))
+        facts.answered = True
+        facts.unreachable = (
+            "a router, not an engine: audit the engines behind it"
+            if router
+            else f"no SGLang engine answer ({said})"
+        )
+        return facts
     _merge(facts, events, metric_events, mode_doubts)
     return facts
 

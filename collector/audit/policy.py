@@ -116,7 +116,8 @@ def judge_node(
     """All checks for one node's configuration in force; `earlier` configurations are judged
     too, and a failing one is named in a note (it no longer decides the status)."""
     if facts.unreachable is not None:
-        check = CheckResult("reachable", "FAIL", f"unreachable: {facts.unreachable}")
+        what = "unusable" if facts.answered else "unreachable"
+        check = CheckResult("reachable", "FAIL", f"{what}: {facts.unreachable}")
         return NodeResult(facts.node, facts.role, "FAIL", (check,), (), facts)
     facts = facts.checked()
     checks = _checks(facts, deployment, policy)
@@ -132,6 +133,12 @@ def judge_node(
         more = f" ({len(failed) - 1} more before it)" if len(failed) > 1 else ""
         notes.append(f"earlier config failed ({when}): {why}{more}")
     status = worst([c.status for c in checks])
+    if status == "UNKNOWN" and "server_info" in facts.endpoint_errors:
+        # The document that states version, role and pool did not come: that is why.
+        notes.append(
+            "endpoints: "
+            + "; ".join(f"{name}: {why}" for name, why in sorted(facts.endpoint_errors.items()))
+        )
     return NodeResult(
         facts.node, facts.role, status, tuple(checks), tuple(notes), facts, judged_earlier
     )

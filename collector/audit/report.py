@@ -16,6 +16,9 @@ from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeRes
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2  # usage and input errors (`command.EXIT_USAGE` is the same number)
+# No check failed, but a node could not be checked: a gate fails closed (the incident's engines
+# were below every scanner's notice). Nagios's number for UNKNOWN.
+EXIT_UNKNOWN = 3
 
 
 @dataclass
@@ -25,6 +28,7 @@ class AuditReport:
     policy: AuditPolicy
     strict: bool = False
     input: dict[str, Any] = field(default_factory=dict)
+    allow_unknown: bool = False
 
     def __post_init__(self) -> None:
         self.results = sorted(self.results, key=lambda r: (ROLE_ORDER.get(r.role or "", 3), r.node))
@@ -35,9 +39,14 @@ class AuditReport:
 
     @property
     def exit_status(self) -> int:
-        """1 on any FAIL; with `strict`, on any WARN or UNKNOWN too; else 0."""
-        threshold = STATUS_RANK["WARN"] if self.strict else STATUS_RANK["FAIL"]
-        return EXIT_FAIL if STATUS_RANK[self.status] >= threshold else EXIT_PASS
+        """1 on any FAIL (with `strict`, on any WARN or UNKNOWN too); else 3 on any UNKNOWN,
+        unless `allow_unknown`; else 0."""
+        statuses = {r.status for r in self.results}
+        if "FAIL" in statuses or (self.strict and statuses & {"WARN", "UNKNOWN"}):
+            return EXIT_FAIL
+        if "UNKNOWN" in statuses and not self.allow_unknown:
+            return EXIT_UNKNOWN
+        return EXIT_PASS
 
     def lines(self) -> list[str]:
         rows = [(r.node, r.role or "unknown", r.status, "; ".join(r.reasons)) for r in self.results]
@@ -64,12 +73,14 @@ class AuditReport:
                 f"fully checked ({', '.join(unknown)})"
             )
             text += _also(warn, "warned") + "; confirm before rolling out"
+            if not self.allow_unknown and not self.strict:
+                text += " (exit 3; --allow-unknown: exit 0)"
         elif warn:
             text = f"verdict: WARN - no check failed; {_of(warn, total)} warned ({', '.join(warn)})"
         else:
             passed = "1 node passed" if total == 1 else f"all {total} nodes passed"
             text = f"verdict: PASS - {passed}"
-        if self.strict and self.status in ("WARN", "UNKNOWN"):
+        if self.strict and (warn or unknown) and not fail:
             text += " (--strict: exit 1)"
         return text
 
@@ -83,6 +94,7 @@ class AuditReport:
             "summary": self.verdict(),
             "exit_status": self.exit_status,
             "strict": self.strict,
+            "allow_unknown": self.allow_unknown,
             "policy": self.policy.model_dump(),
             "deployment": self.deployment.to_json_dict(),
             "nodes": [

@@ -29,6 +29,7 @@ def audit(
     *,
     policy: AuditPolicy | None = None,
     strict: bool = False,
+    allow_unknown: bool = False,
     timeout: float = 5.0,
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.time,
@@ -60,7 +61,9 @@ def audit(
         judge_node(f, Deployment.of_model(nodes, f.model), rules, earlier.get(f.node))
         for f in nodes
     ]
-    return AuditReport(results, deployment, rules, strict=strict, input=account)
+    return AuditReport(
+        results, deployment, rules, strict=strict, input=account, allow_unknown=allow_unknown
+    )
 
 
 def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
