@@ -17,6 +17,7 @@ writer still writing or a copy cut short (`truncated_request_line`; see
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -341,7 +342,7 @@ def discover(
             if described is not None:
                 found.append(described)
     found = _disambiguate_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found, skip))))
-    found = _adopt_known_nodes(found)
+    found = _adopt_known_nodes(_mixed_rotations_by_time(found))
     found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
@@ -700,6 +701,36 @@ def _stated_model(files: list[TelemetryFile]) -> str | None:
                 stated = next(group for group in m.groups() if group is not None)
                 return stated.decode("utf-8", "replace")
     return None
+
+
+def _mixed_rotations_by_time(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """A node's rotated logs ordered by their first lines' times when both rotation schemes
+    name them (`decode-0.log.1` beside `decode-0.log-20260906.gz`, after logrotate's
+    `dateext` was turned on or off): the names alone do not say which scheme came first. The
+    live file stays newest; files without a time keep their places ahead of the rest."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for index, f in enumerate(files):
+        rotated = f.order[0] < 0 or f.order[1] != "~"
+        if f.kind == "log" and f.snapshot_time is None and not f.piece and rotated:
+            groups.setdefault((f.node, f.kind, f.channel), []).append(index)
+    out = list(files)
+    for members in groups.values():
+        numbered = [i for i in members if -_PREVIOUS_ORDER < files[i].order[0] < 0]
+        dated = [i for i in members if files[i].order[0] == 0]
+        if not numbered or not dated:
+            continue
+        rotated = numbered + dated
+        timed = sorted(
+            rotated,
+            key=lambda i: (
+                (-math.inf, files[i].order)
+                if (when := first_line_time(head_lines(files[i].path))) is None
+                else (when, files[i].order)
+            ),
+        )
+        for rank, i in enumerate(timed):
+            out[i] = replace(files[i], order=(rank - len(timed), ""))
+    return out
 
 
 def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:

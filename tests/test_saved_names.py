@@ -489,3 +489,25 @@ def test_folders_apart_in_time_are_one_deployment_only_if_they_serve_one_model(
             "cluster-b/decode-0",
             "cluster-b/prefill-0",
         ]
+
+
+@pytest.mark.parametrize("dated_first", [True, False])
+def test_numbered_and_dated_rotations_of_one_log_are_read_in_the_order_of_their_times(
+    tmp_path: Path, dated_first: bool
+) -> None:
+    # logrotate's `dateext` turned on (or off) between rotations: `decode-0.log-20260906.gz`
+    # and `decode-0.log.1` both precede the live file, and only their lines say which came
+    # first. Read `.1` first, the older file's hour came after the newer's (the logs seemed
+    # to begin at midnight, an exposure before it was lost).
+    def hour(h: int) -> str:
+        return f"[2026-09-06 {h:02d}:00:01 TP0] Decode batch, #token: 1\n"
+
+    older, newer = (0, 1) if dated_first else (1, 0)
+    dated = tmp_path / "decode-0.log-20260906.gz"
+    dated.write_bytes(gzip.compress(hour(older).encode()))
+    _touch(tmp_path / "decode-0.log.1", hour(newer))
+    _touch(tmp_path / "decode-0.log", hour(2))
+    _touch(tmp_path / "decode-0.log.2", "")  # no time: kept ahead of the rest
+    read = [f.path.name for f in discover([tmp_path])]
+    first, second = ("decode-0.log-20260906.gz", "decode-0.log.1")[:: 1 if dated_first else -1]
+    assert read == ["decode-0.log.2", first, second, "decode-0.log"]
