@@ -281,3 +281,19 @@ def test_a_trace_server_named_like_a_log_s_node_judges_that_node() -> None:
     named = nodes_not_judged(stats, nodes, {"decode-0@1a2b"}, {"decode-0@1a2b"})
     assert named == [{"node": "decode-1", "role": "decode", "batch_lines": 40}]
     assert nodes_not_judged(stats, nodes, {"sglang-decode@1a2b"}, {"sglang-decode@1a2b"}) == []
+
+
+def test_a_gzip_cut_short_is_said_however_few_lines_it_lost(tmp_path: Path) -> None:
+    """A rotated decode log gzipped and cut (a shipper killed mid-copy) loses everything after
+    the cut: one count, under the share of unusable lines that is said, while the run said
+    "no exposed responses found" over an hour of answers it never read."""
+    case = tmp_path / "case"
+    _healthy_reference(case)
+    decode = case / "decode-0.log"
+    packed = gzip.compress(decode.read_bytes())
+    (case / "decode-0.log.1.gz").write_bytes(packed[: len(packed) // 2])
+    decode.write_text("")
+    done, summary = _forensics(case, tmp_path / "out")
+    assert summary["input"]["dropped_by_reason"]["truncated_gzip"] == 1
+    assert "UNREAD: files not read whole: " in done.stdout
+    assert "truncated_gzip 1" in done.stdout

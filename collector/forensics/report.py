@@ -287,13 +287,20 @@ def unread_line(summary: dict[str, Any]) -> str:
 
 
 # Losses of a file or of a file's entries, said however few lines they are: a log export too
-# large to read is one count and a whole node's log, and a line longer than the reader keeps
-# (64 MiB), or one journald left out of its JSON export (over 4,096 bytes without `--all`), is
-# one count and may be the one request line that names an exposure.
+# large to read is one count and a whole node's log, a gzip cut short is one count and the hour
+# of answers after the cut, and a line longer than the reader keeps (64 MiB), one cut in two, or
+# one journald left out of its JSON export (over 4,096 bytes without `--all`), is one count and
+# may be the one request line that names an exposure.
 WHOLE_FILE_LOSSES: Final = frozenset(
     {
+        "corrupt_gzip",
+        "file_shrank",
         "journal_message_left_out",
         "line_too_long",
+        "read_error",
+        "trailing_garbage_after_gzip",
+        "truncated_gzip",
+        "truncated_request_line",
         "log_export_entry_without_text",
         "log_export_not_json",
         "log_export_too_large",
