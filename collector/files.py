@@ -710,8 +710,8 @@ def _mixed_rotations_by_time(files: list[TelemetryFile]) -> list[TelemetryFile]:
     live file stays newest; files without a time keep their places ahead of the rest."""
     groups: dict[tuple[str, str, str], list[int]] = {}
     for index, f in enumerate(files):
-        rotated = f.order[0] < 0 or f.order[1] != "~"
-        if f.kind == "log" and f.snapshot_time is None and not f.piece and rotated:
+        is_rotation = f.order[0] < 0 or f.order[1] != "~"
+        if f.kind == "log" and f.snapshot_time is None and not f.piece and is_rotation:
             groups.setdefault((f.node, f.kind, f.channel), []).append(index)
     out = list(files)
     for members in groups.values():
@@ -719,9 +719,8 @@ def _mixed_rotations_by_time(files: list[TelemetryFile]) -> list[TelemetryFile]:
         dated = [i for i in members if files[i].order[0] == 0]
         if not numbered or not dated:
             continue
-        rotated = numbered + dated
         timed = sorted(
-            rotated,
+            numbered + dated,
             key=lambda i: (
                 (-math.inf, files[i].order)
                 if (when := first_line_time(head_lines(files[i].path))) is None
