@@ -29,6 +29,12 @@ from itertools import combinations
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
+from collector.compression import (
+    MAGIC_BYTES,
+    compression_of,
+    stream_blocks,
+    unreadable_compression,
+)
 from collector.events import parse_iso_time
 from collector.line_order import (
     end_lines,
@@ -105,6 +111,7 @@ _DOCKER_BOOKKEEPING: Final = frozenset(
     {"config.v2.json", "hostconfig.json", "hostname", "hosts", "resolv.conf", "resolv.conf.hash"}
 )
 _DOCKER_CONFIG_MAX_BYTES: Final = 1 << 20
+_COMPRESSED_SUFFIXES: Final = (".gz", ".xz", ".bz2", ".zst", ".lz4")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # kvwatch's own table of findings, passed over without a count when a report folder is read.
 OWN_CSV: Final = "findings.csv"
@@ -169,9 +176,10 @@ def describe(path: Path) -> TelemetryFile | None:
         return None
     if name in _DOCKER_BOOKKEEPING and _DOCKER_FOLDER.match(path.parent.name):
         return None
-    compressed = name.endswith(".gz")
-    if compressed:
-        name = name[:-3]
+    for suffix in _COMPRESSED_SUFFIXES:  # read by their first bytes, whatever the name
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
     rotation = 0
     date_key = ""
     piece = ""
@@ -881,10 +889,11 @@ def folder_names(folders: set[Path]) -> dict[Path, str]:
     return {folder: str(folder) for folder in folders}
 
 
-def is_gzip(path: Path) -> bool:
+def is_compressed(path: Path) -> bool:
+    """Whether the file is gzip, xz or bzip2 (its text is then read from its start only)."""
     try:
         with open(path, "rb") as handle:
-            return handle.read(2) == b"\x1f\x8b"
+            return compression_of(handle.read(MAGIC_BYTES)) is not None
     except OSError:
         return False
 
@@ -960,10 +969,23 @@ def _open_blocks(
         stats.drop("unreadable_file")
         return
     try:
-        magic = handle.read(2)
+        magic = handle.read(MAGIC_BYTES)
         handle.seek(0)
-        if magic == b"\x1f\x8b":
+        compression = compression_of(magic)
+        if compression == "gzip":
             yield from _gunzip_blocks(handle, stats, ending, block_size)
+        elif compression is not None:
+            for block in stream_blocks(handle, compression, block_size or BLOCK_SIZE):
+                if isinstance(block, str):  # why it ended early
+                    if block.startswith("trailing_garbage"):  # every stream ended: nothing cut
+                        stats.drop(block)
+                    else:
+                        ending.cut(stats, block)
+                    break
+                stats.count_bytes(len(block))
+                yield block
+        elif unreadable_compression(magic):
+            stats.drop("compressed_not_read")  # zstd, lz4: said, never read as binary lines
         else:
             size, read = os.fstat(handle.fileno()).st_size, 0
             while True:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from collector.compression import MAGIC_BYTES, compression_of, decompressed_head, stream_blocks
 from collector.text_encoding import head_as_utf8, utf16_encoding
 
 if TYPE_CHECKING:
@@ -147,10 +148,10 @@ def head_bytes(path: Path, size: int) -> tuple[bytes, bool] | None:
         with open(path, "rb") as raw:
             head = raw.read(size)
             whole = len(head) < size
-            if head[:2] == b"\x1f\x8b":
-                head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, size)
-                whole = whole and len(head) < size
-    except (OSError, zlib.error):
+            text = decompressed_head(head, size)
+            if text is not None:
+                head, whole = text, whole and len(text) < size
+    except OSError:
         return None
     return head_as_utf8(head), whole
 
@@ -170,7 +171,7 @@ def tail_lines(path: Path) -> list[str]:
     try:
         with open(path, "rb") as raw:
             start = raw.read(4096)
-            if start[:2] == b"\x1f\x8b" or utf16_encoding(start) is not None:
+            if compression_of(start) is not None or utf16_encoding(start) is not None:
                 return []  # nor of a UTF-16 one: its end read alone is no whole characters
             size = os.fstat(raw.fileno()).st_size
             raw.seek(max(size - _TAIL_BYTES, 0))
@@ -190,11 +191,19 @@ def end_lines(path: Path) -> list[str]:
     `_TAIL_BYTES` of its text, read through at zlib's speed (none of a larger or damaged one)."""
     try:
         with open(path, "rb") as raw:
-            if raw.read(2) != b"\x1f\x8b":
+            compression = compression_of(raw.read(MAGIC_BYTES))
+            if compression is None:
                 return tail_lines(path)
             if os.fstat(raw.fileno()).st_size > MAX_GZIP_THROUGH:
                 return []
             raw.seek(0)
+            if compression != "gzip":
+                tail = b""
+                for block in stream_blocks(raw, compression, 1 << 20):
+                    if isinstance(block, str):
+                        break
+                    tail = (tail + block)[-_TAIL_BYTES:]
+                return tail.decode("utf-8", "replace").split("\n")[1:]
             inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             tail = b""
             while chunk := raw.read(1 << 20):
@@ -256,7 +265,7 @@ def is_plain_utf8(path: Path) -> bool:
             start = raw.read(4096)
     except OSError:
         return True
-    return start[:2] != b"\x1f\x8b" and utf16_encoding(start) is None
+    return compression_of(start) is None and utf16_encoding(start) is None
 
 
 # A newest-first gzip file is turned round in memory up to this much text.

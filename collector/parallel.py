@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
-from collector.files import TelemetryFile, is_gzip, line_aligned_ranges
+from collector.files import TelemetryFile, is_compressed, line_aligned_ranges
 from collector.line_order import is_plain_utf8
 from collector.parse import ParseStats, file_events, is_log_stream, streams_of
 from collector.repeated_lines import RepeatedLines
@@ -54,7 +54,7 @@ def _task_size(task: Task) -> int:
     total = 0
     for tf in files:
         try:
-            total += os.stat(tf.path).st_size * (8 if is_gzip(tf.path) else 1)
+            total += os.stat(tf.path).st_size * (8 if is_compressed(tf.path) else 1)
         except OSError:
             continue
     return total

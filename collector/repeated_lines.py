@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from collector.compression import MAGIC_BYTES, compression_of
 from collector.line_order import first_line_time, head_lines, line_time
 from collector.merged_logs import line_source
 
@@ -153,7 +154,7 @@ def _holds(files: list[Path], block: list[str]) -> bool:
     for path in files:
         try:
             with open(path, "rb") as handle:
-                if handle.read(2) == b"\x1f\x8b":
+                if compression_of(handle.read(MAGIC_BYTES)) is not None:
                     continue
                 size = os.fstat(handle.fileno()).st_size
                 if not 0 < size <= _MAX_SEARCHED_BYTES:

@@ -293,13 +293,20 @@ def unread_line(summary: dict[str, Any]) -> str:
 # may be the one request line that names an exposure.
 WHOLE_FILE_LOSSES: Final = frozenset(
     {
+        "compressed_not_read",
+        "corrupt_bz2",
         "corrupt_gzip",
+        "corrupt_xz",
         "file_shrank",
         "journal_message_left_out",
         "line_too_long",
         "read_error",
+        "trailing_garbage_after_bz2",
         "trailing_garbage_after_gzip",
+        "trailing_garbage_after_xz",
+        "truncated_bz2",
         "truncated_gzip",
+        "truncated_xz",
         "truncated_request_line",
         "log_export_entry_without_text",
         "log_export_not_json",
