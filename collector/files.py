@@ -748,7 +748,9 @@ def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:
     if all(f.snapshot_time is not None for f in files):
         times = [f.snapshot_time for f in files if f.snapshot_time is not None]
         return min(times), max(times)
-    ordered = sorted(files, key=lambda f: (f.order, str(f.path)))
+    ordered = sorted((f for f in files if _has_bytes(f)), key=lambda f: (f.order, str(f.path)))
+    if not ordered:
+        return None
     first = first_line_time(head_lines(ordered[0].path))
     last = first_line_time(reversed(end_lines(ordered[-1].path)))
     if first is None or last is None or last < first:
@@ -827,8 +829,17 @@ def _folder_clusters(
             by_folder[f.path.parent].append(f)
     if key[1] != "log":
         return _sharing_a_scrape(key[0], folders, files)
-    groups = [_oldest_first(by_folder[folder]) for folder in folders]
+    groups = [_oldest_first([f for f in by_folder[folder] if _has_bytes(f)]) for folder in folders]
     return [[folders[i] for i in cluster] for cluster in log_clusters(groups)]
+
+
+def _has_bytes(f: TelemetryFile) -> bool:
+    """Whether a file holds anything: an empty one (a rotation left empty, a log never written)
+    says nothing of which log a folder's are copies of, nor of when they were written."""
+    try:
+        return f.path.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _sharing_a_scrape(

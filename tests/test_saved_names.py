@@ -511,3 +511,17 @@ def test_numbered_and_dated_rotations_of_one_log_are_read_in_the_order_of_their_
     read = [f.path.name for f in discover([tmp_path])]
     first, second = ("decode-0.log-20260906.gz", "decode-0.log.1")[:: 1 if dated_first else -1]
     assert read == ["decode-0.log.2", first, second, "decode-0.log"]
+
+
+def test_an_empty_rotation_beside_a_copy_does_not_make_the_copy_another_node(
+    tmp_path: Path,
+) -> None:
+    # Two bundles hold the same decode log; one also holds an empty `.1.gz` (a rotation left
+    # empty). Taken for the oldest of its folder's files, it told no time and matched no
+    # copy: the folders became nodes of their own (`a`, `b`), the copy unrecognised.
+    text = "".join(_line(i) + "\n" for i in range(60))
+    _touch(tmp_path / "a" / "decode-0.log", text)
+    _touch(tmp_path / "a" / "prefill-0.log", "".join(_line(i + 100) + "\n" for i in range(60)))
+    _touch(tmp_path / "b" / "decode-0.log", text)
+    (tmp_path / "b" / "decode-0.log.1.gz").write_bytes(b"")
+    assert sorted({f.node for f in discover([tmp_path])}) == ["decode-0", "prefill-0"]
