@@ -144,6 +144,23 @@ def test_wrong_types_read_as_unknown_not_as_errors() -> None:
     assert event.fields["version"] is None
 
 
+def test_the_smallest_dp_rank_s_pool_is_the_node_s_pool() -> None:
+    # The top-level figure is one rank's; a long prompt routed to the rank with less room
+    # overflows that rank's pool. Read as 2,040,000, a rank of 681,280 passed the pool check.
+    doc = {
+        "disaggregation_mode": "prefill",
+        "max_total_num_tokens": 2_040_000,
+        "context_length": 1_048_576,
+        "internal_states": [
+            {"dp_rank": 0, "memory_usage": {"token_capacity": 2_040_000}},
+            {"dp_rank": 1, "memory_usage": {"token_capacity": 681_280}},
+        ],
+    }
+    (event,) = parse_server_info(doc, node="n", source="s", time=None).events
+    assert event.fields["max_total_num_tokens"] == 681_280
+    assert event.fields["max_total_num_tokens_by_dp_rank"] == {"0": 2_040_000, "1": 681_280}
+
+
 def test_detect_endpoint() -> None:
     assert detect_endpoint({"loads": []}) == "v1_loads"
     assert detect_endpoint({"object": "model", "id": "m", "max_model_len": 8}) == "v1_models"

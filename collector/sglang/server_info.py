@@ -145,9 +145,12 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         if capacity is not None:
             dp_rank = _int(state.get("dp_rank"))
             by_rank[str(index if dp_rank is None else dp_rank)] = capacity
-    pool = _int(data.get("max_total_num_tokens"))
-    if pool is None and by_rank:
-        pool = min(by_rank.values())
+    # The smallest of the DP ranks' pools is the one a long prompt routed there overflows; the
+    # top-level figure is one rank's.
+    pool = min(
+        (p for p in (_int(data.get("max_total_num_tokens")), *by_rank.values()) if p is not None),
+        default=None,
+    )
     first_state = states[0] if states else {}
     mode_raw = data["disaggregation_mode"] if "disaggregation_mode" in data else None
     if mode_raw is None:
