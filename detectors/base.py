@@ -293,3 +293,13 @@ class Detector(Generic[C]):
             bootstrap_room=room,
             exposure=exposure,
         )
+
+
+def answered(serving: SideRecord, what: str, *, finish: bool = True) -> str:
+    """How the serving node answered `what`, for a finding's summary: with success, or by
+    streaming tokens before the request ended in an abort (tokens sent stay sent)."""
+    if serving.succeeded:
+        said = f" ({serving.finish_type or 'no error'})" if finish else ""
+        return f"answered {what} with success{said}"
+    tokens = serving.completion_tokens or 0
+    return f"streamed {tokens:,} tokens in answer to {what} before the request was aborted"

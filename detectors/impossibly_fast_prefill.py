@@ -281,7 +281,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         serving = record.serving
         uncached = record.uncached_tokens
-        if serving is None or not serving.succeeded or uncached is None or uncached < 1:
+        if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
         timings = self._timings(record, uncached, ctx)
         if not timings:

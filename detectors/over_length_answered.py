@@ -18,7 +18,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from collector.state.request_record import RequestRecord
-from detectors.base import Detector, DetectorConfig
+from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 from detectors.pool_in_force import pool_in_force
@@ -51,7 +51,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         serving = record.serving
         prompt = record.prompt_tokens
-        if serving is None or not serving.succeeded or prompt is None:
+        if serving is None or not serving.delivered or prompt is None:
             return []
         pool = pool_in_force(record, ctx)
         if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
@@ -73,8 +73,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         else:
             consequence = "the prompt was probably truncated"
         summary = (
-            f"{serving.node} answered a {prompt:,}-token prompt with success "
-            f"({serving.finish_type or 'no error'}) although the prefill pool in force was "
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} although the "
+            f"prefill pool in force was "
             f"{pool.tokens:,} tokens ({pool.node}, which refuses prompts over "
             f"{pool.longest_accepted:,}): {consequence}"
         )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from collector.state.request_record import RequestRecord
-from detectors.base import Detector, DetectorConfig
+from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 
@@ -49,7 +49,7 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         serving = record.serving
-        if serving is None or serving.role != "decode" or not serving.succeeded:
+        if serving is None or serving.role != "decode" or not serving.delivered:
             return []
         prefills = record.sides_with_role("prefill")
         refusals = [
@@ -77,8 +77,9 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
         else:
             what = "ran it as a one-token stub (its time stats)"
         summary = (
-            f"Prefill {refusal.node} {what} but decode {serving.node} answered bootstrap_room "
-            f"{room} with success: the answer was generated without the prompt's KV"
+            f"Prefill {refusal.node} {what} but decode {serving.node} "
+            f"{answered(serving, f'bootstrap_room {room}', finish=False)}: the answer was "
+            "generated without the prompt's KV"
         )
         return [
             self._request_finding(

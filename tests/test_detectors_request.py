@@ -451,6 +451,53 @@ def test_refusal_that_decode_also_aborted_is_not_flagged():
     )
 
 
+def _streamed_abort(
+    room: int, t: float, prompt: int, *, tokens: int, streamed: bool
+) -> list[Event]:
+    # A streamed answer cut short: the client gone, or the running timeout (503) after
+    # thousands of tokens (reference §2.5's sample). The tokens went out as they were made.
+    answer = decode_answer(room, t, prompt, ttft=0.05, finish="abort", status=None)
+    answer[-1].fields.update(completion_tokens=tokens, streamed=streamed)
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("tokens", "streamed", "exposed"),
+    [(20, True, True), (20, False, False), (0, True, False)],
+)
+def test_a_refused_prompt_whose_answer_was_streamed_before_an_abort_is_an_exposure(
+    tokens: int, streamed: bool, exposed: bool
+) -> None:
+    # The client had 20 tokens made from other requests' KV before it went away: exposed,
+    # although decode's finish says abort. Not streamed, an abort sent nothing but the error.
+    findings = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_refused(11, T + 500, 700_000),
+        _streamed_abort(11, T + 500, 700_000, tokens=tokens, streamed=streamed),
+    )
+    assert [(f.bootstrap_room, f.exposure) for f in findings] == ([("11", True)] if exposed else [])
+    if exposed:
+        assert "streamed 20 tokens in answer to bootstrap_room 11" in findings[0].summary
+    over_length = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefill_refused(11, T + 500, 700_000),
+        _streamed_abort(11, T + 500, 700_000, tokens=tokens, streamed=streamed),
+    )
+    assert bool(over_length) == exposed
+
+
+def test_an_honest_streamed_answer_cut_short_is_not_flagged() -> None:
+    findings = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_ok(12, T + 500, 5_000),
+        _streamed_abort(12, T + 500, 5_000, tokens=300, streamed=True),
+    )
+    assert findings == []
+
+
 def test_a_successful_retry_on_another_prefill_node_clears_the_refusal():
     assert (
         run(

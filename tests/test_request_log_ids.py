@@ -112,3 +112,28 @@ def test_the_bootstrap_host_is_read_after_the_rid_never_from_the_user_text() -> 
     # Outside PD there is none, and no key.
     plain = "Receive: obj=GenerateReqInput(text='hi', rid='r8', bootstrap_room=None)"
     assert "bootstrap_host" not in request_log.parse_text_receive(plain)
+
+
+def _finish(obj_tail: str, text: str = "hi") -> str:
+    return (
+        f"Finish: obj=GenerateReqInput(text='{text}', sampling_params={{'stop': ['x']}}, "
+        f"rid='r1', return_logprob=False, {obj_tail}bootstrap_room=7), out={{'meta_info': "
+        "{'id': 'r1', 'finish_reason': {'type': 'abort', 'message': 'x', 'status_code': None}, "
+        "'prompt_tokens': 9, 'completion_tokens': 3, 'cached_tokens': 0, 'e2e_latency': 0.5}}"
+    )
+
+
+def test_a_finish_says_whether_the_answer_was_streamed() -> None:
+    # `stream=` of the request's own repr, not one the prompt or a label spells.
+    assert request_log.parse_text_finish(_finish("stream=True, "))["streamed"] is True
+    assert request_log.parse_text_finish(_finish("stream=False, "))["streamed"] is False
+    assert "streamed" not in request_log.parse_text_finish(_finish(""))
+    spoofed = _finish("stream=False, extra_key='a, stream=True, b', ", text="x, stream=True, y")
+    assert request_log.parse_text_finish(spoofed)["streamed"] is False
+    record = (
+        '{"timestamp": "2026-09-06T00:00:01", "event": "request.finished", "rid": "r1", '
+        '"obj": {"rid": "r1", "stream": true, "bootstrap_room": 7}, "out": {"meta_info": '
+        '{"id": "r1", "completion_tokens": 3}}}'
+    )
+    parsed = request_log.parse_json_record(record)
+    assert parsed is not None and parsed[1]["streamed"] is True

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+from typing import Any, Final
 
 from collector.events import iso_time
 from collector.sglang.envelope import peel
@@ -404,6 +404,30 @@ def parse_text_receive(message: str) -> dict[str, Any]:
     return fields
 
 
+_STREAM_FIELD: Final = ", stream="
+
+
+def _streamed(text: str, end: int) -> bool | None:
+    """The `stream=` flag of a `GenerateReqInput(...)` repr (`text[:end]`): whether the client
+    was sent tokens as they were made. None when not found, or not as a flag. User text could
+    spell the field too (in the prompt, a stop string, a label): where it appears twice, it is
+    looked for again with the string literals blanked."""
+    at = text.find(_STREAM_FIELD, 0, end)
+    if at < 0:
+        return None
+    if text.find(_STREAM_FIELD, at + 1, end) >= 0:
+        text = _STRING_LITERAL.sub("''", text[:end])
+        at = text.find(_STREAM_FIELD)
+        if at < 0:
+            return None
+    value = text[at + len(_STREAM_FIELD) : at + len(_STREAM_FIELD) + 5]
+    if value.startswith("True"):
+        return True
+    if value.startswith("False"):
+        return False
+    return None
+
+
 def _note_address(fields: dict[str, Any], address: Address | None) -> None:
     if address is not None:
         fields["bootstrap_host"] = address[0]
@@ -436,6 +460,9 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
             fields["rid"] = rid
         fields["bootstrap_room"] = room
     _note_address(fields, address)
+    streamed = _streamed(message, out_at if out_at > 0 else len(message))
+    if streamed is not None:
+        fields["streamed"] = streamed
     return fields
 
 
@@ -574,6 +601,8 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
         meta = out.get("meta_info") if isinstance(out, dict) else None
         fields = _finished_fields(meta if isinstance(meta, dict) else {}, rid, room)
         fields.update(extra)
+        if isinstance(obj_dict.get("stream"), bool):
+            fields["streamed"] = obj_dict["stream"]
         return "request_finished", fields
     fields = {
         "rid": str(rid) if rid is not None else None,

@@ -650,6 +650,9 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         )
         finish = get("finish_type")
         side.finish_type = str(finish) if finish is not None else None
+        streamed = get("streamed")
+        if type(streamed) is bool:
+            side.streamed = streamed
         value = get("status_code")
         side.status_code = value if type(value) is int or value is None else _int(value, None)
         message = get("finish_message")
@@ -778,6 +781,8 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.cached_tokens = _newer(later.cached_tokens, side.cached_tokens)
         side.completion_tokens = _newer(later.completion_tokens, side.completion_tokens)
         side.finish_type = later.finish_type
+        if later.streamed is not None:
+            side.streamed = later.streamed
         side.status_code = later.status_code
         side.finish_message = later.finish_message
         side.e2e_latency = _newer(later.e2e_latency, side.e2e_latency)

@@ -70,6 +70,9 @@ class SideRecord:
     # When the client got the answer, as meta_info says (`response_sent_to_client_ts`, else
     # `request_finished_ts`): to the microsecond, where log stamps are whole seconds.
     sent_time: float | None = None
+    # The client asked for tokens as they were made (`stream=True`): what was made before an
+    # abort reached it.
+    streamed: bool | None = None
     # A line of a log, an export or a snapshot named the request on this node (else only a
     # trace span did, by its server's name in traces).
     logged: bool = False
@@ -121,6 +124,20 @@ class SideRecord:
         if self.trace_status is not None and self.trace_status.upper() == "ERROR":
             return True
         return self.rejected or self.checksum_mismatch or self.metadata_corruption
+
+    @property
+    def delivered(self) -> bool:
+        """The client got tokens from this node: it answered with success, or it streamed
+        tokens before the request ended in an abort (a client gone, a running timeout: the
+        tokens already sent stay sent)."""
+        if self.succeeded:
+            return True
+        return (
+            self.streamed is True
+            and self.finished_time is not None
+            and (self.completion_tokens or 0) > 0
+            and not (self.rejected or self.checksum_mismatch or self.metadata_corruption)
+        )
 
     @property
     def succeeded(self) -> bool:
@@ -313,7 +330,9 @@ def _serving(record: RequestRecord) -> SideRecord | None:
     for role in ("decode", "unified"):
         sides = record.sides_with_role(role)
         if sides:
-            return next((s for s in sides if s.succeeded), sides[0])
+            return next(
+                (s for s in sides if s.succeeded), next((s for s in sides if s.delivered), sides[0])
+            )
     return None
 
 
