@@ -17,10 +17,13 @@ def _reference(obj_text: str) -> tuple[str | None, str | None]:
     `rid='...'` and the first `bootstrap_room=<digits>`."""
     if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
         obj_text = request_log._STRING_LITERAL.sub(request_log._keep_short_literal, obj_text)
-    rid = re.search(r"rid='([^'\\]{1,200})'", obj_text)
+    rid = re.search(
+        r"""rid=(?:'((?:[^'\\\n]|\\.){1,1024})'|"((?:[^"\\\n]|\\.){1,1024})")""", obj_text
+    )
     at = obj_text.find("bootstrap_room=")
     room = re.compile(r"bootstrap_room=(\d+)").match(obj_text, at) if at >= 0 else None
-    return (rid.group(1) if rid else None), (room.group(1) if room else None)
+    found = (rid.group(1) if rid.group(1) is not None else rid.group(2)) if rid else None
+    return found, (room.group(1) if room else None)
 
 
 _pieces = st.sampled_from(
@@ -137,3 +140,15 @@ def test_a_finish_says_whether_the_answer_was_streamed() -> None:
     )
     parsed = request_log.parse_json_record(record)
     assert parsed is not None and parsed[1]["streamed"] is True
+
+
+def test_a_rid_the_client_chose_with_a_quote_or_an_escape_is_read_as_logged() -> None:
+    # repr quotes `d3'q` with double quotes; a newline it writes as `\n`. Read as no rid, an
+    # exposed response was listed as `rid=None`, and the JSON broke its own schema.
+    assert _obj_ids("""GenerateReqInput(text='a', rid="d3'q", bootstrap_room=7)""") == ("d3'q", "7")
+    assert _obj_ids("GenerateReqInput(text='a', rid='d3\\nx', bootstrap_room=7)") == (
+        "d3\\nx",
+        "7",
+    )
+    long_rid = "r" * 600
+    assert _obj_ids(f"GenerateReqInput(rid='{long_rid}', bootstrap_room=7)") == (long_rid, "7")

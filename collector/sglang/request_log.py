@@ -46,7 +46,9 @@ _META_KEYS_FLOAT = (
 _META_SCALAR = re.compile(r"'(\w+)': (-?[\d.]+(?:e[-+]?\d+)?|None|True|False|'[0-9A-Za-z_.:-]*')")
 _FINISH_REASON = re.compile(r"'finish_reason': (None|\{'type': '(\w+)')")
 _STATUS_CODE = re.compile(r"'status_code': (\d+)")
-_OBJ_RID = re.compile(r"rid='([^'\\]{1,200})'")
+# The client chooses the rid: Python's repr quotes one holding `'` with `"`, and writes what
+# it cannot print as escapes (kept as written: the id as the log shows it).
+_OBJ_RID = re.compile(r"""rid=(?:'((?:[^'\\\n]|\\.){1,1024})'|"((?:[^"\\\n]|\\.){1,1024})")""")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
 _OBJ_HOST = re.compile(r"bootstrap_host='([^'\\\s]{1,255})'")
 _OBJ_PORT = re.compile(r"bootstrap_port=(\d{1,5})\b")
@@ -152,7 +154,7 @@ def _obj_ids_and_end(
         # a later one is the one, as a search of the whole text would find).
         m = _OBJ_RID.search(text, rid_at, end)
         if m:
-            rid = m.group(1)
+            rid = m.group(1) if m.group(1) is not None else m.group(2)
             ids_end = m.end()
     room = None
     host = None
