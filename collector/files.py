@@ -49,6 +49,7 @@ from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import log_clusters
 from collector.sglang.request_log import cut_record
+from collector.shown_text import printable
 from collector.text_encoding import as_utf8
 
 FileKind = Literal["log", "prom", "json", "otlp"]
@@ -321,10 +322,11 @@ def _holds_otlp(path: Path) -> bool:
 
 def _printable(name: str) -> str:
     """A node name from a file name, as text: bytes that are not UTF-8 (kept by the file system
-    as surrogates) become U+FFFD, which JSON, Parquet and the report's plots all accept."""
-    if name.isascii():
-        return name
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    as surrogates) become U+FFFD, which JSON, Parquet and the report's plots all accept, and
+    control characters their escapes (`shown_text.printable`)."""
+    if not name.isascii():
+        name = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return printable(name)
 
 
 def discover(

@@ -93,6 +93,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         nodes_not_judged_line,
         not_judged_line,
     )
+    from collector.shown_text import printable_lines
     from detectors.pipeline import PipelineConfig
 
     if args.workers is not None and args.workers < 1:
@@ -135,7 +136,9 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if not result.summary["requests"]["total"]:
         # Files, but no request in them (the wrong folder, an encoding or wrapping not read):
         # "no exposed responses" would read as an all-clear.
-        err.write(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
+        err.write(
+            printable_lines(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
+        )
         return 2
     found = _failing(result.summary, args.fail_on)
     if found:
@@ -143,6 +146,10 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         return 1
     if not result.summary["exposure"]["count"] and answering_not_judged(result.summary):
         # Nothing found, but in the requests of some nodes only: not an all-clear.
-        err.write(f"kvwatch forensics: NOT JUDGED: {nodes_not_judged_line(result.summary)}\n")
+        err.write(
+            printable_lines(
+                f"kvwatch forensics: NOT JUDGED: {nodes_not_judged_line(result.summary)}\n"
+            )
+        )
         return 2
     return 0

@@ -9,6 +9,7 @@ the span, and the joined requests streamed to Parquet in batches.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -49,6 +50,7 @@ from collector.forensics.report import (
 )
 from collector.parse import ParseStats
 from collector.sglang.log_clock import zone_name
+from collector.shown_text import printable_lines
 from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LedgerConfig, request_key
@@ -693,7 +695,14 @@ def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
 
 
 def print_outcome(result: ForensicsResult, out: TextIO) -> None:
-    """The terminal summary: what was found, the window, the config gap, where the report is."""
+    """The terminal summary: what was found, the window, the config gap, where the report is;
+    nothing the logs chose (a rid, a name) written as a control character."""
+    text = io.StringIO()
+    _write_outcome(result, text)
+    out.write(printable_lines(text.getvalue()))
+
+
+def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
     summary = result.summary
     exposure = summary["exposure"]
     severities: dict[str, int] = dict(summary["findings_by_severity"])

@@ -11,6 +11,7 @@ import base64
 import csv
 import html
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Final, NamedTuple
 
 from collector.files import EXPORT_NAME
 from collector.forensics.plots import PlotData, render_all
+from collector.shown_text import printable_lines
 
 TABLE_ROWS = 200
 
@@ -44,7 +46,18 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
             row.append("true" if finding.get("exposure") else "false")
             evidence = finding.get("evidence") or {}
             row.append(";".join(f"{k}={_value(v)}" for k, v in sorted(evidence.items())))
-            writer.writerow(["" if v is None else v for v in row])
+            writer.writerow(["" if v is None else _inert_cell(v) for v in row])
+
+
+# What a spreadsheet takes for a formula at a cell's start (OWASP's CSV injection guidance):
+# a rid or node name is the client's or a file's choice, and `=HYPERLINK(...)` would run.
+_FORMULA_STARTS: Final = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _inert_cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
 
 
 def _switch(value: Any) -> str:
@@ -577,8 +590,9 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         out.append("|---|---|---|---|---|---|---|")
         for req in exposure["requests"][:TABLE_ROWS]:
             out.append(
-                f"| {req['time']} | {req['node']} | {req['rid']} | {req['bootstrap_room']} | "
-                f"{_n(req['prompt_tokens'])} | {_prefill(req)} | {', '.join(req['evidence'])} |"
+                f"| {req['time']} | {_cell(req['node'])} | {_cell(req['rid'])} | "
+                f"{_cell(req['bootstrap_room'])} | {_n(req['prompt_tokens'])} | "
+                f"{_cell(_prefill(req))} | {', '.join(req['evidence'])} |"
             )
         if len(exposure["requests"]) > TABLE_ROWS:
             out.append(f"\n({len(exposure['requests']) - TABLE_ROWS:,} more in the JSON summary)")
@@ -591,8 +605,8 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         out.append("|---|---|---|---|")
         for finding in lists[:TABLE_ROWS]:
             out.append(
-                f"| {finding['time']} | {finding['node']} | {finding['detector']} | "
-                f"{_candidates(finding)} |"
+                f"| {finding['time']} | {_cell(finding['node'])} | {finding['detector']} | "
+                f"{_cell(_candidates(finding))} |"
             )
         if len(lists) > TABLE_ROWS:
             out.append(f"\n({len(lists) - TABLE_ROWS:,} more in the JSON summary)")
@@ -626,7 +640,17 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         f"{data['unclassified_engine_lines']:,} unclassified engine lines.",
         "",
     ]
-    path.write_text("\n".join(out))
+    # Nothing the logs chose (a rid, a node name) is markup or a control character here: a
+    # `<` that could open a tag is written as an entity (`pool 681,280 < context` stays).
+    path.write_text(_TAG_OPENING.sub("&lt;", printable_lines("\n".join(out))))
+
+
+_TAG_OPENING: Final = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def _cell(value: Any) -> str:
+    """A Markdown table cell: a `|` in it would start another column."""
+    return "" if value is None else str(value).replace("|", "\\|")
 
 
 _CSS = """

@@ -28,6 +28,7 @@ from collector.events import iso_time
 from collector.sglang.envelope import peel
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
+from collector.shown_text import printable
 
 _META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
 _META_KEYS_FLOAT = (
@@ -369,7 +370,7 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
         message = str(raw_message) if raw_message is not None else None
     rid = meta.get("id") or obj_rid
     fields: dict[str, Any] = {
-        "rid": str(rid) if rid is not None else None,
+        "rid": printable(str(rid)) if rid is not None else None,
         "bootstrap_room": room,
         "prompt_tokens": None,
         "cached_tokens": None,
@@ -607,7 +608,7 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
             fields["streamed"] = obj_dict["stream"]
         return "request_finished", fields
     fields = {
-        "rid": str(rid) if rid is not None else None,
+        "rid": printable(str(rid)) if rid is not None else None,
         "bootstrap_room": room,
         "openai": event.endswith("openai"),
     }
