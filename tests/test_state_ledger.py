@@ -588,3 +588,24 @@ def test_the_prefill_of_a_request_is_the_attempt_that_prefilled_it():
     assert not record.prefill_refused
     alone = RequestRecord("6", "6", [failed, decode], True)
     assert alone.prefill is failed  # no attempt prefilled it: the first one
+
+
+def test_a_span_in_error_does_not_undo_an_answer_the_node_s_finish_record_shows() -> None:
+    # The finish record is the node's own account of what the client got. A trace span of the
+    # same request in ERROR (the exporter's view, or another attempt's) turned three exposures
+    # the request logs showed into none.
+    answered = SideRecord(
+        "decode-0",
+        "d1",
+        finished_time=10.0,
+        finish_type="stop",
+        completion_tokens=150,
+        has_trace=True,
+        trace_status="ERROR",
+        trace_completion_tokens=150,
+    )
+    assert answered.succeeded and not answered.failed
+    traced_only = SideRecord(
+        "decode-0", "d1", has_trace=True, trace_status="ERROR", trace_completion_tokens=150
+    )
+    assert traced_only.failed and not traced_only.succeeded

@@ -121,7 +121,13 @@ class SideRecord:
             return True
         if self.status_code is not None and self.status_code >= 400:
             return True
-        if self.trace_status is not None and self.trace_status.upper() == "ERROR":
+        if (
+            self.trace_status is not None
+            and self.trace_status.upper() == "ERROR"
+            and self.finished_time is None
+        ):
+            # The node's own finish record, where there is one, says what the client got: a span
+            # that disagrees must not clear an answer the log shows as given.
             return True
         return self.rejected or self.checksum_mismatch or self.metadata_corruption
 
