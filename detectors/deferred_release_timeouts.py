@@ -11,13 +11,17 @@ volume to mean it. Per window (event time) the score is the largest of
 
 * timeouts / (`ratio` x baseline timeouts), when timeouts >= `min_timeouts`, or of this window
   and the quiet one before it together against twice that (a burst across their boundary);
+* one node's timeouts / (`ratio` x its own baseline), likewise: a storm on one decode of six
+  is under the bar of the six together;
 * failed releases / (`ratio` x baseline failures), when failures >= `min_errors` (the reference:
   alert on releases failing, not on timeouts alone);
 * timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
   the `outcome` counter, which also counts `drained`);
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
 
-and a window scoring at or above `threshold` raises a warning, critical when KV checksum
+a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
+timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
+scoring at or above `threshold` raises a warning, critical when KV checksum
 mismatches or metadata corruption occur in the same or the previous window. Windows that fire do
 not enter the baseline. A storm lasting several windows is one finding (re-raised only if it
 turns critical), and it outlasts up to `episode_gap_windows` quiet windows in a row: a storm at
@@ -48,6 +52,7 @@ from detectors.storm import (
     sample_value,
     settled_level,
     shifted,
+    unlikely,
 )
 from detectors.windows import Baseline
 
@@ -142,6 +147,8 @@ class _Window:
 def _worst_node(window: _Window, rule: str) -> str | None:
     """The node the rule that fired points at: the most failed releases, the most pages held,
     else the most timeouts (ties to the first by name)."""
+    if rule.startswith("node_timeouts:"):
+        return rule.partition(":")[2]
     if rule == "held":
         held = {node: value for node, value in window.held.items() if node != "*"}
         return max(sorted(held), key=held.__getitem__, default=None)
@@ -200,6 +207,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_errors_ = Baseline(cfg.baseline_windows)
         self.baseline_share_ = Baseline(cfg.baseline_windows)
         self.baseline_held_ = Baseline(cfg.baseline_windows)
+        # node -> its own timeouts per window
+        self.node_timeouts_: dict[str, Baseline] = {}
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
         self.episode_ = Episode()
 
@@ -211,6 +220,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_errors": self.baseline_errors_.to_list(),
             "baseline_share": self.baseline_share_.to_list(),
             "baseline_held": self.baseline_held_.to_list(),
+            "node_timeouts": {k: b.to_list() for k, b in sorted(self.node_timeouts_.items())},
             "recent_mismatches": list(self.recent_mismatches_),
             "episode": self.episode_.to_state(),
         }
@@ -223,6 +233,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_errors_ = Baseline(cfg.baseline_windows, state.get("baseline_errors", ()))
         self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
         self.baseline_held_ = Baseline(cfg.baseline_windows, state["baseline_held"])
+        self.node_timeouts_ = {
+            node: Baseline(cfg.baseline_windows, values)
+            for node, values in (state.get("node_timeouts") or {}).items()
+        }
         self.recent_mismatches_ = deque(
             state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
         )
@@ -299,6 +313,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_held_ = seeded(
             [c.held for c in counts], lambda v: cfg.held_ratio * max(v, cfg.prior_held)
         )
+        nodes = sorted(set().union(*(window.nodes() for _, window in held)))
+        self.node_timeouts_ = {
+            node: seeded(
+                [window.outcome_count(node, "timeout") for _, window in held],
+                lambda v: cfg.ratio * max(v, cfg.prior_timeouts),
+            )
+            for node in nodes
+        }
 
     def _absorb(self, other: DeferredReleaseTimeouts) -> None:
         size = self.config.baseline_windows
@@ -308,6 +330,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_errors_ = shifted(
             self.baseline_errors_, size, other.baseline_errors_.level(0.0)
         )
+        for node, own in other.node_timeouts_.items():
+            self.node_timeouts_[node] = Baseline(size, own.to_list())
 
     def _unobserved(self) -> None:
         super()._unobserved()
@@ -327,9 +351,23 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         base_share = self.baseline_share_.level(0.0)
         base_held = self.baseline_held_.level(cfg.prior_held)
         scores = {"timeouts": 0.0, "errors": 0.0, "share": 0.0, "held": 0.0}
-        if errors >= cfg.min_errors:
+        # What chance could make of each count: the baselines' means, before the priors lift
+        # them (an hour without a timeout makes five in a window no chance event).
+        errors_rate = self.baseline_errors_.level(0.0)
+        if errors >= cfg.min_errors and unlikely(errors, errors_rate, cfg.chance):
             scores["errors"] = errors / (cfg.ratio * base_errors)
-        scores["timeouts"] = self._burst(timeouts, cfg.min_timeouts, cfg.ratio, base_timeouts)
+        timeouts_rate = self.baseline_timeouts_.level(0.0)
+        scores["timeouts"] = self._burst(
+            timeouts, cfg.min_timeouts, cfg.ratio, base_timeouts, timeouts_rate
+        )
+        node_counts = {node: window.outcome_count(node, "timeout") for node in nodes}
+        if len(self.node_timeouts_) > 1 or len(node_counts) > 1:
+            for node, count in sorted(node_counts.items()):
+                own = self.node_timeouts_.get(node)
+                level = own.level(cfg.prior_timeouts) if own is not None else cfg.prior_timeouts
+                rate = own.level(0.0) if own is not None else 0.0
+                if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
+                    scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -348,6 +386,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             if share is not None:
                 self.baseline_share_.add(share)
             self.baseline_held_.add(held)
+            for node in set(self.node_timeouts_) | set(node_counts):
+                own = self.node_timeouts_.setdefault(node, Baseline(cfg.baseline_windows))
+                own.add(node_counts.get(node, 0.0))
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             return None
 
@@ -373,6 +414,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f"Deferred KV releases held: up to {held:.0f} requests' pages held pending a "
                 f"drain ack against a baseline of {base_held:.1f}, {timeouts:.0f} timeouts"
                 f"{share_text} in {cfg.window_seconds:.0f}s"
+            )
+        elif worst is not None and rule.startswith("node_timeouts:"):
+            own = self.node_timeouts_.get(worst)
+            level = own.level(cfg.prior_timeouts) if own is not None else cfg.prior_timeouts
+            head = (
+                f"Deferred KV releases timing out on {worst}: {node_counts[worst]:.0f} timeouts "
+                f"in {cfg.window_seconds:.0f}s against its own baseline of {level:.1f} "
+                f"({timeouts:.0f}{share_text} on all nodes{held_text})"
             )
         else:
             head = (
@@ -404,7 +453,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 "baseline_held": base_held,
                 "mismatches": mismatches,
                 "nodes": len(nodes),
-                "rule": rule,
+                "rule": rule.partition(":")[0],
                 "score": round(score, 6),
                 "threshold": cfg.threshold,
             },

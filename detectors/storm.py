@@ -37,6 +37,7 @@ import math
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from pydantic import Field
+from scipy.special import gammainc
 
 from collector.events import Event
 from collector.state.config_timeline import NODE_WINDOW
@@ -62,6 +63,10 @@ class StormConfig(DetectorConfig):
     # it closes before the first partial arrives (the hours between a deploy-time snapshot and
     # the first log line).
     reported_windows: bool = False
+    # A window's count fires only when the baseline's rate (Poisson) makes it at most this
+    # likely by chance: at a normal of 1.5 timeouts a window, 6 in one happens about once a
+    # day (ratio and floor alone fired on it); at 1e-5, about once in 350 days.
+    chance: float = Field(default=1e-5, gt=0, lt=1)
 
 
 class Episode:
@@ -365,9 +370,12 @@ class StormDetector(Detector[S], Generic[S, W]):
             self._seed(held, ctx)
         return [finding for finding in findings if finding is not None]
 
-    def _burst(self, count: float, floor: float, ratio: float, base: float) -> float:
+    def _burst(
+        self, count: float, floor: float, ratio: float, base: float, rate: float | None = None
+    ) -> float:
         """`burst_score` of the closing window's count, with the quiet window before it."""
-        score = burst_score(count, self.quiet_window_, floor, ratio, base)
+        chance = self.config.chance
+        score = burst_score(count, self.quiet_window_, floor, ratio, base, chance, rate)
         self.quiet_window_ = None
         return score
 
@@ -434,24 +442,53 @@ def burst_score(
     floor: float,
     ratio: float,
     base: float,
+    chance: float = 1.0,
+    rate: float | None = None,
 ) -> float:
-    """A window's count against `ratio` x baseline once it reaches the volume `floor`, or, if
-    higher, the count of it and the quiet window before it as one window twice as long, against
-    twice the bar as it stood before that window entered the baseline (`previous`: its count
-    and that baseline): a burst split by the windows' boundary, 4 timeouts each side of
-    07:15:00, is the burst it would be inside one window.
+    """A window's count against `ratio` x baseline once it reaches the volume `floor` and is
+    no more than `chance` likely at the baseline's `rate` (`unlikely`: the mean of the windows
+    behind `base`, before a prior floor lifted it; `base` when not given), or, if higher, the
+    count of it and the quiet window before it as one window twice as long, against twice the
+    bar as it stood before that window entered the baseline (`previous`: its count and that
+    baseline): a burst split by the windows' boundary, 4 timeouts each side of 07:15:00, is
+    the burst it would be inside one window.
 
     >>> burst_score(4, (4, 1.0), floor=5, ratio=4.0, base=4.0)  # 8 across the boundary
     1.0
     >>> burst_score(4, None, floor=5, ratio=4.0, base=1.0)  # under the floor on its own
     0.0
+    >>> burst_score(6, None, floor=5, ratio=4.0, base=1.5, chance=1e-5)  # a day's chance
+    0.0
     """
-    single = count / (ratio * base) if count >= floor else 0.0
+    if rate is None:
+        rate = base
+    single = count / (ratio * base) if count >= floor and unlikely(count, rate, chance) else 0.0
     if previous is None or count <= 0:
         return single
     pair = count + previous[0]
-    double = pair / (2.0 * ratio * min(base, previous[1])) if pair >= floor else 0.0
+    before = min(base, previous[1])
+    double = (
+        pair / (2.0 * ratio * before)
+        if pair >= floor and unlikely(pair, 2.0 * rate, chance)
+        else 0.0
+    )
     return max(single, double)
+
+
+def unlikely(count: float, rate: float, chance: float) -> bool:
+    """Whether `count` or more events in a window whose events come at `rate` on average
+    (a Poisson process) happen with probability at most `chance`.
+
+    >>> unlikely(6, 1.5, 1e-5), unlikely(10, 1.5, 1e-5), unlikely(40, 8.0, 1e-5)
+    (False, True, True)
+    """
+    if chance >= 1.0:
+        return True
+    k = math.floor(count)
+    if k <= 0:
+        return False
+    # P(X >= k) = P(k, rate), the regularised lower incomplete gamma function.
+    return float(gammainc(k, max(rate, 1e-9))) <= chance
 
 
 def normal_level(values: list[float]) -> float:

@@ -192,7 +192,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         nodes = sorted(window.nodes())
         failures = _failures(window, start, ctx)
         base = self.baseline_.level(cfg.prior_failures)
-        score = self._burst(failures, cfg.min_failures, cfg.ratio, base)
+        score = self._burst(failures, cfg.min_failures, cfg.ratio, base, self.baseline_.level(0.0))
         if score < cfg.threshold:
             self._quiet(failures, base, self.baseline_)
             self.baseline_.add(failures)

@@ -102,10 +102,50 @@ def test_a_timeout_storm_is_one_warning_even_across_windows():
     assert finding.time == T + 6 * 3600 + 300
 
 
-def steady(per_window: int, hours: int, first_room: int = 0) -> list[Event]:
+def steady(per_window: int, hours: int, first_room: int = 0, node: str = "decode-0") -> list[Event]:
     """`per_window` timeouts in every 5-minute window from the first line on."""
     step = 300.0 / per_window
-    return [timeout(T + 5 + step * k, first_room + k) for k in range(hours * 12 * per_window)]
+    return [timeout(T + 5 + step * k, first_room + k, node) for k in range(hours * 12 * per_window)]
+
+
+def _poisson_timeouts(
+    rate: float, hours: float, node: str, seed: int, first_room: int = 0, start: float = T
+) -> list[Event]:
+    """Timeouts at `rate` a 300 s window on average, as a Poisson process: the routine timeouts
+    of lost drain acks."""
+    rng = np.random.default_rng(seed)
+    gaps = rng.exponential(300.0 / rate, size=int(hours * 3600 / 300 * rate * 2) + 10)
+    times = start + np.cumsum(gaps)
+    times = times[times < start + hours * 3600]
+    return [timeout(float(t), first_room + k, node) for k, t in enumerate(times)]
+
+
+def test_routine_timeouts_at_a_steady_rate_raise_nothing_however_long() -> None:
+    """Four days at 1.5 timeouts a window, nothing changing: chance alone put 6 or more in a
+    window about once a day, over 4x that normal, and each was a warning."""
+    events = _poisson_timeouts(1.5, 96, "decode-0", seed=1)
+    counts = np.bincount([int((e.time - T) // 300) for e in events])
+    assert (counts >= 6).sum() >= 2  # what chance does at that rate
+    assert run(DeferredReleaseTimeouts(), events) == []
+
+
+def test_a_storm_on_one_decode_of_six_is_a_storm() -> None:
+    """Six decodes at 2 timeouts a window each; for an hour decode-3 logs 24 a window (12x its
+    own normal). The six together went from 12 to 34: under 4x their sum, and nothing was
+    raised."""
+    events: list[Event] = []
+    for index in range(6):
+        node = f"decode-{index}"
+        events += steady(2, hours=6, node=node, first_room=index * 100_000)
+    storm = [
+        timeout(T + 4 * 3600 + k * 300 + 10 * i, 900_000 + k * 100 + i, "decode-3")
+        for k in range(12)
+        for i in range(22)
+    ]
+    (finding,) = run(DeferredReleaseTimeouts(), events + storm)
+    assert finding.node == "decode-3" and finding.severity == "warning"
+    assert T + 4 * 3600 < finding.time <= T + 5 * 3600
+    assert "on decode-3" in finding.summary and "its own baseline of 2.0" in finding.summary
 
 
 def test_timeouts_routine_from_the_first_line_are_the_normal_not_a_storm():
