@@ -297,3 +297,20 @@ def test_a_gzip_cut_short_is_said_however_few_lines_it_lost(tmp_path: Path) -> N
     assert summary["input"]["dropped_by_reason"]["truncated_gzip"] == 1
     assert "UNREAD: files not read whole: " in done.stdout
     assert "truncated_gzip 1" in done.stdout
+
+
+def test_a_prefill_whose_pool_no_input_stated_is_said(tmp_path: Path) -> None:
+    """Logs begun after start-up (and no snapshots): over-length answers are known by refusals
+    and prefill times alone, and an all-clear over them must say so."""
+    whole, _ = _forensics(REFERENCE, tmp_path / "whole")
+    assert "POOL UNKNOWN" not in whole.stdout
+    case = tmp_path / "case"
+    _healthy_reference(case)
+    prefill = case / "prefill-0.log"
+    pool_lines = ("KV Cache is allocated", "max_total_num_tokens=", "KV pool holds")
+    lines = prefill.read_text().splitlines(keepends=True)
+    prefill.write_text("".join(line for line in lines if not any(p in line for p in pool_lines)))
+    done, _ = _forensics(case, tmp_path / "out")
+    assert "no exposed responses found" in done.stdout
+    assert "POOL UNKNOWN: prefill-0: no KV pool stated" in done.stdout
+    assert "no KV pool stated" in (tmp_path / "out" / "report.md").read_text()

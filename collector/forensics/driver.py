@@ -41,6 +41,7 @@ from collector.forensics.report import (
     newest_first_line,
     nodes_not_judged_line,
     not_judged_line,
+    pool_unknown_line,
     possible_line,
     repeated_lines_line,
     unread_line,
@@ -755,6 +756,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),
         ("NOT JUDGED NODES: ", nodes_not_judged_line),
+        ("POOL UNKNOWN: ", pool_unknown_line),
     ):
         line = said(summary)
         if line:

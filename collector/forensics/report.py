@@ -400,6 +400,27 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
 _LISTED_NODES = 8
 
 
+def pool_unknown_line(summary: dict[str, Any]) -> str:
+    """Prefill nodes whose KV pool no input stated, when requests were judged: over-length
+    answers are then known only by refusals and prefill times, and an all-clear must say so."""
+    if not summary["requests"]["total"]:
+        return ""
+    unknown = [
+        {"node": node}
+        for node, info in sorted(summary["nodes"].items())
+        if info.get("role") in ("prefill", "unified")
+        and not any(point.get("max_total_num_tokens") for point in info.get("config", []))
+    ]
+    if not unknown:
+        return ""
+    return (
+        f"{_node_names(unknown)}: no KV pool stated (no start-up lines, "
+        "sglang:max_total_num_tokens or /server_info read), so prompts longer than the pool "
+        "were judged by refusals and prefill times alone; pass their start-up logs or saved "
+        "/server_info to judge them by length too."
+    )
+
+
 def _node_names(rows: list[dict[str, Any]]) -> str:
     names = [row["node"] for row in rows[:_LISTED_NODES]]
     if len(rows) > _LISTED_NODES:
@@ -543,6 +564,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         repeated_lines_line,
         late_lines_line,
         nodes_not_judged_line,
+        pool_unknown_line,
     ):
         line = said(summary)
         if line:
