@@ -149,6 +149,9 @@ class TelemetryFile:
     pieces: tuple[Path, ...] = ()
     # A cloud log service's JSON document of log lines (`collector.log_exports`).
     cloud_export: str = ""
+    # On a log stream's first file, when its lines print the time of day alone: the local
+    # midnight before its first line, in UTC seconds (`log_clock.log_day`).
+    day: float | None = None
 
 
 @dataclass

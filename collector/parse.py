@@ -12,7 +12,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,7 +29,7 @@ from collector.files import (
     read_lines,
 )
 from collector.repeated_lines import RepeatedLines, in_reading_order
-from collector.sglang.log_clock import LogClock, log_zone
+from collector.sglang.log_clock import LogClock, borrowed_day, log_day, log_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -40,6 +40,10 @@ from collector.sglang.logs import (
 from collector.sglang.outcome import BLANK_LINES, ParseOutcome
 
 BLANK = NOISE_PREFIX + "blank"
+# A request's lines: one without a time cannot be placed among the others.
+_REQUEST_KINDS: Final = frozenset(
+    {"request_received", "request_finished", "request_rejected", "request_time_stats"}
+)
 # A document (a `.prom` scrape, a saved `/server_info`, an indented trace export) is read whole,
 # up to this size.
 MAX_DOCUMENT_BYTES = 64 << 20
@@ -75,6 +79,8 @@ class ParseStats:
     node_events: dict[str, Counter[str]] = field(default_factory=dict)
     # Nodes a snapshot (a `.prom` scrape, a saved `/server_info`) was read of.
     snapshot_nodes: set[str] = field(default_factory=set)
+    # Request lines that print the time of day alone, which nothing in the logs dated.
+    undated_requests: int = 0
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -117,6 +123,7 @@ class ParseStats:
         for node, kinds in other.node_events.items():
             self.node_events.setdefault(node, Counter()).update(kinds)
         self.snapshot_nodes |= other.snapshot_nodes
+        self.undated_requests += other.undated_requests
 
     def note_newest_first(self, path: str) -> None:
         if path not in self.newest_first_logs:
@@ -145,6 +152,7 @@ class ParseStats:
             "unclassified_other_lines": self.unclassified_other,
             "unclassified_heads": dict(self.unclassified_heads.most_common(20)),
             "dropped_by_reason": dict(sorted(self.dropped.items())),
+            **({"undated_request_lines": self.undated_requests} if self.undated_requests else {}),
             "seconds": round(self.elapsed, 3),
             "mb_per_second": round(self.bytes / self.elapsed / 1e6, 1),
             "lines_per_second": round(self.lines / self.elapsed),
@@ -200,6 +208,8 @@ def file_events(
                     bucket, event = parse(line, prefix + str(number))
                     if event is not None:
                         events[bucket] += 1
+                        if event.time is None and bucket in _REQUEST_KINDS:
+                            stats.undated_requests += 1
                         yield event
                     elif bucket in taken:
                         events[bucket] += 1
@@ -320,7 +330,9 @@ def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[E
 
 
 def streams_of(
-    paths: Iterable[str | Path], skipped: Counter[str] | None = None
+    paths: Iterable[str | Path],
+    skipped: Counter[str] | None = None,
+    log_date: float | None = None,
 ) -> dict[tuple[str, str], list[TelemetryFile]]:
     """Files grouped into streams that are each in time order: per node, its logs; per node and
     kind, its snapshots (.prom, saved /server_info) in snapshot-time order.
@@ -328,7 +340,8 @@ def streams_of(
     Snapshots form their own stream so the merge places each at its moment instead of before or
     after all of the node's log lines; so do a node's request-metric exports (`log:export`),
     written alongside its log, not after it. One stream per node and kind (not per file) keeps
-    memory bounded: the merge holds one pending item per stream.
+    memory bounded: the merge holds one pending item per stream. `log_date` (UTC seconds of a
+    midnight) dates log streams that print the time of day alone when nothing else does.
     """
     streams: dict[tuple[str, str], list[TelemetryFile]] = {}
     for tf in discover(paths, skipped):
@@ -337,10 +350,38 @@ def streams_of(
             kind = f"{LOG}:{tf.channel}"
         streams.setdefault((tf.node, kind), []).append(tf)
     streams = _channels_as_logs(streams)
-    return {
+    ordered = {
         key: in_reading_order(files) if is_log_stream(key[1]) else files
         for key, files in streams.items()
     }
+    return _dated(ordered, log_date)
+
+
+def _dated(
+    streams: dict[tuple[str, str], list[TelemetryFile]], log_date: float | None = None
+) -> dict[tuple[str, str], list[TelemetryFile]]:
+    """Log streams whose lines print the time of day alone, each with the midnight its first
+    line follows on its first file (`TelemetryFile.day`): told by its own stamps, else by
+    another such stream's of the deployment (a prefill logs no `request_finished_ts`, its
+    decode does), else by `log_date` (their times of day then read as UTC). Undated, their
+    lines are out of time and no request of theirs is judged."""
+    told = {
+        key: found
+        for key, files in streams.items()
+        if is_log_stream(key[1]) and (found := log_day(key[0], files)) is not None
+    }
+    dated = [found for found in told.values() if found.day is not None]
+    out = dict(streams)
+    for key, found in told.items():
+        day = found.day
+        if day is None and dated:
+            day = borrowed_day(found, dated[0])
+        if day is None:
+            day = log_date
+        if day is not None:
+            files = out[key]
+            out[key] = [replace(files[0], day=day), *files[1:]]
+    return out
 
 
 LOG: Final = "log"
@@ -417,7 +458,9 @@ def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock |
     streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    return LogClock(log_zone(key[0], files))
+    zone = log_zone(key[0], files)
+    day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
+    return LogClock(zone, day=None if day is None else day + zone)
 
 
 def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) -> None:

@@ -340,10 +340,12 @@ def parallel_events_in_time_order(
     workers: int | None = None,
     progress: Callable[[int], None] | None = None,
     stage_factory: StageFactory | None = None,
+    log_date: float | None = None,
 ) -> Iterator[Event]:
     """Like `parse.events_in_time_order`, restricted to `wanted` events (plus what the stages
-    emit), parsed on every core. Unwanted events are still read and counted in `stats`."""
-    streams = streams_of(paths, stats.dropped)
+    emit), parsed on every core. Unwanted events are still read and counted in `stats`.
+    `log_date`: see `parse.streams_of`."""
+    streams = streams_of(paths, stats.dropped, log_date)
     workers = workers or os.cpu_count() or 1
     total = sum(_size(files) for files in streams.values())
     if workers <= 1 or len(streams) <= 1 or total < PARALLEL_MIN_BYTES:

@@ -252,3 +252,95 @@ def test_a_daylight_saving_change_between_the_exposures_and_the_restart(
     critical = {f["bootstrap_room"] for f in summary["findings"] if f["severity"] == "critical"}
     assert critical - {None} == rooms
     assert set(map(tuple, summary["input"]["log_utc_offsets"].values())) == {("+02:00", "+01:00")}
+
+
+def test_lines_printing_the_time_of_day_alone_are_dated_by_the_stamps_among_them(
+    tmp_path: Path,
+) -> None:
+    # Late-2024 builds print `[16:43:29 TP0]`. With `--enable-metrics`, a `Finish` line says
+    # when it was printed (`request_finished_ts`): that dates the whole stream, from its first
+    # line (before the stamp), over midnight and into the next rotated file. Undated, every
+    # request line was out of time and no request judged ("no exposed responses found").
+    stamp = parse_iso_time("2026-08-28T00:20:05Z")
+    assert stamp is not None
+    finish = (
+        "[00:20:05] Finish: obj=GenerateReqInput(rid='d1', bootstrap_room=7), out={'meta_info': "
+        "{'id': 'd1', 'finish_reason': {'type': 'stop', 'matched': 1}, 'prompt_tokens': 9, "
+        f"'completion_tokens': 3, 'cached_tokens': 0, 'e2e_latency': 0.5, "
+        f"'request_finished_ts': {stamp + 0.4}}}}}"
+    )
+    older = tmp_path / "decode-0.log.1"
+    older.write_text(
+        "[23:59:50 TP0] max_total_num_tokens=681280, chunked_prefill_size=8192, "
+        "max_prefill_tokens=16384, max_running_requests=128, context_len=1048576, "
+        "available_gpu_mem=9.80 GB\n"
+        "[00:10:00] Receive: obj=GenerateReqInput(rid='d0', bootstrap_room=6)\n"
+    )
+    (tmp_path / "decode-0.log").write_text(
+        "[00:20:00] Receive: obj=GenerateReqInput(rid='d1', bootstrap_room=7)\n" + finish + "\n"
+    )
+    events = list(events_by_node([str(tmp_path)], ParseStats()))
+    times = {e.kind: e.time for e in events}
+    assert times["capacity"] == parse_iso_time("2026-08-27T23:59:50Z")
+    assert [e.time for e in events if e.kind == "request_received"] == [
+        parse_iso_time("2026-08-28T00:10:00Z"),
+        parse_iso_time("2026-08-28T00:20:00Z"),
+    ]
+
+
+REFERENCE = Path(__file__).parent / "testdata" / "reference_incident"
+_DATE_IN_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d ", re.MULTILINE)
+
+
+def _time_only(case: Path, *, stamps: bool) -> None:
+    """The reference incident as a late-2024 build prints it: the time of day alone; without
+    `stamps`, no `entry_time` either (no line says when it was printed)."""
+    case.mkdir()
+    for log in REFERENCE.glob("*.log"):
+        text = _DATE_IN_PREFIX.sub("[", log.read_text())
+        if not stamps:
+            text = re.sub(r", entry_time=[0-9.]+", "", text)
+        (case / log.name).write_text(text)
+
+
+def _forensics_cli(*args: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet", *args],
+        capture_output=True,
+        text=True,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_a_deployment_printing_the_time_of_day_alone_is_judged_as_its_dated_logs(
+    tmp_path: Path,
+) -> None:
+    # One node's stamps date every node's lines (a deployment keeps one clock); without any,
+    # the run is NOT JUDGED (it said "no exposed responses found" and exited 0), and
+    # --log-date dates them.
+    def exposed(stdout: str) -> list[str]:
+        return sorted(line.split()[2] for line in stdout.splitlines() if "rid=" in line)
+
+    code, dated, _ = _forensics_cli(str(REFERENCE), "--out", str(tmp_path / "dated"))
+    assert exposed(dated)
+    _time_only(tmp_path / "stamped", stamps=True)
+    code, out, _ = _forensics_cli(str(tmp_path / "stamped"), "--out", str(tmp_path / "o1"))
+    assert exposed(out) == exposed(dated)
+    _time_only(tmp_path / "unstamped", stamps=False)
+    code, out, err = _forensics_cli(str(tmp_path / "unstamped"), "--out", str(tmp_path / "o2"))
+    assert "UNDATED: " in out and "--log-date YYYY-MM-DD" in out  # named, but out of time
+    healthy = tmp_path / "healthy"
+    healthy.mkdir()
+    for log in (tmp_path / "unstamped").glob("*.log"):
+        kept = [line for line in log.read_text().splitlines(keepends=True) if "912384" not in line]
+        (healthy / log.name).write_text("".join(kept))
+    code, out, err = _forensics_cli(str(healthy), "--out", str(tmp_path / "o4"))
+    assert code == 2 and "NOT JUDGED" in err and "--log-date" in err
+    assert "no exposed responses found" not in out
+    code, out, _ = _forensics_cli(
+        str(tmp_path / "unstamped"), "--out", str(tmp_path / "o3"), "--log-date", "2026-08-27"
+    )
+    assert exposed(out) == exposed(dated)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -56,12 +57,30 @@ def add_forensics_arguments(parser: argparse.ArgumentParser) -> None:
         help="processes parsing logs at once (default: one per core)",
     )
     parser.add_argument(
+        "--log-date",
+        type=_log_date,
+        default=None,
+        metavar="YYYY-MM-DD",
+        help="the date the logs begin on, for logs whose lines print the time of day alone "
+        "(late-2024 SGLang builds) when no stamp in them tells it; their times are then read "
+        "as UTC",
+    )
+    parser.add_argument(
         "--fail-on",
         choices=tuple(FAIL_ON),
         default="never",
         help="exit 1 when the run finds an exposed response, a critical finding, or any "
         "finding above info (default: never; the reports are written either way)",
     )
+
+
+def _log_date(text: str) -> float:
+    """`--log-date`: the UTC midnight of a calendar date."""
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+    return day.timestamp()
 
 
 def _failing(summary: dict[str, Any], level: str) -> int:
@@ -92,6 +111,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         answering_not_judged,
         nodes_not_judged_line,
         not_judged_line,
+        undated_line,
     )
     from collector.shown_text import printable_lines
     from detectors.pipeline import PipelineConfig
@@ -126,6 +146,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         progress_stream=progress,
         write_parquet=not args.no_parquet,
         workers=args.workers,
+        log_date=args.log_date,
     )
     print_outcome(result, out)
     if result.summary["input"]["files"] == 0:
@@ -139,6 +160,10 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         err.write(
             printable_lines(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
         )
+        return 2
+    if not result.summary["exposure"]["count"] and undated_line(result.summary):
+        # Request lines out of time were never judged: no all-clear over them.
+        err.write(f"kvwatch forensics: NOT JUDGED: {undated_line(result.summary)}\n")
         return 2
     found = _failing(result.summary, args.fail_on)
     if found:

@@ -44,6 +44,7 @@ from collector.forensics.report import (
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
+    undated_line,
     unread_line,
     write_findings_csv,
     write_html,
@@ -363,8 +364,10 @@ def run_forensics(
     progress_stream: TextIO | None = None,
     write_parquet: bool = True,
     workers: int | None = None,
+    log_date: float | None = None,
 ) -> ForensicsResult:
-    """Read everything under `paths`, judge it, write the reports into `out_dir`."""
+    """Read everything under `paths`, judge it, write the reports into `out_dir` (`log_date`:
+    see `parse.streams_of`)."""
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs: dict[str, Path] = {}
@@ -386,6 +389,7 @@ def run_forensics(
         workers=workers,
         progress=progress.advance,
         stage_factory=WorkerStages(config.ledger, window_seconds),
+        log_date=log_date,
     )
     # What the input covers: from its first time to its last, leaving out documents saved
     # without a date in their name, which only the file's time dates (saved at the inquiry,
@@ -530,6 +534,7 @@ def build_summary(
             "unclassified_other_lines": read["unclassified_other_lines"],
             "noise_by_category": read["noise_by_category"],
             "dropped_by_reason": read["dropped_by_reason"],
+            **({"undated_request_lines": n} if (n := stats.undated_requests) else {}),
             "log_utc_offsets": {
                 node: [zone_name(zone) for zone in zones]
                 for node, zones in sorted(stats.log_zones.items())
@@ -731,6 +736,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
     else:
         if not summary["requests"]["total"]:
             out.write(f"NOT JUDGED: {not_judged_line(summary)}\n")
+        elif undated_line(summary):
+            out.write(f"NOT JUDGED: {undated_line(summary)}\n")
         elif answering_not_judged(summary):
             out.write(
                 "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"
@@ -750,6 +757,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),
         ("UNREAD: ", unread_line),
+        ("UNDATED: ", _undated_beside_exposures),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("NEWEST FIRST: ", newest_first_line),
@@ -768,6 +776,12 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         )
     for name, path in result.outputs.items():
         out.write(f"{name:>8}: {path}\n")
+
+
+def _undated_beside_exposures(summary: dict[str, Any]) -> str:
+    """`undated_line` when exposures were found all the same (without it, the verdict line
+    says it)."""
+    return undated_line(summary) if summary["exposure"]["count"] else ""
 
 
 def stderr_is_terminal() -> bool:

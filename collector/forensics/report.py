@@ -400,6 +400,19 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
 _LISTED_NODES = 8
 
 
+def undated_line(summary: dict[str, Any]) -> str:
+    """Request lines that print the time of day alone (late-2024 builds) and that no stamp in
+    the logs, nor `--log-date`, dated: out of time, their requests were never judged."""
+    undated = summary["input"].get("undated_request_lines", 0)
+    if not undated:
+        return ""
+    return (
+        f"{undated:,} request lines print the time of day alone (`[16:43:29 TP0]`) and nothing "
+        "in the logs dates them, so their requests were not judged; pass --log-date YYYY-MM-DD, "
+        "the date the logs begin on."
+    )
+
+
 def pool_unknown_line(summary: dict[str, Any]) -> str:
     """Prefill nodes whose KV pool no input stated, when requests were judged: over-length
     answers are then known only by refusals and prefill times, and an all-clear must say so."""
@@ -541,6 +554,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         )
     elif not summary["requests"]["total"]:
         lines.append(f"Not judged: {not_judged_line(summary)}")
+    elif undated_line(summary):
+        lines.append(f"Not judged: {undated_line(summary)}")
     elif answering_not_judged(summary):
         lines.append(
             "No client response judged was found to carry another request's data; some nodes "

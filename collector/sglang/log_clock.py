@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, file_line_blocks
 from collector.sglang.envelope import peel
-from collector.sglang.logs import LineParser
+from collector.sglang.logs import LineParser, StreamDate
 
 ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter hours
 # A vote further than this from a quarter hour is noise (a stamp whose request's time is not
@@ -44,11 +44,9 @@ _STAMP_MARKS: Final = ("entry_time=", "_ts': ", '_ts": ')
 _PREALLOC_TERMS: Final = frozenset({"alloc_wait_duration", "bootstrap_duration", "other_duration"})
 
 
-def vote(event: Event) -> float | None:
-    """The offset the stamps of one event's line vote for (its time less UTC), or None when it
-    has no say. The event's time must be its line's own prefix."""
-    if event.time is None:
-        return None
+def printed_at(event: Event) -> float | None:
+    """When the line of a stamped request event was printed, in UTC, from its own stamps; None
+    when it carries none."""
     fields = event.fields
     if event.kind == REQUEST_TIME_STATS:
         start = fields.get("entry_time")
@@ -64,14 +62,24 @@ def vote(event: Event) -> float | None:
             and type(value) is float
             and 0.0 <= value < 86400.0
         )
-        offset = event.time - start - elapsed
-    elif event.kind == REQUEST_FINISHED:
+        return start + elapsed
+    if event.kind == REQUEST_FINISHED:
         end = fields.get("response_sent_to_client_ts", fields.get("request_finished_ts"))
         if type(end) is not float or not 1e9 < end < 1e11:
             return None
-        offset = event.time - end
-    else:
+        return end
+    return None
+
+
+def vote(event: Event) -> float | None:
+    """The offset the stamps of one event's line vote for (its time less UTC), or None when it
+    has no say. The event's time must be its line's own prefix."""
+    if event.time is None:
         return None
+    utc = printed_at(event)
+    if utc is None:
+        return None
+    offset = event.time - utc
     zone = round(offset / ZONE_STEP) * ZONE_STEP
     if abs(offset - zone) > MAX_RESIDUAL or not ZONE_RANGE[0] <= zone <= ZONE_RANGE[1]:
         return None
@@ -122,7 +130,78 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
     return agreed_zone(votes)
 
 
-class LogClock:
+class TimeOfDay(NamedTuple):
+    """A log stream whose lines print the time of day alone: its first line's, and the local
+    midnight before that line in UTC seconds when a line's stamps tell it (`log_day`)."""
+
+    first: float
+    day: float | None
+
+
+def log_day(node: str, files: list[TelemetryFile]) -> TimeOfDay | None:
+    """Where a node's log stream starts in time when its lines print the time of day alone
+    (`[16:43:29 TP0]`, late-2024 builds): the UTC time of the local midnight before its first
+    line, told by the first such line whose own stamps say when it was printed (a `Finish`'s
+    `request_finished_ts`, a `ReqTimeStats`'s `entry_time`), less a day for each midnight
+    between them. None when a dated line comes first (it dates what follows) or no line prints
+    the time of day alone. Never raises."""
+    parser = LineParser(node)
+    looked = 0
+    midnights = 0
+    last_tod: float | None = None
+    first_tod: float | None = None
+    read = ReadStats()
+    for tf in files:
+        if tf.kind != "log":
+            continue
+        try:
+            for _, lines in file_line_blocks(tf, read):
+                for line in lines:
+                    looked += 1
+                    envelope = peel(line)
+                    if envelope.time is not None and envelope.time_of_day is None:
+                        # Dated: the parser dates the lines after it.
+                        return None if first_tod is None else TimeOfDay(first_tod, None)
+                    tod = envelope.time_of_day
+                    if tod is not None:
+                        if first_tod is None:
+                            first_tod = tod
+                        if last_tod is not None and tod + 43200 < last_tod:
+                            midnights += 1
+                        last_tod = tod
+                        if any(mark in line for mark in _STAMP_MARKS):
+                            _, event = parser.parse(line, "")
+                            utc = printed_at(event) if event is not None else None
+                            if utc is not None:
+                                day = round((utc - tod) / ZONE_STEP) * ZONE_STEP
+                                return TimeOfDay(first_tod, day - midnights * 86400.0)
+                    if looked >= MAX_SCAN_LINES:
+                        return _undated(first_tod)
+                if read.bytes >= MAX_SCAN_BYTES:
+                    return _undated(first_tod)
+        except (OSError, EOFError, ValueError):
+            continue
+    return _undated(first_tod)
+
+
+def _undated(first_tod: float | None) -> TimeOfDay | None:
+    return None if first_tod is None else TimeOfDay(first_tod, None)
+
+
+def borrowed_day(mine: TimeOfDay, other: TimeOfDay) -> float | None:
+    """The midnight before a stream's first line, from another stream of the deployment whose
+    stamps date it (nodes of one deployment keep one clock): the other's midnight, a day either
+    way when the first lines sit either side of a midnight (23:50 here, 00:05 there).
+
+    >>> borrowed_day(TimeOfDay(23 * 3600 + 3000, None), TimeOfDay(300, 86400.0 * 20000))
+    1727913600.0
+    """
+    if other.day is None:
+        return None
+    return other.day + 86400.0 * round((other.first - mine.first) / 86400.0)
+
+
+class LogClock(StreamDate):
     """A node's log zone along its stream: starts at `log_zone`'s and follows a change.
 
     Every `sample_every`-th stamped line of each kind its stream's parser hands over votes on
@@ -134,7 +213,16 @@ class LogClock:
 
     __slots__ = ("shift", "zones", "sample_every", "confirm", "_seen", "_pending", "_run")
 
-    def __init__(self, shift: float = 0.0, *, sample_every: int = 4, confirm: int = 3) -> None:
+    def __init__(
+        self,
+        shift: float = 0.0,
+        *,
+        sample_every: int = 4,
+        confirm: int = 3,
+        day: float | None = None,
+    ) -> None:
+        # The date of lines printing the time of day alone starts at `day` (`log_day`).
+        super().__init__(day)
         self.shift = shift
         # The zones in force, in order: one unless the stream's zone changed.
         self.zones = [shift]

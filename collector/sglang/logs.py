@@ -335,6 +335,18 @@ def _finished_stamp(message: str) -> float | None:
     return float(m.group(1)) if m is not None else None
 
 
+class StreamDate:
+    """The date lines printing the time of day alone are read in, across a stream's files:
+    `day` is the local midnight before the last line read (in the prefix's units), `last_tod`
+    that line's time of day. A dated line sets both; a midnight passed moves `day` on."""
+
+    __slots__ = ("day", "last_tod")
+
+    def __init__(self, day: float | None = None) -> None:
+        self.day = day
+        self.last_tod = 0.0
+
+
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -343,7 +355,7 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "clock", "untimed_at", "_day", "_last_tod", "_runtime")
+    __slots__ = ("node", "batch_sink", "clock", "untimed_at", "_dates", "_runtime")
 
     def __init__(
         self,
@@ -360,8 +372,9 @@ class LineParser:
         # The stream's zone (`log_clock`): taken off every time read from an engine's prefix,
         # never off the UTC stamps some lines carry instead; told of stamped lines as they come.
         self.clock = clock
-        self._day: float | None = None
-        self._last_tod = 0.0
+        # The date of lines printing the time of day alone: the stream's, when it has a clock
+        # (kept across its files), else this file's own.
+        self._dates: StreamDate = clock if clock is not None else StreamDate()
         self._runtime = RuntimeLines()
 
     def close(self) -> dict[str, int]:
@@ -369,15 +382,17 @@ class LineParser:
         return self._runtime.close()
 
     def _last_time(self) -> float | None:
-        return None if self._day is None else self._day + self._last_tod
+        dates = self._dates
+        return None if dates.day is None else dates.day + dates.last_tod
 
     def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
         hit = cached_head(line)
         if hit is not None:  # fast path: a known prefix and a head that decides the kind
             when, ranks, start = hit
-            self._last_tod = when % 86400
-            self._day = when - self._last_tod
+            dates = self._dates
+            dates.last_tod = when % 86400
+            dates.day = when - dates.last_tod
             clock = self.clock
             if clock is not None:
                 when -= clock.shift
@@ -421,16 +436,18 @@ class LineParser:
             return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
         when = envelope.time
+        dates = self._dates
         if when is not None and envelope.time_of_day is None:
-            self._last_tod = when % 86400
-            self._day = when - self._last_tod
+            dates.last_tod = when % 86400
+            dates.day = when - dates.last_tod
+        tod = envelope.time_of_day
+        if tod is not None and dates.day is not None and when is None:
+            if tod + 43200 < dates.last_tod:
+                dates.day += 86400  # midnight passed
+            dates.last_tod = tod
+            when = dates.day + tod
         if payload is None:
             return kind, None
-        if envelope.time_of_day is not None and self._day is not None and when is None:
-            if envelope.time_of_day + 43200 < self._last_tod:
-                self._day += 86400  # midnight passed
-            self._last_tod = envelope.time_of_day
-            when = self._day + envelope.time_of_day
         if when is not None and envelope.engine and self.clock is not None:
             when -= self.clock.shift
         if when is None and kind == ev.REQUEST_FINISHED:
