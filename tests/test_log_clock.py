@@ -344,3 +344,25 @@ def test_a_deployment_printing_the_time_of_day_alone_is_judged_as_its_dated_logs
         str(tmp_path / "unstamped"), "--out", str(tmp_path / "o3"), "--log-date", "2026-08-27"
     )
     assert exposed(out) == exposed(dated)
+
+
+def test_json_request_records_between_prefixed_lines_tell_the_zone(tmp_path: Path) -> None:
+    """A decode an hour east of UTC logging requests as JSON without time stats: its records
+    (UTC `timestamp`) are its only request lines, and its prefixed lines (local) are the rest.
+    Read in two clocks, its records came an hour before its stream did, were dropped as late,
+    and none of the incident's exposures was named."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    data["deployment"]["decode"].update(
+        log_utc_offset_minutes=60, log_requests_format="json", request_time_stats=False
+    )
+    folder = tmp_path / "sim"
+    run_offline(scenario_from_dict(data, "json-east"), folder, seed=2)
+    summary = run_forensics(_inputs(folder), tmp_path / "out", write_parquet=False).summary
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert len(rooms) >= 10
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    decodes = {n: z for n, z in summary["input"]["log_utc_offsets"].items() if "decode" in n}
+    assert decodes and set(map(tuple, decodes.values())) == {("+01:00",)}
+    assert summary["exposure"]["first"] == min(r["time"] for r in truth)
+    assert summary["exposure"]["last"] == max(r["time"] for r in truth)

@@ -23,7 +23,7 @@ from typing import Final, NamedTuple
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, file_line_blocks
-from collector.sglang.envelope import peel
+from collector.sglang.envelope import cached_head, peel
 from collector.sglang.logs import LineParser, StreamDate
 
 ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter hours
@@ -99,14 +99,19 @@ def agreed_zone(votes: Iterable[float]) -> float:
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
     """Seconds a node's log stamps run ahead of UTC (its zone's offset), from its first lines.
 
-    Only lines whose time is the engine's own prefix vote: a request record in JSON, or one
-    printed without a prefix, takes its time from a UTC stamp and says nothing of the zone.
-    Never raises: a file that cannot be read has no say, as its reading proper will report.
+    Lines whose time is the engine's own prefix vote by their stamps. A request record in
+    JSON (`--log-requests-format json`) takes its time from its own `timestamp`, UTC: one
+    printed between two prefixed lines at most `_BRACKET_SECONDS` apart votes for the zone that
+    puts it between them (without time stats, the records are a node's only request lines, and
+    read in two clocks its stream ran hours apart from itself). Never raises: a file that
+    cannot be read has no say, as its reading proper will report.
     """
     parser = LineParser(node)
     votes: list[float] = []
     looked = 0
     read = ReadStats()  # across the stream's files
+    before: float | None = None  # the last prefixed line's time (local)
+    records: list[float] = []  # JSON records' times (UTC) since it
     for tf in files:
         if tf.kind != "log":
             continue
@@ -114,6 +119,21 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
             for _, lines in file_line_blocks(tf, read):
                 for line in lines:
                     looked += 1
+                    head = cached_head(line)
+                    if head is not None:
+                        after = head[0]
+                        if records and before is not None and after - before <= _BRACKET_SECONDS:
+                            votes.extend(
+                                zone
+                                for utc in records
+                                if (zone := _bracketed_zone(before, after, utc)) is not None
+                            )
+                        records.clear()
+                        before = after
+                    elif _JSON_RECORD in line[:_JSON_RECORD_HEAD] and before is not None:
+                        _, event = parser.parse(line, "")
+                        if event is not None and event.time is not None and len(records) < 64:
+                            records.append(event.time)
                     if any(mark in line for mark in _STAMP_MARKS):
                         envelope = peel(line)
                         _, event = parser.parse(line, "")
@@ -128,6 +148,30 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
         except (OSError, EOFError, ValueError):
             continue
     return agreed_zone(votes)
+
+
+# A JSON request record, told by its first bytes.
+_JSON_RECORD: Final = '"event": "request.'
+_JSON_RECORD_HEAD: Final = 120
+# Prefixed lines this close (whole seconds) pin a JSON record between them to one zone.
+_BRACKET_SECONDS: Final = 60.0
+
+
+def _bracketed_zone(before: float, after: float, utc: float) -> float | None:
+    """The zone that puts a record printed at `utc` between prefixed lines printed at local
+    times `before` and `after` (whole seconds: a second's slack), when only one does.
+
+    >>> _bracketed_zone(1000.0 + 3600, 1020.0 + 3600, 1010.5)
+    3600.0
+    >>> _bracketed_zone(1000.0, 1020.0, 1010.5), _bracketed_zone(0.0, 1800.0, 900.0)
+    (0.0, None)
+    """
+    zone = round((before - utc) / ZONE_STEP) * ZONE_STEP
+    if round((after - utc) / ZONE_STEP) * ZONE_STEP != zone:
+        return None
+    if not before - 1.0 <= utc + zone <= after + 1.0:
+        return None
+    return zone if ZONE_RANGE[0] <= zone <= ZONE_RANGE[1] else None
 
 
 class TimeOfDay(NamedTuple):
