@@ -205,11 +205,17 @@ class Event:
 
 
 def iso_time(epoch: float | None) -> str | None:
-    """ISO 8601 UTC with millisecond precision, `Z` suffix; None stays None."""
+    """ISO 8601 UTC to the nearest millisecond, `Z` suffix; None stays None. Nearest, not cut:
+    a float a hair under `.209` (a sum of durations) is `.209`, as the engine wrote it.
+
+    >>> iso_time(1788653522.2089999), iso_time(1788653522.9996)
+    ('2026-09-06T00:12:02.209Z', '2026-09-06T00:12:03.000Z')
+    """
     if epoch is None:
         return None
-    stamp = datetime.fromtimestamp(epoch, tz=UTC)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    millis = round(epoch * 1000)
+    stamp = datetime.fromtimestamp(millis // 1000, tz=UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
 
 
 def parse_iso_time(value: Any) -> float | None:
