@@ -314,3 +314,26 @@ def test_a_prefill_whose_pool_no_input_stated_is_said(tmp_path: Path) -> None:
     assert "no exposed responses found" in done.stdout
     assert "POOL UNKNOWN: prefill-0: no KV pool stated" in done.stdout
     assert "no KV pool stated" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("late", "request_lines", "not_judged"),
+    [(7_686, 19_298, True), (150, 1_000, True), (99, 1_000, False), (150, 100_000, False)],
+)
+def test_many_request_lines_too_late_to_be_judged_are_no_all_clear(
+    late: int, request_lines: int, not_judged: bool
+) -> None:
+    """A node's clock hours off the others': its request lines came after their requests were
+    judged and were dropped, and the run said "no exposed responses found", exit 0. A few late
+    lines (clocks seconds apart) leave the verdict standing."""
+    from collector.forensics.report import too_late_line
+
+    summary = {
+        "requests": {"late_lines": late},
+        "input": {"events_by_kind": {"request_finished": request_lines // 2,
+                                     "request_received": request_lines - request_lines // 2}},
+    }  # fmt: skip
+    line = too_late_line(summary)
+    assert bool(line) == not_judged
+    if not_judged:
+        assert line.startswith(f"{late:,} of {request_lines:,} request lines")

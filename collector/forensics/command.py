@@ -111,6 +111,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         answering_not_judged,
         nodes_not_judged_line,
         not_judged_line,
+        too_late_line,
         undated_line,
     )
     from collector.shown_text import printable_lines
@@ -161,10 +162,11 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
             printable_lines(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
         )
         return 2
-    if not result.summary["exposure"]["count"] and undated_line(result.summary):
-        # Request lines out of time were never judged: no all-clear over them.
-        err.write(f"kvwatch forensics: NOT JUDGED: {undated_line(result.summary)}\n")
-        return 2
+    for unjudged in (undated_line, too_late_line):
+        if not result.summary["exposure"]["count"] and unjudged(result.summary):
+            # Request lines out of time were never judged: no all-clear over them.
+            err.write(f"kvwatch forensics: NOT JUDGED: {unjudged(result.summary)}\n")
+            return 2
     found = _failing(result.summary, args.fail_on)
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")

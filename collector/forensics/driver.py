@@ -44,6 +44,7 @@ from collector.forensics.report import (
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
+    too_late_line,
     undated_line,
     unread_line,
     write_findings_csv,
@@ -738,6 +739,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             out.write(f"NOT JUDGED: {not_judged_line(summary)}\n")
         elif undated_line(summary):
             out.write(f"NOT JUDGED: {undated_line(summary)}\n")
+        elif too_late_line(summary):
+            out.write(f"NOT JUDGED: {too_late_line(summary)}\n")
         elif answering_not_judged(summary):
             out.write(
                 "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"

@@ -468,6 +468,32 @@ def late_lines_line(summary: dict[str, Any]) -> str:
     return line + "."
 
 
+# Late request lines that make "nothing found" no verdict: this many, and this share of all.
+_LATE_NOT_JUDGED: Final = (100, 0.01)
+_REQUEST_LINE_KINDS: Final = (
+    "request_received",
+    "request_finished",
+    "request_rejected",
+    "request_time_stats",
+)
+
+
+def too_late_line(summary: dict[str, Any]) -> str:
+    """Why "no exposed responses" is no all-clear when many request lines came after their
+    requests were judged (a node's clock hours off the others'): what they held was never
+    judged. Empty when few did."""
+    late = summary["requests"].get("late_lines", 0)
+    kinds = summary["input"].get("events_by_kind", {})
+    lines = sum(kinds.get(kind, 0) for kind in _REQUEST_LINE_KINDS)
+    floor, share = _LATE_NOT_JUDGED
+    if late < max(floor, share * lines):
+        return ""
+    return (
+        f"{late:,} of {lines:,} request lines came after their requests had been judged and "
+        "were not used (LATE LINES), so what they held was not judged"
+    )
+
+
 def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per detector: its findings by severity, first and last time, nodes: the shape of
     the findings before their list (which three findings per exposed response make long)."""
@@ -556,6 +582,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"Not judged: {not_judged_line(summary)}")
     elif undated_line(summary):
         lines.append(f"Not judged: {undated_line(summary)}")
+    elif too_late_line(summary):
+        lines.append(f"Not judged: {too_late_line(summary)}.")
     elif answering_not_judged(summary):
         lines.append(
             "No client response judged was found to carry another request's data; some nodes "
