@@ -37,7 +37,6 @@ import math
 from typing import Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 from pydantic import Field
-from scipy.special import gammainc
 
 from collector.events import Event
 from collector.state.config_timeline import NODE_WINDOW
@@ -487,8 +486,14 @@ def unlikely(count: float, rate: float, chance: float) -> bool:
     k = math.floor(count)
     if k <= 0:
         return False
-    # P(X >= k) = P(k, rate), the regularised lower incomplete gamma function.
-    return float(gammainc(k, max(rate, 1e-9))) <= chance
+    if rate <= 0.0:
+        return True
+    if k > rate + 40.0 * math.sqrt(rate) + 40.0:  # far out in the tail: beyond any chance here
+        return True
+    # P(X >= k) = 1 - P(X < k), the terms summed in logs (no scipy at start-up for one sum).
+    log_rate = math.log(rate)
+    below = math.fsum(math.exp(i * log_rate - rate - math.lgamma(i + 1.0)) for i in range(k))
+    return 1.0 - below <= chance
 
 
 def normal_level(values: list[float]) -> float:

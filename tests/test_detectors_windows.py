@@ -696,3 +696,17 @@ def test_deferred_releases_failing_in_a_burst_raise_a_storm_without_any_timeout(
     )
     assert finding.severity == "warning" and finding.evidence["rule"] == "errors"
     assert finding.summary.startswith("Deferred KV releases failing: 12 failed")
+
+
+@pytest.mark.parametrize("rate", [0.05, 0.8, 1.5, 4.0, 30.0, 200.0])
+def test_the_chance_of_a_count_is_poisson_s_tail(rate: float) -> None:
+    """`unlikely` sums the Poisson terms itself (scipy's import is a fifth of a second of every
+    run); the regularised incomplete gamma function is the reference."""
+    from scipy.special import gammainc
+
+    from detectors.storm import unlikely
+
+    for count in range(0, int(rate * 3 + 60)):
+        for chance in (1e-5, 1e-3):
+            expected = count > 0 and float(gammainc(count, rate)) <= chance
+            assert unlikely(count, rate, chance) == expected, (count, rate, chance)
