@@ -18,7 +18,7 @@ change, stamps that only begin after the start. Without votes the stamps are rea
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
@@ -108,46 +108,56 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
     """
     parser = LineParser(node)
     votes: list[float] = []
-    looked = 0
-    read = ReadStats()  # across the stream's files
     before: float | None = None  # the last prefixed line's time (local)
     records: list[float] = []  # JSON records' times (UTC) since it
+    for line in _first_lines(files):
+        head = cached_head(line)
+        if head is not None:
+            after = head[0]
+            if records and before is not None and after - before <= _BRACKET_SECONDS:
+                votes.extend(
+                    zone
+                    for utc in records
+                    if (zone := _bracketed_zone(before, after, utc)) is not None
+                )
+            records.clear()
+            before = after
+        elif _JSON_RECORD in line[:_JSON_RECORD_HEAD] and before is not None:
+            _, event = parser.parse(line, "")
+            if event is not None and event.time is not None and len(records) < 64:
+                records.append(event.time)
+        if any(mark in line for mark in _STAMP_MARKS):
+            envelope = peel(line)
+            _, event = parser.parse(line, "")
+            if envelope.engine and envelope.time is not None and event is not None:
+                zone = vote(event)
+                if zone is not None:
+                    votes.append(zone)
+        if len(votes) >= MAX_VOTES:
+            break
+    return agreed_zone(votes)
+
+
+def _first_lines(files: list[TelemetryFile]) -> Iterator[str]:
+    """The lines of a node's logs a look at its start reads: at most `MAX_SCAN_LINES` lines
+    and `MAX_SCAN_BYTES` bytes, across its files. A file that cannot be read has no say: its
+    reading proper will report it."""
+    looked = 0
+    read = ReadStats()  # across the stream's files
     for tf in files:
         if tf.kind != "log":
             continue
         try:
             for _, lines in file_line_blocks(tf, read):
                 for line in lines:
+                    yield line
                     looked += 1
-                    head = cached_head(line)
-                    if head is not None:
-                        after = head[0]
-                        if records and before is not None and after - before <= _BRACKET_SECONDS:
-                            votes.extend(
-                                zone
-                                for utc in records
-                                if (zone := _bracketed_zone(before, after, utc)) is not None
-                            )
-                        records.clear()
-                        before = after
-                    elif _JSON_RECORD in line[:_JSON_RECORD_HEAD] and before is not None:
-                        _, event = parser.parse(line, "")
-                        if event is not None and event.time is not None and len(records) < 64:
-                            records.append(event.time)
-                    if any(mark in line for mark in _STAMP_MARKS):
-                        envelope = peel(line)
-                        _, event = parser.parse(line, "")
-                        if envelope.engine and envelope.time is not None and event is not None:
-                            zone = vote(event)
-                            if zone is not None:
-                                votes.append(zone)
-                    if len(votes) >= MAX_VOTES or looked >= MAX_SCAN_LINES:
-                        return agreed_zone(votes)
+                    if looked >= MAX_SCAN_LINES:
+                        return
                 if read.bytes >= MAX_SCAN_BYTES:
-                    return agreed_zone(votes)
+                    return
         except (OSError, EOFError, ValueError):
             continue
-    return agreed_zone(votes)
 
 
 # A JSON request record, told by its first bytes.
@@ -190,41 +200,28 @@ def log_day(node: str, files: list[TelemetryFile]) -> TimeOfDay | None:
     between them. None when a dated line comes first (it dates what follows) or no line prints
     the time of day alone. Never raises."""
     parser = LineParser(node)
-    looked = 0
     midnights = 0
     last_tod: float | None = None
     first_tod: float | None = None
-    read = ReadStats()
-    for tf in files:
-        if tf.kind != "log":
+    for line in _first_lines(files):
+        envelope = peel(line)
+        if envelope.time is not None and envelope.time_of_day is None:
+            # Dated: the parser dates the lines after it.
+            return _undated(first_tod)
+        tod = envelope.time_of_day
+        if tod is None:
             continue
-        try:
-            for _, lines in file_line_blocks(tf, read):
-                for line in lines:
-                    looked += 1
-                    envelope = peel(line)
-                    if envelope.time is not None and envelope.time_of_day is None:
-                        # Dated: the parser dates the lines after it.
-                        return None if first_tod is None else TimeOfDay(first_tod, None)
-                    tod = envelope.time_of_day
-                    if tod is not None:
-                        if first_tod is None:
-                            first_tod = tod
-                        if last_tod is not None and tod + 43200 < last_tod:
-                            midnights += 1
-                        last_tod = tod
-                        if any(mark in line for mark in _STAMP_MARKS):
-                            _, event = parser.parse(line, "")
-                            utc = printed_at(event) if event is not None else None
-                            if utc is not None:
-                                day = round((utc - tod) / ZONE_STEP) * ZONE_STEP
-                                return TimeOfDay(first_tod, day - midnights * 86400.0)
-                    if looked >= MAX_SCAN_LINES:
-                        return _undated(first_tod)
-                if read.bytes >= MAX_SCAN_BYTES:
-                    return _undated(first_tod)
-        except (OSError, EOFError, ValueError):
-            continue
+        if first_tod is None:
+            first_tod = tod
+        if last_tod is not None and tod + 43200 < last_tod:
+            midnights += 1
+        last_tod = tod
+        if any(mark in line for mark in _STAMP_MARKS):
+            _, event = parser.parse(line, "")
+            utc = printed_at(event) if event is not None else None
+            if utc is not None:
+                day = round((utc - tod) / ZONE_STEP) * ZONE_STEP
+                return TimeOfDay(first_tod, day - midnights * 86400.0)
     return _undated(first_tod)
 
 
