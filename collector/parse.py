@@ -40,10 +40,6 @@ from collector.sglang.logs import (
 from collector.sglang.outcome import BLANK_LINES, ParseOutcome
 
 BLANK = NOISE_PREFIX + "blank"
-# A request's lines: one without a time cannot be placed among the others.
-_REQUEST_KINDS: Final = frozenset(
-    {"request_received", "request_finished", "request_rejected", "request_time_stats"}
-)
 # A document (a `.prom` scrape, a saved `/server_info`, an indented trace export) is read whole,
 # up to this size.
 MAX_DOCUMENT_BYTES = 64 << 20
@@ -208,8 +204,6 @@ def file_events(
                     bucket, event = parse(line, prefix + str(number))
                     if event is not None:
                         events[bucket] += 1
-                        if event.time is None and bucket in _REQUEST_KINDS:
-                            stats.undated_requests += 1
                         yield event
                     elif bucket in taken:
                         events[bucket] += 1
@@ -223,6 +217,7 @@ def file_events(
             if tf.counted:
                 stats.absorb(read)
             stats.dropped.update(parser.close())
+            stats.undated_requests += parser.undated_requests
             repeated = repeats.repeated(tf) if repeats is not None else None
             if repeated is not None:
                 stats.repeated_lines[str(tf.path)] = (repeated[0], str(repeated[1]))

@@ -366,3 +366,22 @@ def test_json_request_records_between_prefixed_lines_tell_the_zone(tmp_path: Pat
     assert decodes and set(map(tuple, decodes.values())) == {("+01:00",)}
     assert summary["exposure"]["first"] == min(r["time"] for r in truth)
     assert summary["exposure"]["last"] == max(r["time"] for r in truth)
+
+
+def test_request_lines_printed_without_any_prefix_are_not_taken_for_undated(
+    tmp_path: Path,
+) -> None:
+    # 0.5.10 printed request lines without a prefix: they take the time of the line before
+    # (or their own stamps), and are no lines printing the time of day alone.
+    case = tmp_path / "case"
+    case.mkdir()
+    for log in REFERENCE.glob("*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        bare = [
+            line[line.index("] ") + 2 :] if ("Receive:" in line or "Finish:" in line) else line
+            for line in lines
+        ]
+        (case / log.name).write_text("".join(bare))
+    code, out, _ = _forensics_cli(str(case), "--out", str(tmp_path / "out"))
+    assert "UNDATED" not in out and "NOT JUDGED" not in out
+    assert "rid=" in out and code == 0

@@ -335,6 +335,17 @@ def _finished_stamp(message: str) -> float | None:
     return float(m.group(1)) if m is not None else None
 
 
+# A request's lines: one out of time cannot be placed among the others.
+_REQUEST_KINDS: Final = frozenset(
+    {
+        ev.REQUEST_RECEIVED,
+        ev.REQUEST_FINISHED,
+        ev.REQUEST_TIME_STATS,
+        ev.REQUEST_REJECTED,
+    }
+)
+
+
 class StreamDate:
     """The date lines printing the time of day alone are read in, across a stream's files:
     `day` is the local midnight before the last line read (in the prefix's units), `last_tod`
@@ -355,7 +366,15 @@ class LineParser:
     instead of their events: `parse` then returns the kind and no event.
     """
 
-    __slots__ = ("node", "batch_sink", "clock", "untimed_at", "_dates", "_runtime")
+    __slots__ = (
+        "node",
+        "batch_sink",
+        "clock",
+        "untimed_at",
+        "undated_requests",
+        "_dates",
+        "_runtime",
+    )
 
     def __init__(
         self,
@@ -375,6 +394,8 @@ class LineParser:
         # The date of lines printing the time of day alone: the stream's, when it has a clock
         # (kept across its files), else this file's own.
         self._dates: StreamDate = clock if clock is not None else StreamDate()
+        # Request lines printing the time of day alone that nothing dated (`parse` counts).
+        self.undated_requests = 0
         self._runtime = RuntimeLines()
 
     def close(self) -> dict[str, int]:
@@ -452,6 +473,8 @@ class LineParser:
             when -= self.clock.shift
         if when is None and kind == ev.REQUEST_FINISHED:
             when = _finished_stamp(envelope.message)
+        if when is None and tod is not None and kind in _REQUEST_KINDS:
+            self.undated_requests += 1
         if not isinstance(payload, dict):
             return kind, ev.Event.deferred(
                 kind, self.node, when, source, payload, envelope.message, envelope.ranks
