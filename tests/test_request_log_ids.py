@@ -80,7 +80,7 @@ def test_the_end_of_the_ids_is_where_they_end_in_the_text_itself(text: str, tail
     assert (rid, room) == _reference(text)
     if end >= 0:
         assert end <= len(text)
-        assert (rid is not None and text[:end].endswith(f"rid='{rid}'")) or (
+        assert (rid is not None and text[:end].endswith((f"rid='{rid}'", f'rid="{rid}"'))) or (
             room is not None and text[:end].endswith(f"bootstrap_room={room}")
         )
     else:
