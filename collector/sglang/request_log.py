@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from collector.events import iso_time
 from collector.sglang.envelope import peel
@@ -51,6 +51,7 @@ _STATUS_CODE = re.compile(r"'status_code': (\d+)")
 # it cannot print as escapes (kept as written: the id as the log shows it).
 _OBJ_RID = re.compile(r"""rid=(?:'((?:[^'\\\n]|\\.){1,1024})'|"((?:[^"\\\n]|\\.){1,1024})")""")
 _OBJ_ROOM = re.compile(r"bootstrap_room=(\d+)")
+_STREAM_FIELD: Final = ", stream="
 _OBJ_HOST = re.compile(r"bootstrap_host='([^'\\\s]{1,255})'")
 _OBJ_PORT = re.compile(r"bootstrap_port=(\d{1,5})\b")
 _INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
@@ -131,6 +132,22 @@ def _obj_ids_and_end(
     node decode fetched from; looked for only after the rid, past the user text), and where the
     later of the ids ends in `text` (-1: neither found, or found in a copy with the user text
     blanked)."""
+    scan = _obj_scan(text, end)
+    return scan.rid, scan.room, scan.address, scan.end
+
+
+class _ObjScan(NamedTuple):
+    rid: str | None
+    room: str | None
+    address: Address | None
+    end: int
+    # The `stream=` flag (None: not found, or not a flag).
+    streamed: bool | None
+
+
+def _obj_scan(text: str, end: int | None = None) -> _ObjScan:
+    """`_obj_ids_and_end`, and the `stream=` flag: the first after the rid (the fields between
+    them are the engine's, never user text), so no more of the line is read for it."""
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
     # each key is found once and then looked for again only after that point. Bounded by `end`
     # rather than sliced: no copy of the kilobytes.
@@ -148,7 +165,7 @@ def _obj_ids_and_end(
         blanked = True  # positions in the blanked copy are not the line's
     else:
         blanked = False
-    ids_end = -1
+    ids_end = rid_end = -1
     rid = None
     if rid_at >= 0:
         # The first `rid='<id>'` from the first `rid=` on (`rid=None` or an empty literal there:
@@ -156,7 +173,7 @@ def _obj_ids_and_end(
         m = _OBJ_RID.search(text, rid_at, end)
         if m:
             rid = m.group(1) if m.group(1) is not None else m.group(2)
-            ids_end = m.end()
+            ids_end = rid_end = m.end()
     room = None
     host = None
     if room_at >= 0:
@@ -174,7 +191,13 @@ def _obj_ids_and_end(
                         host = (h.group(1), int(p.group(1)) if p else None)
             if room_end > ids_end:
                 ids_end = room_end
-    return rid, room, host, -1 if blanked else ids_end
+    streamed = None
+    if rid_end >= 0:
+        at = text.find(_STREAM_FIELD, rid_end, end)
+        if at >= 0:
+            value = text[at + len(_STREAM_FIELD) : at + len(_STREAM_FIELD) + 5]
+            streamed = True if value.startswith("True") else False if value == "False" else None
+    return _ObjScan(rid, room, host, -1 if blanked else ids_end, streamed)
 
 
 def _last_group(text: str) -> tuple[int, int] | None:
@@ -407,30 +430,6 @@ def parse_text_receive(message: str) -> dict[str, Any]:
     return fields
 
 
-_STREAM_FIELD: Final = ", stream="
-
-
-def _streamed(text: str, end: int) -> bool | None:
-    """The `stream=` flag of a `GenerateReqInput(...)` repr (`text[:end]`): whether the client
-    was sent tokens as they were made. None when not found, or not as a flag. User text could
-    spell the field too (in the prompt, a stop string, a label): where it appears twice, it is
-    looked for again with the string literals blanked."""
-    at = text.find(_STREAM_FIELD, 0, end)
-    if at < 0:
-        return None
-    if text.find(_STREAM_FIELD, at + 1, end) >= 0:
-        text = _STRING_LITERAL.sub("''", text[:end])
-        at = text.find(_STREAM_FIELD)
-        if at < 0:
-            return None
-    value = text[at + len(_STREAM_FIELD) : at + len(_STREAM_FIELD) + 5]
-    if value.startswith("True"):
-        return True
-    if value.startswith("False"):
-        return False
-    return None
-
-
 def _note_address(fields: dict[str, Any], address: Address | None) -> None:
     if address is not None:
         fields["bootstrap_host"] = address[0]
@@ -451,7 +450,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     if fields is None and not _text_record_complete(message, finish=True):
         return _finished_fields({}, None, None)
     out_at = message.rfind(", out={")
-    rid, room, address, _ = _obj_ids_and_end(message, out_at if out_at > 0 else None)
+    rid, room, address, _, streamed = _obj_scan(message, out_at if out_at > 0 else None)
     if meta_text is None:
         fields = _finished_fields({}, rid, room)
     else:
@@ -463,7 +462,6 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
             fields["rid"] = rid
         fields["bootstrap_room"] = room
     _note_address(fields, address)
-    streamed = _streamed(message, out_at if out_at > 0 else len(message))
     if streamed is not None:
         fields["streamed"] = streamed
     return fields
