@@ -564,8 +564,24 @@ def test_a_target_answering_nothing_an_engine_gives_fails_the_gate(
     portal = serve({path: login for path in ("/server_info", "/v1/models", "/metrics")})
     router_metrics = b'sgl_router_requests_total{route="/generate"} 12\n'
     router = serve({"/metrics": _page(router_metrics, b"text/plain; version=0.0.4")})
-    code, out, _ = run("--endpoint", f"p={portal.url}", "--endpoint", f"r={router.url}")
-    portal_line, router_line = (" ".join(line.split()) for line in out.splitlines()[:2])
+    # SMG, the gateway now (reference: `smg_*` metrics), proxies its workers' model list.
+    models = json.dumps({"object": "list", "data": [{"id": "m", "max_model_len": 1_048_576}]})
+    gateway = serve(
+        {
+            "/metrics": _page(b'smg_http_requests_total{method="POST"} 12\n', b"text/plain"),
+            "/v1/models": _page(models.encode(), b"application/json"),
+        }
+    )
+    code, out, _ = run(
+        "--endpoint", f"p={portal.url}", "--endpoint", f"r={router.url}",
+        "--endpoint", f"s={gateway.url}",
+    )  # fmt: skip
+    portal_line, router_line, gateway_line = (
+        " ".join(line.split()) for line in out.splitlines()[:3]
+    )
+    assert gateway_line == (
+        "s unknown FAIL unusable: a router, not an engine: audit the engines behind it"
+    )
     assert portal_line.startswith("p unknown FAIL unusable: no SGLang engine answer (")
     assert "server_info: unparseable (not_json)" in portal_line
     assert router_line == (

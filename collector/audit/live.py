@@ -37,6 +37,7 @@ ENDPOINTS: Final[dict[str, tuple[str, ...]]] = {
     "metrics": ("/metrics",),
 }
 _ROLES: Final = frozenset({"prefill", "decode", "unified"})
+_ROUTER_MARKS: Final = (b"smg_", b"sgl_router_")
 _MAX_BODY: Final = 64 << 20
 # Most bytes one call of the body decoder returns: a 64 KB chunk of a gzip bomb inflates to
 # 64 MB, so it is inflated a step at a time and the cap is checked between steps.
@@ -196,14 +197,16 @@ async def _node(
         else:
             reasons = ", ".join(sorted(outcome.dropped)) or "nothing usable"
             facts.endpoint_errors[answer.endpoint] = f"unparseable ({reasons})"
+    # A gateway's metrics (SMG's `smg_*`, the older router's `sgl_router_*`) and no engine's:
+    # the model list it proxies from its workers does not make it one.
     router = any(
         a.endpoint == "metrics"
-        and b"sgl_router_" in (a.body or b"")
+        and any(mark in (a.body or b"") for mark in _ROUTER_MARKS)
         and b"sglang:" not in (a.body or b"")
         and b"sglang_" not in (a.body or b"")
         for a in answered
-    )
-    if not events and (router or not metric_events):
+    ) and not events.keys() & {"server_info", "v1_loads"}
+    if router or (not events and not metric_events):
         # Answers, but none an engine gives: a login page, a cut document, a router. Nothing
         # was checked, as for a node that did not answer at all.
         said = "; ".join(f"{name}: {why}" for name, why in sorted(facts.endpoint_errors.items()))
