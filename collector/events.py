@@ -25,6 +25,10 @@ REQUEST_RECEIVED: Final = "request_received"
 REQUEST_FINISHED: Final = "request_finished"
 REQUEST_TIME_STATS: Final = "request_time_stats"
 REQUEST_REJECTED: Final = "request_rejected"
+# A request's own log lines (what a node logged of it, traces and failures aside).
+REQUEST_LINE_KINDS: Final = frozenset(
+    {REQUEST_RECEIVED, REQUEST_FINISHED, REQUEST_TIME_STATS, REQUEST_REJECTED}
+)
 TRANSFER_FAILED: Final = "transfer_failed"
 CHECKSUM_MISMATCH: Final = "checksum_mismatch"
 CHECKSUM_SKIPPED: Final = "checksum_skipped"

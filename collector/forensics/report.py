@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
+from collector.events import REQUEST_LINE_KINDS
 from collector.files import EXPORT_NAME
 from collector.forensics.plots import PlotData, render_all
 from collector.shown_text import printable_lines
@@ -470,12 +471,6 @@ def late_lines_line(summary: dict[str, Any]) -> str:
 
 # Late request lines that make "nothing found" no verdict: this many, and this share of all.
 _LATE_NOT_JUDGED: Final = (100, 0.01)
-_REQUEST_LINE_KINDS: Final = (
-    "request_received",
-    "request_finished",
-    "request_rejected",
-    "request_time_stats",
-)
 
 
 def too_late_line(summary: dict[str, Any]) -> str:
@@ -484,7 +479,7 @@ def too_late_line(summary: dict[str, Any]) -> str:
     judged. Empty when few did."""
     late = summary["requests"].get("late_lines", 0)
     kinds = summary["input"].get("events_by_kind", {})
-    lines = sum(kinds.get(kind, 0) for kind in _REQUEST_LINE_KINDS)
+    lines = sum(kinds.get(kind, 0) for kind in REQUEST_LINE_KINDS)
     floor, share = _LATE_NOT_JUDGED
     if late < max(floor, share * lines):
         return ""

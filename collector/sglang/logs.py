@@ -335,17 +335,6 @@ def _finished_stamp(message: str) -> float | None:
     return float(m.group(1)) if m is not None else None
 
 
-# A request's lines: one out of time cannot be placed among the others.
-_REQUEST_KINDS: Final = frozenset(
-    {
-        ev.REQUEST_RECEIVED,
-        ev.REQUEST_FINISHED,
-        ev.REQUEST_TIME_STATS,
-        ev.REQUEST_REJECTED,
-    }
-)
-
-
 class StreamDate:
     """The date lines printing the time of day alone are read in, across a stream's files:
     `day` is the local midnight before the last line read (in the prefix's units), `last_tod`
@@ -473,7 +462,8 @@ class LineParser:
             when -= self.clock.shift
         if when is None and kind == ev.REQUEST_FINISHED:
             when = _finished_stamp(envelope.message)
-        if when is None and tod is not None and kind in _REQUEST_KINDS:
+        if when is None and tod is not None and kind in ev.REQUEST_LINE_KINDS:
+            # A request line out of time cannot be placed among its request's others.
             self.undated_requests += 1
         if not isinstance(payload, dict):
             return kind, ev.Event.deferred(
