@@ -361,10 +361,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             timeouts, cfg.min_timeouts, cfg.ratio, base_timeouts, timeouts_rate
         )
         node_counts = {node: window.outcome_count(node, "timeout") for node in nodes}
+        node_levels: dict[str, float] = {}  # each node's own baseline, as the summary says it
         if len(self.node_timeouts_) > 1 or len(node_counts) > 1:
             for node, count in sorted(node_counts.items()):
                 own = self.node_timeouts_.get(node)
                 level = own.level(cfg.prior_timeouts) if own is not None else cfg.prior_timeouts
+                node_levels[node] = level
                 rate = own.level(0.0) if own is not None else 0.0
                 if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
                     scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
@@ -416,11 +418,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f"{share_text} in {cfg.window_seconds:.0f}s"
             )
         elif worst is not None and rule.startswith("node_timeouts:"):
-            own = self.node_timeouts_.get(worst)
-            level = own.level(cfg.prior_timeouts) if own is not None else cfg.prior_timeouts
             head = (
                 f"Deferred KV releases timing out on {worst}: {node_counts[worst]:.0f} timeouts "
-                f"in {cfg.window_seconds:.0f}s against its own baseline of {level:.1f} "
+                f"in {cfg.window_seconds:.0f}s against its own baseline of "
+                f"{node_levels[worst]:.1f} "
                 f"({timeouts:.0f}{share_text} on all nodes{held_text})"
             )
         else:
