@@ -1,9 +1,10 @@
 """Compressed logs, known by their first bytes, never by their names.
 
 logrotate compresses with gzip unless told otherwise (`compresscmd /usr/bin/xz`, `bzip2`),
-and a responder's copy may lose or change the suffix. gzip is read by `collector.files`; xz
-and bzip2 here, with the standard library: streamed, several streams one after the other, and
-a stream cut short yielding what is readable. zstd and lz4 the standard library cannot read:
+and a responder's copy may lose or change the suffix. All three are read here, with the
+standard library and one reader: streamed, output bounded per call (a small file that inflates
+to gigabytes is read a block at a time), several streams one after the other, and a stream cut
+short yielding what is readable. zstd and lz4 the standard library cannot read:
 such a file is counted (`compressed_not_read`) and said, never read as lines of binary.
 """
 
@@ -22,8 +23,8 @@ _MAGIC: Final[dict[Format, bytes]] = {"gzip": b"\x1f\x8b", "xz": b"\xfd7zXZ\x00"
 _UNREADABLE_MAGIC: Final = (b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18")
 # Bytes to look at to tell the format.
 MAGIC_BYTES: Final = 6
-# What xz and bzip2 raise on damaged data.
-_ERRORS: Final = (lzma.LZMAError, OSError, EOFError, ValueError)
+# What the decompressors raise on damaged data.
+_ERRORS: Final = (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError)
 
 
 def compression_of(start: bytes) -> Format | None:
@@ -39,7 +40,38 @@ def unreadable_compression(start: bytes) -> bool:
     return start.startswith(_UNREADABLE_MAGIC)
 
 
-def _decompressor(name: Format) -> lzma.LZMADecompressor | bz2.BZ2Decompressor:
+class _Gunzip:
+    """One gzip member, with the interface of `lzma`'s and `bz2`'s decompressors: zlib keeps
+    the input a bounded call left over in `unconsumed_tail`, and may hold output back when a
+    call filled `max_length`, where those two say `needs_input`."""
+
+    __slots__ = ("_inflate", "needs_input")
+
+    def __init__(self) -> None:
+        self._inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self.needs_input = True
+
+    @property
+    def eof(self) -> bool:
+        return self._inflate.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._inflate.unused_data
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        inflate = self._inflate
+        out = inflate.decompress(inflate.unconsumed_tail + data, max_length)
+        self.needs_input = not inflate.unconsumed_tail and len(out) < max_length
+        return out
+
+
+Decompressor = lzma.LZMADecompressor | bz2.BZ2Decompressor | _Gunzip
+
+
+def _decompressor(name: Format) -> Decompressor:
+    if name == "gzip":
+        return _Gunzip()
     return lzma.LZMADecompressor() if name == "xz" else bz2.BZ2Decompressor()
 
 
@@ -50,21 +82,19 @@ def decompressed_head(start: bytes, size: int) -> bytes | None:
     if name is None:
         return None
     try:
-        if name == "gzip":
-            return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(start, size)
         return _decompressor(name).decompress(start, size)
-    except (zlib.error, *_ERRORS):
+    except _ERRORS:
         return b""
 
 
 def stream_blocks(handle: BinaryIO, name: Format, read_size: int) -> Iterator[bytes | str]:
-    """The text of an xz or bzip2 file (`name`) in blocks of at most `read_size` bytes, stream
-    after stream; a damaged or cut file ends with the reason as a `str` (`corrupt_xz`,
-    `truncated_bz2`, `trailing_garbage_after_xz`), after all that could be read of it.
+    """The text of a compressed file (`name`) in blocks of at most `read_size` bytes, stream
+    after stream (gzip's members, `cat a.xz b.xz`); a damaged or cut file ends with the reason
+    as a `str` (`corrupt_gzip`, `truncated_bz2`, `trailing_garbage_after_xz`), after all that
+    could be read of it.
 
     Output is bounded per call (`max_length`), so a small file that inflates enormously is read
     a block at a time like any other."""
-    assert name != "gzip", "gzip is read by collector.files"
     stream = _decompressor(name)
     pending = b""
     while True:

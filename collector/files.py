@@ -21,7 +21,6 @@ import math
 import os
 import re
 import stat
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -971,8 +970,8 @@ def _open_blocks(
     byte_range: tuple[int, int] | None = None,
     block_size: int | None = None,
 ) -> Iterator[bytes]:
-    """Yield the file's bytes in blocks, decompressing gzip (by magic, not by name); `ending`
-    learns whether the stream ended early.
+    """Yield the file's bytes in blocks, decompressing gzip, xz and bzip2 (by magic, not by
+    name); `ending` learns whether the stream ended early.
 
     `byte_range` restricts a plain file to [start, end): one worker's share of a large file.
     """
@@ -988,9 +987,7 @@ def _open_blocks(
         magic = handle.read(MAGIC_BYTES)
         handle.seek(0)
         compression = compression_of(magic)
-        if compression == "gzip":
-            yield from _gunzip_blocks(handle, stats, ending, block_size)
-        elif compression is not None:
+        if compression is not None:
             for block in stream_blocks(handle, compression, block_size or BLOCK_SIZE):
                 if isinstance(block, str):  # why it ended early
                     if block.startswith("trailing_garbage"):  # every stream ended: nothing cut
@@ -1017,46 +1014,6 @@ def _open_blocks(
         ending.cut(stats, "read_error")
     finally:
         handle.close()
-
-
-def _gunzip_blocks(
-    handle: BinaryIO, stats: ReadStats, ending: _Ending, block_size: int | None = None
-) -> Iterator[bytes]:
-    """Stream-decompress gzip (multi-member too), yielding everything up to any damage.
-
-    `gzip.GzipFile` discards the last partial block when the file is cut short; a shipper killed
-    mid-write leaves exactly such files, and their readable part is evidence.
-    """
-    inflater = zlib.decompressobj(wbits=31)
-    member_open = False
-    while True:
-        compressed = handle.read(block_size or BLOCK_SIZE)
-        if not compressed:
-            break
-        while compressed:
-            member_open = True
-            try:
-                block = inflater.decompress(compressed)
-            except zlib.error:
-                ending.cut(stats, "corrupt_gzip")
-                return
-            if block:
-                stats.count_bytes(len(block))
-                yield block
-            if not inflater.eof:
-                break
-            compressed = inflater.unused_data
-            inflater = zlib.decompressobj(wbits=31)
-            member_open = False
-            if compressed and not compressed.startswith(b"\x1f\x8b"):
-                stats.drop("trailing_garbage_after_gzip")  # every member ended: nothing cut
-                return
-    if member_open:
-        tail = inflater.flush()
-        if tail:
-            stats.count_bytes(len(tail))
-            yield tail
-        ending.cut(stats, "truncated_gzip")
 
 
 def _range_blocks(

@@ -22,7 +22,6 @@ forward, and the runs are read oldest first. Each line keeps its number in the f
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -187,8 +186,9 @@ MAX_GZIP_THROUGH: Final = 64 << 20
 
 
 def end_lines(path: Path) -> list[str]:
-    """`tail_lines`, and of a gzip file up to `MAX_GZIP_THROUGH` the whole lines in the last
-    `_TAIL_BYTES` of its text, read through at zlib's speed (none of a larger or damaged one)."""
+    """`tail_lines`, and of a compressed file up to `MAX_GZIP_THROUGH` the whole lines in the
+    last `_TAIL_BYTES` of its readable text, read through at the decompressor's speed (none of
+    a larger one)."""
     try:
         with open(path, "rb") as raw:
             compression = compression_of(raw.read(MAGIC_BYTES))
@@ -197,22 +197,12 @@ def end_lines(path: Path) -> list[str]:
             if os.fstat(raw.fileno()).st_size > MAX_GZIP_THROUGH:
                 return []
             raw.seek(0)
-            if compression != "gzip":
-                tail = b""
-                for block in stream_blocks(raw, compression, 1 << 20):
-                    if isinstance(block, str):
-                        break
-                    tail = (tail + block)[-_TAIL_BYTES:]
-                return tail.decode("utf-8", "replace").split("\n")[1:]
-            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             tail = b""
-            while chunk := raw.read(1 << 20):
-                tail = (tail + inflate.decompress(chunk))[-_TAIL_BYTES:]
-                if inflate.eof:  # a second member: its text follows the first's
-                    rest = inflate.unused_data
-                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                    tail = (tail + inflate.decompress(rest))[-_TAIL_BYTES:]
-    except (OSError, zlib.error):
+            for block in stream_blocks(raw, compression, 1 << 20):
+                if isinstance(block, str):  # cut or damaged: its last readable lines
+                    break
+                tail = (tail + block)[-_TAIL_BYTES:]
+    except OSError:
         return []
     if utf16_encoding(tail[:4096]) is not None:
         return []

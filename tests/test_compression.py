@@ -14,6 +14,8 @@ import lzma
 import shutil
 import subprocess
 import sys
+import tracemalloc
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collector.compression import stream_blocks
+from collector.compression import Format, stream_blocks
 from collector.files import ReadStats, discover, read_lines
 
 LINES = [f"[2026-09-06 00:00:{i % 60:02d} TP0] Decode batch, #token: {i}" for i in range(5000)]
@@ -112,19 +114,46 @@ def test_an_incident_with_its_decode_log_in_xz_or_bzip2_names_the_same_exposures
     assert runs["plain"] and runs[suffix] == runs["plain"]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.sampled_from(["xz", "bz2"]),
+    st.sampled_from(["xz", "bz2", "gz"]),
     st.integers(min_value=0, max_value=4000),
     st.binary(max_size=64),
 )
 def test_stream_blocks_never_raise_on_damage(suffix: str, cut: int, junk: bytes) -> None:
     packed = COMPRESSORS[suffix](TEXT[:20000])
     damaged = packed[:cut] + junk + packed[cut + len(junk) :]
-    out = list(stream_blocks(io.BytesIO(damaged), "xz" if suffix == "xz" else "bz2", 4096))
+    name: Format = "xz" if suffix == "xz" else "bz2" if suffix == "bz2" else "gzip"
+    out = list(stream_blocks(io.BytesIO(damaged), name, 4096))
     text = b"".join(b for b in out if isinstance(b, bytes))
     reasons = [b for b in out if isinstance(b, str)]
     assert len(reasons) <= 1 and (not reasons or out[-1] == reasons[0])
     assert all(len(b) <= 4096 for b in out if isinstance(b, bytes))
     if damaged == packed:
         assert not reasons and text == TEXT[:20000]
+
+
+def test_a_gzip_bomb_is_read_a_bounded_block_at_a_time(tmp_path: Path) -> None:
+    """A small gzip file that inflates to 64 MiB: inflated by one call per 1 MiB read, it was
+    held whole in memory at once (a bigger one would end the run)."""
+    path = tmp_path / "decode-0.log.1.gz"
+    line = b"[2026-09-06 00:00:00 TP0] Decode batch, #running-req: 1\n"
+    inflater = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(path, "wb") as out:
+        block = line * ((1 << 20) // len(line))
+        for _ in range(64):
+            out.write(inflater.compress(block))
+        out.write(inflater.flush())
+    assert path.stat().st_size < 1 << 20
+    with open(path, "rb") as handle:
+        sizes = [len(b) for b in stream_blocks(handle, "gzip", 1 << 16) if isinstance(b, bytes)]
+    assert sum(sizes) == 64 * len(block) and max(sizes) <= 1 << 16
+    stats = ReadStats()
+    tracemalloc.start()
+    try:
+        lines = sum(1 for _ in read_lines(path, stats))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == 64 * (len(block) // len(line)) and stats.dropped == {}
+    assert peak < 16 << 20
