@@ -1067,6 +1067,8 @@ def read_line_blocks(
     carry: list[bytes] = []
     carried = 0
     skipping = False
+    # NUL bytes at the end of what is carried: a longer run means no more than `_NUL_RUN` does.
+    nul_tail = 0
     number = 0
     ending = _Ending()
     if more:  # a log cut into pieces, read as one
@@ -1078,11 +1080,18 @@ def read_line_blocks(
     for block in blocks:
         cut = block.rfind(b"\n")
         if cut < 0:
-            if not skipping:
-                carry.append(block)
-                carried += len(block)
-                if carried > MAX_LINE_BYTES:
-                    carry, carried, skipping = [], 0, True
+            if skipping:
+                continue
+            if block.count(0) == len(block):
+                # A run of NULs: carried no longer than `_NUL_RUN`, however long it goes on.
+                block = block[: max(0, len(_NUL_RUN) - nul_tail)]
+                nul_tail += len(block)
+            else:
+                nul_tail = len(block) - len(block.rstrip(b"\x00"))
+            carry.append(block)
+            carried += len(block)
+            if carried > MAX_LINE_BYTES:
+                carry, carried, skipping = [], 0, True
             continue
         # The block's whole lines are decoded where they lie (a memoryview, no copy); only the
         # line that straddles the previous block is put together.
@@ -1102,6 +1111,10 @@ def read_line_blocks(
         else:
             first_end = -1  # the block starts with a whole line
         rest_of_block = block[cut + 1 :]
+        trimmed = rest_of_block.rstrip(b"\x00")
+        nul_tail = min(len(rest_of_block) - len(trimmed), len(_NUL_RUN))
+        if nul_tail == len(_NUL_RUN):
+            rest_of_block = trimmed + _NUL_RUN_BYTES
         carry, carried = ([rest_of_block], len(rest_of_block)) if rest_of_block else ([], 0)
         lines = _decode_block(lead, stats) if lead is not None else []
         if first_end < cut:
@@ -1205,9 +1218,27 @@ def _decode_block(payload: bytes | memoryview, stats: ReadStats) -> list[str]:
     return lines
 
 
+# NUL bytes in a row that are a hole, not junk in a line: logrotate's `copytruncate` under a
+# writer that does not append (`> server.log`) leaves the old file's size of them before the
+# next line; a crash can leave a page of them where a line was being written.
+_NUL_RUN: Final = "\x00" * 16
+_NUL_RUN_BYTES: Final = _NUL_RUN.encode()
+
+
 def _clean(line: str, stats: ReadStats) -> str:
     if "\x00" not in line and "\ufffd" not in line:
         return line
+    if _NUL_RUN in line:
+        # The text after the last run is a whole line; any before it was cut by the run.
+        before, _, line = line.rpartition(_NUL_RUN)
+        line = line.lstrip("\x00")
+        stats.drop("nul_run_skipped")
+        if before.strip("\x00"):
+            stats.drop("cut_by_nul_run")
+        if not line:
+            return DROPPED
+        if "\x00" not in line and "\ufffd" not in line:
+            return line
     junk = line.count("\x00") + line.count("\ufffd")
     if junk * 4 > len(line):
         stats.drop("binary")

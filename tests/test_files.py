@@ -197,7 +197,10 @@ def test_snapshots_are_placed_by_their_time_in_the_timeline(tmp_path: Path) -> N
 
 
 _pieces = st.sampled_from(
-    [b"a", b"line", b"\n", b"\r\n", b"\xc3\xa9", b"\xe2\x82\xac", b"\xff", b"\x00", b" ", b"\n\n"]
+    [
+        *(b"a", b"line", b"\n", b"\r\n", b"\xc3\xa9", b"\xe2\x82\xac", b"\xff", b"\x00"),
+        *(b" ", b"\n\n", b"\x00" * 16, b"\x00" * 50),
+    ]
 )
 
 
@@ -241,11 +244,18 @@ def test_blocks_give_the_lines_of_the_whole_file_wherever_blocks_cut(
     expected = text.split("\n") if text else []
     if text.endswith("\n"):
         expected.pop()
+    kept = [_after_nul_runs(line.removesuffix("\r")) for line in expected]
     assert [line for _, line in whole if line != files.DROPPED] == [
-        line.removesuffix("\r").replace("\x00", "")
-        for line in expected
-        if not _mostly_junk(line.removesuffix("\r"))
+        line.replace("\x00", "") for line in kept if line is not None and not _mostly_junk(line)
     ]
+
+
+def _after_nul_runs(line: str) -> str | None:
+    """A line's text after its last run of 16 NULs or more (a hole, not junk in the line);
+    None when nothing follows the run."""
+    if "\x00" * 16 not in line:
+        return line
+    return line.rpartition("\x00" * 16)[2].lstrip("\x00") or None
 
 
 def _mostly_junk(line: str) -> bool:
@@ -282,3 +292,47 @@ def test_a_node_name_that_is_not_utf8_becomes_text() -> None:
     described = describe(Path(name))
     assert described is not None and described.node == "dec\ufffd-7"
     assert json.dumps(described.node)  # and JSON, Parquet and the plots take it
+
+
+@pytest.mark.parametrize("hole", [4096, 3 * BLOCK_SIZE + 17])
+def test_a_copytruncate_hole_is_passed_over_and_the_line_after_it_kept(
+    tmp_path: Path, hole: int
+) -> None:
+    """logrotate's `copytruncate` under a writer that does not append (`> server.log`): the
+    writer goes on at its old offset, and the file begins with that many NUL bytes, then the
+    next line. The hole is not text; the line after it was read as part of one huge or
+    mostly-binary line and lost, and said as such."""
+    body = "".join(_line(s, s) + "\n" for s in range(1, 6))
+    path = tmp_path / "decode-0.log"
+    with open(path, "wb") as out:
+        out.seek(hole)  # sparse, as the file system leaves it
+        out.write(body.encode())
+    read = ReadStats()
+    lines = [text for _, text in read_lines(path, read)]
+    assert lines == body.splitlines()
+    assert read.dropped == {"nul_run_skipped": 1}
+
+
+def test_text_cut_by_a_run_of_nul_bytes_is_dropped_and_the_line_after_it_kept(
+    tmp_path: Path,
+) -> None:
+    """A crash can leave a block of NULs where a line was being written: the line before the
+    run is cut (dropped, counted), the one after it whole."""
+    path = tmp_path / "decode-0.log"
+    path.write_bytes(
+        (_line(1, 1) + "\n" + _line(2, 2)[:30]).encode()
+        + b"\x00" * 8192
+        + (_line(3, 3) + "\n" + _line(4, 4) + "\n").encode()
+    )
+    read = ReadStats()
+    lines = [(n, text) for n, text in read_lines(path, read)]
+    assert lines == [(1, _line(1, 1)), (2, _line(3, 3)), (3, _line(4, 4))]
+    assert read.dropped == {"nul_run_skipped": 1, "cut_by_nul_run": 1}
+
+
+def test_a_line_cut_by_nul_bytes_is_said_a_hole_alone_is_not(tmp_path: Path) -> None:
+    def said(dropped: dict[str, int]) -> str:
+        return unread_line({"input": {"lines": 10_000, "dropped_by_reason": dropped}})
+
+    assert said({"nul_run_skipped": 3}) == ""
+    assert "cut_by_nul_run 1" in said({"nul_run_skipped": 1, "cut_by_nul_run": 1})

@@ -304,10 +304,11 @@ def unread_line(summary: dict[str, Any]) -> str:
 # large to read is one count and a whole node's log, a gzip cut short is one count and the hour
 # of answers after the cut, and a line longer than the reader keeps (64 MiB), one cut in two, or
 # one journald left out of its JSON export (over 4,096 bytes without `--all`), is one count and
-# may be the one request line that names an exposure.
+# may be the one request line that names an exposure; so may one cut by a run of NULs (a crash).
 WHOLE_FILE_LOSSES: Final = frozenset(
     {
         "compressed_not_read",
+        "cut_by_nul_run",
         "corrupt_bz2",
         "corrupt_gzip",
         "corrupt_xz",
