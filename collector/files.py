@@ -1248,12 +1248,17 @@ def _clean(line: str, stats: ReadStats) -> str:
     return line.replace("\x00", "")
 
 
+# The source of a node's batch lines folded into a window (`window:<node>`): timed by its last
+# line.
+WINDOW_SOURCE: Final = "window:"
+
+
 def dated_by_file_time(source: str) -> bool:
     """Whether an event's time is its file's modification time: a whole document (a `.prom`
     scrape, a saved `/server_info`) whose name carries no `@<time>`. Lines are sourced
     `path:line`, spans `otlp`."""
     path, _, line = source.rpartition(":")
-    if line.isdigit() or source == "otlp" or not source:
+    if line.isdigit() or source == "otlp" or not source or source.startswith(WINDOW_SOURCE):
         return False
     return _SNAPSHOT_TIME.search(Path(source).name.split(".", 1)[0]) is None
 

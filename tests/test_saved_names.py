@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -525,3 +526,21 @@ def test_an_empty_rotation_beside_a_copy_does_not_make_the_copy_another_node(
     _touch(tmp_path / "b" / "decode-0.log", text)
     (tmp_path / "b" / "decode-0.log.1.gz").write_bytes(b"")
     assert sorted({f.node for f in discover([tmp_path])}) == ["decode-0", "prefill-0"]
+
+
+def test_what_the_logs_cover_ends_at_their_last_line_even_a_batch_line(tmp_path: Path) -> None:
+    """Batch lines reach the judge folded into windows (`window:<node>`): their time was taken
+    for a document's file time and left out, and the logs seemed to end 20 minutes early."""
+    reference = Path(__file__).parent / "testdata" / "reference_incident"
+    logs = tmp_path / "logs"
+    shutil.copytree(reference, logs)
+    later = "".join(
+        f"[2026-08-27 10:{minute}:00 TP0] Decode batch, #running-req: 1, #token: 9, "
+        "token usage: 0.01, gen throughput (token/s): 40.00, #queue-req: 0\n"
+        for minute in range(20, 35)
+    )
+    with open(logs / "decode-0.log", "a") as out:
+        out.write(later)
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["first_time"] == "2026-08-27T09:00:02.000Z"
+    assert summary["input"]["last_time"] == "2026-08-27T10:34:00.000Z"

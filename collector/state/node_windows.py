@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from collector.events import BATCH_KINDS, Event
+from collector.files import WINDOW_SOURCE
 from collector.sglang.batch import BatchSample
 from collector.state.config_timeline import (
     NODE_WINDOW,
@@ -279,7 +280,7 @@ class NodeWindowAggregator:
     def _close(self) -> Event:
         node = self._node or ""
         partial = self._partial(
-            self._window, self._events, self._hint, self._latest, f"window:{node}"
+            self._window, self._events, self._hint, self._latest, f"{WINDOW_SOURCE}{node}"
         )
         self._window = NodeWindow()
         self._events = 0
