@@ -1052,6 +1052,7 @@ def read_line_blocks(
     byte_range: tuple[int, int] | None = None,
     block_size: int | None = None,
     more: tuple[Path, ...] = (),
+    continued: Callable[[], str | None] | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """(number of the first line, lines) per block read; CRLF, NULs, bad UTF-8, giant lines handled.
 
@@ -1060,7 +1061,9 @@ def read_line_blocks(
     ever being held whole. Bytes that are not UTF-8 are replaced; lines that are mostly binary are
     dropped (`binary`). The text after the last newline is cut when the stream ended early
     (dropped unread, `<why>_partial_line`), and may be when it is a request record left
-    incomplete (dropped, `truncated_request_line`); see the module docstring.
+    incomplete (dropped, `truncated_request_line`); see the module docstring. `continued`
+    gives the rest of a last line without its newline when the next file of the stream begins
+    with it (a rotation that cut the line in two; see `RepeatedLines`).
     """
     # The start of the line the last block left unfinished, in pieces: a line of megabytes is
     # put together once, not copied again with every block.
@@ -1133,7 +1136,12 @@ def read_line_blocks(
             stats.drop(ending.early + "_partial_line")
         else:
             lines = _decode_block(b"".join(carry), stats)
-            if lines[0] != DROPPED and cut_record(lines[0]):
+            its_rest = continued() if continued is not None and lines[0] != DROPPED else None
+            if its_rest is not None and len(lines[0]) + len(its_rest) > MAX_LINE_BYTES:
+                stats.drop("line_too_long")
+            elif its_rest is not None:
+                yield number, [lines[0] + its_rest]
+            elif lines[0] != DROPPED and cut_record(lines[0]):
                 stats.drop("truncated_request_line")
             else:
                 yield number, lines
@@ -1151,6 +1159,7 @@ def file_line_blocks(
     stats: ReadStats,
     byte_range: tuple[int, int] | None = None,
     block_size: int | None = None,
+    continued: Callable[[], str | None] | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """`read_line_blocks` of a telemetry file: oldest line first, and of a merged file only
     its name's lines. A small `block_size` reads little of a file that is only begun."""
@@ -1159,7 +1168,7 @@ def file_line_blocks(
     if tf.newest_first and byte_range is None:
         blocks = oldest_first(tf.path, stats, _line_time_of(tf))
     else:
-        blocks = read_line_blocks(tf.path, stats, byte_range, block_size, tf.pieces[1:])
+        blocks = read_line_blocks(tf.path, stats, byte_range, block_size, tf.pieces[1:], continued)
     if tf.merged_source is None:
         return blocks
     return own_lines(blocks, tf.merged_source, tf.merged_names, stats, tf.counted)

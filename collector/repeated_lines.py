@@ -206,24 +206,29 @@ class RepeatedLines:
         self._position = {id(tf): index for index, tf in enumerate(files)}
         self._skip: dict[int, tuple[int, Path]] = {}  # file index -> (lines, earlier file)
         self._anchors: dict[int, tuple[str, int] | None] = {}
+        # Files whose first line is the rest of the file before's last line (`_continuation`).
+        self._joined: set[int] = set()
 
     def blocks(self, tf: TelemetryFile, stats: ReadStats) -> Blocks:
         """`file_line_blocks` of `tf`, less the lines an earlier file of the stream held
         (counted in `stats` as read; `repeated` says how many were skipped)."""
-        from collector.files import file_line_blocks
+        from collector.files import DROPPED, file_line_blocks
 
         index = self._position.get(id(tf))
         if index is None:
             yield from file_line_blocks(tf, stats)
             return
         skip, _ = self._skip.get(index, (0, tf.path))
+        joined = index in self._joined
         watches = [
             _Watch(later, self.files[later], anchor)
             for later in range(index + 1, min(index + 1 + WATCHED_FILES, len(self.files)))
             if (anchor := self._anchor(later)) is not None
         ]
         seen = 0  # lines read so far, in reading order (newest-first files number backwards)
-        for first, lines in file_line_blocks(tf, stats):
+        for first, lines in file_line_blocks(tf, stats, continued=self._continuation(index)):
+            if joined and lines:  # read already, as the end of the file before's last line
+                lines[0], joined = DROPPED, False
             for watch in watches:
                 watch.feed(lines)
             if seen + len(lines) <= skip:
@@ -240,6 +245,30 @@ class RepeatedLines:
             matched = watch.finish()
             if matched > self._skip.get(watch.later, (0, tf.path))[0]:
                 self._skip[watch.later] = (matched, tf.path)
+
+    def _continuation(self, index: int) -> Callable[[], str | None] | None:
+        """For a file that may end mid-line: what reads the next file's first line when it is
+        that line's rest, and marks it read.
+
+        logrotate's `copytruncate` copies a log while its writer goes on: a line half written
+        ends the rotated file without its newline, and its rest begins the live one. A file
+        ends without a newline only when cut; a first line without a time of its own is no
+        line's start. Both together join the halves; either alone leaves the files as they are.
+        """
+        if index + 1 >= len(self.files):
+            return None
+        mine, after = self.files[index], self.files[index + 1]
+        if not (_plain_log(mine) and _plain_log(after)):
+            return None
+
+        def rest() -> str | None:
+            line = _first_line(after)
+            if not line or line_time(line) is not None:
+                return None
+            self._joined.add(index + 1)
+            return line
+
+        return rest
 
     def repeated(self, tf: TelemetryFile) -> tuple[int, Path] | None:
         """(lines skipped, the earlier file that held them) for a file already read."""
@@ -267,6 +296,24 @@ def _first_stamped_line(tf: TelemetryFile) -> tuple[str, int] | None:
                 seen += 1
             if seen > 1024:
                 return None
+    finally:
+        _close(blocks)
+    return None
+
+
+def _plain_log(tf: TelemetryFile) -> bool:
+    """A log file read as written: not from its end, not an export, not a merged file's part."""
+    return not (tf.newest_first or tf.cloud_export or tf.merged_source or tf.pieces[1:])
+
+
+def _first_line(tf: TelemetryFile) -> str | None:
+    """A file's first line, read alone; None when it is of no use (binary, too long)."""
+    from collector.files import DROPPED, ReadStats, file_line_blocks
+
+    blocks = file_line_blocks(tf, ReadStats(), block_size=64 << 10)
+    try:
+        for _, lines in blocks:
+            return None if lines[0] == DROPPED else lines[0]
     finally:
         _close(blocks)
     return None

@@ -10,13 +10,18 @@ the rest of its reserved pages: other requests' KV. In the logs this is a refusa
 time stats of a one-token input for a room whose prompt decode logs as longer) and a successful
 finish of the same `bootstrap_room` on decode. Critical and an exposure. If another prefill attempt
 for the room succeeded, decode had real KV and nothing is raised.
+
+A refusal whose room decode received and then logged no end for (no finish, no abort, no time
+stats) is a warning, not an exposure: whether decode answered is not in the logs. A decode that
+logs only the finishes slower than N ms (`SGLANG_LOG_REQUEST_EXCEEDED_MS`) leaves out exactly
+the fast answers stale pages give, and an engine's own refusal handling ends in a logged abort.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from collector.state.request_record import RequestRecord
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -27,6 +32,8 @@ class RejectedThenServedConfig(DetectorConfig):
     # or time stats of a one-token input for a longer prompt (old engines log only the stub
     # when the refusal line is missing or carries no rid).
     count_stub_aborts: bool = True
+    # Warn of a refused request decode received and logged no end for (see the module).
+    warn_unknown_outcome: bool = True
 
 
 class RejectedThenServed(Detector[RejectedThenServedConfig]):
@@ -49,7 +56,10 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         serving = record.serving
-        if serving is None or serving.role != "decode" or not serving.delivered:
+        if serving is None or serving.role != "decode":
+            return []
+        unknown = not serving.terminal and serving.received_time is not None
+        if not serving.delivered and not (unknown and self.config.warn_unknown_outcome):
             return []
         prefills = record.sides_with_role("prefill")
         refusals = [
@@ -64,18 +74,9 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
         if not refusal.rejected and (prompt is None or prompt <= 1):
             return []
         room = record.bootstrap_room
-        if refusal.rejected:
-            limit = refusal.reject_limit_tokens
-            what = f"refused it ({refusal.reject_reason or 'rejected'}"
-            what += (
-                f", {refusal.reject_input_tokens:,} > {limit:,} tokens)"
-                if (refusal.reject_input_tokens is not None and limit is not None)
-                else ")"
-            )
-        elif refusal.stub_abort:
-            what = "aborted it as a one-token stub"
-        else:
-            what = "ran it as a one-token stub (its time stats)"
+        what = what_refusal(refusal)
+        if not serving.delivered:
+            return [self._unknown_outcome(record, serving, refusal, what)]
         summary = (
             f"Prefill {refusal.node} {what} but decode {serving.node} "
             f"{answered(serving, f'bootstrap_room {room}', finish=False)}: the answer was "
@@ -107,3 +108,47 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
                 exposure=True,
             )
         ]
+
+    def _unknown_outcome(
+        self, record: RequestRecord, serving: SideRecord, refusal: SideRecord, what: str
+    ) -> Finding:
+        room = record.bootstrap_room
+        summary = (
+            f"Prefill {refusal.node} {what} and decode {serving.node} received bootstrap_room "
+            f"{room} but logged no end for it: if it answered, the answer was generated without "
+            "the prompt's KV (decode logging only slow finishes, SGLANG_LOG_REQUEST_EXCEEDED_MS, "
+            "leaves out exactly those answers)"
+        )
+        return self._request_finding(
+            "warning",
+            record,
+            serving,
+            summary=summary,
+            evidence={
+                "prompt_tokens": record.prompt_tokens,
+                "decode_outcome": UNKNOWN_OUTCOME,
+                "reject_reason": refusal.reject_reason,
+                "prefill_node": refusal.node,
+                "prefill_rid": refusal.rid,
+            },
+            exposure=False,
+        )
+
+
+# `evidence["decode_outcome"]` of a refusal whose room decode received and never ended.
+UNKNOWN_OUTCOME = "not_logged"
+
+
+def what_refusal(refusal: SideRecord) -> str:
+    """What prefill did with the request, as a summary says it."""
+    if refusal.rejected:
+        limit = refusal.reject_limit_tokens
+        what = f"refused it ({refusal.reject_reason or 'rejected'}"
+        return what + (
+            f", {refusal.reject_input_tokens:,} > {limit:,} tokens)"
+            if (refusal.reject_input_tokens is not None and limit is not None)
+            else ")"
+        )
+    if refusal.stub_abort:
+        return "aborted it as a one-token stub"
+    return "ran it as a one-token stub (its time stats)"

@@ -350,3 +350,39 @@ def test_a_complete_request_record_last_without_its_newline_is_read(
     events, stats = _events(path)
     assert [(e.kind, e.fields) for e in events] == [(e.kind, e.fields) for e in expected]
     assert len(events) == 1 and stats.dropped == {}
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_line_cut_in_two_by_a_rotation_is_read_whole(tmp_path: Path, compressed: bool) -> None:
+    """logrotate's `copytruncate` copied the log while a line was half written: the rotated
+    file ends in its first half, the live file begins with the rest. The halves were a cut
+    request record (dropped) and a line of nothing; the exposure it named was lost."""
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "prefill-0.log").write_bytes((REFERENCE / "prefill-0.log").read_bytes())
+    text = (REFERENCE / "decode-0.log").read_bytes()
+    finish = text.index(b"Finish: obj=")
+    cut = text.index(b"'prompt_tokens'", finish)  # mid-record, where a lone half says nothing
+    older, newer = text[:cut], text[cut:]
+    rotated = case / ("decode-0.log.1.gz" if compressed else "decode-0.log.1")
+    rotated.write_bytes(gzip.compress(older) if compressed else older)
+    (case / "decode-0.log").write_bytes(newer)
+    whole = run_forensics([str(REFERENCE)], tmp_path / "whole", write_parquet=False).summary
+    split = run_forensics([str(case)], tmp_path / "split", write_parquet=False).summary
+    assert split["exposure"]["requests"] == whole["exposure"]["requests"] != []
+    assert "truncated_request_line" not in split["input"]["dropped_by_reason"]
+    assert split["input"]["unclassified_other_lines"] == whole["input"]["unclassified_other_lines"]
+    assert split["input"]["events_by_kind"] == whole["input"]["events_by_kind"]
+
+
+def test_a_rotated_file_ending_mid_line_before_a_whole_line_keeps_both(tmp_path: Path) -> None:
+    """Joined only to a continuation: a live file that begins with a line of its own leaves
+    the rotated file's cut last line to be read (or dropped) as before."""
+    lines = (REFERENCE / "decode-0.log").read_text().splitlines(keepends=True)
+    (tmp_path / "decode-0.log.1").write_text("".join(lines[:5]) + lines[5][:40])
+    (tmp_path / "decode-0.log").write_text("".join(lines[6:]))
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    sources = {e.source.rsplit(":", 1)[0].rsplit("/", 1)[1] for e in events}
+    assert sources == {"decode-0.log.1", "decode-0.log"}
+    assert len([e for e in events if e.source.endswith("decode-0.log:1")]) == 1

@@ -111,6 +111,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         answering_not_judged,
         nodes_not_judged_line,
         not_judged_line,
+        outcome_unknown_line,
         too_late_line,
         undated_line,
     )
@@ -171,6 +172,14 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
+    if not result.summary["exposure"]["count"] and outcome_unknown_line(result.summary):
+        # Refused requests whose answer, if any, is not in the logs: not an all-clear.
+        err.write(
+            printable_lines(
+                f"kvwatch forensics: NOT JUDGED: {outcome_unknown_line(result.summary)}\n"
+            )
+        )
+        return 2
     if not result.summary["exposure"]["count"] and answering_not_judged(result.summary):
         # Nothing found, but in the requests of some nodes only: not an all-clear.
         err.write(

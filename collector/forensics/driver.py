@@ -41,6 +41,7 @@ from collector.forensics.report import (
     newest_first_line,
     nodes_not_judged_line,
     not_judged_line,
+    outcome_unknown_line,
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
@@ -63,6 +64,7 @@ from collector.state.request_sides import RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
 from detectors.pipeline import DetectionPipeline, PipelineConfig
+from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
@@ -133,12 +135,16 @@ class _Evidence:
         # violation is attributed once the requests in flight have ended): Parquet key ->
         # detectors, for `RequestParquetWriter.close`.
         self.exposed_later: dict[str, set[str]] = {}
+        # Refused requests decode received and logged no end for (`UNKNOWN_OUTCOME`).
+        self.refused_outcome_unknown = 0
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
             self.findings.append(finding)
         else:
             self.findings_dropped[finding.detector] += 1
+        if finding.evidence.get("decode_outcome") == UNKNOWN_OUTCOME:
+            self.refused_outcome_unknown += 1
         if finding.exposure:
             self._exposed_entry(finding).evidence.append(finding.detector)
             if id(finding) in self._judged_with_record:
@@ -553,6 +559,7 @@ def build_summary(
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
             "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
+            "refused_outcome_unknown": evidence.refused_outcome_unknown,
             "nodes_not_judged": nodes_not_judged(
                 stats, nodes, evidence.judged_nodes, evidence.traced_nodes
             ),
@@ -741,6 +748,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             out.write(f"NOT JUDGED: {undated_line(summary)}\n")
         elif too_late_line(summary):
             out.write(f"NOT JUDGED: {too_late_line(summary)}\n")
+        elif outcome_unknown_line(summary):
+            out.write(f"NOT JUDGED: {outcome_unknown_line(summary)}\n")
         elif answering_not_judged(summary):
             out.write(
                 "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"
@@ -761,6 +770,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("MERGED LOGS: ", merged_logs_line),
         ("UNREAD: ", unread_line),
         ("UNDATED: ", _undated_beside_exposures),
+        ("OUTCOME UNKNOWN: ", _outcome_unknown_beside_exposures),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("NEWEST FIRST: ", newest_first_line),
@@ -785,6 +795,11 @@ def _undated_beside_exposures(summary: dict[str, Any]) -> str:
     """`undated_line` when exposures were found all the same (without it, the verdict line
     says it)."""
     return undated_line(summary) if summary["exposure"]["count"] else ""
+
+
+def _outcome_unknown_beside_exposures(summary: dict[str, Any]) -> str:
+    """`outcome_unknown_line` when exposures were found all the same."""
+    return outcome_unknown_line(summary) if summary["exposure"]["count"] else ""
 
 
 def stderr_is_terminal() -> bool:

@@ -21,6 +21,7 @@ from collector.events import REQUEST_LINE_KINDS
 from collector.files import EXPORT_NAME
 from collector.forensics.plots import PlotData, render_all
 from collector.shown_text import printable_lines
+from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
 
@@ -352,6 +353,29 @@ def not_judged_line(summary: dict[str, Any]) -> str:
     return f"{said}; whether responses were exposed cannot be told from this input."
 
 
+def outcome_unknown_line(summary: dict[str, Any]) -> str:
+    """Refused requests decode received and logged no end for: whether it answered them (from
+    stale pages) is not in the logs, so no verdict on them is an all-clear."""
+    count = summary["requests"].get("refused_outcome_unknown", 0)
+    if not count:
+        return ""
+    rooms = [
+        str(f["bootstrap_room"])
+        for f in summary["findings"]
+        if (f.get("evidence") or {}).get("decode_outcome") == UNKNOWN_OUTCOME
+    ]
+    shown = ", ".join(f"room {room}" for room in rooms[:3])
+    more = f" and {count - 3:,} more" if count > 3 else ""
+    noun, it = ("request", "it") if count == 1 else ("requests", "them")
+    return (
+        f"{count:,} {noun} prefill refused reached decode, and decode logged no end for {it} "
+        f"({shown}{more}; warnings in the report): if decode answered {it}, the answer came from "
+        "other requests' KV. A decode that logs only slow finishes "
+        "(SGLANG_LOG_REQUEST_EXCEEDED_MS) leaves out exactly those answers; its time-stats lines "
+        "or traces would tell."
+    )
+
+
 def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes not judged (`requests.nodes_not_judged`) that answer clients: decode in PD,
     or any node whose role is unknown. A prefill node never answers, so the decode side of
@@ -580,6 +604,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"Not judged: {undated_line(summary)}")
     elif too_late_line(summary):
         lines.append(f"Not judged: {too_late_line(summary)}.")
+    elif outcome_unknown_line(summary):
+        lines.append(f"Not judged: {outcome_unknown_line(summary)}")
     elif answering_not_judged(summary):
         lines.append(
             "No client response judged was found to carry another request's data; some nodes "
@@ -590,6 +616,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
+    if exposure["count"] and outcome_unknown_line(summary):
+        lines.append(f"Outcome unknown: {outcome_unknown_line(summary)}")
     # What the input itself says, each said only when it applies.
     for said in (
         abort_signals_line,
