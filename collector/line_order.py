@@ -51,6 +51,8 @@ LineTime = Callable[[str], float | None]
 
 def line_time(line: str) -> float | None:
     """The time a log line carries (SGLang's prefix, behind a runtime's or a shipper's)."""
+    if not line or line.isspace():  # a file of blank lines costs no more than its reading
+        return None
     from collector.sglang.envelope import cached_head, peel
     from collector.sglang.runtime_wrappers import RuntimeLines
 
@@ -105,7 +107,7 @@ def _leading_times(lines: Iterable[str], time_of: LineTime) -> list[float]:
     the order is judged on (a file of thousands of lines is not read whole to tell it)."""
     times: list[float] = []
     moved = 0.0
-    for line in lines:
+    for line in filter(None, lines):
         when = time_of(line)
         if when is None:
             continue

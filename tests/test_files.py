@@ -336,3 +336,23 @@ def test_a_line_cut_by_nul_bytes_is_said_a_hole_alone_is_not(tmp_path: Path) -> 
 
     assert said({"nul_run_skipped": 3}) == ""
     assert "cut_by_nul_run 1" in said({"nul_run_skipped": 1, "cut_by_nul_run": 1})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=12))
+def test_blank_lines_are_counted_and_the_lines_between_keep_their_numbers(
+    tmp_path_factory: pytest.TempPathFactory, gaps: list[int]
+) -> None:
+    """Blank lines are counted a block at a time and passed over without a look (a file of
+    64 Mi newlines took 94 s, now 5 s): the lines between them keep their place."""
+    folder = tmp_path_factory.mktemp("blank")
+    text, expected_numbers, number = "", [], 0
+    for second, gap in enumerate(gaps):
+        text += "\n" * gap + _line(second % 60, second) + "\n"
+        number += gap + 1
+        expected_numbers.append(number)
+    (folder / "decode-0.log").write_text(text)
+    stats = ParseStats()
+    events = list(events_by_node([folder], stats))
+    assert [int(e.source.rsplit(":", 1)[1]) for e in events] == expected_numbers
+    assert stats.noise.get("blank", 0) == sum(gaps)
