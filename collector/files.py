@@ -343,7 +343,7 @@ def discover(
     skip: Counter[str] = skipped if skipped is not None else Counter()
     for raw in paths:
         root = Path(raw)
-        for path in _regular_files(root, skip) if root.is_dir() else _checked([root], skip):
+        for path in regular_files(root, skip) if root.is_dir() else _checked([root], skip):
             if path.name.lower().endswith(ARCHIVE_SUFFIXES):
                 skip["archive_not_read"] += 1
                 continue
@@ -524,24 +524,38 @@ def _exports_to_hosts(files: list[TelemetryFile]) -> list[TelemetryFile]:
     return out
 
 
-def _regular_files(root: Path, skip: Counter[str]) -> list[Path]:
+def regular_files(root: Path, skip: Counter[str]) -> list[Path]:
     """The regular files under `root`, through links to folders too (a case folder often
     links to where the logs lie), each folder once: a link back up (a loop) or a second way
-    to a folder already walked is counted (`folder_reached_twice`) and not walked again."""
+    to a folder already walked is counted (`folder_reached_twice`) and not walked again; a
+    folder that cannot be listed (its path longer than the system takes, say) is counted
+    (`unreadable_folder`). Walked with a stack, not recursion: a tree 1,100 folders deep
+    raised RecursionError."""
     candidates: list[Path] = []
-    walked: set[str] = set()
-
-    def unreadable(_: OSError) -> None:
-        skip["unreadable_folder"] += 1
-
-    for folder, folders, names in os.walk(root, onerror=unreadable, followlinks=True):
-        real = os.path.realpath(folder)
-        if real in walked:
-            skip["folder_reached_twice"] += 1
-            folders[:] = []
+    walked: set[tuple[int, int]] = set()  # (device, inode): one stat a folder, not a realpath
+    folders = [os.fspath(root)]
+    while folders:
+        folder = folders.pop()
+        try:
+            seen = os.stat(folder)
+            if (seen.st_dev, seen.st_ino) in walked:
+                skip["folder_reached_twice"] += 1
+                continue
+            walked.add((seen.st_dev, seen.st_ino))
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError:
+            skip["unreadable_folder"] += 1
             continue
-        walked.add(real)
-        candidates.extend(Path(folder, name) for name in names)
+        for entry in entries:
+            try:
+                is_folder = entry.is_dir()  # through a link, to what it leads to
+            except OSError:
+                is_folder = False
+            if is_folder:
+                folders.append(entry.path)
+            else:
+                candidates.append(Path(entry.path))
     return sorted(_checked(candidates, skip))
 
 

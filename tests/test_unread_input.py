@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -337,3 +338,64 @@ def test_many_request_lines_too_late_to_be_judged_are_no_all_clear(
     assert bool(line) == not_judged
     if not_judged:
         assert line.startswith(f"{late:,} of {request_lines:,} request lines")
+
+
+def test_a_tree_a_thousand_folders_deep_is_walked(tmp_path: Path) -> None:
+    """Discovery and the progress bar's count walked by recursion: RecursionError at 1,100
+    folders deep, a traceback instead of a verdict."""
+    folders = [tmp_path / "case"]
+    for _ in range(1100):  # one at a time: pathlib's mkdir(parents=True) recurses too
+        folders.append(folders[-1] / "d")
+    for folder in folders:
+        folder.mkdir()
+    log = folders[-1] / "decode-0.log"
+    log.write_text("\n".join(DECODE) + "\n")
+    try:
+        assert [f.path for f in discover([folders[0]])] == [log]
+        done = _forensics_cli(folders[0], tmp_path / "out")
+        assert "Traceback" not in done.stderr and done.returncode in (0, 2)
+    finally:  # removed bottom up: pytest's own clean-up (rmtree) recurses, and fails at 1,100
+        log.unlink()
+        for folder in reversed(folders):
+            folder.rmdir()
+
+
+def test_what_discovery_could_not_read_is_said(tmp_path: Path) -> None:
+    """A folder nested past the system's path limit, a FIFO, a link to nowhere: each counted,
+    and said, since a log in them is in no verdict."""
+    case = tmp_path / "case"
+    shutil.copytree(Path(__file__).parent / "testdata" / "reference_incident", case)
+    os.mkfifo(case / "decode-1.log")
+    (case / "decode-2.log").symlink_to(tmp_path / "lost-mount" / "decode-2.log")
+    folder = os.open(case, os.O_RDONLY)
+    try:  # 20 names of 250 characters: 5 kB, past PATH_MAX (4,096)
+        for level in range(20):
+            name = f"L{level:02d}" + "x" * 247
+            os.mkdir(name, dir_fd=folder)
+            inner = os.open(name, os.O_RDONLY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        log = os.open("decode-3.log", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
+        os.write(log, ("\n".join(DECODE) + "\n").encode())
+        os.close(log)
+    finally:
+        os.close(folder)
+    skipped: Counter[str] = Counter()
+    assert {f.node for f in discover([case], skipped)} == {"prefill-0", "decode-0"}
+    assert skipped == {"not_a_regular_file": 1, "broken_or_looping_link": 1, "unreadable_folder": 1}
+    done = _forensics_cli(case, tmp_path / "out")
+    said = (
+        "PASSED OVER: 1 folder could not be listed, 1 link leads nowhere or in a loop, 1 entry "
+        "is not a file (a FIFO, socket or device); what they hold is not in the verdicts."
+    )
+    assert said in done.stdout and "Traceback" not in done.stderr
+
+
+def _forensics_cli(case: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", str(case), "--out", str(out)]
+        + ["--no-parquet", "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

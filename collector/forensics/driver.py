@@ -25,7 +25,7 @@ from typing import Any, Final, TextIO
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
-from collector.files import EXPORT_NAME, dated_by_file_time
+from collector.files import EXPORT_NAME, dated_by_file_time, regular_files
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
@@ -42,6 +42,7 @@ from collector.forensics.report import (
     nodes_not_judged_line,
     not_judged_line,
     outcome_unknown_line,
+    passed_over_line,
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
@@ -348,10 +349,11 @@ class ForensicsResult:
 
 
 def _total_bytes(paths: Iterable[str]) -> int:
+    """The bytes the progress bar counts up to (what discovery counts, it counts again)."""
     total = 0
     for raw in paths:
         root = Path(raw)
-        files = root.rglob("*") if root.is_dir() else [root]
+        files = regular_files(root, Counter()) if root.is_dir() else [root]
         for path in files:
             try:
                 if path.is_file():
@@ -769,6 +771,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),
         ("UNREAD: ", unread_line),
+        ("PASSED OVER: ", passed_over_line),
         ("UNDATED: ", _undated_beside_exposures),
         ("OUTCOME UNKNOWN: ", _outcome_unknown_beside_exposures),
         ("ARCHIVES: ", archives_line),

@@ -246,6 +246,42 @@ FILE_REASONS: Final = frozenset(
 )
 
 
+# What discovery passed over that may have held logs, as said: (reason, one, several).
+_PASSED_OVER: Final = (
+    ("unreadable_folder", "folder could not be listed", "folders could not be listed"),
+    ("unreadable_file", "file could not be opened", "files could not be opened"),
+    (
+        "broken_or_looping_link",
+        "link leads nowhere or in a loop",
+        "links lead nowhere or in a loop",
+    ),
+    (
+        "not_a_regular_file",
+        "entry is not a file (a FIFO, socket or device)",
+        "entries are not files (FIFOs, sockets or devices)",
+    ),
+)
+
+
+def passed_over_line(summary: dict[str, Any]) -> str:
+    """Folders, files and links discovery could not read: said, since a log in them is in no
+    verdict (a folder nested past the system's path limit, a link to a lost mount)."""
+    dropped = summary["input"].get("dropped_by_reason") or {}
+    said = [
+        f"{count:,} {one if count == 1 else several}"
+        for why, one, several in _PASSED_OVER
+        if (count := dropped.get(why, 0))
+    ]
+    if not said:
+        return ""
+    held = (
+        "what it holds is"
+        if sum(dropped.get(why, 0) for why, *_ in _PASSED_OVER) == 1
+        else ("what they hold is")
+    )
+    return f"{', '.join(said)}; {held} not in the verdicts."
+
+
 def csv_files_line(summary: dict[str, Any]) -> str:
     """CSV files passed over: a log search's export (CloudWatch Logs Insights, Kibana) saved
     as CSV may be a whole node's log, and a verdict without it is over part of the input."""
@@ -624,6 +660,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         unattributed_exports_line,
         log_zones_line,
         unread_line,
+        passed_over_line,
         archives_line,
         csv_files_line,
         merged_logs_line,
