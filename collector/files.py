@@ -561,17 +561,30 @@ def regular_files(root: Path, skip: Counter[str]) -> list[Path]:
 
 def _checked(candidates: list[Path], skip: Counter[str]) -> list[Path]:
     kept = []
+    pseudo = _pseudo_file_systems()
     for path in candidates:
         try:
-            mode = path.stat().st_mode  # through a link, to what it leads to
+            seen = path.stat()  # through a link, to what it leads to
         except OSError:
             skip["broken_or_looping_link" if path.is_symlink() else "unreadable_file"] += 1
             continue
-        if stat.S_ISREG(mode):
+        if stat.S_ISREG(seen.st_mode) and seen.st_dev not in pseudo:
             kept.append(path)
-        elif not stat.S_ISDIR(mode):
+        elif not stat.S_ISDIR(seen.st_mode):
             skip["not_a_regular_file"] += 1
     return kept
+
+
+def _pseudo_file_systems() -> frozenset[int]:
+    """The devices of /proc and /sys: their files look regular, and some never end a read
+    (a link to /proc/kmsg hung the run)."""
+    devices = set()
+    for root in ("/proc", "/sys"):
+        try:
+            devices.add(os.stat(root).st_dev)
+        except OSError:
+            continue
+    return frozenset(devices)
 
 
 def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:

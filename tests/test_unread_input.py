@@ -361,11 +361,12 @@ def test_a_tree_a_thousand_folders_deep_is_walked(tmp_path: Path) -> None:
 
 
 def test_what_discovery_could_not_read_is_said(tmp_path: Path) -> None:
-    """A folder nested past the system's path limit, a FIFO, a link to nowhere: each counted,
-    and said, since a log in them is in no verdict."""
+    """A folder nested past the system's path limit, a FIFO, a link to /proc/kmsg (it hung the
+    run), a link to nowhere: each counted, and said, since a log in them is in no verdict."""
     case = tmp_path / "case"
     shutil.copytree(Path(__file__).parent / "testdata" / "reference_incident", case)
     os.mkfifo(case / "decode-1.log")
+    (case / "kernel.log").symlink_to("/proc/kmsg")  # regular to stat, and a read never ends
     (case / "decode-2.log").symlink_to(tmp_path / "lost-mount" / "decode-2.log")
     folder = os.open(case, os.O_RDONLY)
     try:  # 20 names of 250 characters: 5 kB, past PATH_MAX (4,096)
@@ -382,11 +383,12 @@ def test_what_discovery_could_not_read_is_said(tmp_path: Path) -> None:
         os.close(folder)
     skipped: Counter[str] = Counter()
     assert {f.node for f in discover([case], skipped)} == {"prefill-0", "decode-0"}
-    assert skipped == {"not_a_regular_file": 1, "broken_or_looping_link": 1, "unreadable_folder": 1}
+    assert skipped == {"not_a_regular_file": 2, "broken_or_looping_link": 1, "unreadable_folder": 1}
     done = _forensics_cli(case, tmp_path / "out")
     said = (
-        "PASSED OVER: 1 folder could not be listed, 1 link leads nowhere or in a loop, 1 entry "
-        "is not a file (a FIFO, socket or device); what they hold is not in the verdicts."
+        "PASSED OVER: 1 folder could not be listed, 1 link leads nowhere or in a loop, 2 entries "
+        "are not files (FIFOs, sockets, devices or /proc files); what they hold is not in the "
+        "verdicts."
     )
     assert said in done.stdout and "Traceback" not in done.stderr
 

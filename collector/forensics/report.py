@@ -257,8 +257,8 @@ _PASSED_OVER: Final = (
     ),
     (
         "not_a_regular_file",
-        "entry is not a file (a FIFO, socket or device)",
-        "entries are not files (FIFOs, sockets or devices)",
+        "entry is not a file (a FIFO, socket, device or /proc file)",
+        "entries are not files (FIFOs, sockets, devices or /proc files)",
     ),
 )
 
