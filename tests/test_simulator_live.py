@@ -94,7 +94,10 @@ def test_refused_over_length_request_gets_200_with_an_earlier_requests_marker(
     ttft = float(re.search(r"'first_token_latency': ([0-9.e-]+)", d_finish).group(1))  # type: ignore[union-attr]
     sc = load_scenario("incident-replay-small")
     floor = LatencyModel.from_specs(sc.model, sc.hardware).prefill_floor_s(OVER_LENGTH_TOKENS, 0)
-    assert ttft < floor / 100
+    # A tenth of the physical floor is no prefill at all (an honest one takes the floor or
+    # more); a hundredth was a few milliseconds of real time at speed 200 and failed when the
+    # machine was busy (1.49 s against 1.40 s logged).
+    assert ttft < floor / 10
     assert re.search(r'"POST /v1/chat/completions HTTP/1.1" 200 OK', decode)
 
 
