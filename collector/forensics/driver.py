@@ -40,13 +40,12 @@ from collector.forensics.report import (
     merged_logs_line,
     newest_first_line,
     nodes_not_judged_line,
-    not_judged_line,
+    not_judged_reason,
     outcome_unknown_line,
     passed_over_line,
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
-    too_late_line,
     undated_line,
     unread_line,
     write_findings_csv,
@@ -744,14 +743,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         if exposure["count"] > 5:
             out.write(f"  ... {exposure['count'] - 5:,} more in the report\n")
     else:
-        if not summary["requests"]["total"]:
-            out.write(f"NOT JUDGED: {not_judged_line(summary)}\n")
-        elif undated_line(summary):
-            out.write(f"NOT JUDGED: {undated_line(summary)}\n")
-        elif too_late_line(summary):
-            out.write(f"NOT JUDGED: {too_late_line(summary)}\n")
-        elif outcome_unknown_line(summary):
-            out.write(f"NOT JUDGED: {outcome_unknown_line(summary)}\n")
+        if reason := not_judged_reason(summary):
+            out.write(f"NOT JUDGED: {reason}\n")
         elif answering_not_judged(summary):
             out.write(
                 "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"

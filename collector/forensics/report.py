@@ -546,8 +546,20 @@ def too_late_line(summary: dict[str, Any]) -> str:
         return ""
     return (
         f"{late:,} of {lines:,} request lines came after their requests had been judged and "
-        "were not used (LATE LINES), so what they held was not judged"
+        "were not used (LATE LINES), so what they held was not judged."
     )
+
+
+def not_judged_reason(summary: dict[str, Any]) -> str:
+    """Why a run that named no exposed response gives no verdict either ("" when it gives
+    one): no request recognised, requests out of time, or refused requests whose outcome is
+    not in the logs. The terminal and the reports say the same first reason."""
+    if not summary["requests"]["total"]:
+        return not_judged_line(summary)
+    for said in (undated_line, too_late_line, outcome_unknown_line):
+        if line := said(summary):
+            return line
+    return ""
 
 
 def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -634,14 +646,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             f"{exposure['count']:,} client responses probably carried another request's data, "
             f"between {exposure['first']} and {exposure['last']}."
         )
-    elif not summary["requests"]["total"]:
-        lines.append(f"Not judged: {not_judged_line(summary)}")
-    elif undated_line(summary):
-        lines.append(f"Not judged: {undated_line(summary)}")
-    elif too_late_line(summary):
-        lines.append(f"Not judged: {too_late_line(summary)}.")
-    elif outcome_unknown_line(summary):
-        lines.append(f"Not judged: {outcome_unknown_line(summary)}")
+    elif reason := not_judged_reason(summary):
+        lines.append(f"Not judged: {reason}")
     elif answering_not_judged(summary):
         lines.append(
             "No client response judged was found to carry another request's data; some nodes "
