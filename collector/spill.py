@@ -301,6 +301,8 @@ def _worker(
         stats.progress = None
         conn.send_bytes(pickle.dumps(("events", batch, sent[0]), pickle.HIGHEST_PROTOCOL))
         conn.send_bytes(pickle.dumps(("done", stats, 0), pickle.HIGHEST_PROTOCOL))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the judge says it
+        return
     except BaseException as exc:  # report, never hang the judge
         conn.send_bytes(pickle.dumps(("error", repr(exc), 0), pickle.HIGHEST_PROTOCOL))
         raise

@@ -131,3 +131,22 @@ def test_chunked_streams_merge_exactly_as_one_event_at_a_time(
     assert len(one_at_a_time) > 1000
     assert merged(7) == one_at_a_time
     assert merged(default) == one_at_a_time
+
+
+def test_a_worker_stopped_by_ctrl_c_leaves_quietly(tmp_path: Path) -> None:
+    """Ctrl-C reaches every process of the group: each parsing worker printed its own
+    KeyboardInterrupt traceback under the judge's one-line exit (audit Q)."""
+    import multiprocessing
+
+    (tmp_path / "decode-0.log").write_text(
+        "[2026-09-06 00:00:01 TP0] Decode batch, #running-req: 1, #token: 9\n"
+    )
+    streams = spill.streams_of([tmp_path])
+
+    def interrupted(_: object) -> bool:
+        raise KeyboardInterrupt
+
+    receive, send = multiprocessing.Pipe(duplex=False)
+    spill._worker(send, streams, list(range(len(streams))), interrupted, None)  # no raise
+    with pytest.raises(EOFError):  # it sent nothing more and closed its end
+        receive.recv_bytes()

@@ -401,3 +401,46 @@ def _forensics_cli(case: Path, out: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.parametrize("where", ["out_is_a_file", "out_under_a_file", "json_is_a_folder"])
+def test_an_output_that_cannot_be_written_is_a_clear_error_before_any_reading(
+    tmp_path: Path, where: str
+) -> None:
+    """Audit Q: --out naming a file, a folder under a file, --json naming a folder: each ended
+    in a traceback, after the whole input had been read."""
+    case = Path(__file__).parent / "testdata" / "reference_incident"
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out, json_args = tmp_path / "out", []
+    if where == "out_is_a_file":
+        out = blocker
+    elif where == "out_under_a_file":
+        out = blocker / "out"
+    else:
+        json_args = ["--json", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", str(case), "--out", str(out)]
+        + ["--no-parquet", "--workers", "1", *json_args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-400:]
+    flag = "--json" if json_args else "--out"
+    assert done.stderr.startswith(f"kvwatch forensics: {flag} ")
+    assert "cannot write" in done.stderr and done.stdout == ""
+
+
+def test_outputs_that_fail_as_they_are_written_are_a_clear_error(tmp_path: Path) -> None:
+    """/dev/full opens and fails every write: the error names the output, no traceback."""
+    case = Path(__file__).parent / "testdata" / "reference_incident"
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", str(case), "--quiet"]
+        + ["--out", str(tmp_path / "out"), "--no-parquet", "--json", "/dev/full"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-400:]
+    assert "kvwatch forensics: could not write the outputs" in done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -106,7 +107,12 @@ def load_detection_config(path: Path | None) -> object:
 
 
 def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from collector.forensics.driver import print_outcome, run_forensics, stderr_is_terminal
+    from collector.forensics.driver import (
+        OutputError,
+        print_outcome,
+        run_forensics,
+        stderr_is_terminal,
+    )
     from collector.forensics.report import (
         answering_not_judged,
         nodes_not_judged_line,
@@ -139,17 +145,25 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         err.write(f"kvwatch forensics: --config {where}: {message}\n")
         return 2
     assert isinstance(config, PipelineConfig)
+    unwritable = _unwritable(args.out, args.json_path)
+    if unwritable:  # said before hours of reading, not after
+        err.write(f"kvwatch forensics: {unwritable}\n")
+        return 2
     progress = sys.stderr if (stderr_is_terminal() and not args.quiet) else None
-    result = run_forensics(
-        args.paths,
-        args.out,
-        json_path=args.json_path,
-        config=config,
-        progress_stream=progress,
-        write_parquet=not args.no_parquet,
-        workers=args.workers,
-        log_date=args.log_date,
-    )
+    try:
+        result = run_forensics(
+            args.paths,
+            args.out,
+            json_path=args.json_path,
+            config=config,
+            progress_stream=progress,
+            write_parquet=not args.no_parquet,
+            workers=args.workers,
+            log_date=args.log_date,
+        )
+    except OutputError as exc:
+        err.write(printable_lines(f"kvwatch forensics: could not write the outputs: {exc}\n"))
+        return 2
     print_outcome(result, out)
     if result.summary["input"]["files"] == 0:
         archives = result.summary["input"]["dropped_by_reason"].get("archive_not_read", 0)
@@ -189,3 +203,27 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         )
         return 2
     return 0
+
+
+def _unwritable(out: Path, json_path: Path | None) -> str:
+    """Why an output cannot be written ("" when all can): `--out` a folder that cannot be made
+    or written in, `--json` a folder, or in a folder that cannot be written in."""
+    why = _cannot_write_in(out)
+    if why:
+        return f"--out {out}: cannot write there ({why})"
+    if json_path is None:
+        return ""
+    if json_path.is_dir():
+        return f"--json {json_path}: cannot write there (a folder)"
+    why = _cannot_write_in(json_path.parent)
+    return f"--json {json_path}: cannot write there ({why})" if why else ""
+
+
+def _cannot_write_in(folder: Path) -> str:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return ""

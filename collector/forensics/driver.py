@@ -445,14 +445,21 @@ def run_forensics(
     outputs["csv"] = out_dir / "findings.csv"
     outputs["json"] = json_path or (out_dir / "forensics.json")
     summary["outputs"] = {name: str(path) for name, path in outputs.items()}
-    write_html(outputs["html"], summary, plot_data)
-    write_markdown(outputs["markdown"], summary)
-    write_findings_csv(outputs["csv"], summary["findings"])
-    outputs["json"].parent.mkdir(parents=True, exist_ok=True)
-    outputs["json"].write_text(
-        json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
-    )
+    try:
+        write_html(outputs["html"], summary, plot_data)
+        write_markdown(outputs["markdown"], summary)
+        write_findings_csv(outputs["csv"], summary["findings"])
+        outputs["json"].parent.mkdir(parents=True, exist_ok=True)
+        outputs["json"].write_text(
+            json.dumps(summary, indent=2, allow_nan=False, default=_json_default)
+        )
+    except OSError as exc:  # a full disk, a --json of /dev/full: said, not a traceback
+        raise OutputError(f"{exc.filename or out_dir}: {exc.strerror or exc}") from exc
     return ForensicsResult(summary, outputs, time.perf_counter() - started)
+
+
+class OutputError(Exception):
+    """An output of the run could not be written (the reading and judging were done)."""
 
 
 def _json_default(value: Any) -> Any:
