@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -113,7 +114,18 @@ def _audit(args: argparse.Namespace) -> int:
 def _forensics(args: argparse.Namespace) -> int:
     from collector.forensics.command import run_forensics_command
 
+    # SIGTERM (a job's timeout, `kill`) ends the run as Ctrl-C does, its workers stopped on the
+    # way out; by default it ended the judge alone, and its workers waited for ever.
+    signal.signal(signal.SIGTERM, _terminated)
     return run_forensics_command(args, sys.stdout, sys.stderr)
+
+
+class Terminated(Exception):
+    """SIGTERM arrived."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -161,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 128 + signal.SIGTERM
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -273,6 +274,24 @@ def _share(
     return [share for share in shares if share]
 
 
+def _worker_process(
+    conn: Connection,
+    share: dict[StreamKey, list[TelemetryFile]],
+    places: list[int],
+    wanted: Wanted,
+    stage_factory: StageFactory | None,
+    inherited: tuple[Connection, ...],
+) -> None:
+    """A parsing worker's process: it closes the pipes' read ends it inherited (holding one,
+    it would never learn that the judge is gone: its writes would block for ever), leaves
+    Ctrl-C to the judge, and dies at SIGTERM (the judge's `terminate`)."""
+    for end in inherited:
+        end.close()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _worker(conn, share, places, wanted, stage_factory)
+
+
 def _worker(
     conn: Connection,
     share: dict[StreamKey, list[TelemetryFile]],
@@ -357,14 +376,18 @@ def parallel_events_in_time_order(
         return
     context = get_context("fork")
     readers: list[Iterator[tuple[int, Event]]] = []
+    inherited: list[Connection] = []  # every read end made so far: a worker closes its copies
     processes = []
     place_of = {key: place for place, key in enumerate(streams)}
     try:
         for share in _share(streams, workers):
             receive, send = context.Pipe(duplex=False)
+            inherited.append(receive)
             places = [place_of[key] for key in share]
             process = context.Process(
-                target=_worker, args=(send, share, places, wanted, stage_factory), daemon=True
+                target=_worker_process,
+                args=(send, share, places, wanted, stage_factory, tuple(inherited)),
+                daemon=True,
             )
             process.start()
             send.close()

@@ -150,3 +150,62 @@ def test_a_worker_stopped_by_ctrl_c_leaves_quietly(tmp_path: Path) -> None:
     spill._worker(send, streams, list(range(len(streams))), interrupted, None)  # no raise
     with pytest.raises(EOFError):  # it sent nothing more and closed its end
         receive.recv_bytes()
+
+
+_TERMINATED_RUN = r"""
+import multiprocessing, os, signal, sys
+from collector import cli, spill
+from collector.parse import ParseStats
+spill.PARALLEL_MIN_BYTES = 0
+signal.signal(signal.SIGTERM, cli._terminated)
+events = spill.parallel_events_in_time_order(
+    [sys.argv[1]], ParseStats(), lambda event: True, workers=2
+)
+try:
+    next(events)
+    print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in events:
+        pass
+except cli.Terminated:
+    events.close()
+    sys.exit(143)
+"""
+
+
+def test_sigterm_stops_the_parsing_workers_too(tmp_path: Path) -> None:
+    """SIGTERM ended the judge alone: its workers, blocked writing to pipes whose read ends
+    they held themselves, waited for ever (audit Q)."""
+    import subprocess
+    import sys
+    import time
+
+    line = "[2026-09-06 00:00:{s:02d} TP0] Decode batch, #running-req: 1, #token: {n}\n"
+    for node in ("decode-0", "decode-1"):
+        (tmp_path / f"{node}.log").write_text(
+            "".join(line.format(s=n % 60, n=n) for n in range(200_000))
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", _TERMINATED_RUN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 143, done.stderr[-500:]
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _running(pid)]
+        time.sleep(0.1)
+    assert not alive
+    assert "Traceback" not in done.stderr
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
