@@ -444,3 +444,28 @@ def test_outputs_that_fail_as_they_are_written_are_a_clear_error(tmp_path: Path)
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-400:]
     assert "kvwatch forensics: could not write the outputs" in done.stderr
+
+
+def test_no_exposure_found_beside_a_folder_that_could_not_be_read_is_not_judged(
+    tmp_path: Path,
+) -> None:
+    """Audit Q: decode's log in a folder its reader could not list, and the run said "no
+    exposed responses found", exit 0."""
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "decode-0.log").write_text("\n".join(DECODE) + "\n")
+    folder = os.open(case, os.O_RDONLY)
+    try:  # past PATH_MAX (4,096): listed by no one
+        for level in range(20):
+            name = f"L{level:02d}" + "x" * 247
+            os.mkdir(name, dir_fd=folder)
+            inner = os.open(name, os.O_RDONLY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+    finally:
+        os.close(folder)
+    done = _forensics_cli(case, tmp_path / "out")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    said = "NOT JUDGED: 1 folder could not be listed; what it holds is not in the verdicts."
+    assert said in done.stdout and said in done.stderr
+    assert "no exposed responses found" not in done.stdout

@@ -120,6 +120,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         outcome_unknown_line,
         too_late_line,
         undated_line,
+        unread_files_line,
     )
     from collector.shown_text import printable_lines
     from detectors.pipeline import PipelineConfig
@@ -186,14 +187,14 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
-    if not result.summary["exposure"]["count"] and outcome_unknown_line(result.summary):
-        # Refused requests whose answer, if any, is not in the logs: not an all-clear.
-        err.write(
-            printable_lines(
-                f"kvwatch forensics: NOT JUDGED: {outcome_unknown_line(result.summary)}\n"
+    for unjudged in (outcome_unknown_line, unread_files_line):
+        # Refused requests whose answer, if any, is not in the logs, or files that could not
+        # be read: not an all-clear.
+        if not result.summary["exposure"]["count"] and unjudged(result.summary):
+            err.write(
+                printable_lines(f"kvwatch forensics: NOT JUDGED: {unjudged(result.summary)}\n")
             )
-        )
-        return 2
+            return 2
     if not result.summary["exposure"]["count"] and answering_not_judged(result.summary):
         # Nothing found, but in the requests of some nodes only: not an all-clear.
         err.write(

@@ -556,10 +556,19 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
     not in the logs. The terminal and the reports say the same first reason."""
     if not summary["requests"]["total"]:
         return not_judged_line(summary)
-    for said in (undated_line, too_late_line, outcome_unknown_line):
+    for said in (undated_line, too_late_line, outcome_unknown_line, unread_files_line):
         if line := said(summary):
             return line
     return ""
+
+
+def unread_files_line(summary: dict[str, Any]) -> str:
+    """`passed_over_line` when a file or folder that may hold logs could not be read (its
+    permissions, its path too long): an all-clear would be over the files that could."""
+    dropped = summary["input"].get("dropped_by_reason") or {}
+    if not (dropped.get("unreadable_file") or dropped.get("unreadable_folder")):
+        return ""
+    return passed_over_line(summary)
 
 
 def by_detector(summary: dict[str, Any]) -> list[dict[str, Any]]:
