@@ -368,19 +368,7 @@ def test_what_discovery_could_not_read_is_said(tmp_path: Path) -> None:
     os.mkfifo(case / "decode-1.log")
     (case / "kernel.log").symlink_to("/proc/kmsg")  # regular to stat, and a read never ends
     (case / "decode-2.log").symlink_to(tmp_path / "lost-mount" / "decode-2.log")
-    folder = os.open(case, os.O_RDONLY)
-    try:  # 20 names of 250 characters: 5 kB, past PATH_MAX (4,096)
-        for level in range(20):
-            name = f"L{level:02d}" + "x" * 247
-            os.mkdir(name, dir_fd=folder)
-            inner = os.open(name, os.O_RDONLY, dir_fd=folder)
-            os.close(folder)
-            folder = inner
-        log = os.open("decode-3.log", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
-        os.write(log, ("\n".join(DECODE) + "\n").encode())
-        os.close(log)
-    finally:
-        os.close(folder)
+    _past_path_max(case, "decode-3.log")
     skipped: Counter[str] = Counter()
     assert {f.node for f in discover([case], skipped)} == {"prefill-0", "decode-0"}
     assert skipped == {"not_a_regular_file": 2, "broken_or_looping_link": 1, "unreadable_folder": 1}
@@ -454,18 +442,28 @@ def test_no_exposure_found_beside_a_folder_that_could_not_be_read_is_not_judged(
     case = tmp_path / "case"
     case.mkdir()
     (case / "decode-0.log").write_text("\n".join(DECODE) + "\n")
+    _past_path_max(case)
+    done = _forensics_cli(case, tmp_path / "out")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    said = "NOT JUDGED: 1 folder could not be listed; what it holds is not in the verdicts."
+    assert said in done.stdout and said in done.stderr
+    assert "no exposed responses found" not in done.stdout
+
+
+def _past_path_max(case: Path, log: str = "") -> None:
+    """Folders 20 deep under `case`, names of 250 characters (5 kB, past PATH_MAX: no path
+    reaches them), made through folder handles; `log` written at the bottom."""
     folder = os.open(case, os.O_RDONLY)
-    try:  # past PATH_MAX (4,096): listed by no one
+    try:
         for level in range(20):
             name = f"L{level:02d}" + "x" * 247
             os.mkdir(name, dir_fd=folder)
             inner = os.open(name, os.O_RDONLY, dir_fd=folder)
             os.close(folder)
             folder = inner
+        if log:
+            handle = os.open(log, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
+            os.write(handle, ("\n".join(DECODE) + "\n").encode())
+            os.close(handle)
     finally:
         os.close(folder)
-    done = _forensics_cli(case, tmp_path / "out")
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    said = "NOT JUDGED: 1 folder could not be listed; what it holds is not in the verdicts."
-    assert said in done.stdout and said in done.stderr
-    assert "no exposed responses found" not in done.stdout
