@@ -115,6 +115,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     )
     from collector.forensics.report import (
         answering_not_judged,
+        first_said,
         nodes_not_judged_line,
         not_judged_line,
         outcome_unknown_line,
@@ -171,38 +172,27 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         hint = f" ({archives:,} not read: extract them and pass the folders)" if archives else ""
         err.write(f"kvwatch forensics: no telemetry files found in the given paths{hint}\n")
         return 2
-    if not result.summary["requests"]["total"]:
+    summary = result.summary
+    nothing_found = not summary["exposure"]["count"]
+    if not summary["requests"]["total"]:
         # Files, but no request in them (the wrong folder, an encoding or wrapping not read):
         # "no exposed responses" would read as an all-clear.
-        err.write(
-            printable_lines(f"kvwatch forensics: NOT JUDGED: {not_judged_line(result.summary)}\n")
-        )
-        return 2
-    for unjudged in (undated_line, too_late_line):
-        if not result.summary["exposure"]["count"] and unjudged(result.summary):
-            # Request lines out of time were never judged: no all-clear over them.
-            err.write(f"kvwatch forensics: NOT JUDGED: {unjudged(result.summary)}\n")
-            return 2
-    found = _failing(result.summary, args.fail_on)
+        return _not_judged(err, not_judged_line(summary))
+    # Request lines out of time were never judged: no all-clear over them, whatever the
+    # findings.
+    if nothing_found and (reason := first_said(summary, (undated_line, too_late_line))):
+        return _not_judged(err, reason)
+    found = _failing(summary, args.fail_on)
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
-    for unjudged in (outcome_unknown_line, unread_files_line):
-        # Refused requests whose answer, if any, is not in the logs, or files that could not
-        # be read: not an all-clear.
-        if not result.summary["exposure"]["count"] and unjudged(result.summary):
-            err.write(
-                printable_lines(f"kvwatch forensics: NOT JUDGED: {unjudged(result.summary)}\n")
-            )
-            return 2
-    if not result.summary["exposure"]["count"] and answering_not_judged(result.summary):
+    # Refused requests whose answer, if any, is not in the logs, or files that could not be
+    # read: not an all-clear.
+    if nothing_found and (reason := first_said(summary, (outcome_unknown_line, unread_files_line))):
+        return _not_judged(err, reason)
+    if nothing_found and answering_not_judged(summary):
         # Nothing found, but in the requests of some nodes only: not an all-clear.
-        err.write(
-            printable_lines(
-                f"kvwatch forensics: NOT JUDGED: {nodes_not_judged_line(result.summary)}\n"
-            )
-        )
-        return 2
+        return _not_judged(err, nodes_not_judged_line(summary))
     return 0
 
 
@@ -228,3 +218,12 @@ def _cannot_write_in(folder: Path) -> str:
     except OSError as exc:
         return exc.strerror or type(exc).__name__
     return ""
+
+
+def _not_judged(err: TextIO, reason: str) -> int:
+    """Why the run gives no verdict, on stderr (nothing the logs chose written as a control
+    character); the exit status that says it."""
+    from collector.shown_text import printable_lines
+
+    err.write(printable_lines(f"kvwatch forensics: NOT JUDGED: {reason}\n"))
+    return 2

@@ -13,7 +13,7 @@ import html
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
@@ -274,11 +274,8 @@ def passed_over_line(summary: dict[str, Any]) -> str:
     ]
     if not said:
         return ""
-    held = (
-        "what it holds is"
-        if sum(dropped.get(why, 0) for why, *_ in _PASSED_OVER) == 1
-        else ("what they hold is")
-    )
+    passed = sum(dropped.get(why, 0) for why, *_ in _PASSED_OVER)
+    held = "what it holds is" if passed == 1 else "what they hold is"
     return f"{', '.join(said)}; {held} not in the verdicts."
 
 
@@ -556,10 +553,17 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
     not in the logs. The terminal and the reports say the same first reason."""
     if not summary["requests"]["total"]:
         return not_judged_line(summary)
-    for said in (undated_line, too_late_line, outcome_unknown_line, unread_files_line):
-        if line := said(summary):
-            return line
-    return ""
+    return first_said(
+        summary, (undated_line, too_late_line, outcome_unknown_line, unread_files_line)
+    )
+
+
+Sayer = Callable[[dict[str, Any]], str]
+
+
+def first_said(summary: dict[str, Any], sayers: tuple[Sayer, ...]) -> str:
+    """The first line one of `sayers` says of the run ("" when none applies)."""
+    return next((line for said in sayers if (line := said(summary))), "")
 
 
 def unread_files_line(summary: dict[str, Any]) -> str:
