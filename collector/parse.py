@@ -22,13 +22,16 @@ from collector.events import BATCH_KINDS, METRIC, Event, epoch_from_parts
 from collector.files import (
     DROPPED,
     EXPORT_STREAM,
+    FILE_REPLACED,
     ReadStats,
     TelemetryFile,
+    as_found,
     discover,
     file_line_blocks,
     file_time,
     is_export,
     read_lines,
+    settled,
 )
 from collector.repeated_lines import RepeatedLines, in_reading_order
 from collector.sglang.log_clock import LogClock, borrowed_day, log_day, log_zone
@@ -176,6 +179,12 @@ def file_events(
     prefix times are moved to UTC by `clock` (see `stream_clock`). With `repeats` (the
     node's whole log stream), lines an earlier file of the stream held are read once.
     """
+    moved = as_found(tf)
+    if moved is None:  # rotated away since discovery, and its old lines are nowhere to be read
+        if (byte_range is None or byte_range[0] == 0) and tf.counted:
+            stats.dropped[FILE_REPLACED] += 1
+        return
+    tf = moved
     if byte_range is None or byte_range[0] == 0:
         if tf.counted:
             stats.files += 1
@@ -478,6 +487,7 @@ def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) 
 def stream_events(
     key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
 ) -> Iterator[Event]:
+    files = settled(files)
     clock = stream_clock(key, files)
     repeats = stream_repeats(key, files)
     for tf in files:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from collector.events import BATCH_KINDS, Event
-from collector.files import TelemetryFile
+from collector.files import TelemetryFile, settled
 from collector.parse import (
     ParseStats,
     file_events,
@@ -186,6 +186,7 @@ def _stream(
     keep_metric = (
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
+    files = settled(files)
     clock = stream_clock(key, files)
     repeats = stream_repeats(key, files)
     for tf in files:

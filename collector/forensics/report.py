@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_LINE_KINDS
-from collector.files import EXPORT_NAME
+from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
 from collector.shown_text import printable_lines
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
@@ -242,6 +242,7 @@ FILE_REASONS: Final = frozenset(
         "not_a_regular_file",
         "unreadable_file",
         "unreadable_folder",
+        FILE_REPLACED,
     }
 )
 
@@ -250,6 +251,11 @@ FILE_REASONS: Final = frozenset(
 _PASSED_OVER: Final = (
     ("unreadable_folder", "folder could not be listed", "folders could not be listed"),
     ("unreadable_file", "file could not be opened", "files could not be opened"),
+    (
+        FILE_REPLACED,
+        "file was rotated away during the run and could not be found again",
+        "files were rotated away during the run and could not be found again",
+    ),
     (
         "broken_or_looping_link",
         "link leads nowhere or in a loop",
@@ -568,9 +574,10 @@ def first_said(summary: dict[str, Any], sayers: tuple[Sayer, ...]) -> str:
 
 def unread_files_line(summary: dict[str, Any]) -> str:
     """`passed_over_line` when a file or folder that may hold logs could not be read (its
-    permissions, its path too long): an all-clear would be over the files that could."""
+    permissions, its path too long, a rotation that took it away during the run): an all-clear
+    would be over the files that could."""
     dropped = summary["input"].get("dropped_by_reason") or {}
-    if not (dropped.get("unreadable_file") or dropped.get("unreadable_folder")):
+    if not any(dropped.get(why) for why in ("unreadable_file", "unreadable_folder", FILE_REPLACED)):
         return ""
     return passed_over_line(summary)
 
