@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from collector.audit import (
     run_audit,
 )
 from collector.audit.policy import engine_check
+from tests.test_unread_input import _past_path_max
 
 DATA = Path(__file__).parent / "testdata" / "audit"
 
@@ -613,3 +615,68 @@ def test_each_model_s_nodes_are_judged_against_that_model_s_context(tmp_path: Pa
     _model_snapshot(tmp_path, "unnamed-prefill", "prefill", model=None, pool=400_000, context=0)
     _, out, _ = run(str(tmp_path))
     assert "unnamed-prefill  prefill  FAIL  pool 400,000 < context 1,048,576 advertised by" in out
+
+
+# --- input the gate could not read ----------------------------------------------------------
+
+
+def _case_with(tmp_path: Path, source: Path) -> Path:
+    case = tmp_path / "case"
+    shutil.copytree(source, case)
+    return case
+
+
+def test_a_folder_it_could_not_list_fails_the_gate_closed_whatever_allow_unknown(
+    tmp_path: Path,
+) -> None:
+    """Audit Q: the prefill log it could not read left the node out, and `--allow-unknown`
+    passed the gate over the node it never saw."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    _past_path_max(case)
+    code, out, _ = run("--allow-unknown", str(case))
+    assert code == 3
+    assert lines(out)[-2:] == [
+        "PASSED OVER: 1 folder could not be listed; what it holds is not in the verdicts.",
+        "verdict: UNKNOWN - no check failed, but input could not be read (PASSED OVER); confirm "
+        "before rolling out (exit 3, whatever --allow-unknown: make it readable or leave it out)",
+    ]
+    code, out, _ = run("--json", str(case))
+    data = json.loads(out)
+    assert (code, data["verdict"], data["exit_status"]) == (3, "UNKNOWN", 3)
+    assert data["passed_over"].startswith("PASSED OVER: 1 folder could not be listed")
+    assert run("--strict", str(case))[0] == 1
+
+
+def test_a_failing_gate_still_fails_and_says_what_it_passed_over(tmp_path: Path) -> None:
+    case = _case_with(tmp_path, DATA / "incident")
+    _past_path_max(case)
+    code, out, _ = run(str(case))
+    assert code == 1
+    assert lines(out)[-2] == (
+        "PASSED OVER: 1 folder could not be listed; what it holds is not in the verdicts."
+    )
+    assert lines(out)[-1].startswith("verdict: FAIL - 2 of 2 nodes failed")
+
+
+def test_a_link_to_nowhere_is_said_and_does_not_fail_the_gate(tmp_path: Path) -> None:
+    """It holds no file that could have been read: said, the verdict stands."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    (case / "prefill-1.log").symlink_to(tmp_path / "lost-mount" / "prefill-1.log")
+    code, out, _ = run(str(case))
+    assert code == 0
+    assert lines(out)[-2:] == [
+        "PASSED OVER: 1 link leads nowhere or in a loop; what it holds is not in the verdicts.",
+        "verdict: PASS - all 2 nodes passed",
+    ]
+
+
+def test_no_files_found_where_they_could_not_be_read_says_so(tmp_path: Path) -> None:
+    case = tmp_path / "case"
+    case.mkdir()
+    _past_path_max(case, log="prefill-0.log")
+    code, out, err = run(str(case))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"kvwatch audit: no telemetry files found in {case}",
+        "PASSED OVER: 1 folder could not be listed; what it holds is not in the verdicts.",
+    ]

@@ -99,13 +99,15 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         timeout=args.timeout,
     )
     files = report.input.get("files")
+    # Said with either error: "no files found" where the files could not be read misleads.
+    passed_over = f"\n{report.passed_over()}" if report.passed_over() else ""
     if paths and isinstance(files, dict) and files.get("files") == 0:
-        err.write(f"kvwatch audit: no telemetry files found in {', '.join(paths)}\n")
+        err.write(f"kvwatch audit: no telemetry files found in {', '.join(paths)}{passed_over}\n")
         return EXIT_USAGE
     if not report.results:
         err.write(
             "kvwatch audit: nothing to audit: no engine configuration (server_args, capacity "
-            "line, metrics, /server_info) in the given files\n"
+            f"line, metrics, /server_info) in the given files{passed_over}\n"
         )
         return EXIT_USAGE
     if args.json:

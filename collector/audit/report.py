@@ -12,6 +12,7 @@ from typing import Any
 
 from collector.audit.facts import Deployment
 from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeResult, Status, worst
+from collector.passed_over import input_unread, passed_over
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -34,17 +35,29 @@ class AuditReport:
         self.results = sorted(self.results, key=lambda r: (ROLE_ORDER.get(r.role or "", 3), r.node))
 
     @property
+    def _dropped(self) -> dict[str, int]:
+        files = self.input.get("files")
+        return (files.get("dropped_by_reason") or {}) if isinstance(files, dict) else {}
+
+    @property
+    def input_unread(self) -> bool:
+        """A file or folder given could not be read: a node whose logs it held is checked by
+        nothing, so the gate fails closed whatever `allow_unknown` says (that lifts what the
+        nodes it did read leave unknown, not nodes it never saw)."""
+        return input_unread(self._dropped)
+
+    @property
     def status(self) -> Status:
-        return worst([r.status for r in self.results])
+        return worst([r.status for r in self.results] + (["UNKNOWN"] if self.input_unread else []))
 
     @property
     def exit_status(self) -> int:
-        """1 on any FAIL (with `strict`, on any WARN or UNKNOWN too); else 3 on any UNKNOWN,
-        unless `allow_unknown`; else 0."""
+        """1 on any FAIL (with `strict`, on any WARN or UNKNOWN too); else 3 when input went
+        unread, or on any UNKNOWN unless `allow_unknown`; else 0."""
         statuses = {r.status for r in self.results}
-        if "FAIL" in statuses or (self.strict and statuses & {"WARN", "UNKNOWN"}):
+        if "FAIL" in statuses or (self.strict and self.status in ("WARN", "UNKNOWN")):
             return EXIT_FAIL
-        if "UNKNOWN" in statuses and not self.allow_unknown:
+        if self.input_unread or ("UNKNOWN" in statuses and not self.allow_unknown):
             return EXIT_UNKNOWN
         return EXIT_PASS
 
@@ -67,6 +80,12 @@ class AuditReport:
         if fail:
             text = f"verdict: FAIL - {_of(fail, total)} failed ({', '.join(fail)})"
             text += _also(unknown, "unknown") + _also(warn, "warned") + "; do not roll out"
+        elif self.input_unread:
+            text = "verdict: UNKNOWN - no check failed, but input could not be read (PASSED OVER)"
+            text += _also(unknown, "not fully checked") + _also(warn, "warned")
+            text += "; confirm before rolling out"
+            if not self.strict:
+                text += " (exit 3, whatever --allow-unknown: make it readable or leave it out)"
         elif unknown:
             text = (
                 f"verdict: UNKNOWN - no check failed, but {_of(unknown, total)} could not be "
@@ -84,14 +103,19 @@ class AuditReport:
             text += " (--strict: exit 1)"
         return text
 
+    def passed_over(self) -> str:
+        said = passed_over(self._dropped)
+        return f"PASSED OVER: {said}" if said else ""
+
     def text(self) -> str:
-        return "\n".join([*self.lines(), self.verdict()]) + "\n"
+        return "\n".join(filter(None, [*self.lines(), self.passed_over(), self.verdict()])) + "\n"
 
     def to_json_dict(self) -> dict[str, Any]:
         lines = self.lines()
         return {
             "verdict": self.status,
             "summary": self.verdict(),
+            "passed_over": self.passed_over(),
             "exit_status": self.exit_status,
             "strict": self.strict,
             "allow_unknown": self.allow_unknown,

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 from collector.events import REQUEST_LINE_KINDS
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
+from collector.passed_over import input_unread, passed_over
 from collector.shown_text import printable_lines
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
@@ -247,42 +248,10 @@ FILE_REASONS: Final = frozenset(
 )
 
 
-# What discovery passed over that may have held logs, as said: (reason, one, several).
-_PASSED_OVER: Final = (
-    ("unreadable_folder", "folder could not be listed", "folders could not be listed"),
-    ("unreadable_file", "file could not be opened", "files could not be opened"),
-    (
-        FILE_REPLACED,
-        "file was rotated away during the run and could not be found again",
-        "files were rotated away during the run and could not be found again",
-    ),
-    (
-        "broken_or_looping_link",
-        "link leads nowhere or in a loop",
-        "links lead nowhere or in a loop",
-    ),
-    (
-        "not_a_regular_file",
-        "entry is not a file (a FIFO, socket, device or /proc file)",
-        "entries are not files (FIFOs, sockets, devices or /proc files)",
-    ),
-)
-
-
 def passed_over_line(summary: dict[str, Any]) -> str:
     """Folders, files and links discovery could not read: said, since a log in them is in no
     verdict (a folder nested past the system's path limit, a link to a lost mount)."""
-    dropped = summary["input"].get("dropped_by_reason") or {}
-    said = [
-        f"{count:,} {one if count == 1 else several}"
-        for why, one, several in _PASSED_OVER
-        if (count := dropped.get(why, 0))
-    ]
-    if not said:
-        return ""
-    passed = sum(dropped.get(why, 0) for why, *_ in _PASSED_OVER)
-    held = "what it holds is" if passed == 1 else "what they hold is"
-    return f"{', '.join(said)}; {held} not in the verdicts."
+    return passed_over(summary["input"].get("dropped_by_reason") or {})
 
 
 def csv_files_line(summary: dict[str, Any]) -> str:
@@ -576,8 +545,7 @@ def unread_files_line(summary: dict[str, Any]) -> str:
     """`passed_over_line` when a file or folder that may hold logs could not be read (its
     permissions, its path too long, a rotation that took it away during the run): an all-clear
     would be over the files that could."""
-    dropped = summary["input"].get("dropped_by_reason") or {}
-    if not any(dropped.get(why) for why in ("unreadable_file", "unreadable_folder", FILE_REPLACED)):
+    if not input_unread(summary["input"].get("dropped_by_reason") or {}):
         return ""
     return passed_over_line(summary)
 

@@ -1,0 +1,55 @@
+"""What discovery passed over that may have held logs, said the same way by every command.
+
+A log in a folder that could not be listed, a file that could not be opened, or one rotated away
+during the run is in no verdict: forensics says so beside its answer, and the rollout gate
+(`kvwatch audit`) fails closed on it, since the node it leaves out is one no check ran on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from collector.files import FILE_REPLACED
+
+# (reason counted by discovery or reading, one, several)
+_SAID: Final = (
+    ("unreadable_folder", "folder could not be listed", "folders could not be listed"),
+    ("unreadable_file", "file could not be opened", "files could not be opened"),
+    (
+        FILE_REPLACED,
+        "file was rotated away during the run and could not be found again",
+        "files were rotated away during the run and could not be found again",
+    ),
+    (
+        "broken_or_looping_link",
+        "link leads nowhere or in a loop",
+        "links lead nowhere or in a loop",
+    ),
+    (
+        "not_a_regular_file",
+        "entry is not a file (a FIFO, socket, device or /proc file)",
+        "entries are not files (FIFOs, sockets, devices or /proc files)",
+    ),
+)
+# Input that was there to read and could not be: no verdict may pass for one over it. A link to
+# nowhere or a FIFO is said, but holds no file that could have been read.
+UNREAD_INPUT: Final = frozenset({"unreadable_folder", "unreadable_file", FILE_REPLACED})
+
+
+def passed_over(dropped: Mapping[str, int]) -> str:
+    """`1 file could not be opened, …; what it holds is not in the verdicts.`, or ""."""
+    said = [
+        f"{count:,} {one if count == 1 else several}"
+        for why, one, several in _SAID
+        if (count := dropped.get(why, 0))
+    ]
+    if not said:
+        return ""
+    passed = sum(dropped.get(why, 0) for why, *_ in _SAID)
+    held = "what it holds is" if passed == 1 else "what they hold is"
+    return f"{', '.join(said)}; {held} not in the verdicts."
+
+
+def input_unread(dropped: Mapping[str, int]) -> bool:
+    return any(dropped.get(why) for why in UNREAD_INPUT)
