@@ -229,6 +229,8 @@ def describe(path: Path) -> TelemetryFile | None:
         name = name[: hourly.start()]
     cloud_export = ""
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
+        if extension == ".json" and _kvwatch_summary(path):
+            return None
         if _holds_otlp(path):
             kind = "otlp"
         elif extension == ".json" and (found := log_export_format(path)) is not None:
@@ -299,6 +301,18 @@ def _is_piece(path: Path, suffix: str) -> bool:
 # `/tmp/otel_trace.json`): one OTLP/JSON `ExportTraceServiceRequest` a line.
 # A byte-order mark and a JSON array of exports (saved by hand) are allowed before it.
 _OTLP_OPENING: Final = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"resourceSpans"')
+
+
+# The head of kvwatch's own JSON summary (`forensics.json`, or wherever `--json` put it).
+_OWN_SUMMARY: Final = re.compile(rb'\A\{\s*"schema_version": \d+,\s*"generated_by": "kvwatch ')
+
+
+def _kvwatch_summary(path: Path) -> bool:
+    """Whether a `.json` file is a forensics summary: passed over like `findings.csv`, so a
+    second run with `--out` inside the logs' folder reads the logs, not the first run's answer
+    (an unrecognised document before)."""
+    read = head_bytes(path, 256)
+    return read is not None and _OWN_SUMMARY.match(read[0]) is not None
 
 
 def _holds_json_lines(path: Path) -> bool:

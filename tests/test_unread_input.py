@@ -467,3 +467,23 @@ def _past_path_max(case: Path, log: str = "") -> None:
             os.close(handle)
     finally:
         os.close(folder)
+
+
+def test_a_second_run_with_out_inside_the_logs_reads_the_logs_not_the_first_answer(
+    tmp_path: Path,
+) -> None:
+    """Audit Q: `kvwatch forensics . --out report` run twice read the first run's
+    `forensics.json` back as an unrecognised document (and `--json` can put it anywhere)."""
+    case = tmp_path / "case"
+    shutil.copytree(Path(__file__).parent / "testdata" / "reference_incident", case)
+    first = _forensics_cli(case, case / "report")
+    assert first.returncode == 0, first.stderr[-400:]
+    summary = json.loads((case / "report" / "forensics.json").read_text())
+    (case / "answer.json").write_text((case / "report" / "forensics.json").read_text())
+    second = _forensics_cli(case, case / "report")
+    assert second.returncode == 0, second.stderr[-400:]
+    again = json.loads((case / "report" / "forensics.json").read_text())
+    assert again["input"]["files"] == summary["input"]["files"] == 2
+    assert again["input"]["lines"] == summary["input"]["lines"]
+    assert again["input"]["dropped_by_reason"] == {}
+    assert again["exposure"] == summary["exposure"]
