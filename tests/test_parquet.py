@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -99,3 +100,45 @@ def test_numbers_past_the_columns_range_are_written_as_unknown(tmp_path: Path) -
     assert table.column("prompt_tokens").to_pylist() == [1000, 1001, None]
     assert table.column("completion_tokens").to_pylist() == [7, None, 7]
     assert table.column("end").to_pylist()[1] is None
+
+
+def test_a_run_stopped_half_way_leaves_the_last_complete_file_as_it_was(tmp_path: Path) -> None:
+    """Audit Q: a run interrupted after its first row groups left a valid-looking Parquet of
+    part of the requests beside the last complete run's reports."""
+    path = tmp_path / "requests.parquet"
+    complete = RequestParquetWriter(path, batch_rows=4)
+    for i in range(10):
+        complete.add(_record(i), [])
+    complete.close()
+    before = path.read_bytes()
+    stopped = RequestParquetWriter(path, batch_rows=4)
+    for i in range(100, 106):
+        stopped.add(_record(i), [])  # one row group written
+    assert path.read_bytes() == before  # nothing reaches `path` before the end
+    stopped.abandon()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.parquet"]
+
+
+def test_forensics_stopped_by_ctrl_c_removes_its_partial_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from collector.forensics import driver
+
+    case = Path(__file__).parent / "testdata" / "reference_incident"
+    out = tmp_path / "out"
+    driver.run_forensics([str(case)], out, workers=1)
+    before = (out / "requests.parquet").read_bytes()
+    events = driver.parallel_events_in_time_order
+
+    def stopped(*args: object, **kwargs: object) -> Iterator[object]:
+        for n, event in enumerate(events(*args, **kwargs)):  # type: ignore[arg-type]
+            if n == 10:
+                raise KeyboardInterrupt
+            yield event
+
+    monkeypatch.setattr(driver, "parallel_events_in_time_order", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        driver.run_forensics([str(case)], out, workers=1)
+    assert (out / "requests.parquet").read_bytes() == before
+    assert not [p.name for p in out.iterdir() if "partial" in p.name]

@@ -404,6 +404,7 @@ def run_forensics(
     # one stretched "logs cover" by months).
     first_time: float | None = None
     last_time: float | None = None
+    finished = False
     try:
         for event in events:
             when = event.time  # in time order: the source is looked at when time moves on
@@ -421,10 +422,13 @@ def run_forensics(
                 note_finding(finding)
         for finding in pipeline.finish():
             note_finding(finding)
+        finished = True
     finally:
         progress.close()
-        if parquet is not None:
+        if parquet is not None and finished:
             parquet.close(exposed_later=evidence.exposed_later)
+        elif parquet is not None:  # stopped (Ctrl-C, SIGTERM, a failed worker)
+            parquet.abandon()
     stats.finished = time.perf_counter()
     if parquet is not None:
         outputs["parquet"] = parquet.path

@@ -63,10 +63,18 @@ def _ms(epoch: float | None) -> int | None:
 
 
 class RequestParquetWriter:
+    """Rows go to a hidden partial file, renamed to `path` when `close` finishes it: a run
+    stopped half way (Ctrl-C, a kill) leaves the last complete run's file beside its reports,
+    never a valid-looking file of part of the requests (`abandon` removes the partial one)."""
+
     def __init__(self, path: Path, batch_rows: int = BATCH_ROWS) -> None:
         if batch_rows < 1:
             raise ValueError("batch_rows must be at least 1")
         self.path = path
+        # Hidden (discovery passes over dot files, so a later run over this folder skips it),
+        # and one a process: two runs into one `--out` each finish a whole file, the last
+        # one's staying (one shared file had the two runs' row groups interleaved, unreadable).
+        self._partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
         self.batch_rows = batch_rows
         self._rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
         self._writer: pq.ParquetWriter | None = None
@@ -108,7 +116,7 @@ class RequestParquetWriter:
             return
         table = pa.Table.from_pydict(self._rows, schema=SCHEMA)
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._writer = pq.ParquetWriter(self._partial, SCHEMA, compression="zstd")
         self._writer.write_table(table)
         self._rows = {name: [] for name in SCHEMA.names}
 
@@ -118,16 +126,23 @@ class RequestParquetWriter:
         in a second pass over the file a batch at a time (taken only when there are any)."""
         self._flush()
         if self._writer is None:  # no requests at all: still an empty, valid file
-            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+            self._writer = pq.ParquetWriter(self._partial, SCHEMA, compression="zstd")
         self._writer.close()
         if exposed_later:
             self._add_exposures(exposed_later)
+        os.replace(self._partial, self.path)
+
+    def abandon(self) -> None:
+        """The run stopped before its end: its rows are removed, `path` left as it was."""
+        if self._writer is not None:
+            self._writer.close()
+        self._partial.unlink(missing_ok=True)
 
     def _add_exposures(self, exposed_later: Mapping[str, Set[str]]) -> None:
-        rewritten = self.path.with_name(self.path.name + ".tmp")
+        rewritten = self._partial.with_name(self._partial.name + ".tmp")
         column = SCHEMA.get_field_index("exposed_by")
         with (
-            pq.ParquetFile(self.path) as source,
+            pq.ParquetFile(self._partial) as source,
             pq.ParquetWriter(rewritten, SCHEMA, compression="zstd") as writer,
         ):
             for batch in source.iter_batches(batch_size=self.batch_rows):
@@ -142,4 +157,4 @@ class RequestParquetWriter:
                 columns = list(batch.columns)
                 columns[column] = pa.array(exposed_by, type=SCHEMA.field(column).type)
                 writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
-        os.replace(rewritten, self.path)
+        os.replace(rewritten, self._partial)
