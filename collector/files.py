@@ -1098,14 +1098,22 @@ def _open_blocks(
         elif unreadable_compression(magic):
             stats.drop("compressed_not_read")  # zstd, lz4: said, never read as binary lines
         else:
+            # Read as it was when opened, and the line it then ended in: a log a busy engine
+            # keeps writing was read for as long as the writer kept ahead.
             size, read = os.fstat(handle.fileno()).st_size, 0
             while True:
                 block = handle.read(block_size or BLOCK_SIZE)
                 if not block:
                     break
+                if read + len(block) > size:
+                    end = block.find(b"\n", max(0, size - read - 1))
+                    if end >= 0:
+                        block = block[: end + 1]
                 read += len(block)
                 stats.count_bytes(len(block))
                 yield block
+                if read >= size and block.endswith(b"\n"):
+                    break
             if read < size:  # truncated while read (copytruncate rotation): its end is lost
                 ending.cut(stats, "file_shrank")
     except OSError:

@@ -356,3 +356,21 @@ def test_blank_lines_are_counted_and_the_lines_between_keep_their_numbers(
     events = list(events_by_node([folder], stats))
     assert [int(e.source.rsplit(":", 1)[1]) for e in events] == expected_numbers
     assert stats.noise.get("blank", 0) == sum(gaps)
+
+
+def test_a_file_written_to_while_it_is_read_is_read_as_it_was_when_opened(tmp_path: Path) -> None:
+    """Audit Q: a log a fast writer kept growing was read until the writer stopped. What was
+    there at the open is read, and the line it then ended in, finished."""
+    path = tmp_path / "decode-0.log"
+    at_open = [_line(s % 60, s) for s in range(30_000)]
+    path.write_text("\n".join(at_open) + "\n" + _line(0, 30_000)[:40])  # a line half written
+    read = ReadStats()
+    lines: list[str] = []
+    for _, block in read_line_blocks(path, read):
+        if not lines:
+            with open(path, "a") as writer:  # the writer finishes its line, and goes on
+                writer.write(_line(0, 30_000)[40:] + "\n")
+                writer.write("".join(_line(s % 60, s) + "\n" for s in range(30_001, 60_000)))
+        lines += block
+    assert lines == [*at_open, _line(0, 30_000)]
+    assert read.dropped == {}
