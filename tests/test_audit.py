@@ -680,3 +680,19 @@ def test_no_files_found_where_they_could_not_be_read_says_so(tmp_path: Path) -> 
         f"kvwatch audit: no telemetry files found in {case}",
         "PASSED OVER: 1 folder could not be listed; what it holds is not in the verdicts.",
     ]
+
+
+def test_server_info_alone_states_the_context_through_the_prompt_limit(tmp_path: Path) -> None:
+    """Audit V: /server_info leaves `context_length` null (the flag, unset), and a healthy
+    deployment saved that way alone was UNKNOWN, "context unknown". Its `max_req_input_len`
+    1,048,570 is 6 below the context wherever the pool is larger."""
+    for saved in (DATA / "healthy").glob("*.server_info.json"):
+        shutil.copy(saved, tmp_path / saved.name)
+    code, out, _ = run(str(tmp_path))
+    checksum = "KV checksum on (verification shows only in the logs: audit them too)"
+    assert lines(out) == [
+        f"prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; {checksum}",
+        f"decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {checksum}",
+        "verdict: PASS - all 2 nodes passed",
+    ]
+    assert code == 0

@@ -293,3 +293,34 @@ def test_random_json_never_raises(value: Any, endpoint: str | None) -> None:
         assert _one_outcome(out)
     for event in out.events:
         json.dumps(event.to_json_dict())
+
+
+@pytest.mark.parametrize(
+    ("context_length", "limit", "pool", "context_len"),
+    [
+        # Unset flag, the context binds the limit: 1,048,576 - 6 (healthy, audit V's case).
+        (None, 1_048_570, 2_040_000, 1_048_576),
+        # Unset flag, the pool binds it (the incident's prefill): the context is only known to
+        # be at least the pool.
+        (None, 681_274, 681_280, None),
+        # A stated flag is the context, whatever the limit says.
+        (131_072, 1_048_570, 2_040_000, 131_072),
+        (None, None, 2_040_000, None),
+    ],
+)
+def test_an_unset_context_flag_is_read_from_the_prompt_limit(
+    context_length: int | None, limit: int | None, pool: int, context_len: int | None
+) -> None:
+    """SGLang takes prompts up to min(context - 1, pool - 1) - 5 tokens (the reference's
+    refusals table): a limit more than 6 below the pool is the context's."""
+    document = {
+        "version": "0.5.23",
+        "context_length": context_length,
+        "max_req_input_len": limit,
+        "max_total_num_tokens": pool,
+        "disaggregation_mode": "decode",
+    }
+    outcome = parse_server_info(
+        document, node="decode-0", source="decode-0.server_info.json", time=None
+    )
+    assert outcome.events[0].fields["context_len"] == context_len

@@ -157,6 +157,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         mode_raw = first_state.get("disaggregation_mode")
     mode = _mode(mode_raw)
     known_mode = "disaggregation_mode" in data or "disaggregation_mode" in first_state
+    context = _int(data.get("context_length"))  # the flag: null leaves the model's own
     fields: dict[str, Any] = {
         "version": _str(data.get("version")),
         "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
@@ -167,7 +168,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "kv_canary": _str(data.get("kv_canary")),
         "max_total_num_tokens": pool,
         "max_req_input_len": _int(data.get("max_req_input_len")),
-        "context_len": _int(data.get("context_length")),
+        "context_len": context if context is not None else _context_from_limit(data),
         "page_size": _int(data.get("page_size")),
         "tp_size": _int(data.get("tp_size")),
         "dp_size": _int(data.get("dp_size")),
@@ -269,6 +270,26 @@ def _str(value: Any) -> str | None:
     if isinstance(value, str) and value.strip():
         return value
     return None
+
+
+# SGLang's scheduler takes prompts up to `max_req_input_len` = min(context - 1, pool - 1) - 5
+# tokens (sglang-telemetry.md, refusals; the same in 0.5.19 and 0.5.23).
+_LIMIT_MARGIN = 6
+
+
+def _context_from_limit(data: dict[str, Any]) -> int | None:
+    """The context length in force, from the prompt limit, when the `context_length` flag is
+    unset (null: the model's own length applies, and /server_info states it nowhere else).
+
+    Why: a healthy deployment saved as /server_info alone was UNKNOWN to the audit ("context
+    unknown"), and a gap between the prefill pool and the context decode serves went unseen.
+    A limit 6 below the pool says the pool binds it: the context is then only known to be at
+    least the pool, and stays unknown."""
+    limit = _int(data.get("max_req_input_len"))
+    pool = _int(data.get("max_total_num_tokens"))
+    if limit is None or pool is None or limit + _LIMIT_MARGIN >= pool:
+        return None
+    return limit + _LIMIT_MARGIN
 
 
 def _int(value: Any) -> int | None:
