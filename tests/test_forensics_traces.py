@@ -80,11 +80,14 @@ def _trace_the_incident(
     *,
     long_prompt_prefill_host: str = "4f1c9a7e11d2",
     long_prompt_prefilled: bool = False,
+    refused_prompt_tokens: int | None = None,
 ) -> None:
     """The two requests of `reference_incident` as SGLang's root and thread spans, every server
     the default service `sglang` (no `--otlp-service-name`), its machine in the thread spans.
     The long prompt's prefill may run on another machine, and may prefill it (88 s) instead of
-    refusing it: a server with a pool that holds it."""
+    refusing it: a server with a pool that holds it. With `refused_prompt_tokens`, its refusal
+    is spanned as 0.5.19 spans it (audit V): no error, finish `abort`, that prompt length (1,
+    the refusal's stub)."""
     exporter = CollectorFileExporterStandIn(path)
     processors = []
     host_ids: dict[int, str] = {}
@@ -112,6 +115,7 @@ def _trace_the_incident(
         usage: tuple[int, int, int],
         latency: dict[str, float],
         error: str | None = None,
+        finish: str = "stop",
     ) -> None:
         start, end = map(_ns, times)
         root = tracer.start_span(
@@ -138,7 +142,7 @@ def _trace_the_incident(
                 "gen_ai.usage.completion_tokens": completion,
                 "gen_ai.usage.cached_tokens": cached,
                 "gen_ai.request.id": rid,
-                "gen_ai.response.finish_reasons": json.dumps(["abort" if error else "stop"]),
+                "gen_ai.response.finish_reasons": json.dumps([finish]),
                 **{f"gen_ai.latency.{name}": seconds for name, seconds in latency.items()},
             }
         )
@@ -189,9 +193,10 @@ def _trace_the_incident(
             prefill_rids[1],
             EXPOSED_ROOM,
             ("2026-08-27 10:14:38", "2026-08-27 10:14:40"),
-            (912384, 0, 0),
+            (refused_prompt_tokens or 912384, 0, 0),
             {"e2e": 1.6},
-            error=REFUSAL,
+            error=REFUSAL if refused_prompt_tokens is None else None,
+            finish="abort",
         )
         request(
             decode,
@@ -474,3 +479,23 @@ def test_request_lines_read_after_their_request_was_judged_are_counted_and_said(
     assert "trace spans are stamped in UTC" in report
     clean = run_forensics([str(LOGS)], tmp_path / "out2")
     assert clean.summary["requests"]["late_lines"] == 0
+
+
+@pytest.mark.parametrize(("prompt_tokens", "exposed"), [(1, True), (912384, False)])
+def test_a_refusal_spanned_as_an_aborted_stub_is_a_refusal(
+    tmp_path: Path, prompt_tokens: int, exposed: bool
+) -> None:
+    """Audit V: 0.5.19 spans an over-length refusal as a root span finishing `abort` with a
+    one-token prompt (the refusal's stub) and no error; traces alone found nothing. An abort of
+    the whole prompt is a client's abort, not a refusal: nothing is accused."""
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, refused_prompt_tokens=prompt_tokens)
+    summary = run_forensics([str(traces.parent)], tmp_path / "out").summary
+    rooms = _exposed_rooms(summary)
+    if exposed:
+        assert set(rooms) == {EXPOSED_ROOM}
+        assert rooms[EXPOSED_ROOM]["evidence"] == ["rejected_then_served"]
+        assert rooms[EXPOSED_ROOM]["prompt_tokens"] == 912384
+    else:
+        assert rooms == {}

@@ -725,6 +725,9 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         side.trace_completion_tokens = _int(
             fields.get("completion_tokens"), side.trace_completion_tokens
         )
+        reasons = fields.get("finish_reasons")
+        if isinstance(reasons, list) and reasons:
+            side.trace_finish = text_or_none(reasons[0])
         start = _float(fields.get("start"), None)
         if start is not None and side.received_time is None:
             side.received_time = start

@@ -64,6 +64,9 @@ class SideRecord:
     trace_prompt_tokens: int | None = None
     trace_cached_tokens: int | None = None
     trace_completion_tokens: int | None = None
+    # The span's first finish reason (`gen_ai.response.finish_reasons`): a refusal's stub ends
+    # "abort", and its span is no error.
+    trace_finish: str | None = None
     # The prefill host decode was told to fetch the KV from (its request records say).
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
@@ -162,8 +165,11 @@ class SideRecord:
 
     @property
     def stub_abort(self) -> bool:
-        """An aborted finish with a one-token prompt: a refused request's stub (old engines)."""
-        return self.finish_type == "abort" and self.prompt_tokens == 1
+        """An aborted finish with a one-token prompt: a refused request's stub (old engines),
+        in its finish line or, with none, in its trace span (0.5.19 spans it so)."""
+        if self.finish_type is not None:
+            return self.finish_type == "abort" and self.prompt_tokens == 1
+        return self.trace_finish == "abort" and self.trace_prompt_tokens == 1
 
     @property
     def stub_stats(self) -> bool:
