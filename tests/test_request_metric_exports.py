@@ -9,6 +9,8 @@ but `request_finished_ts`, and their ids (room, prefill host, rid) sit inside
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from collector.files import EXPORT_NAME, discover
@@ -20,7 +22,11 @@ T = 1_788_674_400.0  # 2026-09-06T06:00:00Z
 SECRET = "MARK-do-not-keep-this-prompt"
 
 
-def _export(rid: str, room: int, prompt: int, ttft: float, finished: float) -> str:
+def _export(
+    rid: str, room: int, prompt: int, ttft: float, finished: float, *, v0519: bool = False
+) -> str:
+    """A record as 0.5.23 writes it; `v0519`: as 0.5.19 does, with no `first_token_latency`
+    but the time the request's prefill finished (audit V, against its source)."""
     params = {
         "text": f"{SECRET} " * 4,
         "rid": rid,
@@ -40,6 +46,9 @@ def _export(rid: str, room: int, prompt: int, ttft: float, finished: float) -> s
         "request_received_ts": finished - ttft - 4.0,
         "request_finished_ts": finished,
     }
+    if v0519:
+        del record["first_token_latency"]
+        record["prefill_finished_time"] = finished - 4.0
     return json.dumps(record)
 
 
@@ -138,3 +147,40 @@ def test_records_without_the_metrics_times_are_judged_at_their_file_s_hour(tmp_p
     exposure = result.summary["exposure"]
     assert [(r["rid"], r["node"]) for r in exposure["requests"]] == [("leaked", "decode-0")]
     assert exposure["first"] == "2026-09-06T06:00:00.000Z"  # the hour its file names
+
+
+def test_exports_no_node_could_be_found_for_are_no_all_clear(tmp_path: Path) -> None:
+    """Audit V: exports alone in a host's folder (no log beside them) were unjudged, and the
+    run said "no exposed responses found", exit 0."""
+    _deployment(tmp_path / "logs")
+    metrics = tmp_path / "logs" / "decode-0" / "metrics"
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", str(metrics), "--no-parquet"]
+        + ["--out", str(tmp_path / "out"), "--workers", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = (
+        "NOT JUDGED: 2 requests were read from request-metric exports "
+        f"({EXPORT_NAME}-*.log) that no node read could be found for"
+    )
+    assert done.returncode == 2, done.stderr[-400:]
+    assert said in done.stdout and said in done.stderr
+    assert "no exposed responses found" not in done.stdout
+
+
+def test_a_0519_export_s_time_to_first_token_is_read_from_its_stamps(tmp_path: Path) -> None:
+    """600,000 uncached tokens (within the 681,280-token pool: no over-length verdict) prefilled
+    in 0.03 s by the stamps of a record with no `first_token_latency`."""
+    _deployment(tmp_path / "logs")
+    export = tmp_path / "logs" / "decode-0" / "metrics" / f"{EXPORT_NAME}-20260906_06.log"
+    export.write_text(
+        _export("honest", 11, 40_000, 4.1, T + 60, v0519=True)
+        + "\n"
+        + _export("leaked", 22, 600_000, 0.03, T + 900, v0519=True)
+        + "\n"
+    )
+    result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
+    exposed = result.summary["exposure"]["requests"]
+    assert [(r["rid"], r["evidence"]) for r in exposed] == [("leaked", ["impossibly_fast_prefill"])]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from collector.events import Event
 from collector.state.ledger import LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord, SideRecord
@@ -609,3 +611,42 @@ def test_a_span_in_error_does_not_undo_an_answer_the_node_s_finish_record_shows(
         "decode-0", "d1", has_trace=True, trace_status="ERROR", trace_completion_tokens=150
     )
     assert traced_only.failed and not traced_only.succeeded
+
+
+@pytest.mark.parametrize(
+    ("received", "prefilled", "first_token"),
+    [
+        (T, T + 0.34, 0.34),  # 0.5.19: no first_token_latency, the stamps say it
+        (T, T + 9.5, None),  # later than the request's own end (e2e 9.1 s): not this request's
+        (T, T - 1.0, None),  # before it arrived
+        (5_000.0, 5_000.34, None),  # a monotonic clock, not a time of day
+        (None, T + 0.34, None),
+    ],
+)
+def test_time_to_first_token_from_meta_info_stamps_when_not_given(
+    received: float | None, prefilled: float, first_token: float | None
+) -> None:
+    """Audit V: 0.5.19's meta_info (finish lines, request-metric exports) has no
+    `first_token_latency`, and an 812,345-token prompt answered in 0.35 s went unjudged."""
+    from collector.state.ledger import apply_event
+
+    side = SideRecord(node="decode-0", rid="d1")
+    event = ev(
+        "request_finished",
+        "decode-0",
+        T + 9.1,
+        rid="d1",
+        prompt_tokens=812_345,
+        completion_tokens=400,
+        finish_type="stop",
+        e2e_latency=9.1,
+        first_token_latency=None,
+        request_received_ts=received,
+        prefill_finished_time=prefilled,
+    )
+    apply_event(side, event, event.fields, event.time)
+    assert (
+        side.first_token_latency == pytest.approx(first_token)
+        if first_token
+        else (side.first_token_latency is None)
+    )

@@ -120,6 +120,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         not_judged_line,
         outcome_unknown_line,
         too_late_line,
+        unattributed_exports_line,
         undated_line,
         unread_files_line,
     )
@@ -186,9 +187,10 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
-    # Refused requests whose answer, if any, is not in the logs, or files that could not be
-    # read: not an all-clear.
-    if nothing_found and (reason := first_said(summary, (outcome_unknown_line, unread_files_line))):
+    # Refused requests whose answer, if any, is not in the logs, files that could not be read,
+    # or requests no node could be found for (not judged against a pool): not an all-clear.
+    unjudged = (outcome_unknown_line, unread_files_line, unattributed_exports_line)
+    if nothing_found and (reason := first_said(summary, unjudged)):
         return _not_judged(err, reason)
     if nothing_found and answering_not_judged(summary):
         # Nothing found, but in the requests of some nodes only: not an all-clear.

@@ -46,6 +46,7 @@ from collector.forensics.report import (
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
+    unattributed_exports_line,
     undated_line,
     unread_line,
     write_findings_csv,
@@ -784,6 +785,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),
         ("NOT JUDGED NODES: ", nodes_not_judged_line),
+        ("EXPORTS: ", unattributed_exports_line),
         ("POOL UNKNOWN: ", pool_unknown_line),
     ):
         line = said(summary)

@@ -524,12 +524,20 @@ def too_late_line(summary: dict[str, Any]) -> str:
 
 def not_judged_reason(summary: dict[str, Any]) -> str:
     """Why a run that named no exposed response gives no verdict either ("" when it gives
-    one): no request recognised, requests out of time, or refused requests whose outcome is
-    not in the logs. The terminal and the reports say the same first reason."""
+    one): no request recognised, requests out of time, refused requests whose outcome is not
+    in the logs, input not read, or requests no node could be found for. The terminal and the
+    reports say the same first reason."""
     if not summary["requests"]["total"]:
         return not_judged_line(summary)
     return first_said(
-        summary, (undated_line, too_late_line, outcome_unknown_line, unread_files_line)
+        summary,
+        (
+            undated_line,
+            too_late_line,
+            outcome_unknown_line,
+            unread_files_line,
+            unattributed_exports_line,
+        ),
     )
 
 
