@@ -259,6 +259,7 @@ _KEYS = st.sampled_from(
         "memory",
         "timestamp",
         "environ",
+        "env_vars",
         "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT",
         "is_generation",
         "tp_size",
@@ -324,3 +325,23 @@ def test_an_unset_context_flag_is_read_from_the_prompt_limit(
         document, node="decode-0", source="decode-0.server_info.json", time=None
     )
     assert outcome.events[0].fields["context_len"] == context_len
+
+
+def test_the_deferred_release_setting_is_read_from_each_rank_s_env_vars() -> None:
+    """Audit V: with `SGLANG_EXPOSE_OWN_ENV_VARS=1`, 0.5.19 lists its variables only under
+    `internal_states[i].env_vars`, where the setting was never looked for."""
+    document = {
+        "version": "0.5.19",
+        "max_total_num_tokens": 2_400_000,
+        "disaggregation_mode": "decode",
+        "internal_states": [
+            {
+                "env_vars": {
+                    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE": "false",
+                    "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT": "45.0",
+                }
+            }
+        ],
+    }
+    fields = parse_server_info(document, node="decode-0", source="s.json", time=None).events[0]
+    assert (fields.get("deferred_release"), fields.get("deferred_release_timeout")) == (False, 45.0)

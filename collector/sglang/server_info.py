@@ -58,7 +58,7 @@ _DEFERRED_TIMEOUT_KEYS: Final = (
     "deferred_decode_kv_release_timeout",
     "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT",
 )
-_ENV_CONTAINERS: Final = ("environ", "env", "envs", "environment")
+_ENV_CONTAINERS: Final = ("environ", "env", "envs", "environment", "env_vars")
 
 
 def parse_server_info(
@@ -246,7 +246,11 @@ _EXTRACTORS: Final[dict[str, Callable[[dict[str, Any]], dict[str, Any] | None]]]
 
 
 def _deferred(data: dict[str, Any]) -> dict[str, Any]:
-    containers = [data] + [_dict(data.get(name)) for name in _ENV_CONTAINERS]
+    """The deferred-release setting, as a server arg or an environment variable. With
+    `SGLANG_EXPOSE_OWN_ENV_VARS=1` SGLang lists its variables in each DP rank's
+    `internal_states[i].env_vars` only (audit V, against the 0.5.19 source)."""
+    states = [s for s in _list(data.get("internal_states")) if isinstance(s, dict)]
+    containers = [data] + [_dict(c.get(name)) for c in (data, *states) for name in _ENV_CONTAINERS]
     found: dict[str, Any] = {}
     for container in containers:
         for key in _DEFERRED_KEYS:
