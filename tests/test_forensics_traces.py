@@ -499,3 +499,14 @@ def test_a_refusal_spanned_as_an_aborted_stub_is_a_refusal(
         assert rooms[EXPOSED_ROOM]["prompt_tokens"] == 912384
     else:
         assert rooms == {}
+
+
+def test_what_spans_alone_cover_begins_at_the_first_span_s_start(
+    tmp_path: Path, traces: Path
+) -> None:
+    """A span's time is its end: the covered time began at the first request's end."""
+    summary = run_forensics([str(traces.parent)], tmp_path / "out").summary
+    assert (summary["input"]["first_time"], summary["input"]["last_time"]) == (
+        "2026-08-27T10:12:01.000Z",
+        "2026-08-27T10:14:52.000Z",
+    )

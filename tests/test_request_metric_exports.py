@@ -184,3 +184,15 @@ def test_a_0519_export_s_time_to_first_token_is_read_from_its_stamps(tmp_path: P
     result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
     exposed = result.summary["exposure"]["requests"]
     assert [(r["rid"], r["evidence"]) for r in exposed] == [("leaked", ["impossibly_fast_prefill"])]
+
+
+def test_what_exports_alone_cover_begins_at_their_first_request(tmp_path: Path) -> None:
+    """Audit V: shipped once settled, a request's side began "logs cover" 5 s after the first
+    record's own time."""
+    _deployment(tmp_path / "logs")
+    metrics = tmp_path / "logs" / "decode-0" / "metrics"
+    summary = run_forensics([str(metrics)], tmp_path / "out", write_parquet=False).summary
+    assert (summary["input"]["first_time"], summary["input"]["last_time"]) == (
+        "2026-09-06T06:01:00.000Z",
+        "2026-09-06T06:15:00.000Z",
+    )

@@ -61,7 +61,7 @@ from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGN
 from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
-from collector.state.request_sides import RequestSideAssembler
+from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
 from detectors.pipeline import DetectionPipeline, PipelineConfig
@@ -409,14 +409,34 @@ def run_forensics(
     try:
         for event in events:
             when = event.time  # in time order: the source is looked at when time moves on
+            earliest = when
+            if event.kind == REQUEST_SIDE:
+                # Shipped once its lines have settled: their own times are what is covered
+                # (exports or spans alone began it at their first request's end + 5 s), from
+                # its arrival (a span's start is before its own time, its end).
+                side = event.fields["side"]
+                when = side.last_time if side.last_time is not None else when
+                earliest = min(
+                    (t for t in (side.first_time, side.received_time) if t is not None),
+                    default=when,
+                )
+            elif event.kind == "request_trace":  # a span covers its start to its end (its time)
+                start = event.fields.get("start")
+                if isinstance(start, float) and when is not None and start < when:
+                    earliest = start
             if (
                 when is not None
-                and (last_time is None or when > last_time)
+                and earliest is not None
+                and (
+                    first_time is None
+                    or earliest < first_time
+                    or last_time is None
+                    or when > last_time
+                )
                 and not dated_by_file_time(event.source)
             ):
-                if first_time is None:
-                    first_time = when
-                last_time = when
+                first_time = earliest if first_time is None else min(first_time, earliest)
+                last_time = when if last_time is None else max(last_time, when)
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
             for finding in process(event):
