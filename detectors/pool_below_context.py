@@ -200,16 +200,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         severity: Severity = "warning"
         why = "prompts longer than the pool will be refused"
         if config.role == "prefill":
+            # Never bounded by how its start-up lines look: 0.5.19 already prints server_args
+            # as a dict, which the reference gives as 0.5.23's (audit U, against its source).
             version = config.version
-            floor = config.min_version
-            fixed = self.config.leak_fixed_version
-            if version is None and floor is not None and not is_below(floor, fixed):
-                # Not known, but bounded: this start-up's lines come from a fixed engine.
-                why = (
-                    f"prompts longer than the pool are refused (its server_args read as SGLang "
-                    f">= {floor}, which retires a refused request)"
-                )
-            elif version is None:
+            if version is None:
                 # Not "refused" as if that were safe: the incident's engines refused and still
                 # answered. Which it is depends on the version, not known yet.
                 why = (
@@ -223,7 +217,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                     f"SGLang {version} < {self.config.leak_fixed_version} admits them and "
                     f"decode answers from other requests' KV"
                 )
-            elif version is None and floor is None and self.unretired_.get(config.node, 0) > 0:
+            elif version is None and self.unretired_.get(config.node, 0) > 0:
                 severity = "critical"
                 why = (
                     "the node refuses over-length prompts, decode did not retire them, and the "

@@ -111,6 +111,22 @@ def test_unknown_version_escalates_to_critical_once_prefill_refuses_over_length_
     assert findings[1].evidence["refusals"] == 1
 
 
+def test_a_dict_server_args_line_does_not_read_the_prefill_as_a_fixed_engine():
+    """0.5.19, the incident's engine, prints server_args as a dict, which the reference gives
+    as 0.5.23's (audit U, against its source): read as a fixed engine, its pool gap stayed a
+    reassuring warning while it refused prompts decode answered."""
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill", args_format="dict"),
+            capacity("prefill-0", T + 60, 681_280),
+            *prefill_refusal(),
+        ],
+    )
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    assert "engine version is not known yet" in findings[0].summary
+
+
 def test_refusals_decode_retired_do_not_make_an_unknown_version_critical():
     # The version is unknown (no snapshot since a restart), but decode aborted every refused
     # request: the leak's path is closed on this engine, whatever release it is.

@@ -70,9 +70,6 @@ class NodeConfig:
     since: float | None
     role: Role | None = None
     version: str | None = None
-    # The oldest release this generation's start-up lines can come from, when they tell (the
-    # version itself is never logged): `server_args` printed as a dict is 0.5.23 on.
-    min_version: str | None = None
     pool_tokens: int | None = None
     context_len: int | None = None
     max_req_input_len: int | None = None
@@ -169,7 +166,6 @@ class _NodeHistory:
                 # A restart is when an engine is upgraded (or rolled back): its release is not
                 # the old one's until a snapshot of it says so.
                 version=None,
-                min_version=None,
             )
         self.generations.append(config)
         start = config.since if config.since is not None else float("-inf")
@@ -703,20 +699,8 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
     context = _as_int(event.get("context_length"))
     if context is not None and history.generations[-1].context_len is None:
         changes["context_len"] = context
-    floor = _release_floor(event)
-    if floor is not None:
-        changes["min_version"] = floor
     history.replace_current(**changes)
     return restart
-
-
-def _release_floor(event: Event) -> str | None:
-    """The oldest release whose `server_args` line reads like this one (sglang-telemetry.md
-    §2.2: a dict from 0.5.23, `ServerArgs(...)` before). The KV checksum flag (0.5.21 on) is
-    not taken for one: a `ServerArgs(...)` that lists it is no proof of the release."""
-    if event.get("args_format") == "dict":
-        return "0.5.23"
-    return None
 
 
 def _on_capacity(history: _NodeHistory, event: Event) -> bool:
