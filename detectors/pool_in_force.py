@@ -19,7 +19,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Final
 
-from collector.state.config_timeline import ConfigTimeline, normal_host
+from collector.state.config_timeline import ConfigTimeline, NodeConfig, normal_host
 from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
@@ -35,10 +35,20 @@ class PoolInForce:
     node: str
     generation: int
     basis: str
+    # The engine's own prompt limit when it stated one (/server_info `max_req_input_len`):
+    # prompts of it or longer are refused. It is pool - 6 unless the context is the smaller,
+    # or the KV is sharded over ranks (`dcp_size` 2 took 1,048,570 on a 681,280-token pool).
+    limit: int | None = None
+
+    @classmethod
+    def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
+        return cls(tokens, config.node, config.generation, basis, config.max_req_input_len)
 
     @property
     def longest_accepted(self) -> int:
         """The longest prompt this pool lets the engine take: one token longer is refused."""
+        if self.limit is not None:
+            return self.limit - 1
         return self.tokens - REFUSAL_MARGIN - 1
 
 
@@ -61,7 +71,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         at = prefill.start_time if prefill.start_time is not None else when
         config = ctx.config_at(prefill.node, at)
         if config is not None and config.pool_tokens is not None:
-            return PoolInForce(config.pool_tokens, prefill.node, config.generation, "prefill node")
+            return PoolInForce.of(config, config.pool_tokens, "prefill node")
         # The room's prefill node is known and its pool is not (its start-up lines rotated
         # away, no snapshot): another node's pool says nothing about it. Taking the largest
         # known one is lenient only when every prefill node's pool is known; with the small
@@ -86,7 +96,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
             config = ctx.config_at(owner, when)
             if config is None or config.pool_tokens is None:
                 return None
-            return PoolInForce(config.pool_tokens, owner, config.generation, "bootstrap host")
+            return PoolInForce.of(config, config.pool_tokens, "bootstrap host")
     model = None
     if serving is not None:
         serving_config = ctx.config_at(serving.node, when)
@@ -99,12 +109,13 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     if largest is not None:
         node, tokens = largest
         config = ctx.config_at(node, when)
-        generation = config.generation if config is not None else 0
-        return PoolInForce(tokens, node, generation, "largest prefill pool in force")
+        if config is None:
+            return PoolInForce(tokens, node, 0, "largest prefill pool in force")
+        return PoolInForce.of(config, tokens, "largest prefill pool in force")
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
-            return PoolInForce(config.pool_tokens, serving.node, config.generation, "node pool")
+            return PoolInForce.of(config, config.pool_tokens, "node pool")
     return None
 
 
@@ -161,7 +172,5 @@ def _largest_of_the_rest(
         if config is None or config.pool_tokens is None:
             return None
         if best is None or config.pool_tokens > best.tokens:
-            best = PoolInForce(
-                config.pool_tokens, node, config.generation, "prefill node not announcing it"
-            )
+            best = PoolInForce.of(config, config.pool_tokens, "prefill node not announcing it")
     return best

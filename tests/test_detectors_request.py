@@ -228,6 +228,48 @@ def test_a_prompt_prefill_itself_says_it_held_is_not_over_its_pool():
     assert [f.bootstrap_room for f in findings] == ["3002"]
 
 
+def test_a_prompt_prefill_finished_with_success_is_not_over_its_pool():
+    """Audit U: with `dcp_size` 2 a 681,280-token pool takes prompts up to 1,048,569 (KV
+    sharded over two ranks). With no time stats, prefill's own successful finish of the
+    whole prompt is the proof it was prefilled: 13 healthy answers were accused before."""
+    prefilled = [
+        e
+        for e in prefill_ok(4001, T + 700, 900_000, seconds=90.0)
+        if e.kind != ("request_time_stats")
+    ]
+    findings = run(
+        OverLengthAnswered(),
+        LEAKY,
+        prefilled,
+        decode_answer(4001, T + 700, 900_000, ttft=92.0),
+        prefill_refused(4002, T + 800, 900_000),
+        decode_answer(4002, T + 800, 900_000, ttft=0.05),
+    )
+    assert [f.bootstrap_room for f in findings] == ["4002"]
+
+
+def test_the_prompt_limit_the_engine_states_is_the_one_judged_against():
+    """/server_info's `max_req_input_len` is the engine's own limit: 1,048,570 on a 681,280-token
+    pool sharded over two ranks (audit U), so 900,000 tokens were within it."""
+    stated = ev(
+        "server_info",
+        "prefill-0",
+        T + 2,
+        version="0.5.19",
+        max_total_num_tokens=POOL,
+        max_req_input_len=1_048_570,
+        disaggregation_mode="prefill",
+    )
+    findings = run(
+        OverLengthAnswered(),
+        [*LEAKY, stated],
+        decode_answer(5001, T + 900, 900_000, ttft=92.0),
+        decode_answer(5002, T + 900, 1_048_570, ttft=0.05),
+    )
+    assert [f.bootstrap_room for f in findings] == ["5002"]
+    assert findings[0].evidence["longest_accepted"] == 1_048_569
+
+
 def test_a_prompt_the_engine_refuses_though_shorter_than_the_pool_is_over_length():
     # 681,274 to 681,280 tokens fit the pool but are refused (max_req_input_len is pool - 6):
     # answered with success on decode, they were answered from a one-token stub.
