@@ -161,3 +161,36 @@ def test_lines_in_a_python_logging_format_a_dictconfig_sets_are_the_engine_s(hea
     # A program's line in the same format that says nothing SGLang says is still not an event.
     other = head.replace("sglang.srt.managers.scheduler", "cron") + "job done"
     assert parser.parse(other, "d.log:2")[1] is None
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "numbers"),
+    [
+        (
+            "The input (1100000 tokens) is longer than the model's context length (1048576 "
+            "tokens). Truncating the input.",
+            "auto_truncated",
+            (1_100_000, 1_048_576),
+        ),
+        (
+            "Requested token count (1040000 input + 9000 new) exceeds the model's context length "
+            "(1048576 tokens). Truncating max_new_tokens.",
+            "auto_truncated",
+            (1_040_000, 1_048_576),
+        ),
+        (
+            "[http_server] Error: The input (1100000 tokens) is longer than the model's context "
+            "length (1048576 tokens).",
+            "request_rejected",
+            (1_100_000, 1_048_576),
+        ),
+    ],
+)
+def test_a_context_check_that_truncates_is_served_not_refused(
+    message: str, kind: str, numbers: tuple[int, int]
+) -> None:
+    """Audit U: with `--allow-auto-truncate` the tokenizer's context checks (0.5.19) warn,
+    truncate and serve; read as refusals, a served request could join one."""
+    bucket, event = LineParser("prefill-0").parse(f"[2026-09-06 10:00:00] {message}", "p.log:1")
+    assert bucket == kind and event is not None
+    assert (event.fields["input_tokens"], event.fields["limit_tokens"]) == numbers

@@ -101,6 +101,8 @@ def _request_head(message: str) -> Outcome:
     if message.startswith("Request length is longer"):
         return ev.AUTO_TRUNCATED, refusals.parse_auto_truncated
     if message.startswith("Requested token count"):
+        if refusals.is_context_truncation(message):
+            return ev.AUTO_TRUNCATED, refusals.parse_context_truncated
         return ev.REQUEST_REJECTED, refusals.parse_context_length
     if "exceeds" in message or "requires too many" in message:
         return ev.REQUEST_REJECTED, refusals.parse_request_exceeds
@@ -254,6 +256,9 @@ _STAMPED_KINDS: Final = frozenset({ev.REQUEST_TIME_STATS, ev.REQUEST_FINISHED})
 _CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
     ("max_total_num_tokens=", _event(ev.CAPACITY, startup.parse_capacity)),
     ("server_args=", _event(ev.SERVER_ARGS, startup.parse_server_args)),
+    # Served, not refused, when the sentence goes on to truncate (`--allow-auto-truncate`).
+    ("Truncating the input.", _event(ev.AUTO_TRUNCATED, refusals.parse_context_truncated)),
+    ("Truncating max_new_tokens.", _event(ev.AUTO_TRUNCATED, refusals.parse_context_truncated)),
     (
         "is longer than the model's context length",
         _event(ev.REQUEST_REJECTED, refusals.parse_context_length),

@@ -83,6 +83,35 @@ def parse_auto_truncated(message: str) -> dict[str, Any]:
     }
 
 
+# With `--allow-auto-truncate` the tokenizer's context checks warn and serve instead of refusing:
+# the same sentences, ending "Truncating the input." or "Truncating max_new_tokens." (0.5.19,
+# `tokenizer_manager._validate_one_request`; audit U).
+_TRUNCATING_INPUT = re.compile(
+    r"The input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)\. "
+    r"Truncating the input\."
+)
+_TRUNCATING_OUTPUT = re.compile(
+    r"Requested token count \((\d+) input \+ \d+ new\) exceeds the model's context length "
+    r"\((\d+) tokens\)\. Truncating max_new_tokens\."
+)
+
+
+def is_context_truncation(message: str) -> bool:
+    """Whether a context-length sentence is the warning that truncates and serves."""
+    return "Truncating" in message and (
+        _TRUNCATING_INPUT.search(message) is not None
+        or _TRUNCATING_OUTPUT.search(message) is not None
+    )
+
+
+def parse_context_truncated(message: str) -> dict[str, Any]:
+    m = _TRUNCATING_INPUT.search(message) or _TRUNCATING_OUTPUT.search(message)
+    return {
+        "input_tokens": int(m.group(1)) if m else None,
+        "limit_tokens": int(m.group(2)) if m else None,
+    }
+
+
 def refusal_in(message: str) -> dict[str, Any] | None:
     """The refusal an error message states (a span's abort `reason`, say), as a refusal line's
     fields without its rid; None when the message states none. Only the engine's own sentence,
