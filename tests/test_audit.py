@@ -58,6 +58,16 @@ EARLIER_DECODE = (
 )
 
 
+# The healthy deployment known without its logs (live, or from /server_info alone): whether the
+# checksum verifies shows only in the logs.
+_CHECKSUM_ON = "KV checksum on (verification shows only in the logs: audit them too)"
+HEALTHY_WITHOUT_LOGS = [
+    f"prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; {_CHECKSUM_ON}",
+    f"decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {_CHECKSUM_ON}",
+    "verdict: PASS - all 2 nodes passed",
+]
+
+
 def run(*argv: str) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser(prog="kvwatch audit")
     add_audit_arguments(parser)
@@ -492,12 +502,7 @@ def test_live_healthy_deployment_passes(servers: _Servers) -> None:
         }
     )
     code, out, _ = run("--endpoint", f"prefill-0={prefill}", "--endpoint", f"decode-0={decode}/")
-    checksum = "KV checksum on (verification shows only in the logs: audit them too)"
-    assert lines(out) == [
-        f"prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; {checksum}",
-        f"decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {checksum}",
-        "verdict: PASS - all 2 nodes passed",
-    ]
+    assert lines(out) == HEALTHY_WITHOUT_LOGS
     assert code == 0
 
 
@@ -689,10 +694,5 @@ def test_server_info_alone_states_the_context_through_the_prompt_limit(tmp_path:
     for saved in (DATA / "healthy").glob("*.server_info.json"):
         shutil.copy(saved, tmp_path / saved.name)
     code, out, _ = run(str(tmp_path))
-    checksum = "KV checksum on (verification shows only in the logs: audit them too)"
-    assert lines(out) == [
-        f"prefill-0  prefill  PASS  pool 2,040,000 >= context 1,048,576; engine 0.5.23; {checksum}",
-        f"decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; {checksum}",
-        "verdict: PASS - all 2 nodes passed",
-    ]
+    assert lines(out) == HEALTHY_WITHOUT_LOGS
     assert code == 0
