@@ -614,3 +614,64 @@ def test_a_saved_model_card_keeps_the_node_s_role_and_names_its_model(tmp_path: 
     config = timeline.current("decode-0")
     assert config is not None
     assert (config.role, config.model, config.context_len) == ("decode", "glm", 1_048_576)
+
+
+def _timeline_of(lines: list[str]) -> ConfigTimeline:
+    from collector.sglang.logs import LineParser
+
+    parser = LineParser("prefill-0")
+    tl = ConfigTimeline()
+    for number, line in enumerate(lines, 1):
+        _, event = parser.parse(line, f"prefill-0.log:{number}")
+        if event is not None:
+            tl.update(event)
+    return tl
+
+
+ARGS_0519 = (
+    "[2026-09-06 00:00:01] server_args={'model_path': 'zai-org/GLM-5.3', 'context_length': "
+    "1048576, 'disaggregation_mode': 'prefill', 'tp_size': 8}"
+)
+
+
+def test_the_pool_is_read_from_the_kv_allocation_when_no_capacity_line_is():
+    """Audit U: 0.5.19's post-capture resize logs an upper bound, then the resized pool; with
+    the scheduler's capacity line not read (a log cut between them), the pool was unknown."""
+    tl = _timeline_of(
+        [
+            ARGS_0519,
+            "[2026-09-06 00:00:59 TP0] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: "
+            "2400000, KV size: 26.88 GB",
+            "[2026-09-06 00:00:59 TP0] Post-capture KV sizing: full_layer_tokens=681280, "
+            "swa_layer_tokens=0",
+            "[2026-09-06 00:00:59 TP0] Post-capture KV sizing: KV cache allocated. dtype: "
+            "torch.bfloat16, #tokens: 681280, KV size: 7.63 GB, avail mem=3.02 GB",
+        ]
+    )
+    config = tl.config_at("prefill-0", T + 10**6)
+    assert config is not None
+    assert (config.pool_tokens, config.context_len) == (681_280, 1_048_576)
+
+
+def test_a_hybrid_model_s_pool_is_its_full_pool_and_the_capacity_line_still_rules():
+    tl = _timeline_of(
+        [
+            ARGS_0519,
+            "[2026-09-06 00:00:58 TP0] Full KV Cache is allocated. dtype: torch.bfloat16, "
+            "#tokens: 681280, K size: 3.81 GB, V size: 3.81 GB",
+            "[2026-09-06 00:00:58 TP0] SWA KV Cache is allocated. dtype: torch.bfloat16, "
+            "#tokens: 4000000, K size: 1.00 GB, V size: 1.00 GB",
+        ]
+    )
+    assert tl.config_at("prefill-0", T + 10**6).pool_tokens == 681_280  # type: ignore[union-attr]
+    tl = _timeline_of(
+        [
+            ARGS_0519,
+            "[2026-09-06 00:00:58 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: "
+            "681344, K size: 3.81 GB, V size: 3.81 GB",
+            "[2026-09-06 00:01:00 TP0] max_total_num_tokens=681280, chunked_prefill_size=16384, "
+            "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576",
+        ]
+    )
+    history = [c.pool_tokens for c in tl.history("prefill-0")]
+    assert history == [681_280]  # the capacity line's, in the same start-up

@@ -196,6 +196,19 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("max_total_num_tokens=", _event(ev.CAPACITY, startup.parse_capacity)),
     Rule("KV pool holds", _event(ev.POOL_BELOW_CONTEXT_WARNING, startup.parse_pool_warning)),
     Rule("KV Cache is allocated", _event(ev.KV_POOL_ALLOCATED, startup.parse_kv_allocated)),
+    # 0.5.19 labels a hybrid model's pools: the full one is what a prompt must fit (the SWA one
+    # holds only its window); with the post-capture resize on, the first lines are upper bounds
+    # and the resized pool is logged after (audit U, against the 0.5.19 source).
+    Rule("Full KV Cache is allocated", _event(ev.KV_POOL_ALLOCATED, startup.parse_kv_allocated)),
+    Rule("SWA KV Cache is allocated", _noise("startup")),
+    Rule("KV Cache VA upper bound", _noise("startup")),
+    Rule("Full KV Cache VA upper bound", _noise("startup")),
+    Rule("SWA KV Cache VA upper bound", _noise("startup")),
+    Rule(
+        "Post-capture KV sizing: KV cache allocated",
+        _event(ev.KV_POOL_ALLOCATED, startup.parse_kv_allocated),
+    ),
+    Rule("Post-capture KV sizing", _noise("startup")),
     Rule(
         "KV cache pool is full. Retract requests",
         _event(ev.RETRACTION, lambda m: parse_batch_fields(m[m.find(". #") + 1 :])),

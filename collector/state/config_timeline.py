@@ -754,6 +754,19 @@ def _on_pool_warning(history: _NodeHistory, event: Event) -> bool:
     return restart
 
 
+def _on_kv_allocated(history: _NodeHistory, event: Event) -> bool:
+    """`KV Cache is allocated. … #tokens: N` (or 0.5.19's `Post-capture KV sizing: KV cache
+    allocated. …`): the pool, when the start-up's capacity line is not read (a log cut between
+    the two, audit U); never starts a generation over one that knows its pool."""
+    restart = history.current is None
+    if restart:
+        history.start(event.time, event.source)
+    pool = _as_int(event.get("tokens"))
+    if pool is not None and history.generations[-1].pool_tokens is None:
+        history.replace_current(source=event.source, pool_tokens=pool)
+    return restart
+
+
 def _states_mode(event: Event) -> bool:
     """Whether a configuration document states the node's disaggregation mode. Every such
     event carries the key (null when its endpoint does not say); its `role` is set only when
@@ -868,6 +881,7 @@ _HANDLERS: Final = {
     "server_args": _on_server_args,
     "capacity": _on_capacity,
     "pool_below_context_warning": _on_pool_warning,
+    "kv_pool_allocated": _on_kv_allocated,
     "server_info": _on_server_info,
     "metric": _on_metric,
     "prefill_batch": _on_role_hint,
@@ -922,6 +936,8 @@ def _facts(event: Event) -> dict[str, Any]:
     if kind in ("capacity", "server_info"):
         facts["pool_tokens"] = _as_int(get("max_total_num_tokens"))
         facts["context_len"] = _as_int(get("context_len"))
+    if kind == "kv_pool_allocated":
+        facts["pool_tokens"] = _as_int(get("tokens"))
     if kind == "pool_below_context_warning":
         facts["pool_tokens"] = _as_int(get("pool_tokens"))
         facts["context_len"] = _as_int(get("context_len"))
