@@ -135,7 +135,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         prefill = record.prefill
         if prefill is None:
             return []
-        stub = prefill.stub_abort or (prefill.stub_stats and record.refused(prefill))
+        stub = prefill.stub_abort or (prefill.stub and record.refused(prefill))
         if not stub and not prefill.rejected:
             return []
         node = prefill.node

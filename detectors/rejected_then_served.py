@@ -96,6 +96,8 @@ class RejectedThenServed(Detector[RejectedThenServedConfig]):
                         if refusal.rejected
                         else "stub_abort"
                         if refusal.stub_abort
+                        else "stub_finish"
+                        if refusal.finished
                         else "stub_time_stats"
                     ),
                     "reject_reason": refusal.reject_reason,
@@ -151,4 +153,6 @@ def what_refusal(refusal: SideRecord) -> str:
         )
     if refusal.stub_abort:
         return "aborted it as a one-token stub"
+    if refusal.finished:
+        return f"finished it as a one-token stub ({refusal.finish_type or 'no finish reason'})"
     return "ran it as a one-token stub (its time stats)"

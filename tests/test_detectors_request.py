@@ -767,3 +767,48 @@ def test_score_one_and_learn_one_follow_the_sign_convention():
         )
     after = detector.score_one(timing)
     assert before < 1.0 <= after  # the learned floor (about 5 s) makes 0.5 s anomalous
+
+
+def prefill_stub_finished(room: int, t: float) -> list[Event]:
+    """0.5.19 with no refusal line for the room (DP attention: only the global rank 0 logs it):
+    the stub is prefilled, sent on, and finished `length` with a one-token prompt, 200 (audit
+    W, against its source)."""
+    rid = f"p{room}"
+    return [
+        ev("request_received", "prefill-0", t, rid=rid, bootstrap_room=str(room)),
+        ev(
+            "request_finished",
+            "prefill-0",
+            t + 0.02,
+            rid=rid,
+            bootstrap_room=str(room),
+            prompt_tokens=1,
+            cached_tokens=0,
+            completion_tokens=1,
+            finish_type="length",
+            status_code=None,
+            e2e_latency=0.02,
+            first_token_latency=None,
+        ),
+    ]
+
+
+def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
+    (finding,) = run(
+        RejectedThenServed(),
+        LEAKY,
+        prefill_stub_finished(31, T + 500),
+        decode_answer(31, T + 500, 700_000, ttft=0.05),
+    )
+    assert finding.exposure and finding.evidence["refusal"] == "stub_finish"
+    assert "finished it as a one-token stub (length)" in finding.summary
+    # A genuine one-token prompt finishes the same way; decode then reports one token too.
+    assert (
+        run(
+            RejectedThenServed(),
+            LEAKY,
+            prefill_stub_finished(32, T + 500),
+            decode_answer(32, T + 500, 1, ttft=0.05),
+        )
+        == []
+    )

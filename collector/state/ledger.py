@@ -484,7 +484,7 @@ class RequestLedger:
 
     def _worth_the_wait(self, side: SideRecord) -> bool:
         """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
-        if side.refused or side.stub_stats:
+        if side.refused or side.stub:
             return True
         prompt = side.prompt_length
         return prompt is not None and prompt >= self.config.long_prompt_tokens

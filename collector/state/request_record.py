@@ -172,12 +172,14 @@ class SideRecord:
         return self.trace_finish == "abort" and self.trace_prompt_tokens == 1
 
     @property
-    def stub_stats(self) -> bool:
-        """Time stats of a one-token input and no finish line: all that a refused request's stub
-        leaves when request logging is off (old engines). A real one-token prompt looks the
-        same, so it is a refusal only where another side of the room reports a longer prompt
-        (`RequestRecord.refused`)."""
-        return self.has_stats and self.finished_time is None and self.prompt_length == 1
+    def stub(self) -> bool:
+        """A one-token prompt is all the node reports of the request: what a refused request's
+        stub leaves, however it ended. 0.5.19 sends the stub on to decode and finishes it
+        `length`, 200 (audit W, against its source; the reference's older logs end it `abort`),
+        and with request logging off only its time stats say it. A real one-token prompt looks
+        the same, so it is a refusal only where another side of the room reports a longer
+        prompt (`RequestRecord.refused`)."""
+        return self.prompt_length == 1
 
     @property
     def refused(self) -> bool:
@@ -295,9 +297,10 @@ class RequestRecord:
         return [s for s in self.sides if s.role == role]
 
     def refused(self, side: SideRecord) -> bool:
-        """`side` refused the request: a refusal or stub of its own, or time stats of a
-        one-token stub while another side reports the longer prompt it stood in for."""
-        return side.refused or (side.stub_stats and (self.prompt_tokens or 0) > 1)
+        """`side` refused the request: a refusal or aborted stub of its own, or a one-token
+        stub (finished, or in time stats alone) while another side reports the longer prompt it
+        stood in for."""
+        return side.refused or (side.stub and (self.prompt_tokens or 0) > 1)
 
     @property
     def served(self) -> bool:
