@@ -42,7 +42,11 @@ class PoolInForce:
 
     @classmethod
     def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
-        return cls(tokens, config.node, config.generation, basis, config.max_req_input_len)
+        limit = config.max_req_input_len
+        shards = config.dcp_size or 1
+        if limit is None and shards > 1:  # one prompt's KV sharded over `dcp_size` ranks
+            limit = tokens * shards - REFUSAL_MARGIN
+        return cls(tokens, config.node, config.generation, basis, limit)
 
     @property
     def longest_accepted(self) -> int:

@@ -696,3 +696,23 @@ def test_server_info_alone_states_the_context_through_the_prompt_limit(tmp_path:
     code, out, _ = run(str(tmp_path))
     assert lines(out) == HEALTHY_WITHOUT_LOGS
     assert code == 0
+
+
+def test_a_pool_sharded_over_dcp_ranks_passes_against_the_context(tmp_path: Path) -> None:
+    """`--dcp-size 2` shards one request's KV over two ranks: 0.5.19 takes prompts up to
+    min(context - 1, pool x 2 - 1) - 5, so a 681,280-token pool holds the 1,048,576 context."""
+    saved = json.loads(
+        (DATA / "healthy" / "prefill-0@20261102T090000Z.server_info.json").read_text()
+    )
+    saved.update(max_total_num_tokens=681_280, max_req_input_len=1_048_570, dcp_size=2)
+    (tmp_path / "prefill-0@20261102T090000Z.server_info.json").write_text(json.dumps(saved))
+    shutil.copy(
+        DATA / "healthy" / "decode-0@20261102T090000Z.server_info.json",
+        tmp_path / "decode-0@20261102T090000Z.server_info.json",
+    )
+    code, out, _ = run(str(tmp_path))
+    assert lines(out)[0] == (
+        "prefill-0  prefill  PASS  pool 681,280 x dcp 2 >= context 1,048,576; engine 0.5.23; "
+        f"{_CHECKSUM_ON}"
+    )
+    assert code == 0

@@ -376,3 +376,21 @@ def test_a_rolling_restart_that_turns_the_checksum_off_everywhere_is_not_one_sid
         ],
     )
     assert findings == []
+
+
+def test_a_pool_sharded_over_dcp_ranks_is_compared_whole_with_the_context():
+    """0.5.19 takes prompts up to min(context - 1, pool x dcp_size - 1) - 5: a 681,280-token pool
+    sharded over two ranks holds a full-context prompt (audit U)."""
+    sharded = [args("prefill-0", T, "prefill", dcp_size=2), capacity("prefill-0", T + 60, 681_280)]
+    assert run(PoolBelowContext(), sharded) == []
+    (finding,) = run(
+        PoolBelowContext(),
+        [args("prefill-0", T, "prefill", dcp_size=1), capacity("prefill-0", T + 60, 681_280)],
+    )
+    assert finding.evidence["pool_tokens"] == 681_280 and "dcp" not in finding.summary
+    (finding,) = run(
+        PoolBelowContext(),
+        [args("prefill-0", T, "prefill", dcp_size=2), capacity("prefill-0", T + 60, 500_000)],
+    )
+    assert "KV pool 500,000 tokens x dcp 2 < context 1,048,576 (48,576 tokens" in finding.summary
+    assert finding.evidence["prompt_pool_tokens"] == 1_000_000

@@ -812,3 +812,21 @@ def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
         )
         == []
     )
+
+
+def test_prompts_a_pool_sharded_over_dcp_ranks_takes_are_not_over_length():
+    """With prefill's request logs and time stats off, only `dcp_size` in its server args says
+    the 681,280-token pool takes prompts up to 1,362,554 tokens (audit U)."""
+    sharded = [
+        ev("server_args", "prefill-0", T, disaggregation_mode="prefill", dcp_size=2),
+        ev("capacity", "prefill-0", T + 30, max_total_num_tokens=POOL, context_len=CONTEXT),
+        *boot("decode-0", "decode", T, 2_000_000),
+    ]
+    findings = run(
+        OverLengthAnswered(),
+        sharded,
+        decode_answer(6001, T + 900, 900_000, ttft=92.0),
+        decode_answer(6002, T + 900, 1_362_555, ttft=0.05),
+    )
+    assert [f.bootstrap_room for f in findings] == ["6002"]
+    assert findings[0].evidence["longest_accepted"] == 1_362_553

@@ -63,6 +63,8 @@ class NodeFacts:
     version: str | None = None
     stale_version: str | None = None
     pool_tokens: int | None = None
+    # Ranks one request's KV is sharded over (`--dcp-size`): prompts up to pool x it fit.
+    dcp_size: int | None = None
     context_len: int | None = None
     transfer_backend: str | None = None
     kv_checksum: bool | None = None
@@ -111,6 +113,7 @@ class NodeFacts:
             "version": self.version,
             "stale_version": self.stale_version,
             "max_total_num_tokens": self.pool_tokens,
+            "dcp_size": self.dcp_size,
             "context_len": self.context_len,
             "transfer_backend": self.transfer_backend,
             "kv_checksum": self.kv_checksum,

@@ -51,6 +51,7 @@ _MERGED_FIELDS: Final = (
     "role",
     "model",
     "pool_tokens",
+    "dcp_size",
     "context_len",
     "transfer_backend",
     "kv_checksum",

@@ -252,6 +252,8 @@ def _merge(
     contexts.append(field(info, "context_len"))
     facts.context_len = _plausible(facts, "context_len", contexts, max)
     facts.transfer_backend = _first(field(info, "transfer_backend"))
+    shards = field(info, "dcp_size")
+    facts.dcp_size = shards if isinstance(shards, int) and shards >= 1 else None
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
 

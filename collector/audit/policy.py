@@ -206,12 +206,19 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
             evidence,
         )
     where = f" advertised by {by}" if by is not None and by != facts.node else ""
+    shards = facts.dcp_size or 1
+    if shards > 1:  # one prompt's KV over `dcp_size` ranks: prompts up to pool x it fit
+        evidence["dcp_size"] = shards
+        pool_said = f"pool {pool:,} x dcp {shards}"
+        pool *= shards
+    else:
+        pool_said = f"pool {pool:,}"
     if pool >= reference:
-        return CheckResult("pool", "PASS", f"pool {pool:,} >= context {reference:,}", evidence)
+        return CheckResult("pool", "PASS", f"{pool_said} >= context {reference:,}", evidence)
     gap = reference - pool
     evidence["gap_tokens"] = gap
     evidence["gap_fraction"] = round(gap / reference, 4)
-    reason = f"pool {pool:,} < context {reference:,}{where} ({_share(gap, reference)} of the window"
+    reason = f"{pool_said} < context {reference:,}{where} ({_share(gap, reference)} of the window"
     if pd:
         return CheckResult("pool", "FAIL", reason + " cannot fit)", evidence)
     return CheckResult("pool", "WARN", reason + " cannot fit; not PD: refused)", evidence)

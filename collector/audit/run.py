@@ -20,7 +20,15 @@ from collector.audit.policy import AuditPolicy, judge_node
 from collector.audit.report import AuditReport
 from collector.parse import ParseStats
 
-_LIVE_FIELDS = ("role", "version", "pool_tokens", "context_len", "transfer_backend", "kv_checksum")
+_LIVE_FIELDS = (
+    "role",
+    "version",
+    "pool_tokens",
+    "dcp_size",
+    "context_len",
+    "transfer_backend",
+    "kv_checksum",
+)
 
 
 def audit(

@@ -541,6 +541,7 @@ def build_summary(
                 {
                     "time": iso_time(c.since),
                     "max_total_num_tokens": c.pool_tokens,
+                    "dcp_size": c.dcp_size,
                     "context_len": c.context_len,
                     "role": c.role,
                     "version": c.version,

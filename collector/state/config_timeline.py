@@ -79,6 +79,8 @@ class NodeConfig:
     deferred_release: bool | None = None
     model: str | None = None
     tp_size: int | None = None
+    # Ranks one request's KV is sharded over (decode context parallelism, `--dcp-size`).
+    dcp_size: int | None = None
     page_size: int | None = None
     source: str = ""
 
@@ -87,12 +89,18 @@ class NodeConfig:
         return self.role in PD_ROLES
 
     @property
+    def prompt_pool(self) -> int | None:
+        """The tokens one prompt's KV can take: the pool, times the ranks decode context
+        parallelism shards it over. SGLang takes prompts up to min(context - 1, pool x dcp_size
+        - 1) - 5 (0.5.19 `tp_worker.get_worker_info`; the reference leaves the factor out)."""
+        if self.pool_tokens is None:
+            return None
+        return self.pool_tokens * max(self.dcp_size or 1, 1)
+
+    @property
     def pool_below_context(self) -> bool:
-        return (
-            self.pool_tokens is not None
-            and self.context_len is not None
-            and self.pool_tokens < self.context_len
-        )
+        pool = self.prompt_pool
+        return pool is not None and self.context_len is not None and pool < self.context_len
 
     def to_json_dict(self) -> dict[str, Any]:
         from collector.events import iso_time
@@ -692,7 +700,11 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         value = event.get(key)
         if isinstance(value, bool):
             changes[field] = value
-    for field, key in (("tp_size", "tp_size"), ("page_size", "page_size")):
+    for field, key in (
+        ("tp_size", "tp_size"),
+        ("dcp_size", "dcp_size"),
+        ("page_size", "page_size"),
+    ):
         value = _as_int(event.get(key))
         if value is not None:
             changes[field] = value
@@ -793,7 +805,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         changes["version"] = version
     if pool is not None:
         changes["pool_tokens"] = pool
-    for field in ("context_len", "max_req_input_len"):
+    for field in ("context_len", "max_req_input_len", "dcp_size"):
         value = _as_int(event.get(field))
         if value is not None:
             changes[field] = value
@@ -955,6 +967,8 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["transfer_backend"] = str(backend) if backend is not None else None
         checksum = get("kv_checksum")
         facts["kv_checksum"] = checksum if isinstance(checksum, bool) else None
+    if kind in ("server_args", "server_info"):
+        facts["dcp_size"] = _as_int(get("dcp_size"))
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["page_size"] = _as_int(get("page_size"))
