@@ -89,8 +89,17 @@ def prefill_ok(
 
 
 def prefill_refused(
-    room: int, t: float, prompt: int, *, rejection: bool = True, stub: bool = True
+    room: int,
+    t: float,
+    prompt: int,
+    *,
+    rejection: bool = True,
+    stub: bool = True,
+    finish: str = "abort",
 ) -> list[Event]:
+    """Prefill refusing a prompt: its refusal line, and the one-token stub it swapped in,
+    finished `abort` (400) as the reference's older logs show, or `length` (200) as real 0.5.19
+    finishes the stub it sent on to decode (audit W, against its source)."""
     rid = f"p{room}"
     out = [ev("request_received", "prefill-0", t, rid=rid, bootstrap_room=str(room))]
     if rejection:
@@ -115,9 +124,9 @@ def prefill_refused(
                 bootstrap_room=str(room),
                 prompt_tokens=1,
                 cached_tokens=0,
-                completion_tokens=0,
-                finish_type="abort",
-                status_code=400,
+                completion_tokens=0 if finish == "abort" else 1,
+                finish_type=finish,
+                status_code=400 if finish == "abort" else None,
                 e2e_latency=0.02,
                 first_token_latency=None,
             )
@@ -769,35 +778,13 @@ def test_score_one_and_learn_one_follow_the_sign_convention():
     assert before < 1.0 <= after  # the learned floor (about 5 s) makes 0.5 s anomalous
 
 
-def prefill_stub_finished(room: int, t: float) -> list[Event]:
-    """0.5.19 with no refusal line for the room (DP attention: only the global rank 0 logs it):
-    the stub is prefilled, sent on, and finished `length` with a one-token prompt, 200 (audit
-    W, against its source)."""
-    rid = f"p{room}"
-    return [
-        ev("request_received", "prefill-0", t, rid=rid, bootstrap_room=str(room)),
-        ev(
-            "request_finished",
-            "prefill-0",
-            t + 0.02,
-            rid=rid,
-            bootstrap_room=str(room),
-            prompt_tokens=1,
-            cached_tokens=0,
-            completion_tokens=1,
-            finish_type="length",
-            status_code=None,
-            e2e_latency=0.02,
-            first_token_latency=None,
-        ),
-    ]
-
-
 def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
+    """0.5.19 with no refusal line for the room (DP attention: only the global rank 0 logs
+    it): all prefill says is the stub it finished `length`."""
     (finding,) = run(
         RejectedThenServed(),
         LEAKY,
-        prefill_stub_finished(31, T + 500),
+        prefill_refused(31, T + 500, 700_000, rejection=False, finish="length"),
         decode_answer(31, T + 500, 700_000, ttft=0.05),
     )
     assert finding.exposure and finding.evidence["refusal"] == "stub_finish"
@@ -807,7 +794,7 @@ def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
         run(
             RejectedThenServed(),
             LEAKY,
-            prefill_stub_finished(32, T + 500),
+            prefill_refused(32, T + 500, 1, rejection=False, finish="length"),
             decode_answer(32, T + 500, 1, ttft=0.05),
         )
         == []
