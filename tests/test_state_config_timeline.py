@@ -675,3 +675,14 @@ def test_a_hybrid_model_s_pool_is_its_full_pool_and_the_capacity_line_still_rule
     )
     history = [c.pool_tokens for c in tl.history("prefill-0")]
     assert history == [681_280]  # the capacity line's, in the same start-up
+
+
+def test_a_dcp_size_no_deployment_has_is_not_taken():
+    """A garbled `dcp_size` multiplied into the pool would hide a real gap (or make one)."""
+    for garbled, kept in ((2, 2), (0, None), (-3, None), (10**9, None), ("4", 4)):
+        tl = ConfigTimeline()
+        tl.update(ev("server_args", "p0", T, disaggregation_mode="prefill", dcp_size=garbled))
+        tl.update(ev("capacity", "p0", T + 60, max_total_num_tokens=681_280, context_len=2**20))
+        config = tl.config_at("p0", T + 61)
+        assert config is not None and config.dcp_size == kept, garbled
+        assert config.pool_below_context is (kept is None)

@@ -28,6 +28,7 @@ from collector.events import Event
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
+from collector.state.config_timeline import shard_count
 
 # Endpoint name -> paths tried in order (the deprecated alias only when the first is missing).
 ENDPOINTS: Final[dict[str, tuple[str, ...]]] = {
@@ -252,8 +253,7 @@ def _merge(
     contexts.append(field(info, "context_len"))
     facts.context_len = _plausible(facts, "context_len", contexts, max)
     facts.transfer_backend = _first(field(info, "transfer_backend"))
-    shards = field(info, "dcp_size")
-    facts.dcp_size = shards if isinstance(shards, int) and shards >= 1 else None
+    facts.dcp_size = shard_count(field(info, "dcp_size"))
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
 

@@ -700,14 +700,13 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         value = event.get(key)
         if isinstance(value, bool):
             changes[field] = value
-    for field, key in (
-        ("tp_size", "tp_size"),
-        ("dcp_size", "dcp_size"),
-        ("page_size", "page_size"),
-    ):
+    for field, key in (("tp_size", "tp_size"), ("page_size", "page_size")):
         value = _as_int(event.get(key))
         if value is not None:
             changes[field] = value
+    shards = shard_count(event.get("dcp_size"))
+    if shards is not None:
+        changes["dcp_size"] = shards
     context = _as_int(event.get("context_length"))
     if context is not None and history.generations[-1].context_len is None:
         changes["context_len"] = context
@@ -805,10 +804,13 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         changes["version"] = version
     if pool is not None:
         changes["pool_tokens"] = pool
-    for field in ("context_len", "max_req_input_len", "dcp_size"):
+    for field in ("context_len", "max_req_input_len"):
         value = _as_int(event.get(field))
         if value is not None:
             changes[field] = value
+    shards = shard_count(event.get("dcp_size"))
+    if shards is not None:
+        changes["dcp_size"] = shards
     role = _role_from_mode(event.get("disaggregation_mode"), mode_present=_states_mode(event))
     if role is not None:
         changes["role"] = role
@@ -968,7 +970,7 @@ def _facts(event: Event) -> dict[str, Any]:
         checksum = get("kv_checksum")
         facts["kv_checksum"] = checksum if isinstance(checksum, bool) else None
     if kind in ("server_args", "server_info"):
-        facts["dcp_size"] = _as_int(get("dcp_size"))
+        facts["dcp_size"] = shard_count(get("dcp_size"))
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["page_size"] = _as_int(get("page_size"))
@@ -984,6 +986,17 @@ def _facts(event: Event) -> dict[str, Any]:
     if kind in ("request_time_stats", "request_trace"):
         facts["role"] = _role_from_mode(get("role"), mode_present=False)
     return {k: v for k, v in facts.items() if v is not None}
+
+
+# More ranks than any deployment shards one request's KV over: a garbled figure, which would
+# hide a real pool gap behind a pool multiplied by it.
+_MAX_SHARDS: Final = 1024
+
+
+def shard_count(value: Any) -> int | None:
+    """A `dcp_size` as the timeline keeps it: 1 to 1,024 ranks, else unknown."""
+    shards = _as_int(value)
+    return shards if shards is not None and 1 <= shards <= _MAX_SHARDS else None
 
 
 def _role_from_mode(value: Any, *, mode_present: bool) -> Role | None:
