@@ -307,6 +307,9 @@ def test_random_json_never_raises(value: Any, endpoint: str | None) -> None:
         # A stated flag is the context, whatever the limit says.
         (131_072, 1_048_570, 2_040_000, 131_072),
         (None, None, 2_040_000, None),
+        # A limit no engine has: its "context" would pass any pool.
+        (None, 0, 2_040_000, None),
+        (None, -5, 2_040_000, None),
     ],
 )
 def test_an_unset_context_flag_is_read_from_the_prompt_limit(

@@ -280,6 +280,8 @@ def _str(value: Any) -> str | None:
 # SGLang's scheduler takes prompts up to `max_req_input_len` = min(context - 1, pool - 1) - 5
 # tokens (sglang-telemetry.md, refusals; the same in 0.5.19 and 0.5.23).
 _LIMIT_MARGIN = 6
+# Shorter than any served model's window: a garbled limit, whose context would pass any pool.
+_SHORTEST_CONTEXT = 1024
 
 
 def _context_from_limit(data: dict[str, Any]) -> int | None:
@@ -294,7 +296,8 @@ def _context_from_limit(data: dict[str, Any]) -> int | None:
     pool = _int(data.get("max_total_num_tokens"))
     if limit is None or pool is None or limit + _LIMIT_MARGIN >= pool:
         return None
-    return limit + _LIMIT_MARGIN
+    context = limit + _LIMIT_MARGIN
+    return context if context >= _SHORTEST_CONTEXT else None
 
 
 def _int(value: Any) -> int | None:
