@@ -27,6 +27,9 @@ _MEMO_KEY: Final = "pool_in_force"
 # SGLang refuses a prompt of `max_req_input_len` tokens or more, min(context - 1, pool - 1) - 5
 # (sglang-telemetry.md, refusals): with the pool the smaller, from pool - 6 on.
 REFUSAL_MARGIN: Final = 6
+# The limit of a 1,024-token context, shorter than any served model's: a stated limit below it
+# is a garbled figure, not the engine's.
+_SHORTEST_LIMIT: Final = 1024 - REFUSAL_MARGIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,8 @@ class PoolInForce:
     @classmethod
     def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
         limit = config.max_req_input_len
+        if limit is not None and limit < _SHORTEST_LIMIT:
+            limit = None  # garbled: it would make every answer over-length
         shards = config.dcp_size or 1
         if limit is None and shards > 1:  # one prompt's KV sharded over `dcp_size` ranks
             limit = tokens * shards - REFUSAL_MARGIN

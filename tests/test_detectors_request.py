@@ -277,6 +277,15 @@ def test_the_prompt_limit_the_engine_states_is_the_one_judged_against():
     )
     assert [f.bootstrap_room for f in findings] == ["5002"]
     assert findings[0].evidence["longest_accepted"] == 1_048_569
+    # A limit no engine states (garbled) is not taken: the pool's own is.
+    garbled = ev("server_info", "prefill-0", T + 2, max_total_num_tokens=POOL, max_req_input_len=0)
+    findings = run(
+        OverLengthAnswered(),
+        [*LEAKY, garbled],
+        decode_answer(5003, T + 900, 600_000, ttft=92.0),
+        decode_answer(5004, T + 900, 700_000, ttft=0.05),
+    )
+    assert [f.bootstrap_room for f in findings] == ["5004"]
 
 
 def test_a_prompt_the_engine_refuses_though_shorter_than_the_pool_is_over_length():
