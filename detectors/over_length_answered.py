@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from collector.state.request_record import RequestRecord, SideRecord
+from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
 from detectors.finding import Finding
@@ -57,11 +57,17 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
             return []
         prefill = record.prefill
-        if prefill is not None and _prefilled(prefill, prompt) and not record.refused(prefill):
-            # Prefill says it prefilled the whole prompt (a refused one is swapped for a
-            # one-token stub, reference §5): the pool in force held it, whatever the timeline
-            # knows of that pool (a restart's start-up lines may be missing; KV sharded over
-            # `dcp_size` ranks holds more than the pool line says, audit U).
+        if (
+            prefill is not None
+            and prefill.input_len is not None
+            and prefill.input_len >= prompt
+            and not record.refused(prefill)
+        ):
+            # Prefill's own time stats say it prefilled the whole prompt (a refused one is
+            # swapped for a one-token stub, reference §5): the pool in force held it, whatever
+            # the timeline knows of that pool (a restart's start-up lines may be missing). Its
+            # finish line is no such proof: it says what was asked, not what was computed (a
+            # full-prompt "success" in 35 ms hid 20 true exposures, audit O's v04).
             return []
         pd = serving.role == "decode"
         if pd:
@@ -95,10 +101,3 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                 exposure=pd,
             )
         ]
-
-
-def _prefilled(prefill: SideRecord, prompt: int) -> bool:
-    """Prefill's time stats, or its own successful finish, count the whole prompt."""
-    if prefill.input_len is not None and prefill.input_len >= prompt:
-        return True
-    return prefill.succeeded and (prefill.prompt_tokens or 0) >= prompt

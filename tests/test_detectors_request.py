@@ -237,24 +237,29 @@ def test_a_prompt_prefill_itself_says_it_held_is_not_over_its_pool():
     assert [f.bootstrap_room for f in findings] == ["3002"]
 
 
-def test_a_prompt_prefill_finished_with_success_is_not_over_its_pool():
-    """Audit U: with `dcp_size` 2 a 681,280-token pool takes prompts up to 1,048,569 (KV
-    sharded over two ranks). With no time stats, prefill's own successful finish of the
-    whole prompt is the proof it was prefilled: 13 healthy answers were accused before."""
-    prefilled = [
+def test_a_prefill_finish_claiming_the_whole_prompt_does_not_clear_it():
+    """Audit O's v04: prefill's finish claims all 877,518 tokens in 35 ms, and its pool
+    refuses prompts from 681,274 on: a finish line says what was asked, not what was computed.
+    Taken for proof (as time stats are), it hid 20 true exposures."""
+    stated = ev(
+        "server_info",
+        "prefill-0",
+        T + 2,
+        version="0.5.23",
+        max_total_num_tokens=POOL,
+        max_req_input_len=POOL - 6,
+        disaggregation_mode="prefill",
+    )
+    claimed = [
         e
-        for e in prefill_ok(4001, T + 700, 900_000, seconds=90.0)
+        for e in prefill_ok(7001, T + 900, 877_518, seconds=0.035)
         if e.kind != ("request_time_stats")
     ]
-    findings = run(
-        OverLengthAnswered(),
-        LEAKY,
-        prefilled,
-        decode_answer(4001, T + 700, 900_000, ttft=92.0),
-        prefill_refused(4002, T + 800, 900_000),
-        decode_answer(4002, T + 800, 900_000, ttft=0.05),
-    )
-    assert [f.bootstrap_room for f in findings] == ["4002"]
+    for known in (LEAKY, [*LEAKY, stated]):  # the limit stated or not
+        (finding,) = run(
+            OverLengthAnswered(), known, claimed, decode_answer(7001, T + 900, 877_518, ttft=0.05)
+        )
+        assert finding.exposure and finding.evidence["longest_accepted"] == POOL - 7
 
 
 def test_the_prompt_limit_the_engine_states_is_the_one_judged_against():
