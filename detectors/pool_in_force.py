@@ -45,12 +45,14 @@ class PoolInForce:
 
     @classmethod
     def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
+        """The pool of `config` (`tokens`, its `pool_tokens`) and the limit its engine takes
+        prompts to: the one it states, else its prompt pool's (the pool x `dcp_size`)."""
         limit = config.max_req_input_len
         if limit is not None and limit < _SHORTEST_LIMIT:
             limit = None  # garbled: it would make every answer over-length
-        shards = config.dcp_size or 1
-        if limit is None and shards > 1:  # one prompt's KV sharded over `dcp_size` ranks
-            limit = tokens * shards - REFUSAL_MARGIN
+        prompt_pool = config.prompt_pool
+        if limit is None and prompt_pool is not None and prompt_pool != tokens:
+            limit = prompt_pool - REFUSAL_MARGIN
         return cls(tokens, config.node, config.generation, basis, limit)
 
     @property
