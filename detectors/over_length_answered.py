@@ -6,7 +6,9 @@ A prompt longer than the prefill KV pool cannot have been prefilled: its KV does
 engine refuses any prompt from six tokens short of the pool on. If decode nevertheless answered one
 with success, the answer was computed over pages that held other requests' KV (incident.md, "The
 mechanism"). The pool is the one *in force* when the request ran (see `detectors.pool_in_force`):
-after a restart with a bigger pool, the same lengths are served honestly and are not flagged. In PD
+after a restart with a bigger pool, the same lengths are served honestly and are not flagged. With
+the pool unknown, the prompt limit the engine stated is judged against: with `--allow-auto-truncate`
+a PD prefill cuts a longer prompt to it and decode answers over the whole one (audit W). In PD
 this is critical and an exposure; outside PD (where over-length prompts are refused or truncated,
 not leaked) a warning.
 """
@@ -74,11 +76,19 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             consequence = "the answer was probably generated from other requests' KV"
         else:
             consequence = "the prompt was probably truncated"
+        if pool.tokens is not None:
+            in_force = (
+                f"the prefill pool in force was {pool.tokens:,} tokens ({pool.node}, which "
+                f"refuses prompts over {pool.longest_accepted:,})"
+            )
+        else:  # only the limit its engine stated is known (a truncation warning)
+            in_force = (
+                f"{pool.node} takes prompts of up to {pool.longest_accepted:,} tokens (its "
+                f"engine's stated limit; its pool is not known)"
+            )
         summary = (
-            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} although the "
-            f"prefill pool in force was "
-            f"{pool.tokens:,} tokens ({pool.node}, which refuses prompts over "
-            f"{pool.longest_accepted:,}): {consequence}"
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} although "
+            f"{in_force}: {consequence}"
         )
         return [
             self._request_finding(

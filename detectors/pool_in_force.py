@@ -34,33 +34,52 @@ _SHORTEST_LIMIT: Final = 1024 - REFUSAL_MARGIN
 
 @dataclass(frozen=True, slots=True)
 class PoolInForce:
-    tokens: int
+    # None when only the engine's stated limit is known (`limit`): a truncation warning, with
+    # no start-up line or snapshot read that gives the pool.
+    tokens: int | None
     node: str
     generation: int
     basis: str
-    # The engine's own prompt limit when it stated one (/server_info `max_req_input_len`):
-    # prompts of it or longer are refused. It is pool - 6 unless the context is the smaller,
-    # or the KV is sharded over ranks (`dcp_size` 2 took 1,048,570 on a 681,280-token pool).
-    limit: int | None = None
+    # Prompts of `limit` tokens or longer are refused: the engine's own limit when it stated
+    # one (/server_info `max_req_input_len`, a truncation warning), else its prompt pool's,
+    # pool x `dcp_size` - 6. The stated one is smaller when the context binds, and larger when
+    # the KV is sharded over ranks (`dcp_size` 2 took 1,048,570 on a 681,280-token pool).
+    limit: int
 
     @classmethod
     def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
         """The pool of `config` (`tokens`, its `pool_tokens`) and the limit its engine takes
-        prompts to: the one it states, else its prompt pool's (the pool x `dcp_size`)."""
-        limit = config.max_req_input_len
-        if limit is not None and limit < _SHORTEST_LIMIT:
-            limit = None  # garbled: it would make every answer over-length
-        prompt_pool = config.prompt_pool
-        if limit is None and prompt_pool is not None and prompt_pool != tokens:
-            limit = prompt_pool - REFUSAL_MARGIN
+        prompts to."""
+        limit = _stated_limit(config)
+        if limit is None:
+            prompt_pool = config.prompt_pool
+            limit = (prompt_pool if prompt_pool is not None else tokens) - REFUSAL_MARGIN
         return cls(tokens, config.node, config.generation, basis, limit)
+
+    @classmethod
+    def known_for(cls, config: NodeConfig | None, basis: str) -> PoolInForce | None:
+        """What `config` says of the prompts its node takes: its pool, else the limit its engine
+        stated alone; None when it says neither."""
+        if config is None:
+            return None
+        if config.pool_tokens is not None:
+            return cls.of(config, config.pool_tokens, basis)
+        limit = _stated_limit(config)
+        if limit is None:
+            return None
+        return cls(None, config.node, config.generation, "stated limit", limit)
 
     @property
     def longest_accepted(self) -> int:
         """The longest prompt this pool lets the engine take: one token longer is refused."""
-        if self.limit is not None:
-            return self.limit - 1
-        return self.tokens - REFUSAL_MARGIN - 1
+        return self.limit - 1
+
+
+def _stated_limit(config: NodeConfig) -> int | None:
+    limit = config.max_req_input_len
+    if limit is not None and limit < _SHORTEST_LIMIT:
+        return None  # garbled: it would make every answer over-length
+    return limit
 
 
 def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
@@ -80,9 +99,9 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     prefill = record.prefill
     if prefill is not None:
         at = prefill.start_time if prefill.start_time is not None else when
-        config = ctx.config_at(prefill.node, at)
-        if config is not None and config.pool_tokens is not None:
-            return PoolInForce.of(config, config.pool_tokens, "prefill node")
+        known = PoolInForce.known_for(ctx.config_at(prefill.node, at), "prefill node")
+        if known is not None:
+            return known
         # The room's prefill node is known and its pool is not (its start-up lines rotated
         # away, no snapshot): another node's pool says nothing about it. Taking the largest
         # known one is lenient only when every prefill node's pool is known; with the small
@@ -104,10 +123,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         timeline = ctx.timeline
         owner = timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
-            config = ctx.config_at(owner, when)
-            if config is None or config.pool_tokens is None:
-                return None
-            return PoolInForce.of(config, config.pool_tokens, "bootstrap host")
+            return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
     model = None
     if serving is not None:
         serving_config = ctx.config_at(serving.node, when)
@@ -121,7 +137,9 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         node, tokens = largest
         config = ctx.config_at(node, when)
         if config is None:
-            return PoolInForce(tokens, node, 0, "largest prefill pool in force")
+            return PoolInForce(
+                tokens, node, 0, "largest prefill pool in force", tokens - REFUSAL_MARGIN
+            )
         return PoolInForce.of(config, tokens, "largest prefill pool in force")
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
@@ -182,6 +200,6 @@ def _largest_of_the_rest(
             continue  # another model's deployment
         if config is None or config.pool_tokens is None:
             return None
-        if best is None or config.pool_tokens > best.tokens:
+        if best is None or config.pool_tokens > (best.tokens or 0):
             best = PoolInForce.of(config, config.pool_tokens, "prefill node not announcing it")
     return best

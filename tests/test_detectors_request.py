@@ -293,6 +293,49 @@ def test_the_prompt_limit_the_engine_states_is_the_one_judged_against():
     assert [f.bootstrap_room for f in findings] == ["5004"]
 
 
+def test_with_the_pool_unknown_a_truncation_warning_states_the_limit_judged_against():
+    """Audit W (0.5.21, `--allow-auto-truncate`): a PD prefill cuts a prompt over its limit to
+    `max_req_input_len` and says so, without a rid; decode answers over the whole prompt, and
+    the pages prefill never wrote held other requests' KV. With no start-up line or snapshot
+    giving the pool, the limit the warning states is the one judged against."""
+    unbooted = [
+        ev("server_args", "prefill-0", T, disaggregation_mode="prefill"),
+        ev("server_args", "decode-0", T, disaggregation_mode="decode"),
+    ]
+    limit = POOL - 6
+
+    def truncation(kind: str, stated: int) -> Event:
+        return ev(
+            "auto_truncated",
+            "prefill-0",
+            T + 900,
+            input_tokens=750_000,
+            limit_tokens=stated,
+            limit_kind=kind,
+        )
+
+    requests = [
+        *prefill_ok(8001, T + 900, limit, seconds=30.0),  # prefill ran the cut prompt
+        *decode_answer(8001, T + 900, 750_000, ttft=32.0),
+        *prefill_ok(8002, T + 1_000, 500_000, seconds=20.0),
+        *decode_answer(8002, T + 1_000, 500_000, ttft=22.0),
+    ]
+    (finding,) = run(
+        OverLengthAnswered(), unbooted, [truncation("max_req_input_len", limit)], requests
+    )
+    assert finding.bootstrap_room == "8001" and finding.exposure
+    assert finding.evidence["pool_tokens"] is None
+    assert finding.evidence["pool_basis"] == "stated limit"
+    assert finding.evidence["longest_accepted"] == limit - 1
+    assert "stated limit" in finding.summary
+    # Without it the pool is unknown and nothing is judged; the tokenizer's truncation states
+    # the context, not this limit.
+    assert run(OverLengthAnswered(), unbooted, requests) == []
+    assert (
+        run(OverLengthAnswered(), unbooted, [truncation("context_length", limit)], requests) == []
+    )
+
+
 def test_a_prompt_the_engine_refuses_though_shorter_than_the_pool_is_over_length():
     # 681,274 to 681,280 tokens fit the pool but are refused (max_req_input_len is pool - 6):
     # answered with success on decode, they were answered from a one-token stub.

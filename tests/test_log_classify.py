@@ -194,3 +194,7 @@ def test_a_context_check_that_truncates_is_served_not_refused(
     bucket, event = LineParser("prefill-0").parse(f"[2026-09-06 10:00:00] {message}", "p.log:1")
     assert bucket == kind and event is not None
     assert (event.fields["input_tokens"], event.fields["limit_tokens"]) == numbers
+    if kind == "auto_truncated":
+        # The tokenizer's limit is the context, not the engine's prompt limit: the timeline
+        # must not take it for `max_req_input_len`.
+        assert event.fields["limit_kind"] == "context_length"

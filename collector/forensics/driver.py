@@ -542,6 +542,9 @@ def build_summary(
                     "time": iso_time(c.since),
                     "max_total_num_tokens": c.pool_tokens,
                     "dcp_size": c.dcp_size,
+                    # The engine's own prompt limit, when it stated one (`/server_info`, a
+                    # truncation warning): what the prompts were judged against.
+                    "max_req_input_len": c.max_req_input_len,
                     "context_len": c.context_len,
                     "role": c.role,
                     "version": c.version,

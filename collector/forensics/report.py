@@ -449,14 +449,19 @@ def undated_line(summary: dict[str, Any]) -> str:
 
 def pool_unknown_line(summary: dict[str, Any]) -> str:
     """Prefill nodes whose KV pool no input stated, when requests were judged: over-length
-    answers are then known only by refusals and prefill times, and an all-clear must say so."""
+    answers are then known only by refusals and prefill times, and an all-clear must say so.
+    A node whose engine stated its prompt limit instead (a truncation warning) is judged by
+    length against it."""
     if not summary["requests"]["total"]:
         return ""
     unknown = [
         {"node": node}
         for node, info in sorted(summary["nodes"].items())
         if info.get("role") in ("prefill", "unified")
-        and not any(point.get("max_total_num_tokens") for point in info.get("config", []))
+        and not any(
+            point.get("max_total_num_tokens") or point.get("max_req_input_len")
+            for point in info.get("config", [])
+        )
     ]
     if not unknown:
         return ""

@@ -76,10 +76,15 @@ def parse_no_bootstrap_room(message: str) -> dict[str, Any]:
 
 
 def parse_auto_truncated(message: str) -> dict[str, Any]:
+    """The scheduler's truncation (`--allow-auto-truncate`): its limit is the engine's own prompt
+    limit, `max_req_input_len`, which the configuration timeline keeps. On a PD prefill node it
+    is a leak: prefill computes the prompt cut to the limit, decode answers over the whole one
+    (audit W, 0.5.21 `scheduler` against `disaggregation/decode`)."""
     m = _TRUNCATED.search(message)
     return {
         "input_tokens": int(m.group(1)) if m else None,
         "limit_tokens": int(m.group(2)) if m else None,
+        "limit_kind": "max_req_input_len",
     }
 
 
@@ -109,6 +114,7 @@ def parse_context_truncated(message: str) -> dict[str, Any]:
     return {
         "input_tokens": int(m.group(1)) if m else None,
         "limit_tokens": int(m.group(2)) if m else None,
+        "limit_kind": "context_length",
     }
 
 

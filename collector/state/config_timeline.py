@@ -778,6 +778,26 @@ def _on_kv_allocated(history: _NodeHistory, event: Event) -> bool:
     return restart
 
 
+def _on_auto_truncated(history: _NodeHistory, event: Event) -> bool:
+    """The scheduler's `--allow-auto-truncate` warning states the engine's prompt limit,
+    `max_req_input_len`: with no pool or `/server_info` read, the one figure that says which
+    prompts a PD prefill node cut short while decode answered over them whole (audit W). The
+    tokenizer's truncation states the context instead, and is not taken."""
+    restart = history.current is None
+    if restart:
+        history.start(event.time, event.source)
+    limit = _stated_limit(event)
+    if limit is not None and history.generations[-1].max_req_input_len is None:
+        history.replace_current(source=event.source, max_req_input_len=limit)
+    return restart
+
+
+def _stated_limit(event: Event) -> int | None:
+    if event.get("limit_kind") != "max_req_input_len":
+        return None
+    return _as_int(event.get("limit_tokens"))
+
+
 def _states_mode(event: Event) -> bool:
     """Whether a configuration document states the node's disaggregation mode. Every such
     event carries the key (null when its endpoint does not say); its `role` is set only when
@@ -896,6 +916,7 @@ _HANDLERS: Final = {
     "capacity": _on_capacity,
     "pool_below_context_warning": _on_pool_warning,
     "kv_pool_allocated": _on_kv_allocated,
+    "auto_truncated": _on_auto_truncated,
     "server_info": _on_server_info,
     "metric": _on_metric,
     "prefill_batch": _on_role_hint,
@@ -952,6 +973,8 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["context_len"] = _as_int(get("context_len"))
     if kind == "kv_pool_allocated":
         facts["pool_tokens"] = _as_int(get("tokens"))
+    if kind == "auto_truncated":
+        facts["max_req_input_len"] = _stated_limit(event)
     if kind == "pool_below_context_warning":
         facts["pool_tokens"] = _as_int(get("pool_tokens"))
         facts["context_len"] = _as_int(get("context_len"))
