@@ -9,7 +9,11 @@ layout goes unchecked. That is a warning per (node, signature pair). The checksu
 some PD nodes and not on others is the same gap by configuration (a warning), judged
 `one_sided_grace_seconds` after a configuration change so that a rolling restart (one node
 already restarted with the new setting, its peer not yet) is not reported; a PD node on an
-engine that has the checksum but runs with it off is `info`.
+engine that has the checksum but runs with it off is `info`. A prefill also says the gap in its own
+log, once a decode registers: `Decode ... registered 14 metadata buffers but this prefill has 13`
+(an optional buffer, the checksum among them, on one engine only). Decode says nothing then (a
+prefill writing no digest is skipped silently, 0.5.23 `_kv_checksum_comparable`), so with no
+`server_args` or `/server_info` read that line is the only tell: a warning per prefill node.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
     name: ClassVar[str] = "checksum_unverified"
     alert: ClassVar[str] = "KVWatchKVChecksumUnverified"
     config_class: ClassVar[type[DetectorConfig]] = ChecksumUnverifiedConfig
-    event_kinds: ClassVar[frozenset[str]] = frozenset({"checksum_skipped"})
+    event_kinds: ClassVar[frozenset[str]] = frozenset({"checksum_skipped", "transfer_warning"})
     wants_config: ClassVar[bool] = True
     windowed: ClassVar[bool] = True
 
@@ -73,6 +77,8 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         return math.inf if check_at is None else float(check_at)
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        if event.kind == "transfer_warning":
+            return self._one_sided_buffers(event)
         prefill_sig = event.get("prefill_signature")
         decode_sig = event.get("decode_signature")
         summary = (
@@ -87,6 +93,25 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                 summary=summary,
                 subject=f"skipped:{event.node}:{prefill_sig}:{decode_sig}",
                 evidence={"prefill_signature": prefill_sig, "decode_signature": decode_sig},
+            )
+        ]
+
+    def _one_sided_buffers(self, event: Event) -> list[Finding]:
+        if event.get("warning") != "checksum_one_side":
+            return []
+        summary = (
+            f"{event.node} reports a decode peer registering more KV metadata buffers than it "
+            f"has: an optional buffer is enabled on one side only, the KV checksum "
+            f"(--disaggregation-enable-kv-checksum) or the sampling mask or DSA top-k buffer; "
+            f"with the checksum on one side, transfers go unverified. Set it on both sides"
+        )
+        return [
+            self._event_finding(
+                "warning",
+                event,
+                summary=summary,
+                subject=f"one-sided-buffers:{event.node}",
+                evidence={},
             )
         ]
 

@@ -363,6 +363,34 @@ def test_checksum_on_one_side_only_is_a_warning_and_off_on_a_capable_engine_is_i
     assert quiet == []
 
 
+def test_a_prefill_logging_a_decode_s_extra_metadata_buffer_is_a_warning_per_node():
+    """Audit X (0.5.23): checksum on decode only, no `server_args` read. Decode logs nothing
+    (a prefill writing no digest is skipped silently); prefill logs, per decode registration,
+    that the peer has one more metadata buffer. That line is the only tell."""
+    from collector.sglang.logs import LineParser
+
+    line = (
+        "[2026-11-02 05:59:30 TP0] Decode 10.0.1.21:17000 registered 14 metadata buffers but "
+        "this prefill has 13; only the first 13 are transferred, and misaligned if the extra "
+        "buffer is not the last. An optional metadata buffer is enabled on one engine only: "
+        "--disaggregation-enable-kv-checksum, SGLANG_ENABLE_DISAGG_SAMPLING_MASK, or the DSA "
+        "top-k buffer."
+    )
+    events = []
+    for node, n in (("prefill-0", 1), ("prefill-0", 2), ("prefill-1", 3)):
+        _, event = LineParser(node).parse(line, f"{node}.log:{n}")
+        assert event is not None
+        events.append(event)
+    other = ev("transfer_warning", "prefill-0", T, warning="metadata_not_ready")
+    findings = run(ChecksumUnverified(), [other, *events])
+    assert [(f.severity, f.node) for f in findings] == [
+        ("warning", "prefill-0"),
+        ("warning", "prefill-1"),
+    ]
+    assert "--disaggregation-enable-kv-checksum" in findings[0].summary
+    assert findings[0].evidence["source"] == "prefill-0.log:1"
+
+
 def test_a_rolling_restart_that_turns_the_checksum_off_everywhere_is_not_one_sided():
     findings = run(
         ChecksumUnverified(note_disabled=False),
