@@ -244,7 +244,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
     # -- feeding -------------------------------------------------------------------------------
 
-    def _fold(self, event: Event) -> None:
+    def _fold(self, event: Event, ctx: DetectionContext) -> None:
         window = self.window_
         if event.kind == "deferred_release":
             outcome = str(event.get("outcome") or "")
@@ -258,9 +258,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         elif event.kind in ("checksum_mismatch", "metadata_corruption"):
             window.mismatches += 1
         elif event.kind == "metric":
-            self._on_metric(event)
+            self._on_metric(event, ctx)
 
-    def _on_metric(self, event: Event) -> None:
+    def _on_metric(self, event: Event, ctx: DetectionContext) -> None:
         fields = event.fields
         signal = metric_signal(fields, _NAME_SIGNAL)
         if signal not in _RELEASE_SIGNALS and signal not in _HELD_SIGNALS:
@@ -271,7 +271,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             return
         if signal in _RELEASE_SIGNALS:
             outcome = str(labels.get("outcome", ""))
-            delta = self._increase(event, value, scope=f"{event.node}|{outcome}")
+            delta = self._increase(event, value, ctx, scope=f"{event.node}|{outcome}")
             dp = str(labels.get("dp_rank", ""))
             by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
             by_dp[dp] = max(by_dp.get(dp, 0.0), delta)

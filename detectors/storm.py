@@ -242,7 +242,7 @@ class StormDetector(Detector[S], Generic[S, W]):
         if event.kind == NODE_WINDOW:
             self.reports_ = True
         else:
-            self._fold(event)
+            self._fold(event, ctx)
         self.active_.add(event.node)
         return findings
 
@@ -388,9 +388,13 @@ class StormDetector(Detector[S], Generic[S, W]):
         """A log line showed one more of what a counter of `scope` counts."""
         self.logged_[scope] = self.logged_.get(scope, 0) + 1
 
-    def _increase(self, event: Event, value: float, scope: str | None = None) -> float:
+    def _increase(
+        self, event: Event, value: float, ctx: DetectionContext, scope: str | None = None
+    ) -> float:
         """The share of this window in a counter sample's increase since the series' last,
-        less what the logs of `scope` showed meanwhile (`CounterDeltas.in_window`)."""
+        less what the logs of `scope` showed meanwhile (`CounterDeltas.in_window`). A series
+        first seen on a node scraped before without it counts from 0 since that scrape: SGLang
+        creates it at its first increment, so a first-ever storm is exactly a new series."""
         series = series_key(event.node, event.fields)
         logged = 0
         if scope is not None:
@@ -398,12 +402,17 @@ class StormDetector(Detector[S], Generic[S, W]):
             logged = now - self.logged_at_.get(series, now)
             self.logged_at_[series] = now
         return self.counters_.in_window(
-            series, value, event.time, self.config.window_seconds, logged
+            series,
+            value,
+            event.time,
+            self.config.window_seconds,
+            logged,
+            absent_since=ctx.timeline.scraped_before(event.node, event.time),
         )
 
     # -- hooks ---------------------------------------------------------------------------------
 
-    def _fold(self, event: Event) -> None:
+    def _fold(self, event: Event, ctx: DetectionContext) -> None:
         """Add one event (of the detector's kinds) to the open window, `self.window_`."""
         raise NotImplementedError
 

@@ -149,7 +149,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         self.baseline_ = Baseline(self.config.baseline_windows, state["baseline"])
         self.storm_ = Episode.from_state(state.get("storm"))
 
-    def _fold(self, event: Event) -> None:
+    def _fold(self, event: Event, ctx: DetectionContext) -> None:
         if event.kind == "transfer_failed":
             room = str(event.get("bootstrap_room") or f"{event.get('rid')}")
             rooms = self.window_.rooms.setdefault(event.node, set())
@@ -164,7 +164,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         value = sample_value(fields)
         if value is None:
             return
-        delta = self._increase(event, value, scope=event.node)
+        delta = self._increase(event, value, ctx, scope=event.node)
         labels = event.get("labels") or {}
         key = (str(signal), str(labels.get("dp_rank", "")))
         per_node = self.window_.metric.setdefault(event.node, {})

@@ -104,13 +104,21 @@ class CounterDeltas:
         return value - previous[0]
 
     def in_window(
-        self, series: str, value: float, time: float | None, window: float, logged: float = 0.0
+        self,
+        series: str,
+        value: float,
+        time: float | None,
+        window: float,
+        logged: float = 0.0,
+        *,
+        absent_since: float | None = None,
     ) -> float:
         """The increase attributable to one window ending at `time`. `logged`: how many of the
         counted things the logs showed since the series' previous sample. Over a gap longer
         than the window those were counted in the windows they happened in, so only the rest,
         what the logs missed, is spread (a window's own lines and a scrape within it meet as
-        the larger of the two, in the detector).
+        the larger of the two, in the detector). `absent_since`: a scrape that had no sample of
+        a series first seen now, which then counts from 0 since it.
 
         >>> deltas = CounterDeltas()
         >>> deltas.in_window("s", 0.0, 0.0, 300.0)
@@ -119,8 +127,12 @@ class CounterDeltas:
         0.0
         >>> deltas.in_window("s", 300.0, 3900.0, 300.0, logged=10)  # one window: the larger
         60.0
+        >>> deltas.in_window("t", 24.0, 3900.0, 300.0, absent_since=3300.0)  # new: 24 in 600 s
+        12.0
         """
         previous = self.last.get(series)
+        if previous is None and absent_since is not None and time is not None:
+            previous = self.last[series] = (0.0, absent_since)
         increase = self.delta(series, value, time)
         if previous is None or previous[1] is None or time is None:
             return increase

@@ -421,6 +421,42 @@ def test_deferred_release_counters_are_not_counted_again_after_the_logged_timeou
     assert [f.time for f in findings] == [T + 2100]
 
 
+def test_a_counter_series_created_by_its_first_increments_counts_them() -> None:
+    """Audit X (0.5.23 `metrics_collector`): SGLang creates a labelled counter's series at its
+    first increment, so the scrapes before a first-ever storm carry no `outcome="timeout"`
+    series at all. Taken as a first sample, its 33 timeouts were a baseline, and the storm
+    never found. The node's held gauge, in every scrape, says it was scraped before."""
+    scrapes = [T + 60 * k for k in range(30)]
+    quiet = [held(t, 0.0) for t in scrapes] + [
+        counter(t, 5.0 * k, "drained") for k, t in enumerate(scrapes)
+    ]
+    storm_at = scrapes[-1] + 60
+    storm = [held(storm_at, 0.0), counter(storm_at, 150.0, "drained")]
+    storm.append(counter(storm_at, 33.0, "timeout"))
+    (finding,) = run(DeferredReleaseTimeouts(), quiet + storm)
+    assert finding.evidence["timeouts"] == 33
+    # A node seen for the first time: its counters' values are what it counted before anyone
+    # looked, however large, and no storm.
+    assert run(DeferredReleaseTimeouts(), storm) == []
+    # Transfer failures likewise, the node known from another of its series.
+    later = [
+        ev(
+            "metric",
+            "prefill-0",
+            T,
+            name="sglang:max_total_num_tokens",
+            value=681_280.0,
+            labels={"engine_type": "prefill"},
+            signal="pool_tokens",
+            role="prefill",
+        ),
+        failures_counter(T + 315, 120.0, node="prefill-0", role="prefill"),
+    ]
+    assert run(TransferFailureStorm(), later[1:]) == []  # a first sample of an unknown node
+    (storm_finding,) = run(TransferFailureStorm(), later)
+    assert storm_finding.evidence["failures"] > 0
+
+
 def test_counter_reset_after_a_restart_is_not_a_negative_storm():
     deltas = CounterDeltas()
     assert deltas.delta("s", 100.0) == 0.0

@@ -135,6 +135,7 @@ class _NodeHistory:
         "capacity_time",
         "stated",
         "running_since",
+        "scrapes",
     )
 
     def __init__(self, node: str) -> None:
@@ -151,6 +152,19 @@ class _NodeHistory:
         # When this generation was begun by seeing the node run (traffic, metrics, /server_info)
         # rather than by its start-up lines: logs whose start rotated away begin so.
         self.running_since: float | None = None
+        # The times of the node's last two metric scrapes (the later first).
+        self.scrapes: tuple[float | None, float | None] = (None, None)
+
+    def note_scrape(self, time: float) -> None:
+        latest = self.scrapes[0]
+        if latest is None or time > latest:
+            self.scrapes = (time, latest)
+
+    def scraped_before(self, time: float) -> float | None:
+        for scraped in self.scrapes:
+            if scraped is not None and scraped < time:
+                return scraped
+        return None
 
     @property
     def current(self) -> NodeConfig | None:
@@ -357,6 +371,8 @@ class ConfigTimeline:
         history = self._nodes.get(event.node)
         if history is None:
             history = self._nodes[event.node] = _NodeHistory(event.node)
+        if event.kind == "metric" and event.time is not None:
+            history.note_scrape(event.time)
         before = history.current
         late = (
             before is not None
@@ -446,6 +462,15 @@ class ConfigTimeline:
         in_role = [node for node in self._nodes if self.role_at(node) == role]
         traced = sum(1 for node in in_role if node in self._traced_only)
         return traced <= len(in_role) - traced
+
+    def scraped_before(self, node: str, time: float | None) -> float | None:
+        """When the node's metrics were last scraped before `time`. SGLang creates a labelled
+        counter's series at its first increment (0.5.23 `metrics_collector`, audit X), so a
+        series absent then and present at `time` counted everything since that scrape."""
+        history = self._nodes.get(node)
+        if history is None or time is None:
+            return None
+        return history.scraped_before(time)
 
     def current_at(self, time: float | None) -> bool:
         """Whether every node's current generation is the one in force at `time` (true for
@@ -613,6 +638,7 @@ class ConfigTimeline:
                 ),
                 "unaddressed": node in self._unaddressed,
                 "traced_only": node in self._traced_only,
+                "scrapes": list(h.scrapes),
             }
             for node, h in self._nodes.items()
         }
@@ -636,6 +662,8 @@ class ConfigTimeline:
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
+            latest, before = data.get("scrapes") or (None, None)
+            history.scrapes = (latest, before)
             for host, since, port in data.get("bootstrap", []):
                 timeline._bootstrap.setdefault(str(host), []).append((float(since), port, node))
             if data.get("unaddressed"):
