@@ -138,6 +138,19 @@ def test_a_rust_program_s_tracing_line_is_its_own_noise(line: str, bucket: str) 
     assert LineParser("sgl-router").parse(line, "sgl-router.log:1") == (bucket, None)
 
 
+def test_an_abort_of_a_request_already_finished_is_noise_not_drift() -> None:
+    """Audit X: 0.5.23's tokenizer logs it at INFO for every client that disconnects after its
+    answer; as an unclassified engine line it counted as format drift."""
+    line = (
+        "[2026-11-02 09:12:44] Abort request for rid=9f3c0d2e7b5a4c1d8e6f0a1b2c3d4e5f not found "
+        "in rid_to_state; likely already finished/removed."
+    )
+    assert LineParser("decode-0").parse(line, "d.log:1") == (
+        "noise:abort_of_finished_request",
+        None,
+    )
+
+
 @pytest.mark.parametrize(
     "head",
     [

@@ -182,6 +182,9 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Could not fetch prefill parallel info", _warning("prefill_info_unavailable")),
     Rule("Generation-less ABORT_ACK", _warning("abort_ack_without_generation")),
     Rule("Malformed ABORT", _warning("malformed_abort")),
+    # A client's abort of a request already finished (0.5.23 `_handle_abort_req`, INFO): common
+    # when many clients disconnect at once, and no engine drift (audit X).
+    Rule("Abort request for rid=", _noise("abort_of_finished_request")),
     Rule("Incomplete ABORT_ACK", _warning("incomplete_abort_ack")),
     Rule("AUX_DATA length mismatch", _warning("aux_data_length_mismatch")),
     Rule("NIXL transport error", _warning("nixl_transport_error")),
