@@ -814,13 +814,13 @@ def _on_auto_truncated(history: _NodeHistory, event: Event) -> bool:
     restart = history.current is None
     if restart:
         history.start(event.time, event.source)
-    limit = _stated_limit(event)
+    limit = _truncation_limit(event)
     if limit is not None and history.generations[-1].max_req_input_len is None:
         history.replace_current(source=event.source, max_req_input_len=limit)
     return restart
 
 
-def _stated_limit(event: Event) -> int | None:
+def _truncation_limit(event: Event) -> int | None:
     if event.get("limit_kind") != "max_req_input_len":
         return None
     return _as_int(event.get("limit_tokens"))
@@ -1002,7 +1002,7 @@ def _facts(event: Event) -> dict[str, Any]:
     if kind == "kv_pool_allocated":
         facts["pool_tokens"] = _as_int(get("tokens"))
     if kind == "auto_truncated":
-        facts["max_req_input_len"] = _stated_limit(event)
+        facts["max_req_input_len"] = _truncation_limit(event)
     if kind == "pool_below_context_warning":
         facts["pool_tokens"] = _as_int(get("pool_tokens"))
         facts["context_len"] = _as_int(get("context_len"))
