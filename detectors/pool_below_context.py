@@ -191,7 +191,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
     def _evaluate(
         self, config: NodeConfig, advertised: int | None, ctx: DetectionContext
     ) -> Finding | None:
-        pool = config.prompt_pool  # what one prompt can take: the pool x `dcp_size`
+        pool = config.prompt_pool  # what one prompt can take (`NodeConfig.capacity`)
         reference = advertised if config.is_pd else config.context_len
         if pool is None or reference is None or pool >= reference:
             if pool is not None and reference is not None:
@@ -229,9 +229,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         )
         gap = reference - pool
         role = config.role or "unknown role"
-        sharded = f" x dcp {config.dcp_size}" if pool != config.pool_tokens else ""
+        capacity = config.capacity  # a pool over dcp ranks, or the limit the engine states
+        widened = capacity.said != f"pool {config.pool_tokens:,}"
+        said = f"KV {capacity.said}" if widened else f"KV pool {pool:,} tokens"
         summary = (
-            f"{config.node} ({role}) KV pool {config.pool_tokens:,} tokens{sharded} < context "
+            f"{config.node} ({role}) {said} < context "
             f"{reference:,} "
             f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
             f"raise the pool or lower --context-length"
@@ -244,7 +246,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}:since{since}",
             evidence={
                 "pool_tokens": config.pool_tokens,
-                **({"dcp_size": config.dcp_size, "prompt_pool_tokens": pool} if sharded else {}),
+                **({"dcp_size": config.dcp_size, "prompt_pool_tokens": pool} if widened else {}),
                 "context_len": reference,
                 "node_context_len": config.context_len,
                 "gap_tokens": gap,

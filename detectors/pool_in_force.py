@@ -20,16 +20,11 @@ from dataclasses import dataclass
 from typing import Final
 
 from collector.state.config_timeline import ConfigTimeline, NodeConfig, normal_host
+from collector.state.prompt_capacity import REFUSAL_MARGIN, prompt_capacity, stated_limit
 from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
 _MEMO_KEY: Final = "pool_in_force"
-# SGLang refuses a prompt of `max_req_input_len` tokens or more, min(context - 1, pool - 1) - 5
-# (sglang-telemetry.md, refusals): with the pool the smaller, from pool - 6 on.
-REFUSAL_MARGIN: Final = 6
-# The limit of a 1,024-token context, shorter than any served model's: a stated limit below it
-# is a garbled figure, not the engine's.
-_SHORTEST_LIMIT: Final = 1024 - REFUSAL_MARGIN
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,45 +36,41 @@ class PoolInForce:
     generation: int
     basis: str
     # Prompts of `limit` tokens or longer are refused: the engine's own limit when it stated
-    # one (/server_info `max_req_input_len`, a truncation warning), else its prompt pool's,
-    # pool x `dcp_size` - 6. The stated one is smaller when the context binds, and larger when
-    # the KV is sharded over ranks (`dcp_size` 2 took 1,048,570 on a 681,280-token pool).
+    # one (/server_info `max_req_input_len`, a truncation warning), else its capacity's - 6
+    # (`collector.state.prompt_capacity`: the pool, over its dcp ranks as its release counts
+    # them).
     limit: int
 
     @classmethod
-    def of(cls, config: NodeConfig, tokens: int, basis: str) -> PoolInForce:
-        """The pool of `config` (`tokens`, its `pool_tokens`) and the limit its engine takes
-        prompts to."""
-        limit = _stated_limit(config)
+    def of(cls, config: NodeConfig, basis: str, tokens: int | None = None) -> PoolInForce | None:
+        """The pool of `config` (`tokens`, else its `pool_tokens`) and the limit its engine
+        takes prompts to; None when no figure says what one prompt can take (no pool and no
+        stated limit, or a pool KV cache sharding widens by a factor no figure states)."""
+        pool = tokens if tokens is not None else config.pool_tokens
+        limit = stated_limit(config.max_req_input_len)
         if limit is None:
-            prompt_pool = config.prompt_pool
-            limit = (prompt_pool if prompt_pool is not None else tokens) - REFUSAL_MARGIN
-        return cls(tokens, config.node, config.generation, basis, limit)
+            capacity = prompt_capacity(
+                pool,
+                dcp_size=config.dcp_size,
+                version=config.version,
+                kv_cache_sharding=config.kv_cache_sharding,
+            ).tokens
+            if capacity is None:
+                return None
+            limit = capacity - REFUSAL_MARGIN
+        if pool is None:
+            basis = "stated limit"
+        return cls(pool, config.node, config.generation, basis, limit)
 
     @classmethod
     def known_for(cls, config: NodeConfig | None, basis: str) -> PoolInForce | None:
-        """What `config` says of the prompts its node takes: its pool, else the limit its engine
-        stated alone; None when it says neither."""
-        if config is None:
-            return None
-        if config.pool_tokens is not None:
-            return cls.of(config, config.pool_tokens, basis)
-        limit = _stated_limit(config)
-        if limit is None:
-            return None
-        return cls(None, config.node, config.generation, "stated limit", limit)
+        """What `config` says of the prompts its node takes, if anything."""
+        return cls.of(config, basis) if config is not None else None
 
     @property
     def longest_accepted(self) -> int:
         """The longest prompt this pool lets the engine take: one token longer is refused."""
         return self.limit - 1
-
-
-def _stated_limit(config: NodeConfig) -> int | None:
-    limit = config.max_req_input_len
-    if limit is not None and limit < _SHORTEST_LIMIT:
-        return None  # garbled: it would make every answer over-length
-    return limit
 
 
 def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
@@ -140,11 +131,11 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
             return PoolInForce(
                 tokens, node, 0, "largest prefill pool in force", tokens - REFUSAL_MARGIN
             )
-        return PoolInForce.of(config, tokens, "largest prefill pool in force")
+        return PoolInForce.of(config, "largest prefill pool in force", tokens)
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
-            return PoolInForce.of(config, config.pool_tokens, "node pool")
+            return PoolInForce.of(config, "node pool")
     return None
 
 
@@ -201,5 +192,7 @@ def _largest_of_the_rest(
         if config is None or config.pool_tokens is None:
             return None
         if best is None or config.pool_tokens > (best.tokens or 0):
-            best = PoolInForce.of(config, config.pool_tokens, "prefill node not announcing it")
+            best = PoolInForce.of(config, "prefill node not announcing it")
+            if best is None:
+                return None  # its capacity is not known
     return best

@@ -699,8 +699,9 @@ def test_server_info_alone_states_the_context_through_the_prompt_limit(tmp_path:
 
 
 def test_a_pool_sharded_over_dcp_ranks_passes_against_the_context(tmp_path: Path) -> None:
-    """`--dcp-size 2` shards one request's KV over two ranks: 0.5.19 takes prompts up to
-    min(context - 1, pool x 2 - 1) - 5, so a 681,280-token pool holds the 1,048,576 context."""
+    """`--dcp-size 2` shards one request's KV over two ranks: the engine states it takes prompts
+    up to 1,048,570 tokens, so the context fits, whatever the pool figure means on its
+    release (per rank before 0.5.21, over the ranks since: audit T)."""
     saved = json.loads(
         (DATA / "healthy" / "prefill-0@20261102T090000Z.server_info.json").read_text()
     )
@@ -712,7 +713,60 @@ def test_a_pool_sharded_over_dcp_ranks_passes_against_the_context(tmp_path: Path
     )
     code, out, _ = run(str(tmp_path))
     assert lines(out)[0] == (
-        "prefill-0  prefill  PASS  pool 681,280 x dcp 2 >= context 1,048,576; engine 0.5.23; "
-        f"{_CHECKSUM_ON}"
+        "prefill-0  prefill  PASS  max_req_input_len 1,048,570 + 6 >= context 1,048,576; "
+        f"engine 0.5.23; {_CHECKSUM_ON}"
     )
     assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("version", "changes", "verdict", "said"),
+    [
+        # Audit T: 0.5.21 on reports the pool over its dcp ranks ("The runner already reports
+        # logical DCP capacity"), and states the limit that pool gives: the incident's gap.
+        (
+            "0.5.23",
+            {"dcp_size": 8, "max_req_input_len": 681_274},
+            "FAIL",
+            "max_req_input_len 681,274 + 6 < context 1,048,576",
+        ),
+        # The same figures without the limit: the release says the pool counts the ranks.
+        ("0.5.23", {"dcp_size": 8}, "FAIL", "pool 681,280 (over its 8 dcp ranks) < context"),
+        # Before 0.5.21 the pool is one rank's: two of them hold the context.
+        ("0.5.19", {"dcp_size": 2}, "PASS", "pool 681,280 x dcp 2 >= context 1,048,576"),
+        # No release known: which it is cannot be told, and the gate does not pass on a guess.
+        (None, {"dcp_size": 2}, "UNKNOWN", "pool 681,280 x dcp 2 (per rank, if before 0.5.21)"),
+        # `--enable-kv-cache-sharding` (0.5.22 on) widens what the pool figure says; the
+        # limit it states shows the context fits.
+        (
+            "0.5.23",
+            {"enable_kv_cache_sharding": True, "max_req_input_len": 1_048_570},
+            "PASS",
+            "max_req_input_len 1,048,570 + 6 >= context",
+        ),
+        (
+            "0.5.23",
+            {"enable_kv_cache_sharding": True},
+            "UNKNOWN",
+            "widened by KV cache sharding",
+        ),
+    ],
+)
+def test_what_a_pool_holds_of_one_prompt_depends_on_the_release_and_its_sharding(
+    tmp_path: Path, version: str | None, changes: dict[str, Any], verdict: str, said: str
+) -> None:
+    saved = json.loads(
+        (DATA / "healthy" / "prefill-0@20261102T090000Z.server_info.json").read_text()
+    )
+    saved.update(max_total_num_tokens=681_280, max_req_input_len=None, version=version)
+    saved.update(changes)
+    (tmp_path / "prefill-0@20261102T090000Z.server_info.json").write_text(json.dumps(saved))
+    shutil.copy(
+        DATA / "healthy" / "decode-0@20261102T090000Z.server_info.json",
+        tmp_path / "decode-0@20261102T090000Z.server_info.json",
+    )
+    _, out, _ = run("--json", str(tmp_path))
+    (prefill,) = [n for n in json.loads(out)["nodes"] if n["node"] == "prefill-0"]
+    (pool,) = [c for c in prefill["checks"] if c["check"] == "pool"]
+    assert pool["status"] == verdict
+    assert said in pool["reason"]

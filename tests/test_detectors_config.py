@@ -420,5 +420,35 @@ def test_a_pool_sharded_over_dcp_ranks_is_compared_whole_with_the_context():
         PoolBelowContext(),
         [args("prefill-0", T, "prefill", dcp_size=2), capacity("prefill-0", T + 60, 500_000)],
     )
-    assert "KV pool 500,000 tokens x dcp 2 < context 1,048,576 (48,576 tokens" in finding.summary
+    # No release known: taken as one rank's (0.5.19 and 0.5.20 report it so), and said.
+    said = "KV pool 500,000 x dcp 2 (per rank, if before 0.5.21) < context 1,048,576 (48,576"
+    assert said in finding.summary
     assert finding.evidence["prompt_pool_tokens"] == 1_000_000
+
+
+def test_from_0_5_21_the_pool_reported_already_counts_its_dcp_ranks():
+    """Audit T: 0.5.21's `tp_worker.get_worker_info` ("The runner already reports logical DCP
+    capacity") reports the pool over the dcp ranks; multiplied again, the incident's gap on a
+    0.5.23 prefill with `--dcp-size 8` read as 5.4M tokens and passed."""
+    boot = [
+        args("prefill-0", T, "prefill", dcp_size=8),
+        info("prefill-0", T + 1, "0.5.23", max_total_num_tokens=681_280),
+        capacity("prefill-0", T + 60, 681_280),
+    ]
+    (finding,) = run(PoolBelowContext(), boot)
+    assert "KV pool 681,280 (over its 8 dcp ranks) < context 1,048,576" in finding.summary
+    assert finding.evidence["gap_tokens"] == 1_048_576 - 681_280
+    # The same figures on 0.5.19: one rank's pool, eight of them hold the context.
+    old = [boot[0], info("prefill-0", T + 1, "0.5.19", max_total_num_tokens=681_280), boot[2]]
+    assert run(PoolBelowContext(), old) == []
+
+
+def test_kv_cache_sharding_without_a_stated_limit_leaves_the_capacity_unknown():
+    """Audit T: `--enable-kv-cache-sharding` (0.5.22 on, PD prefill) widens the capacity by a
+    factor the reported pool does not carry: 262,144 tokens took prompts of 1,048,570. No gap
+    is claimed on the pool alone; the limit the engine states is judged."""
+    sharded = args("prefill-0", T, "prefill", kv_cache_sharding=True)
+    assert run(PoolBelowContext(), [sharded, capacity("prefill-0", T + 60, 262_144)]) == []
+    stated = info("prefill-0", T + 70, "0.5.23", max_req_input_len=681_274)
+    (finding,) = run(PoolBelowContext(), [sharded, capacity("prefill-0", T + 60, 262_144), stated])
+    assert "KV max_req_input_len 681,274 + 6 < context 1,048,576" in finding.summary

@@ -393,7 +393,12 @@ def test_fail_on_turns_what_was_found_into_the_exit_status(
 
 def test_a_config_gap_says_whether_a_restart_closed_it() -> None:
     def point(time: str, pool: int) -> dict[str, object]:
-        return {"time": time, "max_total_num_tokens": pool, "context_len": 1_048_576}
+        return {
+            "time": time,
+            "max_total_num_tokens": pool,
+            "prompt_capacity": pool,
+            "context_len": 1_048_576,
+        }
 
     summary = {
         "nodes": {

@@ -63,8 +63,12 @@ class NodeFacts:
     version: str | None = None
     stale_version: str | None = None
     pool_tokens: int | None = None
-    # Ranks one request's KV is sharded over (`--dcp-size`): prompts up to pool x it fit.
+    # Ranks one request's KV is sharded over (`--dcp-size`), and `--enable-kv-cache-sharding`:
+    # what the pool means for one prompt (`collector.state.prompt_capacity`).
     dcp_size: int | None = None
+    kv_cache_sharding: bool | None = None
+    # The prompt limit the engine stated (`/server_info`, a truncation warning).
+    max_req_input_len: int | None = None
     context_len: int | None = None
     transfer_backend: str | None = None
     kv_checksum: bool | None = None
@@ -114,6 +118,8 @@ class NodeFacts:
             "stale_version": self.stale_version,
             "max_total_num_tokens": self.pool_tokens,
             "dcp_size": self.dcp_size,
+            "kv_cache_sharding": self.kv_cache_sharding,
+            "max_req_input_len": self.max_req_input_len,
             "context_len": self.context_len,
             "transfer_backend": self.transfer_backend,
             "kv_checksum": self.kv_checksum,

@@ -41,7 +41,14 @@ from collector.repeated_lines import in_reading_order
 from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
 
 _CONFIG_KINDS: Final = frozenset(
-    {"server_args", "capacity", "pool_below_context_warning", "server_info", "metric"}
+    {
+        "server_args",
+        "capacity",
+        "pool_below_context_warning",
+        "server_info",
+        "metric",
+        "auto_truncated",
+    }
 )
 # Kinds the timeline reads only to guess a role; once a node is known PD they change nothing.
 _ROLE_HINT_KINDS: Final = frozenset(
@@ -52,6 +59,8 @@ _MERGED_FIELDS: Final = (
     "model",
     "pool_tokens",
     "dcp_size",
+    "kv_cache_sharding",
+    "max_req_input_len",
     "context_len",
     "transfer_backend",
     "kv_checksum",

@@ -254,6 +254,10 @@ def _merge(
     facts.context_len = _plausible(facts, "context_len", contexts, max)
     facts.transfer_backend = _first(field(info, "transfer_backend"))
     facts.dcp_size = shard_count(field(info, "dcp_size"))
+    sharding = field(info, "kv_cache_sharding")
+    facts.kv_cache_sharding = sharding if isinstance(sharding, bool) else None
+    limit = field(info, "max_req_input_len")
+    facts.max_req_input_len = limit if isinstance(limit, int) else None
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from collector.audit.facts import Deployment, NodeFacts
 from collector.events import iso_time
+from collector.state.prompt_capacity import prompt_capacity
 from detectors.engine_version import is_below, parse_version
 
 Status = Literal["PASS", "WARN", "UNKNOWN", "FAIL"]
@@ -206,13 +207,28 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
             evidence,
         )
     where = f" advertised by {by}" if by is not None and by != facts.node else ""
-    shards = facts.dcp_size or 1
-    if shards > 1:  # one prompt's KV over `dcp_size` ranks: prompts up to pool x it fit
-        evidence["dcp_size"] = shards
-        pool_said = f"pool {pool:,} x dcp {shards}"
-        pool *= shards
-    else:
-        pool_said = f"pool {pool:,}"
+    capacity = prompt_capacity(
+        pool,
+        dcp_size=facts.dcp_size,
+        version=facts.version,
+        max_req_input_len=facts.max_req_input_len,
+        kv_cache_sharding=facts.kv_cache_sharding,
+    )
+    pool_said = capacity.said
+    if (facts.dcp_size or 1) > 1:
+        evidence["dcp_size"] = facts.dcp_size
+    if capacity.tokens is None or capacity.guessed:
+        # What one prompt can take depends on what the node does not state: its release (whose
+        # pool counts dcp ranks from 0.5.21) or its sharding factor. Its limit would settle it.
+        return CheckResult(
+            "pool",
+            "UNKNOWN",
+            f"{pool_said}: what one prompt can take is not known without the engine's "
+            f"max_req_input_len (/server_info)",
+            evidence,
+        )
+    evidence["prompt_capacity"] = capacity.tokens
+    pool = capacity.tokens
     if pool >= reference:
         return CheckResult("pool", "PASS", f"{pool_said} >= context {reference:,}", evidence)
     gap = reference - pool

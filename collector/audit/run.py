@@ -25,6 +25,8 @@ _LIVE_FIELDS = (
     "version",
     "pool_tokens",
     "dcp_size",
+    "kv_cache_sharding",
+    "max_req_input_len",
     "context_len",
     "transfer_backend",
     "kv_checksum",

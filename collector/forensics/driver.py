@@ -545,6 +545,7 @@ def build_summary(
                     # The engine's own prompt limit, when it stated one (`/server_info`, a
                     # truncation warning): what the prompts were judged against.
                     "max_req_input_len": c.max_req_input_len,
+                    "prompt_capacity": c.prompt_pool,
                     "context_len": c.context_len,
                     "role": c.role,
                     "version": c.version,

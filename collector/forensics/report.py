@@ -629,8 +629,15 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
         points = info.get("config", [])
         for at, point in enumerate(points):
             pool, context = point.get("max_total_num_tokens"), point.get("context_len")
-            shards = point.get("dcp_size") or 1  # one prompt's KV over that many ranks
-            if pool is not None and context is not None and pool * shards < context:
+            # What one prompt's KV can take: the pool over its dcp ranks as its release counts
+            # them, or the limit the engine stated (`collector.state.prompt_capacity`).
+            capacity = point.get("prompt_capacity")
+            if (
+                pool is not None
+                and capacity is not None
+                and context is not None
+                and (capacity < context)
+            ):
                 until = points[at + 1]["time"] if at + 1 < len(points) else None
                 yield ConfigGap(node, info.get("role"), pool, context, point["time"], until)
 

@@ -172,6 +172,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "page_size": _int(data.get("page_size")),
         "tp_size": _int(data.get("tp_size")),
         "dcp_size": _int(data.get("dcp_size")),
+        "kv_cache_sharding": _bool(data.get("enable_kv_cache_sharding")),
         "dp_size": _int(data.get("dp_size")),
     }
     if by_rank:

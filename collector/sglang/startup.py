@@ -21,9 +21,10 @@ _SERVER_ARG_FIELDS: dict[str, str] = {
     "kv_canary": "kv_canary",
     "context_length": "context_length",
     "tp_size": "tp_size",
-    # Decode context parallelism shards one request's KV over this many ranks: prompts up to
-    # the pool times it fit (0.5.19 `tp_worker.get_worker_info`).
+    # Decode context parallelism and KV cache sharding change what the reported pool means
+    # for one prompt (`collector.state.prompt_capacity`).
     "dcp_size": "dcp_size",
+    "enable_kv_cache_sharding": "kv_cache_sharding",
     "dp_size": "dp_size",
     "pp_size": "pp_size",
     "ep_size": "ep_size",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from collector.events import BOOTSTRAP_SERVER, Event
+from collector.state.prompt_capacity import PromptCapacity, prompt_capacity
 
 Role = Literal["prefill", "decode", "unified"]
 PD_ROLES: Final = frozenset({"prefill", "decode"})
@@ -81,6 +82,8 @@ class NodeConfig:
     tp_size: int | None = None
     # Ranks one request's KV is sharded over (decode context parallelism, `--dcp-size`).
     dcp_size: int | None = None
+    # `--enable-kv-cache-sharding` (0.5.22 on): the capacity is wider than the pool reported.
+    kv_cache_sharding: bool | None = None
     page_size: int | None = None
     source: str = ""
 
@@ -89,13 +92,23 @@ class NodeConfig:
         return self.role in PD_ROLES
 
     @property
+    def capacity(self) -> PromptCapacity:
+        """The tokens one prompt's KV can take on this node, as its figures and release say
+        (`collector.state.prompt_capacity`)."""
+        return prompt_capacity(
+            self.pool_tokens,
+            dcp_size=self.dcp_size,
+            version=self.version,
+            max_req_input_len=self.max_req_input_len,
+            kv_cache_sharding=self.kv_cache_sharding,
+        )
+
+    @property
     def prompt_pool(self) -> int | None:
-        """The tokens one prompt's KV can take: the pool, times the ranks decode context
-        parallelism shards it over. SGLang takes prompts up to min(context - 1, pool x dcp_size
-        - 1) - 5 (0.5.19 `tp_worker.get_worker_info`; the reference leaves the factor out)."""
+        """The tokens one prompt's KV can take, where the pool is known: the capacity."""
         if self.pool_tokens is None:
             return None
-        return self.pool_tokens * max(self.dcp_size or 1, 1)
+        return self.capacity.tokens
 
     @property
     def pool_below_context(self) -> bool:
@@ -724,7 +737,11 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         value = event.get(key)
         if value is not None:
             changes[field] = str(value)
-    for field, key in (("kv_checksum", "kv_checksum"), ("deferred_release", "deferred_release")):
+    for field, key in (
+        ("kv_checksum", "kv_checksum"),
+        ("deferred_release", "deferred_release"),
+        ("kv_cache_sharding", "kv_cache_sharding"),
+    ):
         value = event.get(key)
         if isinstance(value, bool):
             changes[field] = value
@@ -859,6 +876,9 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     shards = shard_count(event.get("dcp_size"))
     if shards is not None:
         changes["dcp_size"] = shards
+    sharding = event.get("kv_cache_sharding")
+    if isinstance(sharding, bool):
+        changes["kv_cache_sharding"] = sharding
     role = _role_from_mode(event.get("disaggregation_mode"), mode_present=_states_mode(event))
     if role is not None:
         changes["role"] = role
@@ -1022,6 +1042,8 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["kv_checksum"] = checksum if isinstance(checksum, bool) else None
     if kind in ("server_args", "server_info"):
         facts["dcp_size"] = shard_count(get("dcp_size"))
+        sharding = get("kv_cache_sharding")
+        facts["kv_cache_sharding"] = sharding if isinstance(sharding, bool) else None
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["page_size"] = _as_int(get("page_size"))
