@@ -475,6 +475,55 @@ def test_roles_are_inferred_when_no_node_role_is_known():
     assert record.serving is not None and record.serving.node == "b"
 
 
+@pytest.mark.parametrize("known", ["prefill", "decode"])
+def test_a_node_s_request_log_apart_from_its_stdout_is_told_by_its_finish(known: str) -> None:
+    """Audit Y: `--log-requests-target DIR` writes a node's Receive and Finish lines to
+    `<host>_<rank>.log`, apart from its stdout. With one role's stdout gone, a room has three
+    sides: one on a node of known role, two on request-log files of none. Taking both for the
+    other role named prefill's stub finish as the answer (its rid, node and time), or made
+    decode's answer a prefill attempt that cleared the refusal."""
+    stdout = {"prefill": "prefill-0", "decode": "decode-0"}[known]
+    stats = ev(
+        "request_time_stats",
+        stdout,
+        T + 1,
+        rid="p" if known == "prefill" else "d",
+        bootstrap_room="7",
+        role=known,
+        input_len=1 if known == "prefill" else 831_144,
+        output_len=1 if known == "prefill" else 200,
+    )
+    stub = ev(
+        "request_finished",
+        "sglang-prefill-1-abc_0",
+        T + 1,
+        rid="p",
+        bootstrap_room="7",
+        prompt_tokens=1,
+        completion_tokens=1,
+        finish_type="length",
+    )
+    answer = ev(
+        "request_finished",
+        "sglang-decode-1-def_0",
+        T + 9,
+        rid="d",
+        bootstrap_room="7",
+        prompt_tokens=831_144,
+        completion_tokens=200,
+        finish_type="stop",
+    )
+    ledger = RequestLedger(role_of=role_of)
+    for event in (stats, stub, answer):
+        ledger.add(event)
+    (record,) = ledger.advance(T + 10_000)
+    serving = record.serving  # decode's answer, from its request log or its stdout's stats
+    assert serving is not None and serving.rid == "d" and serving.role == "decode"
+    assert record.prefill is not None and record.prefill.node in ("prefill-0", stub.node)
+    assert {s.node: s.role for s in record.sides}[stub.node] == "prefill"
+    assert record.prefill_refused  # the stub stood in for an 831,144-token prompt
+
+
 def test_state_round_trip_mid_stream_gives_the_same_records():
     events = (
         prefill_events("1", T)

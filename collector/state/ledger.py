@@ -533,7 +533,14 @@ class RequestLedger:
         unknown = [s for s in sides if s.role is None]
         if not unknown:
             return
-        if known == {"prefill"}:
+        if len(sides) > 2 and len(unknown) > 1 and known <= {"prefill", "decode"}:
+            # More sides than a room's two halves: a node's lines split over two files under two
+            # names (`--log-requests-target DIR` writes its Receive and Finish lines to
+            # `<host>_<rank>.log`, apart from its stdout; audit Y). Each unknown half is told
+            # by its own finish: prefill ends every request after its one token.
+            for side in unknown:
+                side.role = "prefill" if _ends_as_prefill(side) else "decode"
+        elif known == {"prefill"}:
             for side in unknown:
                 side.role = "decode"
         elif known == {"decode"}:
@@ -768,6 +775,15 @@ def _apply_address(side: SideRecord, get: Callable[[str], Any]) -> None:
         port = get("bootstrap_port")
         side.bootstrap_host = str(host)
         side.bootstrap_port = port if type(port) is int else None
+
+
+def _ends_as_prefill(side: SideRecord) -> bool:
+    """A PD prefill's end: it finishes every request `length` after one token once its KV is
+    sent (0.5.19 `process_disagg_prefill_inflight_queue`), or refuses it; decode's answer
+    carries the tokens it generated."""
+    if side.refused or side.stub:
+        return True
+    return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
 
 
 def _side_for_span(entry: _Entry, rid: str, role: str | None) -> SideRecord | None:
