@@ -719,6 +719,47 @@ def test_a_pool_sharded_over_dcp_ranks_passes_against_the_context(tmp_path: Path
     assert code == 0
 
 
+def test_a_decode_that_reads_signed_digests_behind_a_prefill_that_writes_none_fails(
+    tmp_path: Path,
+) -> None:
+    """Audit T: a 0.5.23 decode skips, without a word, every digest without a layout signature,
+    which is every digest a 0.5.22 prefill writes: the checksum is on on both sides and
+    verifies nothing. The same pair on one release passes."""
+    for node, version in (("prefill-0", "0.5.22"), ("decode-0", "0.5.23")):
+        name = f"{node}@20261102T090000Z.server_info.json"
+        saved = json.loads((DATA / "healthy" / name).read_text())
+        saved.update(version=version)
+        (tmp_path / name).write_text(json.dumps(saved))
+    code, out, _ = run("--json", str(tmp_path))
+    nodes = {n["node"]: n for n in json.loads(out)["nodes"]}
+    (failed,) = [c for c in nodes["decode-0"]["checks"] if c["status"] == "FAIL"]
+    assert failed["check"] == "checksum"
+    assert failed["reason"].startswith("KV checksum cannot verify transfers from prefill-0")
+    assert failed["evidence"]["unsigned_peers"] == ["prefill-0"]
+    assert code == 1
+    # Upgraded prefill: both sign, and nothing fails.
+    name = "prefill-0@20261102T090000Z.server_info.json"
+    shutil.copy(DATA / "healthy" / name, tmp_path / name)
+    assert run(str(tmp_path))[0] == 0
+
+
+def test_quiet_logs_of_a_release_that_logs_no_skips_are_not_said_to_show_verification() -> None:
+    """Audit T: 0.5.21 and 0.5.22 log no skipped verification at all, so their quiet logs
+    prove nothing; 0.5.23 logs every skip, and its quiet logs do."""
+    from collector.audit.facts import Deployment, NodeFacts
+    from collector.audit.policy import AuditPolicy, checksum_checks
+
+    def passed(version: str) -> str:
+        facts = NodeFacts(node="decode-0", role="decode", version=version, kv_checksum=True)
+        facts.logs_read = True
+        (result,) = checksum_checks(facts, Deployment.of([facts]), AuditPolicy())
+        assert result.status == "PASS"
+        return result.reason
+
+    assert passed("0.5.22") == "KV checksum on (0.5.22 logs no skipped verification)"
+    assert passed("0.5.23") == "KV checksum on, no skips in the logs"
+
+
 @pytest.mark.parametrize(
     ("version", "changes", "verdict", "said"),
     [

@@ -230,6 +230,9 @@ class Deployment:
     # (node, role) of every reachable PD node: KV flows prefill -> decode only, so a node's
     # checksum peers are the nodes of the other role (`kv_peers`).
     pd_roles: tuple[tuple[str, str], ...] = ()
+    # (node, release) of every reachable PD node whose release is known: a checksum both sides
+    # enable may still verify nothing between releases that write and read it differently.
+    pd_versions: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of_model(cls, nodes: list[NodeFacts], model: str | None) -> Deployment:
@@ -254,6 +257,7 @@ class Deployment:
             checksum_on=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is True)),
             checksum_off=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is False)),
             pd_roles=tuple(sorted((n.node, n.role or "unknown") for n in pd_nodes)),
+            pd_versions=tuple(sorted((n.node, n.version) for n in pd_nodes if n.version)),
         )
 
     def kv_peers(self, node: str, role: str | None) -> frozenset[str]:

@@ -48,6 +48,9 @@ class AuditPolicy(BaseModel):
     nixl_mori_recommended: str = "0.5.23"
     # First engine with the KV checksum: below it the checksum check is left to the version.
     checksum_since: str = "0.5.21"
+    # First engine whose digests carry a layout signature: a decode on it or later skips, in
+    # silence, the unsigned digests of an older prefill.
+    signed_checksum_since: str = "0.5.23"
     # Outcome for a PD node running with the checksum off (WARN where the model is not covered).
     checksum_off: Literal["FAIL", "WARN"] = "FAIL"
 
@@ -58,6 +61,7 @@ class AuditPolicy(BaseModel):
         "mori_minimum",
         "nixl_mori_recommended",
         "checksum_since",
+        "signed_checksum_since",
     )
     @classmethod
     def _is_version(cls, value: str) -> str:
@@ -352,6 +356,18 @@ def checksum_checks(
                 evidence,
             )
         )
+    silent = _unsigned_peers(facts, peers_on, deployment, policy)
+    if on is True and silent:
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum cannot verify transfers from {', '.join(silent)} (releases before "
+                f"{policy.signed_checksum_since} write no layout signature, and "
+                f"{facts.version} skips such digests without a word)",
+                {**evidence, "unsigned_peers": silent},
+            )
+        )
     if seen.skipped:
         layouts = len(seen.skipped_signatures) or seen.skipped
         first = seen.skipped_signatures[0] if seen.skipped_signatures else (None, None)
@@ -406,12 +422,38 @@ def checksum_checks(
             )
         )
     if not results:
-        if facts.logs_read:
+        quiet_release = facts.version is not None and is_below(
+            facts.version, policy.signed_checksum_since
+        )
+        if facts.logs_read and quiet_release:
+            # 0.5.21 and 0.5.22 log no skipped verification at all (audit T): quiet logs show
+            # nothing either way.
+            reason = f"KV checksum on ({facts.version} logs no skipped verification)"
+        elif facts.logs_read:
             reason = "KV checksum on, no skips in the logs"
         else:
             reason = "KV checksum on (verification shows only in the logs: audit them too)"
         results.append(CheckResult("checksum", "PASS", reason, evidence))
     return results
+
+
+def _unsigned_peers(
+    facts: NodeFacts, peers_on: list[str], deployment: Deployment, policy: AuditPolicy
+) -> list[str]:
+    """The prefills, checksum on, whose digests this decode skips silently: from 0.5.23 decode
+    compares each digest's layout signature and skips a digest without one (signature 0), which
+    0.5.21 and 0.5.22 prefills write (audit T: 0.5.22 `MetadataBuffers.set_kv_checksum` fills
+    slot 0 only; 0.5.23 `DecodeTransferQueue._kv_checksum_comparable`). Nothing is logged."""
+    if facts.role != "decode" or facts.version is None:
+        return []
+    if is_below(facts.version, policy.signed_checksum_since):
+        return []
+    versions = dict(deployment.pd_versions)
+    return [
+        peer
+        for peer in peers_on
+        if versions.get(peer) is not None and is_below(versions[peer], policy.signed_checksum_since)
+    ]
 
 
 def human_time(epoch: float | None) -> str:
