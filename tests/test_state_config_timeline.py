@@ -10,6 +10,7 @@ from pathlib import Path
 from collector.events import Event
 from collector.state.config_timeline import (
     TIMELINE_KINDS,
+    ConfigChange,
     ConfigTimeline,
     batch_hint_strength,
     batch_role_hint,
@@ -230,6 +231,40 @@ def test_metric_constants_set_pool_role_and_detect_a_changed_pool():
     assert change is not None and change.restart
     assert tl.config_at("d0", T + 1).pool_tokens == 360_072
     assert tl.config_at("d0", T + 601).pool_tokens == 720_144
+
+
+def test_pool_samples_of_dp_ranks_that_differ_are_one_generation_at_the_smallest():
+    """Audit T: a DP-attention prefill whose ranks report 1.2M, 1.2M, 1.2M and 1.1M tokens in
+    one scrape read as a restart at each change of rank, so the audit said "engine version
+    unknown since the restart". Only a rank's own series changing is a restart."""
+
+    def scrape(t: float, pools: list[int]) -> list[ConfigChange | None]:
+        return [
+            tl.update(
+                ev(
+                    "metric",
+                    "p0",
+                    t,
+                    name="sglang:max_total_num_tokens",
+                    labels={"engine_type": "prefill", "dp_rank": str(dp), "tp_rank": str(dp)},
+                    value=float(pool),
+                    signal="pool_tokens",
+                    role="prefill",
+                )
+            )
+            for dp, pool in enumerate(pools)
+        ]
+
+    tl = ConfigTimeline()
+    uneven = [1_200_000, 1_200_000, 1_200_000, 1_100_000]
+    scrape(T, uneven)
+    scrape(T + 15, uneven)
+    assert [c.pool_tokens for c in tl.history("p0")] == [1_100_000]
+    # A rank's own pool changing is a new process: a restart, at the new figures.
+    changes = scrape(T + 600, [2_000_000] * 4)
+    assert changes[0] is not None and changes[0].restart
+    assert not any(c is not None and c.restart for c in changes[1:])
+    assert [c.pool_tokens for c in tl.history("p0")] == [1_100_000, 2_000_000]
 
 
 def test_roles_from_batch_lines_time_stats_and_server_args():

@@ -149,6 +149,7 @@ class _NodeHistory:
         "stated",
         "running_since",
         "scrapes",
+        "metric_ranks",
     )
 
     def __init__(self, node: str) -> None:
@@ -167,6 +168,9 @@ class _NodeHistory:
         self.running_since: float | None = None
         # The times of the node's last two metric scrapes (the later first).
         self.scrapes: tuple[float | None, float | None] = (None, None)
+        # This generation's pool and context samples, by field and by the rank labels of the
+        # series: ranks may differ (DP attention), and only a rank's own change is a restart.
+        self.metric_ranks: dict[str, dict[tuple[tuple[str, str], ...], int]] = {}
 
     def note_scrape(self, time: float) -> None:
         latest = self.scrapes[0]
@@ -212,6 +216,7 @@ class _NodeHistory:
         self.rank_pools = {}
         self.capacity_time = None
         self.stated = set()
+        self.metric_ranks = {}
         self.running_since = (time if time is not None else start) if running else None
         if previous is not None and self.role_strength == _WEAK:
             self.role_strength = 0
@@ -916,9 +921,35 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
     field = "pool_tokens" if signal in _METRIC_POOL else "context_len"
     current = history.current
     known = getattr(current, field) if current is not None else None
-    restart = current is None or (history.is_stated(field) and known != value)
+    # Each rank's series is compared with its own last sample: DP ranks of 1.2M, 1.2M, 1.2M and
+    # 1.1M tokens read as a restart at every change of rank (audit T).
+    labels = fields.get("labels")
+    rank = tuple(
+        sorted((str(k), str(v)) for k, v in labels.items() if str(k).endswith("_rank"))
+        if isinstance(labels, dict)
+        else ()
+    )
+    sampled = history.metric_ranks.get(field, {})
+    before = sampled.get(rank)
+    if before is not None:
+        changed = before != value  # the rank's own series changed: a new process
+    elif sampled:
+        changed = False  # another rank of a generation already sampled
+    else:  # the generation's first sample: against what other sources stated of it
+        changed = known != value and not (
+            field == "pool_tokens" and value in history.rank_pools.values()
+        )
+    restart = current is None or (history.is_stated(field) and changed)
     if restart:
         history.start(event.time, event.source, running=True)
+    ranks = history.metric_ranks.setdefault(field, {})
+    ranks[rank] = value
+    # As for capacity lines, the smallest pool is the one a prompt can overflow; the largest
+    # context is the one advertised. Within a generation a figure only moves that way.
+    if field == "pool_tokens":
+        value = min(ranks.values()) if restart or known is None else min(known, *ranks.values())
+    else:
+        value = max(ranks.values()) if restart or known is None else max(known, *ranks.values())
     changes: dict[str, Any] = {field: value}
     if role is not None and history.role_strength < _STRONG:
         changes["role"] = role
