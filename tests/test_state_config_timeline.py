@@ -260,6 +260,10 @@ def test_pool_samples_of_dp_ranks_that_differ_are_one_generation_at_the_smallest
     scrape(T, uneven)
     scrape(T + 15, uneven)
     assert [c.pool_tokens for c in tl.history("p0")] == [1_100_000]
+    # A sidecar restarted from its saved state goes on comparing each rank with its own.
+    tl = ConfigTimeline.from_state(json.loads(json.dumps(tl.to_state())))
+    scrape(T + 30, uneven)
+    assert [c.pool_tokens for c in tl.history("p0")] == [1_100_000]
     # A rank's own pool changing is a new process: a restart, at the new figures.
     changes = scrape(T + 600, [2_000_000] * 4)
     assert changes[0] is not None and changes[0].restart

@@ -657,6 +657,10 @@ class ConfigTimeline:
                 "unaddressed": node in self._unaddressed,
                 "traced_only": node in self._traced_only,
                 "scrapes": list(h.scrapes),
+                "metric_ranks": {
+                    field: [[list(map(list, rank)), value] for rank, value in by_rank.items()]
+                    for field, by_rank in h.metric_ranks.items()
+                },
             }
             for node, h in self._nodes.items()
         }
@@ -682,6 +686,12 @@ class ConfigTimeline:
             history.running_since = data.get("running_since")
             latest, before = data.get("scrapes") or (None, None)
             history.scrapes = (latest, before)
+            history.metric_ranks = {
+                field: {
+                    tuple((str(k), str(v)) for k, v in rank): int(value) for rank, value in pairs
+                }
+                for field, pairs in (data.get("metric_ranks") or {}).items()
+            }
             for host, since, port in data.get("bootstrap", []):
                 timeline._bootstrap.setdefault(str(host), []).append((float(since), port, node))
             if data.get("unaddressed"):
