@@ -11,9 +11,10 @@ changed between releases (audit T, against each release's source):
 * KV cache sharding (`--enable-kv-cache-sharding`, 0.5.22 on, PD prefill only) widens the
   capacity by a factor the reported pool does not carry.
 
-The limit the engine states itself (`/server_info` `max_req_input_len`, a truncation warning)
-settles all of it: capacity is that limit + 6 (or the context binds, and no pool is short).
-The pool-gap detector, the over-length limit and the rollout gate all read capacity here.
+A plain pool (one rank, no sharding) is its own capacity. Otherwise the limit the engine states
+itself (`/server_info` `max_req_input_len`, a truncation warning) settles it: capacity is that
+limit + 6 (or the context binds, and no pool is short). The pool-gap detector, the over-length
+limit and the rollout gate all read capacity here.
 """
 
 from __future__ import annotations
