@@ -8,7 +8,11 @@ the first token arrives far sooner than reading such a prompt can take. Time is 
 skips work and is never an anomaly. Every timing a request carries is an upper bound on its
 prefill compute (prefill `forward_duration`, the OTLP prefill time or TTFT, decode
 `first_token_latency`, `e2e_latency`), so if *any* of them is below a floor, the prefill did
-not happen as claimed. Two floors:
+not happen as claimed. Where prefill's own forward time passes its floors, though, the prompt
+was computed, and the later timings, which carry the queue, answer to the physical floor alone
+(a floor learned from them over hours of backlog is no measure of a quiet hour: audit Z); a
+redone optimistic prefill (`attempts` > 0) is not timed by its forward time, the last
+attempt's alone. Two floors:
 
 * physical: about `2 x active parameters` FLOPs per uncached token at the GPUs' peak
   (`model_active_params`, `gpu_peak_flops`, GPUs = `gpus_per_node` or the prefill node's
@@ -297,14 +301,25 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 regimes[timing.node] = self._regime(timing.node, record, ctx)
         keys = [f"{t.node}|{t.source}{regimes[t.node]}" for t in timings]
         models = self.models_
+        floors: list[float | None] = []
+        for key in keys:
+            model = models.get(key) if judge_learned else None
+            floors.append(model.floor(uncached, cfg.safety_factor) if model is not None else None)
+        # Prefill's own forward time, where it passes its floors, says the prompt was computed:
+        # the later timings (time to first token, end to end) then answer to physics alone. They
+        # carry the queue, and a floor learned over hours of backlog put every honest answer of
+        # the quiet hour after it below (audit Z, 0.5.23 decode `first_token_latency`).
+        prefill_measured = any(
+            t.source == "prefill_forward"
+            and max(physical, f or 0.0) / max(t.seconds, _MIN_SECONDS) < cfg.threshold
+            for t, f in zip(timings, floors, strict=True)
+        )
         score, learned, worst = 0.0, None, timings[0]
         for index, timing in enumerate(timings):
             seconds = max(timing.seconds, _MIN_SECONDS)
-            floor = None
-            if judge_learned:
-                model = models.get(keys[index])
-                if model is not None:
-                    floor = model.floor(uncached, cfg.safety_factor)
+            floor = floors[index]
+            if prefill_measured and timing.source != "prefill_forward":
+                floor = None
             timing_score = physical / seconds
             if floor is not None:
                 timing_score = max(timing_score, floor / seconds)
@@ -369,7 +384,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         for side in record.sides:
             role = side.role
             if role == "prefill" or (role == "unified" and side is serving):
-                if role == "prefill":
+                if role == "prefill" and not side.attempts:
+                    # A redone optimistic prefill (`attempts` > 0) times only its last attempt,
+                    # over a prefix its first one cached and `cached_tokens` never counted
+                    # (audit Z, 0.5.19 `optimistic_release_and_requeue`): not a measure of it.
                     found.append(
                         ("prefill_forward", side.node, side.durations.get("forward_duration"))
                     )

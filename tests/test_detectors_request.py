@@ -757,6 +757,67 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
     assert evidence["learned_floor_seconds"] == pytest.approx(8.1 / 8, rel=0.05)
 
 
+def test_a_queue_learned_into_time_to_first_token_does_not_accuse_the_quiet_hour_after():
+    """Audit Z (0.5.23): decode's `first_token_latency` runs from when its tokenizer got the
+    request, so it carries prefill's queue. Hours of backlog (60 s waits) taught its floor; the
+    quiet hour's honest answers, 2.9 s for 48k tokens, fell 2.3x below it and were all called
+    exposures, while prefill's own forward time, the same 2.85 s, showed the prompt computed."""
+    detector = ImpossiblyFastPrefill(min_history=20, refit_every=10)
+    backlog = []
+    for k in range(40):
+        prompt = 33_000 + 1_400 * k
+        compute = 6e-5 * prompt
+        t = T + 100 + 30 * k
+        backlog += prefill_ok(100 + k, t, prompt, seconds=compute)
+        backlog += decode_answer(100 + k, t, prompt, ttft=compute + 60.0)
+    quiet = []
+    for k in range(5):
+        t = T + 4_000 + 60 * k
+        quiet += prefill_ok(200 + k, t, 48_000, seconds=2.85)
+        quiet += decode_answer(200 + k, t, 48_000, ttft=2.9)
+    stub = prefill_ok(9, T + 5_000, 400_000, seconds=0.02)
+    stub[1].fields["input_len"] = 1  # time stats of the stub prefill really ran
+    findings = run(
+        detector,
+        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("decode-0", "decode", T, 2_040_000),
+        backlog,
+        quiet,
+        stub,
+        decode_answer(9, T + 5_000, 400_000, ttft=0.3),
+    )
+    assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+
+
+def test_a_redone_optimistic_prefill_is_not_timed_by_its_last_attempt():
+    """Audit Z (0.5.19, `--optimistic-prefill-attempts`): a prefill that yielded mid-prompt
+    and was redone logs `attempts=1` and the forward time of the last attempt alone, 0.68 s for
+    118,000 tokens its first attempt had cached; `cached_tokens` stays 0. Against a 70B
+    model's physical floor (2.09 s) that was an exposure; the answer's own end-to-end time, over
+    both attempts, is the measure."""
+    detector = ImpossiblyFastPrefill(model_active_params=7e10)
+    redone = prefill_ok(5, T + 100, 118_000, seconds=0.68)
+    redone[1].fields["attempts"] = 1
+    healthy = run(
+        detector,
+        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("decode-0", "decode", T, 2_040_000),
+        redone,
+        decode_answer(5, T + 100, 118_000, ttft=14.0),
+    )
+    assert healthy == []
+    # The same time on a first attempt is faster than the hardware: still judged.
+    first = prefill_ok(6, T + 100, 118_000, seconds=0.68)
+    (finding,) = run(
+        ImpossiblyFastPrefill(model_active_params=7e10),
+        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("decode-0", "decode", T, 2_040_000),
+        first,
+        decode_answer(6, T + 100, 118_000, ttft=14.0),
+    )
+    assert finding.evidence["source"] == "prefill_forward"
+
+
 def test_requests_that_cannot_be_honest_do_not_teach_the_floor():
     detector = ImpossiblyFastPrefill(model_active_params=1e6, min_history=5)
     run(

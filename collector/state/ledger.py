@@ -699,6 +699,8 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         side.entry_time = (
             value if type(value) is float and value == value else _float(value, side.entry_time)
         )
+        value = get("attempts")
+        side.attempts = value if type(value) is int else _int(value, side.attempts)
         durations = side.durations
         for key in [key for key in fields if key.endswith("_duration")]:
             value = fields[key]
@@ -834,6 +836,7 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.cached_input_len = _newer(later.cached_input_len, side.cached_input_len)
         side.output_len = _newer(later.output_len, side.output_len)
         side.entry_time = _newer(later.entry_time, side.entry_time)
+        side.attempts = _newer(later.attempts, side.attempts)
         side.durations.update(later.durations)
     if later.role_hint is not None:
         side.role_hint = later.role_hint

@@ -48,6 +48,9 @@ class SideRecord:
     output_len: int | None = None
     entry_time: float | None = None
     durations: dict[str, float] = field(default_factory=dict)
+    # Earlier prefill attempts (time stats' `attempts=`): an optimistic prefill that yielded and
+    # was redone times only its last attempt, over a prefix its first one cached uncounted.
+    attempts: int | None = None
     rejected: bool = False
     reject_reason: str | None = None
     reject_input_tokens: int | None = None
