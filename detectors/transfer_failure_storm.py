@@ -13,6 +13,15 @@ twice the bar: a burst across their boundary). One finding per storm; a storm ou
 failures are the larger of the distinct rooms in `... transfer failed` / `... handshake failed`
 lines across the deployment, and the increase of `sglang:num_transfer_failed_reqs_total` plus
 `sglang:num_bootstrap_failed_reqs_total` summed over the nodes of one role (the larger role).
+
+A client's abort (`... Aborted by AbortReq.`) on an engine that holds an aborted transfer's pages
+until prefill's drain ack (deferred release: on by default from 0.5.21, MORI from 0.5.22) opens no
+race: each such hold ends drained, or timed out and said so, which `deferred_release_timeouts`
+judges. Those aborts are no storm here; a load test cancelled on a healthy fleet paged as one
+(audit H2, 0.5.23 `decode.py` `resolve_deferred_releases`). On such an engine the failure
+counters, which count aborts with the rest, are left to the holds' outcomes too. Transport and
+bootstrap failure lines, and everything on older engines or where deferred release is off or
+unknown, still count.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from collector.events import Event
 from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
+from detectors.engine_version import is_below, parse_version
 from detectors.finding import Finding
 from detectors.storm import (
     Episode,
@@ -151,6 +161,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
 
     def _fold(self, event: Event, ctx: DetectionContext) -> None:
         if event.kind == "transfer_failed":
+            if event.get("reason") == "aborted" and _holds_aborted_pages(event, ctx):
+                return  # a client's abort, its pages held until drained
             room = str(event.get("bootstrap_room") or f"{event.get('rid')}")
             rooms = self.window_.rooms.setdefault(event.node, set())
             if room not in rooms:
@@ -165,6 +177,11 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         if value is None:
             return
         delta = self._increase(event, value, ctx, scope=event.node)
+        if _holds_aborted_pages(event, ctx):
+            # Where every failed transfer's pages are held until drained, the counter (which
+            # counts clients' aborts with the rest) says nothing of the race: the holds'
+            # outcomes do (`deferred_release_timeouts`), and the lines tell aborts apart.
+            return
         labels = event.get("labels") or {}
         key = (str(signal), str(labels.get("dp_rank", "")))
         per_node = self.window_.metric.setdefault(event.node, {})
@@ -223,6 +240,21 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
                 "threshold": cfg.threshold,
             },
         )
+
+
+def _holds_aborted_pages(event: Event, ctx: DetectionContext) -> bool:
+    """Whether the node's engine holds an aborted transfer's pages until prefill's drain ack:
+    deferred release stated on, else on by default from 0.5.21 (MORI from 0.5.22)."""
+    config = ctx.config_at(event.node, event.time)
+    if config is None:
+        return False
+    if config.deferred_release is not None:
+        return config.deferred_release
+    version = config.version
+    if parse_version(version) is None:
+        return False
+    since = "0.5.22" if (config.transfer_backend or "").lower() == "mori" else "0.5.21"
+    return not is_below(version, since)
 
 
 def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:

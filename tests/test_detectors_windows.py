@@ -349,6 +349,56 @@ def test_transfer_failure_storm_fires_once_and_scattered_failures_do_not():
     assert finding.runbook == "KVWatchTransferFailureStorm"
 
 
+@pytest.mark.parametrize(
+    ("version", "extra", "reason", "storm"),
+    [
+        ("0.5.23", {}, "aborted", False),  # deferred release on by default: held, drained
+        ("0.5.21", {}, "aborted", False),
+        ("0.5.23", {"deferred_release": False}, "aborted", True),  # turned off
+        ("0.5.21", {"transfer_backend": "mori"}, "aborted", True),  # MORI from 0.5.22
+        ("0.5.19", {}, "aborted", True),  # the abort race is open
+        (None, {}, "aborted", True),  # not known to hold them
+        ("0.5.23", {}, "transport", True),  # not a client's abort
+    ],
+)
+def test_clients_aborts_on_an_engine_that_holds_their_pages_are_no_storm(
+    version: str | None, extra: dict[str, object], reason: str, storm: bool
+) -> None:
+    """Audit H2: a load test cancelled on a healthy 0.5.23 fleet, 40 aborts mid-transfer in a
+    minute, each hold drained, paged as a transfer-failure storm. Deferred release holds an
+    aborted transfer's pages until prefill's drain ack; what goes wrong then is a timeout,
+    which `deferred_release_timeouts` judges."""
+    config = [
+        ev(
+            "server_info",
+            "decode-0",
+            T,
+            **({"version": version} if version else {}),
+            disaggregation_mode="decode",
+            role="decode",
+            **extra,
+        )
+    ]
+    quiet = [failed(T + 600 + 1200 * k, k) for k in range(12)]
+    burst = [failed(T + 20_000 + k, 1000 + k) for k in range(40)]
+    for event in quiet + burst:
+        event.fields["reason"] = reason
+    findings = run(TransferFailureStorm(), config + quiet + burst)
+    assert bool(findings) is storm
+
+
+@pytest.mark.parametrize(("version", "storm"), [("0.5.23", False), ("0.5.19", True)])
+def test_the_failure_counter_of_an_engine_that_holds_their_pages_is_left_to_the_holds(
+    version: str, storm: bool
+) -> None:
+    """Audit H2: with `.prom` every five minutes the counter, which counts clients' aborts with
+    the rest, paged the same cancelled load test in the window after its lines."""
+    config = [ev("server_info", "decode-0", T, version=version, role="decode")]
+    counters = [failures_counter(T + 300 * k, 1.0 * k) for k in range(12)]
+    counters.append(failures_counter(T + 3_900, 60.0))
+    assert bool(run(TransferFailureStorm(), config + counters)) is storm
+
+
 def test_a_failed_request_logged_by_both_sides_counts_once():
     def both_sides(rooms: int) -> list[Event]:
         return [

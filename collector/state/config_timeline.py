@@ -891,9 +891,10 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     shards = shard_count(event.get("dcp_size"))
     if shards is not None:
         changes["dcp_size"] = shards
-    sharding = event.get("kv_cache_sharding")
-    if isinstance(sharding, bool):
-        changes["kv_cache_sharding"] = sharding
+    for field in ("kv_cache_sharding", "deferred_release"):
+        stated = event.get(field)
+        if isinstance(stated, bool):
+            changes[field] = stated
     role = _role_from_mode(event.get("disaggregation_mode"), mode_present=_states_mode(event))
     if role is not None:
         changes["role"] = role
@@ -1085,6 +1086,8 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["dcp_size"] = shard_count(get("dcp_size"))
         sharding = get("kv_cache_sharding")
         facts["kv_cache_sharding"] = sharding if isinstance(sharding, bool) else None
+        deferred = get("deferred_release")
+        facts["deferred_release"] = deferred if isinstance(deferred, bool) else None
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["page_size"] = _as_int(get("page_size"))
