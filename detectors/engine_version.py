@@ -107,6 +107,21 @@ def version_verdict(
     return VersionVerdict(severity, tuple(reasons))
 
 
+def holds_aborted_pages(
+    version: str | None, *, backend: str | None, policy: VersionPolicy | None = None
+) -> bool | None:
+    """Whether a release holds an aborted transfer's pages until prefill's drain ack by default
+    (deferred KV release, the abort-race fix: MORI only from its own fix); None when the
+    version does not parse."""
+    parsed = parse_version(version)
+    if parsed is None:
+        return None
+    rules = policy if policy is not None else VersionPolicy()
+    name = (backend or "").strip().lower()
+    fixed = rules.mori_fixed if name == "mori" else rules.abort_race_fixed
+    return not is_below(parsed, fixed)
+
+
 def is_below(version: str | EngineVersion | None, threshold: str) -> bool:
     """True when `version` parses and sorts before `threshold`."""
     parsed = version if isinstance(version, EngineVersion) else parse_version(version)

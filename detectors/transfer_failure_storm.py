@@ -35,7 +35,7 @@ from collector.events import Event
 from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
-from detectors.engine_version import is_below, parse_version
+from detectors.engine_version import holds_aborted_pages
 from detectors.finding import Finding
 from detectors.storm import (
     Episode,
@@ -250,11 +250,7 @@ def _holds_aborted_pages(event: Event, ctx: DetectionContext) -> bool:
         return False
     if config.deferred_release is not None:
         return config.deferred_release
-    version = config.version
-    if parse_version(version) is None:
-        return False
-    since = "0.5.22" if (config.transfer_backend or "").lower() == "mori" else "0.5.21"
-    return not is_below(version, since)
+    return holds_aborted_pages(config.version, backend=config.transfer_backend) is True
 
 
 def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:
