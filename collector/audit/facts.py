@@ -20,6 +20,18 @@ from collector.events import iso_time
 MAX_PLAUSIBLE_TOKENS: Final = 10**12
 # Field -> the word the node's line uses for it.
 _TOKEN_FIELDS: Final = {"pool_tokens": "pool", "context_len": "context"}
+# The configuration facts both sources state, by NodeFacts field: files through the
+# configuration timeline, live endpoints through `/server_info` and the rest.
+CONFIG_FIELDS: Final = (
+    "role",
+    "pool_tokens",
+    "dcp_size",
+    "kv_cache_sharding",
+    "max_req_input_len",
+    "context_len",
+    "transfer_backend",
+    "kv_checksum",
+)
 
 
 @dataclass

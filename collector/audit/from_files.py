@@ -27,7 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts, mode_doubt
+from collector.audit.facts import (
+    CONFIG_FIELDS,
+    ChecksumEvidence,
+    Deployment,
+    NodeFacts,
+    mode_doubt,
+)
 from collector.events import Event
 from collector.files import ReadStats, TelemetryFile, discover, is_export, read_lines
 from collector.parse import (
@@ -54,17 +60,8 @@ _CONFIG_KINDS: Final = frozenset(
 _ROLE_HINT_KINDS: Final = frozenset(
     {"prefill_batch", "decode_batch", "request_time_stats", "request_trace"}
 )
-_MERGED_FIELDS: Final = (
-    "role",
-    "model",
-    "pool_tokens",
-    "dcp_size",
-    "kv_cache_sharding",
-    "max_req_input_len",
-    "context_len",
-    "transfer_backend",
-    "kv_checksum",
-)
+# The timeline's version is judged per generation (`_Generation.version`); its model is merged.
+_MERGED_FIELDS: Final = ("model", *CONFIG_FIELDS)
 _MAX_SOURCES: Final = 8
 # Set by `_mode_checked` on a server_info event whose document states a mode of the wrong type.
 _ROLE_DOUBT: Final = "audit_role_doubt"

@@ -13,24 +13,15 @@ from pathlib import Path
 
 import httpx
 
-from collector.audit.facts import Deployment, NodeFacts
+from collector.audit.facts import CONFIG_FIELDS, Deployment, NodeFacts
 from collector.audit.from_files import gather
 from collector.audit.live import Target, fetch_facts
 from collector.audit.policy import AuditPolicy, judge_node
 from collector.audit.report import AuditReport
 from collector.parse import ParseStats
 
-_LIVE_FIELDS = (
-    "role",
-    "version",
-    "pool_tokens",
-    "dcp_size",
-    "kv_cache_sharding",
-    "max_req_input_len",
-    "context_len",
-    "transfer_backend",
-    "kv_checksum",
-)
+# What the engine states now overrides the files; its version too.
+_LIVE_FIELDS = ("version", *CONFIG_FIELDS)
 
 
 def audit(
