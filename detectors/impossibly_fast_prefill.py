@@ -26,8 +26,11 @@ attempt's alone. Two floors:
   moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
   learned floor is conservative (2% quantile, divided by 8), judges only long prompts
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
-  measures the answer's length. A node learns one floor per model and tensor-parallel size
-  it ran: after a restart onto a smaller model or more GPUs, the old speed is not its history.
+  measures the answer's length. For timings that carry the queue (time to first token), the
+  line keeps its slope and drops a positive intercept: the queue is a cost per request, so
+  hours of backlog must not raise the floor of the quiet hour after. A node learns one floor
+  per model and tensor-parallel size it ran: after a restart onto a smaller model or more
+  GPUs, the old speed is not its history.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
@@ -60,6 +63,9 @@ SOURCES: Final = (
     "e2e_latency",
 )
 _MIN_SECONDS: Final = 1e-6
+# Timings from the request's arrival on a node that did not compute its prompt: they carry the
+# queue before the prefill (`FloorModel.judged_line`).
+QUEUED_SOURCES: Final = frozenset({"trace_ttft", "first_token_latency", "e2e_latency"})
 
 
 class ImpossiblyFastPrefillConfig(DetectorConfig):
@@ -126,10 +132,25 @@ class FloorModel:
         self.last_fit: float | None = None
         self.fits = 0
 
-    def floor(self, tokens: float, safety_factor: float) -> float | None:
+    def judged_line(self, queued: bool) -> tuple[float, float] | None:
+        """(intercept, slope) of the line timings are judged by, before the safety factor.
+
+        For a timing that carries the queue (`QUEUED_SOURCES`), the line keeps its slope and
+        drops a positive intercept: a wait is a cost per request, not per token, and hours of
+        backlog put minutes of it into every sample (audit Z: 60 s of queue in each answer
+        made every honest answer of the quiet hour after an exposure). A stub answers in the
+        same short time whatever the prompt, so the slope alone still finds it.
+        """
         if self.coef is None:
             return None
         intercept, slope = self.coef
+        return (min(intercept, 0.0) if queued else intercept), slope
+
+    def floor(self, tokens: float, safety_factor: float, queued: bool = False) -> float | None:
+        line = self.judged_line(queued)
+        if line is None:
+            return None
+        intercept, slope = line
         return max(intercept + slope * tokens, 0.0) / safety_factor
 
     def add(self, tokens: float, seconds: float, now: float | None, cfg: Any) -> None:
@@ -246,7 +267,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         model = self.models_.get(f"{timing.node}|{timing.source}")
         if model is None:
             return None
-        return model.floor(timing.uncached_tokens, self.config.safety_factor)
+        queued = timing.source in QUEUED_SOURCES
+        return model.floor(timing.uncached_tokens, self.config.safety_factor, queued)
 
     def _score(self, timing: Timing) -> tuple[float, float, float | None]:
         seconds = max(timing.seconds, _MIN_SECONDS)
@@ -302,9 +324,13 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         keys = [f"{t.node}|{t.source}{regimes[t.node]}" for t in timings]
         models = self.models_
         floors: list[float | None] = []
-        for key in keys:
+        for key, timing in zip(keys, timings, strict=True):
             model = models.get(key) if judge_learned else None
-            floors.append(model.floor(uncached, cfg.safety_factor) if model is not None else None)
+            floors.append(
+                model.floor(uncached, cfg.safety_factor, timing.source in QUEUED_SOURCES)
+                if model is not None
+                else None
+            )
         # Prefill's own forward time, where it passes its floors, says the prompt was computed:
         # the later timings (time to first token, end to end) then answer to physics alone. They
         # carry the queue, and a floor learned over hours of backlog put every honest answer of

@@ -789,6 +789,30 @@ def test_a_queue_learned_into_time_to_first_token_does_not_accuse_the_quiet_hour
     assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
 
 
+def test_a_queue_in_time_to_first_token_without_prefill_timings_does_not_accuse_the_quiet_hour():
+    """Audit Z's backlog with prefill's time stats off, or its logs gone: decode's time to
+    first token is the only timing. Sixty seconds of queue in every backlog answer taught its
+    floor a fixed cost that no prompt of the quiet hour after could meet (30 of 30 honest
+    answers were exposures). The queue is a cost per request, not per token: the learned line
+    keeps its slope, and a stub answered in 0.3 s for 400k tokens is still far below it."""
+    backlog, quiet = [], []
+    for k in range(40):
+        prompt = 33_000 + 1_400 * k
+        backlog += decode_answer(100 + k, T + 100 + 30 * k, prompt, ttft=6e-5 * prompt + 60.0)
+    for k in range(5):
+        quiet += decode_answer(200 + k, T + 4_000 + 60 * k, 48_000, ttft=2.9)
+    findings = run(
+        ImpossiblyFastPrefill(min_history=20, refit_every=10),
+        boot("decode-0", "decode", T, 2_040_000),
+        backlog,
+        quiet,
+        decode_answer(9, T + 5_000, 400_000, ttft=0.3),
+    )
+    assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+    # 6e-5 s a token, over the safety factor of 8: 3 s at 400k tokens.
+    assert findings[0].evidence["learned_floor_seconds"] == pytest.approx(3.0, rel=0.05)
+
+
 def test_a_redone_optimistic_prefill_is_not_timed_by_its_last_attempt():
     """Audit Z (0.5.19, `--optimistic-prefill-attempts`): a prefill that yielded mid-prompt
     and was redone logs `attempts=1` and the forward time of the last attempt alone, 0.68 s for

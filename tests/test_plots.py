@@ -20,7 +20,7 @@ from collector.events import Event, parse_iso_time
 from collector.forensics import driver, plots
 from collector.forensics.driver import DEFERRED_BIN_WIDTHS, MAX_DEFERRED_BINS, _Evidence
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
-from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
+from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill, Timing
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -278,11 +278,11 @@ def test_the_driver_takes_the_learned_floors_of_time_to_first_token() -> None:
         ("decode-1", "first_token_latency"),
     ]
     for floor in floors:
-        model = det.models_[f"{floor.node}|{floor.source}"]
-        # The line the detector judges by: the fit divided by the safety factor.
-        assert floor.seconds_per_token(100_000) * 100_000 == pytest.approx(
-            model.floor(100_000, 8.0)
-        )
+        # The line the detector judges by: the fit divided by the safety factor, without the
+        # half second every sample waited (time to first token carries the queue).
+        judged = det.learned_floor(Timing(floor.source, floor.node, 1.0, 100_000, 8))
+        assert floor.seconds_per_token(100_000) * 100_000 == pytest.approx(judged)
+        assert floor.intercept == 0.0
         assert floor.min_uncached_tokens == det.config.learned_min_uncached_tokens
     assert driver._learned_floors(ImpossiblyFastPrefill()) == []  # nothing learned yet
     assert driver._learned_floors(ImpossiblyFastPrefill(learn=False)) == []

@@ -63,7 +63,7 @@ from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
-from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
+from detectors.impossibly_fast_prefill import QUEUED_SOURCES, ImpossiblyFastPrefill
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
@@ -728,8 +728,9 @@ def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
     fitted: dict[str, dict[str, tuple[float, float]]] = {}
     for key, model in det.models_.items():
         node, _, source = key.rpartition("|")
-        if model.coef is not None and source in _TTFT_SOURCES:
-            fitted.setdefault(node, {})[source] = model.coef
+        line = model.judged_line(source in QUEUED_SOURCES)
+        if line is not None and source in _TTFT_SOURCES:
+            fitted.setdefault(node, {})[source] = line
     floors = []
     for node, by_source in sorted(fitted.items()):
         source = next(s for s in _TTFT_SOURCES if s in by_source)
