@@ -119,6 +119,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         nodes_not_judged_line,
         not_judged_line,
         outcome_unknown_line,
+        pd_role_missing_line,
         too_late_line,
         unattributed_exports_line,
         undated_line,
@@ -189,7 +190,12 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         return 1
     # Refused requests whose answer, if any, is not in the logs, files that could not be read,
     # or requests no node could be found for (not judged against a pool): not an all-clear.
-    unjudged = (outcome_unknown_line, unread_files_line, unattributed_exports_line)
+    unjudged = (
+        pd_role_missing_line,
+        outcome_unknown_line,
+        unread_files_line,
+        unattributed_exports_line,
+    )
     if nothing_found and (reason := first_said(summary, unjudged)):
         return _not_judged(err, reason)
     if nothing_found and answering_not_judged(summary):

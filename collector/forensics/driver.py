@@ -43,6 +43,7 @@ from collector.forensics.report import (
     not_judged_reason,
     outcome_unknown_line,
     passed_over_line,
+    pd_role_missing_line,
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
@@ -138,6 +139,12 @@ class _Evidence:
         self.exposed_later: dict[str, set[str]] = {}
         # Refused requests decode received and logged no end for (`UNKNOWN_OUTCOME`).
         self.refused_outcome_unknown = 0
+        # PD requests (a room) judged; the nodes of each role; and the requests prefill refused
+        # (or ran as one-token stubs) of which no decode side was read, a few rooms named.
+        self.pd_requests = 0
+        self.pd_nodes: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+        self.refused_without_decode = 0
+        self.refused_without_decode_rooms: list[str] = []
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -181,6 +188,9 @@ class _Evidence:
             self.unattributed += 1
         self.judged_nodes.update(side.node for side in record.sides)
         self.traced_nodes.update(side.node for side in record.sides if side.traced_only)
+        room = record.bootstrap_room
+        if room is not None:
+            self._pd_request(record, room)
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -198,6 +208,23 @@ class _Evidence:
         self._sample_timing(record, bool(exposed_by))
         if self.parquet is not None:
             self.parquet.add(record, exposed_by)
+
+    def _pd_request(self, record: RequestRecord, room: str) -> None:
+        self.pd_requests += 1
+        decode_seen = False
+        for side in record.sides:
+            nodes = self.pd_nodes.get(side.role or "")
+            if nodes is not None:
+                nodes.add(side.node)
+                decode_seen = decode_seen or side.role == "decode"
+        # A one-token stub is what 0.5.19 makes of a prompt it refused, with or without the
+        # refusal line (audit Y); without decode's side, nothing says the prompt was longer.
+        prefill = record.prefill
+        refused = record.prefill_refused or (prefill is not None and prefill.stub)
+        if refused and not decode_seen:
+            self.refused_without_decode += 1
+            if len(self.refused_without_decode_rooms) < 3:
+                self.refused_without_decode_rooms.append(room)
 
     def _sample_timing(self, record: RequestRecord, exposed: bool) -> None:
         prompt = record.prompt_tokens
@@ -601,8 +628,37 @@ def build_summary(
             "nodes_not_judged": nodes_not_judged(
                 stats, nodes, evidence.judged_nodes, evidence.traced_nodes
             ),
+            "pd_role_missing": pd_role_missing(evidence, nodes),
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
+    }
+
+
+def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any] | None:
+    """The half of a PD deployment none of whose nodes is in the input, beside the other's
+    (None when both are, or neither). Without decode, no response a client got was read, and
+    whether decode answered what prefill refused (on releases before 0.5.22 it did, from
+    stale pages) cannot be told; without prefill, no refusal and no prefill pool is seen, and
+    decode's answers are judged by their timing alone (audit R: one half's logs alone gave
+    "no exposed responses found" over a 912,384-token answer)."""
+    if not evidence.pd_requests:
+        return None
+    present = {role: set(found) for role, found in evidence.pd_nodes.items()}
+    for node, info in nodes.items():
+        role = (info or {}).get("role")
+        if role in present:
+            present[role].add(node)
+    missing = [role for role, found in present.items() if not found]
+    if len(missing) != 1:
+        return None
+    (role,) = missing
+    other = "decode" if role == "prefill" else "prefill"
+    return {
+        "role": role,
+        "present": sorted(present[other]),
+        "requests": evidence.pd_requests,
+        "refused": evidence.refused_without_decode,
+        "refused_rooms": list(evidence.refused_without_decode_rooms),
     }
 
 
@@ -805,6 +861,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("PASSED OVER: ", passed_over_line),
         ("UNDATED: ", _undated_beside_exposures),
         ("OUTCOME UNKNOWN: ", _outcome_unknown_beside_exposures),
+        ("HALF MISSING: ", _pd_role_missing_beside_exposures),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("NEWEST FIRST: ", newest_first_line),
@@ -835,6 +892,11 @@ def _undated_beside_exposures(summary: dict[str, Any]) -> str:
 def _outcome_unknown_beside_exposures(summary: dict[str, Any]) -> str:
     """`outcome_unknown_line` when exposures were found all the same."""
     return outcome_unknown_line(summary) if summary["exposure"]["count"] else ""
+
+
+def _pd_role_missing_beside_exposures(summary: dict[str, Any]) -> str:
+    """`pd_role_missing_line` when exposures were found all the same."""
+    return pd_role_missing_line(summary) if summary["exposure"]["count"] else ""
 
 
 def stderr_is_terminal() -> bool:

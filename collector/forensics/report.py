@@ -361,6 +361,43 @@ def not_judged_line(summary: dict[str, Any]) -> str:
     return f"{said}; whether responses were exposed cannot be told from this input."
 
 
+def pd_role_missing_line(summary: dict[str, Any]) -> str:
+    """One half of a PD deployment absent from the input (`requests.pd_role_missing`): what
+    no verdict here can cover without it."""
+    missing = summary["requests"].get("pd_role_missing")
+    if not missing:
+        return ""
+    present = _names(missing["present"])
+    if missing["role"] == "prefill":
+        count = missing["requests"]
+        noun = "answer was" if count == 1 else "answers were"
+        return (
+            f"no prefill node's logs are in the input, only decode's ({present}): refusals and "
+            f"prefill's pool are not seen, so decode's {count:,} PD {noun} judged by their "
+            "timing alone."
+        )
+    refused = missing["refused"]
+    said = (
+        f"no decode node's logs are in the input, only prefill's ({present}): no response a "
+        "client got was read"
+    )
+    if not refused:
+        return said + "."
+    rooms = ", ".join(f"room {room}" for room in missing["refused_rooms"])
+    more = f" and {refused - len(missing['refused_rooms']):,} more" if refused > 3 else ""
+    noun, it = ("request", "it") if refused == 1 else ("requests", "them")
+    return (
+        f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs "
+        f"({rooms}{more}): whether decode answered {it} (before 0.5.22 it did, from other "
+        "requests' KV) is not in this input."
+    )
+
+
+def _names(nodes: list[str]) -> str:
+    shown = ", ".join(nodes[:3])
+    return shown + (f" and {len(nodes) - 3:,} more" if len(nodes) > 3 else "")
+
+
 def outcome_unknown_line(summary: dict[str, Any]) -> str:
     """Refused requests decode received and logged no end for: whether it answered them (from
     stale pages) is not in the logs, so no verdict on them is an all-clear."""
@@ -539,6 +576,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
         (
             undated_line,
             too_late_line,
+            pd_role_missing_line,
             outcome_unknown_line,
             unread_files_line,
             unattributed_exports_line,
@@ -669,6 +707,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
     if exposure["count"] and outcome_unknown_line(summary):
         lines.append(f"Outcome unknown: {outcome_unknown_line(summary)}")
+    if exposure["count"] and pd_role_missing_line(summary):
+        lines.append(f"Half the deployment missing: {pd_role_missing_line(summary)}")
     # What the input itself says, each said only when it applies.
     for said in (
         abort_signals_line,

@@ -51,6 +51,12 @@ SIDE_SOURCE_KINDS: Final = LEDGER_KINDS - {"request_trace"}
 REQUEST_SIDE: Final = "request_side"
 SIDE_INPUT_KINDS: Final = frozenset({REQUEST_SIDE, "request_trace"})
 HEALTH_PREFIX: Final = "HEALTH_CHECK"
+# The bootstrap host of a transfer that never leaves its node (SGLang's
+# `disaggregation.utils.FAKE_BOOTSTRAP_HOST`): warmups (room = DP rank), health checks and
+# benchmarks (room 0). Every node and every restart reuses those rooms, so they join nothing.
+FAKE_BOOTSTRAP_HOST: Final = "2.2.2.2"
+# Nodes' rids of fake transfers remembered, for their lines that do not name the host.
+_MAX_FAKE_RIDS: Final = 4096
 _PD_PAIR: Final = frozenset({"prefill", "decode"})
 _NO_ROLE: Final = frozenset({None})
 _ROLES: Final = ("prefill", "decode", "unified")
@@ -161,6 +167,8 @@ class RequestLedger:
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
+        # (node, rid) of fake transfers (`FAKE_BOOTSTRAP_HOST`), read from events, not sides.
+        self._fake: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._spans_seen = False
         self._heap: list[tuple[float, int, str]] = []
         self._seq = 0
@@ -206,7 +214,7 @@ class RequestLedger:
             # Ids were read and health checks dropped where the side was folded.
             part = fields["side"]
             rid = part.rid
-            room = fields.get("room")
+            room = fields.get("room") if part.bootstrap_host != FAKE_BOOTSTRAP_HOST else None
             if part.last_time is not None:
                 time = part.last_time
         else:
@@ -221,6 +229,8 @@ class RequestLedger:
                 room = (room.strip() or None) if type(room) is str else text_or_none(room)
         node = event.node
         node_rid = (node, rid or "")
+        if room is not None and kind != REQUEST_SIDE and self._fake_transfer(node_rid, fields):
+            room = None
         if room is not None:
             key = room
             if rid is not None:
@@ -288,6 +298,17 @@ class RequestLedger:
             entry.last_time = time
         self._schedule(entry)
         return True
+
+    def _fake_transfer(self, node_rid: tuple[str, str], fields: dict[str, Any]) -> bool:
+        """The line is of a transfer that never left its node (`FAKE_BOOTSTRAP_HOST`): it
+        names the host, or an earlier line of its rid on the node did."""
+        fake = self._fake
+        if fields.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST and node_rid[1]:
+            fake[node_rid] = None
+            if len(fake) > _MAX_FAKE_RIDS:
+                fake.popitem(last=False)
+            return True
+        return node_rid in fake
 
     def advance(self, now: float) -> list[RequestRecord]:
         """Emit every request whose wait is over at event time `now`."""
@@ -529,10 +550,22 @@ class RequestLedger:
                 if side.role is None:
                     side.role = "unified"
             return
-        known = {s.role for s in sides if s.role is not None}
         unknown = [s for s in sides if s.role is None]
         if not unknown:
             return
+        for side in unknown:
+            # The same engine under a second name: its request lines written apart from its
+            # stdout (`--log-requests-target DIR`), the stdout's side of the rid known. Taken
+            # only when the side also ends as that role does: a router may give both halves
+            # one rid, and decode then ends with its answer (audit R: prefill's request-log
+            # files alone made 7 of prefill's own stubs "decode answers").
+            role = "prefill" if _ends_as_prefill(side) else "decode"
+            if side.rid and any(s.rid == side.rid and s.role == role for s in sides):
+                side.role = role
+        unknown = [s for s in unknown if s.role is None]
+        if not unknown:
+            return
+        known = {s.role for s in sides if s.role is not None}
         if len(sides) > 2 and len(unknown) > 1 and known <= {"prefill", "decode"}:
             # More sides than a room's two halves: a node's lines split over two files under two
             # names (`--log-requests-target DIR` writes its Receive and Finish lines to
@@ -552,6 +585,10 @@ class RequestLedger:
                 unknown, key=lambda s: (not s.refused, s.end_time if s.end_time else 0.0)
             )
             first.role, second.role = "prefill", "decode"
+        elif not known and len(unknown) == 1 and _ends_as_prefill(unknown[0]):
+            # A room's one side, ending as only prefill ends: its request lines apart from the
+            # node's stdout, where the refusal was (audit R), and no decode log in the input.
+            unknown[0].role = "prefill"
 
     # -- persistence ---------------------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""One half of a PD deployment in the input: never an all-clear, never the other half's answer.
+
+From a responder's audit (R): the reference incident with decode's log alone said "no exposed
+responses found" over a 912,384-token answer; with prefill's alone it said the same over the
+refusal; and prefill's request lines written apart from its stdout (`--log-requests-target
+DIR`), without any decode log, made seven of prefill's own stubs "decode answers". Warmups,
+which every node sends itself through a fake transfer in rooms 0 to DP-1, joined across nodes
+into one request and counted as late lines at each restart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from collector.events import Event
+from collector.forensics.driver import SCHEMA_PATH, run_forensics
+from collector.state.ledger import FAKE_BOOTSTRAP_HOST, LedgerConfig, RequestLedger
+
+REFERENCE = Path(__file__).parent / "testdata" / "reference_incident"
+EXPOSED_ROOM = "5523401987766512300"
+PREFILL_STUB_RID = "b2e1d4f3c5a6b7988877665544332222"
+
+
+def _half(tmp_path: Path, keep: str) -> Path:
+    case = tmp_path / keep
+    case.mkdir()
+    shutil.copy(REFERENCE / f"{keep}-0.log", case / f"{keep}-0.log")
+    return case
+
+
+def _valid(summary: dict[str, object]) -> None:
+    jsonschema.validate(json.loads(json.dumps(summary)), json.loads(SCHEMA_PATH.read_text()))
+
+
+def _forensics(case: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", str(case), "--out", str(out)]
+        + ["--quiet", "--no-parquet"],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
+    case = _half(tmp_path, "decode")
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert summary["exposure"]["count"] == 0  # nothing in decode's log alone shows the leak
+    _valid(summary)
+    assert summary["requests"]["pd_role_missing"] == {
+        "role": "prefill",
+        "present": ["decode-0"],
+        "requests": 2,
+        "refused": 0,
+        "refused_rooms": [],
+    }
+    done = _forensics(case, tmp_path / "cli")
+    assert done.returncode == 2
+    assert "no exposed responses found" not in done.stdout
+    said = "NOT JUDGED: no prefill node's logs are in the input, only decode's (decode-0)"
+    assert said in done.stdout and said in done.stderr
+    assert "judged by their timing alone" in done.stdout
+
+
+def test_prefill_logs_alone_name_the_refusals_whose_answer_is_not_in_the_input(
+    tmp_path: Path,
+) -> None:
+    case = _half(tmp_path, "prefill")
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    _valid(summary)
+    missing = summary["requests"]["pd_role_missing"]
+    assert (missing["role"], missing["refused"], missing["refused_rooms"]) == (
+        "decode",
+        1,
+        [EXPOSED_ROOM],
+    )
+    done = _forensics(case, tmp_path / "cli")
+    assert done.returncode == 2
+    assert "NOT JUDGED: no decode node's logs are in the input" in done.stdout
+    assert f"prefill refused 1 request or ran it as one-token stubs (room {EXPOSED_ROOM})" in (
+        done.stdout
+    )
+    assert "Not judged: no decode node's logs" in (tmp_path / "cli" / "report.md").read_text()
+
+
+def test_both_halves_say_nothing_of_a_missing_half(tmp_path: Path) -> None:
+    summary = run_forensics([str(REFERENCE)], tmp_path / "out", write_parquet=False).summary
+    assert summary["exposure"]["count"] == 1
+    assert summary["requests"]["pd_role_missing"] is None
+
+
+def test_prefill_request_lines_apart_from_its_stdout_are_never_a_decode_answer(
+    tmp_path: Path,
+) -> None:
+    """Prefill's Receive and Finish lines in `<host>_<rank>.log`, its refusal and time stats
+    in its stdout: the two files are two node names for one engine, and with no decode log
+    the refused request was answered by nobody in the input."""
+    case = tmp_path / "case"
+    (case / "prefill-0-requests").mkdir(parents=True)
+    prefill = (REFERENCE / "prefill-0.log").read_text().splitlines(keepends=True)
+    request_lines = [line for line in prefill if re.search(r"\] (Receive|Finish): ", line)]
+    (case / "prefill-0.log").write_text(
+        "".join(line for line in prefill if line not in request_lines)
+    )
+    (case / "prefill-0-requests" / "sglang-prefill-0-6f7d9_0.log").write_text(
+        "".join(request_lines)
+    )
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert summary["exposure"]["count"] == 0
+    assert not [f for f in summary["findings"] if f["severity"] == "critical" and f["rid"]]
+    missing = summary["requests"]["pd_role_missing"]
+    assert missing is not None and missing["role"] == "decode"
+    assert missing["refused_rooms"] == [EXPOSED_ROOM]
+
+
+def _line(kind: str, node: str, time: float, **fields: object) -> Event:
+    return Event(kind, node, time, f"{node}.log:1", dict(fields))
+
+
+def test_warmups_through_a_fake_transfer_join_no_other_node() -> None:
+    """Each node's warmup (room = DP rank) and health check (room 0) name SGLang's fake
+    bootstrap host; the same rooms come back on every node at every restart."""
+    ledger = RequestLedger(LedgerConfig(settle_seconds=1.0))
+    records = []
+    for restart, t in enumerate((100.0, 5_000.0)):
+        for node in ("prefill-0", "prefill-1", "decode-0"):
+            for rank in range(2):
+                rid = f"w{restart}{node}{rank}"
+                fake = {"bootstrap_host": FAKE_BOOTSTRAP_HOST, "bootstrap_room": rank}
+                ledger.add(_line("request_received", node, t, rid=rid, **fake))
+                ledger.add(
+                    _line(
+                        "request_time_stats", node, t + 0.1, rid=rid, bootstrap_room=rank,
+                        input_len=4, output_len=1,
+                    )
+                )  # fmt: skip
+                ledger.add(
+                    _line(
+                        "request_finished", node, t + 0.2, rid=rid, prompt_tokens=4,
+                        completion_tokens=1, finish_type="length", **fake,
+                    )
+                )  # fmt: skip
+        records += ledger.advance(t + 1_000)
+    records += ledger.drain()
+    assert len(records) == 12  # one per node, rank and restart
+    assert all(r.bootstrap_room is None and len(r.sides) == 1 for r in records)
+    assert ledger.stats.late_events == 0
