@@ -309,6 +309,11 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         uncached = record.uncached_tokens
         if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
+        if serving.embedding and record.cached_tokens is None:
+            # Its prefix-cache hits are never stated: a reward model scoring sixteen answers
+            # to one long prompt is fast on the shared prefix (audit H3: 69 honest scores were
+            # exposures).
+            return []
         timings = self._timings(record, uncached, ctx)
         if not timings:
             return []

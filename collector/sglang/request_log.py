@@ -464,7 +464,15 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     _note_address(fields, address)
     if streamed is not None:
         fields["streamed"] = streamed
+    if message.startswith(_EMBEDDING_FINISH):
+        fields["embedding"] = True
     return fields
+
+
+# An embedding, reward or classification request's finish: SGLang writes no `cached_tokens`
+# into its meta_info, however much of the prompt the prefix cache held (0.5.19 and 0.5.23
+# `TokenizerManager._handle_batch_output` add it to generation outputs only).
+_EMBEDDING_FINISH: Final = "Finish: obj=EmbeddingReqInput("
 
 
 def read_meta_fields(meta_text: str) -> tuple[dict[str, Any], list[Slot] | None]:

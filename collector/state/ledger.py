@@ -697,6 +697,8 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         streamed = get("streamed")
         if type(streamed) is bool:
             side.streamed = streamed
+        if get("embedding") is True:
+            side.embedding = True
         value = get("status_code")
         side.status_code = value if type(value) is int or value is None else _int(value, None)
         message = get("finish_message")
@@ -863,6 +865,7 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.finish_type = later.finish_type
         if later.streamed is not None:
             side.streamed = later.streamed
+        side.embedding = side.embedding or later.embedding
         side.status_code = later.status_code
         side.finish_message = later.finish_message
         side.e2e_latency = _newer(later.e2e_latency, side.e2e_latency)

@@ -79,6 +79,9 @@ class SideRecord:
     # The client asked for tokens as they were made (`stream=True`): what was made before an
     # abort reached it.
     streamed: bool | None = None
+    # An embedding, reward or classification request (`EmbeddingReqInput`): its finish never
+    # states `cached_tokens`, so a missing count is unknown, not zero.
+    embedding: bool = False
     # A line of a log, an export or a snapshot named the request on this node (else only a
     # trace span did, by its server's name in traces).
     logged: bool = False
