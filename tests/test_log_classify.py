@@ -152,6 +152,24 @@ def test_an_abort_of_a_request_already_finished_is_noise_not_drift() -> None:
 
 
 @pytest.mark.parametrize(
+    "message",
+    [
+        "Update engine weights online from disk begin. avail mem=10.62 GB",
+        "Update weights end.",
+        "Cache flushed successfully!",
+        "Cache not flushed because there are pending requests. #queue-req: 3, #running-req: 12",
+        "init custom process group: master_address=10.0.0.5, master_port=29600, rank_offset=1, "
+        "rank=1, world_size=9, group_name=rl_weights, backend=nccl",
+    ],
+)
+def test_updating_weights_in_place_is_noise_not_drift(message: str) -> None:
+    """Audit H3: a reinforcement-learning fleet updating weights between rollouts logs these
+    every few minutes (0.5.19 and 0.5.23 `weight_updater.py`, `Scheduler.flush_cache`)."""
+    line = f"[2026-11-11 08:15:02 TP0] {message}"
+    assert LineParser("decode-0").parse(line, "d.log:1") == ("noise:weight_update", None)
+
+
+@pytest.mark.parametrize(
     "head",
     [
         # `%(asctime)s %(levelname)s %(name)s: %(message)s`

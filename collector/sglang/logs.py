@@ -222,6 +222,14 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Received sigquit", _engine_error("child_failed")),
     Rule("Health check failed", _engine_error("health_check_failed")),
     Rule("Load weight ", _noise("startup")),
+    # Weights updated in place (reinforcement learning between rollouts; 0.5.19 and 0.5.23
+    # `weight_updater.py`, `Scheduler.flush_cache`): the served model's business, not drift
+    # (audit H3: 1,656 such lines of one case were "unrecognised engine lines").
+    Rule("Update engine weights online from disk begin", _noise("weight_update")),
+    Rule("Update weights end", _noise("weight_update")),
+    Rule("init custom process group", _noise("weight_update")),
+    Rule("Cache flushed successfully", _noise("weight_update")),
+    Rule("Cache not flushed because there are pending requests", _noise("weight_update")),
     Rule("Memory pool end", _noise("startup")),
     Rule("Capture ", _noise("startup")),
     Rule(
