@@ -225,7 +225,12 @@ def test_abort_race_signals_are_counted_whatever_the_detectors_made_of_them(
     timeouts = len(abort_race.truth["deferred_release_timeouts"])
     assert signals["deferred_release_outcomes"]["timeout"] == timeouts > 0
     head = (abort_race.out / "report.md").read_text().split("## Findings by detector")[0]
-    assert f"Abort-race signals: {timeouts:,} deferred KV releases timed out" in head
+    assert f"Abort-race signals: {timeouts:,} deferred KV releases timed out between" in head
+    # When: from the start of the first bin holding one to the end of the last.
+    first, last = (parse_iso_time(t) for t in signals["timeouts_between"])
+    times = [parse_iso_time(t["time"]) for t in abort_race.truth["deferred_release_timeouts"]]
+    assert first is not None and last is not None and None not in times
+    assert first <= min(times) < first + 300 and last - 300 < max(times) < last
     # A healthy deployment's few failures are said, and said to be under the floors.
     failures = healthy.summary["abort_signals"]["transfer_failure_lines"]
     assert (

@@ -33,6 +33,7 @@ from collector.forensics.report import (
     abort_signals_line,
     answering_not_judged,
     archives_line,
+    caught_line,
     config_gaps,
     csv_files_line,
     late_lines_line,
@@ -486,9 +487,16 @@ def run_forensics(
     outcomes: Counter[str] = Counter()
     for counts in evidence.deferred.values():
         outcomes.update(counts)
+    timed_out = sorted(start for start, counts in evidence.deferred.items() if counts["timeout"])
     summary["abort_signals"] = {
         "deferred_release_outcomes": dict(sorted(outcomes.items())),
         "transfer_failure_lines": stats.events.get("transfer_failed", 0),
+        # The bins the timeouts fell in, first to last: when the race ran, to a bin's width.
+        "timeouts_between": (
+            [iso_time(timed_out[0]), iso_time(timed_out[-1] + evidence.deferred_bin_seconds)]
+            if timed_out
+            else None
+        ),
     }
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
@@ -578,6 +586,7 @@ def build_summary(
                     "version": c.version,
                     "kv_checksum": c.kv_checksum,
                     "transfer_backend": c.transfer_backend,
+                    "kv_canary": c.kv_canary,
                 }
                 for c in history
             ],
@@ -854,6 +863,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         out.write(f"POSSIBLY EXPOSED: {possible_line(possible)}\n")
     # What the input itself says, each said only when it applies.
     for label, said in (
+        ("", caught_line),
         ("", abort_signals_line),
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),

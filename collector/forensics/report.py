@@ -127,14 +127,64 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
         if f["detector"] in _STORM_DETECTORS and f["severity"] != "info"
     ]
     verdict = (
-        f"{len(storms):,} storm findings raised"
+        f"{len(storms):,} storm {'finding' if len(storms) == 1 else 'findings'} raised"
         if storms
         else "below the floors that raise a storm finding"
     )
-    return (
-        f"Abort-race signals: {timeouts:,} deferred KV releases timed out and {failures:,} "
-        f"transfer-failure lines were logged ({verdict})."
+    between = signals.get("timeouts_between")
+    when = f" between {between[0]} and {between[1]}" if between and timeouts else ""
+    said = (
+        f"Abort-race signals: {timeouts:,} deferred KV releases timed out{when} and "
+        f"{failures:,} transfer-failure lines were logged ({verdict})."
     )
+    if timeouts and not _canary_on(summary):
+        # What no detector can show: the write that lands after the release timed out, on
+        # pages decode has already let to another request (incident.md, the abort race).
+        said += (
+            " A KV write landing after its release timed out corrupts another request's pages "
+            "with no mismatch to show for it: only the KV canary (--kv-canary log) names "
+            "those responses."
+        )
+    return said
+
+
+def _canary_on(summary: dict[str, Any]) -> bool:
+    """A node ran with the KV canary (its violations, or none, are then in the verdicts)."""
+    return any(
+        str(point.get("kv_canary") or "off").lower() not in ("off", "none", "false", "0")
+        for info in summary["nodes"].values()
+        for point in info.get("config") or ()
+    ) or any(f["detector"] == "kv_canary_violation" for f in summary["findings"])
+
+
+def caught_line(summary: dict[str, Any]) -> str:
+    """Corrupt transfers the engine caught, when no response was exposed: a green "nothing
+    found" beside critical findings reads as a contradiction (audit R). The engine aborts such
+    a request, so its own client got no answer from those pages; the page reuse behind them is
+    what exposes others ("" when there is none, or responses were exposed)."""
+    if summary["exposure"]["count"]:
+        return ""
+    caught = Counter(
+        f["detector"]
+        for f in summary["findings"]
+        if f["detector"] in _CAUGHT and f["severity"] == "critical"
+    )
+    if not caught:
+        return ""
+    said = " and ".join(
+        f"{count:,} {_CAUGHT[detector][count != 1]}" for detector, count in sorted(caught.items())
+    )
+    return (
+        f"The engine caught {said} (critical, below) and aborted those requests, so their own "
+        "clients got no answer from those pages; the page reuse behind them is what exposes "
+        "other requests."
+    )
+
+
+_CAUGHT: Final = {
+    "checksum_mismatch": ("KV checksum mismatch", "KV checksum mismatches"),
+    "metadata_corruption": ("metadata corruption", "metadata corruptions"),
+}
 
 
 def unattributed_exports_line(summary: dict[str, Any]) -> str:
@@ -702,6 +752,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append("No client response was found to carry another request's data.")
+    if caught := caught_line(summary):
+        lines.append(caught)
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
@@ -839,6 +891,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem 
 max-width:1100px;color:#222;padding:0 1rem}h1{margin-bottom:.2rem}
 .verdict{border-left:6px solid #c0392b;
 background:#fdf2f0;padding:.6rem 1rem}.verdict.ok{border-color:#27ae60;background:#f0fbf4}
+.verdict.warn{border-color:#e67e22;background:#fdf6ec}
 table{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0 1.5rem}
 th,td{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 td code{overflow-wrap:anywhere}
@@ -852,10 +905,23 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def _verdict_shade(summary: dict[str, Any]) -> str:
+    """The verdict box's colour: red for exposed responses, amber for no verdict or findings
+    that need a person (a green box beside critical findings reads as an all-clear), green
+    only for a judged run with nothing above info."""
+    if summary["exposure"]["count"]:
+        return "exposed"
+    if not_judged_reason(summary) or answering_not_judged(summary):
+        return "warn"
+    if any(f["severity"] in ("critical", "warning") for f in summary["findings"]):
+        return "warn"
+    return "ok"
+
+
 def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None:
     images = render_all(plot_data)
     exposure = summary["exposure"]
-    verdict_class = "verdict" if exposure["count"] else "verdict ok"
+    verdict_class = "verdict " + _verdict_shade(summary)
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<title>kvwatch forensics report</title>",
