@@ -10,20 +10,45 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.forensics.report import _headline, _verdict_shade, abort_signals_line, caught_line
+from collector.forensics.report import (
+    _headline,
+    _verdict_shade,
+    abort_signals_line,
+    caught_line,
+    next_steps,
+    status_line,
+)
 
 
-def _summary(*findings: tuple[str, str], exposed: int = 0, canary: str | None = None) -> dict:
-    config = {"time": "2026-11-02T05:58:00.000Z", "max_total_num_tokens": 900_000}
+def _summary(
+    *findings: tuple[str, str],
+    exposed: int = 0,
+    canary: str | None = None,
+    pools: tuple[tuple[str, int], ...] = (("2026-11-02T05:58:00.000Z", 900_000),),
+) -> dict:
+    config = [
+        {"time": at, "max_total_num_tokens": pool, "prompt_capacity": pool, "kv_canary": canary}
+        | {"context_len": 262_144}
+        for at, pool in pools
+    ]
     summary: dict[str, Any] = {
-        "exposure": {"count": exposed, "requests": [], "first": None, "last": None},
+        "exposure": {
+            "count": exposed,
+            "requests": [],
+            "first": "2026-11-02T08:00:00.000Z" if exposed else None,
+            "last": "2026-11-02T10:30:19.000Z" if exposed else None,
+        },
         "findings": [
             {"detector": detector, "severity": severity, "evidence": {}}
             for detector, severity in findings
         ],
-        "nodes": {"decode-0": {"role": "decode", "config": [dict(config, kv_canary=canary)]}},
+        "nodes": {"prefill-0": {"role": "prefill", "config": config}},
         "requests": {"total": 40, "nodes_not_judged": [], "pd_role_missing": None},
-        "input": {"first_time": None, "dropped_by_reason": {}},
+        "input": {
+            "first_time": "2026-11-02T05:58:00.000Z",
+            "last_time": "2026-11-02T10:30:52.000Z",
+            "dropped_by_reason": {},
+        },
         "abort_signals": {
             "deferred_release_outcomes": {"timeout": 59, "completed": 3},
             "transfer_failure_lines": 198,
@@ -72,3 +97,38 @@ def test_timeouts_are_placed_in_time_and_what_only_the_canary_shows_is_said() ->
     # With the canary on, its violations (or their absence) are in the verdicts already.
     assert "KV canary" not in abort_signals_line(_summary(*RACE, canary="log"))
     assert "KV canary" in abort_signals_line(_summary(*RACE, canary="off"))
+
+
+GAP = (("2026-11-02T05:58:00.000Z", 200_000),)
+CLOSED = (*GAP, ("2026-11-02T10:00:00.000Z", 900_000))
+
+
+def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> None:
+    assert status_line(_summary(exposed=3, pools=GAP)) == (
+        "Not over when the logs end: the last exposed response came 33 s before the logs end, "
+        "and prefill-0 still ran a pool below the context, so a prompt longer than that pool "
+        "would still be answered from other requests' KV."
+    )
+    assert status_line(_summary(exposed=3, pools=CLOSED)) == (
+        "Stopped within these logs: the last exposed response came 33 s before the logs end, "
+        "and every pool gap had closed by 2026-11-02T10:00:00.000Z."
+    )
+    assert status_line(_summary(exposed=3)).startswith("The last exposed response came 33 s")
+    assert status_line(_summary(pools=GAP)) == ""  # nothing exposed, nothing to say
+
+
+def test_next_steps_follow_what_was_found() -> None:
+    incident = next_steps(_summary(("unsafe_engine_version", "critical"), exposed=3, pools=GAP))
+    assert incident[0].startswith("Tell the owners of the 3 exposed responses")
+    assert incident[1].startswith("Cap --context-length at or below the pool of prefill-0")
+    assert incident[2].startswith("Upgrade SGLang: 0.5.20 closes the over-length leak")
+    assert incident[-1].startswith("Test content, not status")
+    # The abort race caught by a checksum that is on: find the aborts, not turn it on.
+    race = next_steps(_summary(*RACE))
+    assert len(race) == 1 and race[0].startswith("Find what aborts transfers mid-flight")
+    assert next_steps(_summary(("checksum_unverified", "warning")))[0].startswith(
+        "Run the KV checksum on both sides"
+    )
+    # A gap closed before the logs end needs no cap; nothing found, nothing to do.
+    assert not any(step.startswith("Cap") for step in next_steps(_summary(exposed=1, pools=CLOSED)))
+    assert next_steps(_summary(("telemetry_anomaly", "info"))) == []

@@ -48,6 +48,7 @@ from collector.forensics.report import (
     pool_unknown_line,
     possible_line,
     repeated_lines_line,
+    status_line,
     unattributed_exports_line,
     undated_line,
     unread_line,
@@ -834,10 +835,12 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
     if data.get("first_time"):
         out.write(f"logs cover {data['first_time']} .. {data['last_time']}\n")
     if exposure["count"]:
+        noun = "response" if exposure["count"] == 1 else "responses"
         out.write(
-            f"EXPOSED: {exposure['count']:,} responses probably carried another request's data, "
+            f"EXPOSED: {exposure['count']:,} {noun} probably carried another request's data, "
             f"{exposure['first']} .. {exposure['last']}\n"
         )
+        out.write(f"STATUS: {status_line(summary)}\n")
         for req in exposure["requests"][:5]:
             out.write(
                 f"  {req['time']}  {req['node']}  rid={req['rid']}  room={req['bootstrap_room']}  "

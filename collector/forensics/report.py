@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from collector.events import REQUEST_LINE_KINDS
+from collector.events import REQUEST_LINE_KINDS, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
 from collector.passed_over import input_unread, passed_over
 from collector.shown_text import printable_lines
+from detectors.engine_version import VersionPolicy
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -411,6 +412,9 @@ def not_judged_line(summary: dict[str, Any]) -> str:
     return f"{said}; whether responses were exposed cannot be told from this input."
 
 
+LEAK_FIXED: Final = VersionPolicy().leak_fixed
+
+
 def pd_role_missing_line(summary: dict[str, Any]) -> str:
     """One half of a PD deployment absent from the input (`requests.pd_role_missing`): what
     no verdict here can cover without it."""
@@ -438,8 +442,8 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     noun, it = ("request", "it") if refused == 1 else ("requests", "them")
     return (
         f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs "
-        f"({rooms}{more}): whether decode answered {it} (before 0.5.22 it did, from other "
-        "requests' KV) is not in this input."
+        f"({rooms}{more}): whether decode answered {it} (before {LEAK_FIXED} it did, from "
+        "other requests' KV) is not in this input."
     )
 
 
@@ -711,6 +715,102 @@ class ConfigGap(NamedTuple):
         return f"from {self.since} until {self.until}"
 
 
+def status_line(summary: dict[str, Any]) -> str:
+    """Whether it is still happening, as far as the logs tell: the time from the last exposed
+    response to the end of the logs, and whether a pool gap was still open then ("" without
+    exposures). Asked first after "were we exposed"; before, only the gap line's end said it."""
+    exposure = summary["exposure"]
+    last = parse_iso_time(exposure.get("last"))
+    end = parse_iso_time(summary["input"].get("last_time"))
+    if not exposure["count"] or last is None or end is None:
+        return ""
+    before = f"the last exposed response came {_duration(max(end - last, 0.0))} before the logs end"
+    gaps = list(config_gaps(summary))
+    still_open = sorted({gap.node for gap in gaps if gap.until is None})
+    if still_open:
+        shown = ", ".join(still_open[:3]) + (
+            f" and {len(still_open) - 3:,} more" if len(still_open) > 3 else ""
+        )
+        return (
+            f"Not over when the logs end: {before}, and {shown} still ran a pool below the "
+            "context, so a prompt longer than that pool would still be answered from other "
+            "requests' KV."
+        )
+    if gaps:
+        closed = max(gap.until for gap in gaps if gap.until is not None)
+        return f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
+    return f"{before[0].upper()}{before[1:]}."
+
+
+def next_steps(summary: dict[str, Any]) -> list[str]:
+    """What to do about what was found, from the operators' list in the post-mortems
+    (incident.md), each said only when something here calls for it."""
+    exposure = summary["exposure"]
+    serious = {f["detector"] for f in summary["findings"] if f["severity"] != "info"}
+    steps = []
+    if exposure["count"]:
+        steps.append(
+            f"Tell the owners of the {exposure['count']:,} exposed {_responses(exposure['count'])} "
+            "(rid, node and time listed): each client got an answer built from another "
+            "request's KV. Whose data it was cannot be told from logs: a page's earlier owners "
+            "are not recorded."
+        )
+    gaps = sorted({gap.node for gap in config_gaps(summary) if gap.until is None})
+    if gaps:
+        steps.append(
+            f"Cap --context-length at or below the pool of {', '.join(gaps[:3])}"
+            f"{' and more' if len(gaps) > 3 else ''}, or restart them with a pool at least the "
+            "context; check again after any change of weights, quantisation, parallelism or "
+            "memory fraction (kvwatch audit)."
+        )
+    if "unsafe_engine_version" in serious:
+        steps.append(
+            f"Upgrade SGLang: {LEAK_FIXED} closes the over-length leak and 0.5.21 the abort race "
+            "(0.5.22 recommended; NIXL and MORI want 0.5.23)."
+        )
+    if "checksum_unverified" in serious:
+        steps.append(
+            "Run the KV checksum on both sides (--disaggregation-enable-kv-checksum) and "
+            "confirm transfers are verified, not admitted unverified (kvwatch audit)."
+        )
+    if serious & {
+        "deferred_release_timeouts",
+        "transfer_failure_storm",
+        "checksum_mismatch",
+        "metadata_corruption",
+    }:
+        steps.append(
+            "Find what aborts transfers mid-flight (load balancer and client timeouts), raise "
+            "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s, and run "
+            "--kv-canary log to name responses built on late writes."
+        )
+    if exposure["count"] or gaps:
+        steps.append(
+            "Test content, not status: send a request carrying a unique marker, then an "
+            "over-length prompt; pass only on a 4xx with the marker nowhere in the body."
+        )
+    return steps
+
+
+def _responses(count: int) -> str:
+    return "response" if count == 1 else "responses"
+
+
+def _duration(seconds: float) -> str:
+    """`2 d 4 h`, `16 h 49 min`, `12 min 5 s`, `33 s`: two units at most."""
+    whole = int(round(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"
+
+
 def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
     """Every configuration point, node by node, whose pool is smaller than its context."""
     for node, info in sorted(summary["nodes"].items()):
@@ -740,9 +840,10 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"The logs cover {data['first_time']} to {data['last_time']}.")
     if exposure["count"]:
         lines.append(
-            f"{exposure['count']:,} client responses probably carried another request's data, "
-            f"between {exposure['first']} and {exposure['last']}."
+            f"{exposure['count']:,} client {_responses(exposure['count'])} probably carried "
+            f"another request's data, between {exposure['first']} and {exposure['last']}."
         )
+        lines.append(status_line(summary))
     elif reason := not_judged_reason(summary):
         lines.append(f"Not judged: {reason}")
     elif answering_not_judged(summary):
@@ -814,6 +915,10 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
                 f"{row['info']:,} | {row['first'] or ''} | {row['last'] or ''} | "
                 f"{len(row['nodes']):,} |"
             )
+    steps = next_steps(summary)
+    if steps:
+        out += ["", "## What to do next", ""]
+        out += [f"{number}. {step}" for number, step in enumerate(steps, 1)]
     out += ["", "## Exposed responses", ""]
     if exposure["requests"]:
         out.append(
@@ -960,6 +1065,11 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
                 f"<td>{_e(row['last'])}</td><td>{len(row['nodes']):,}</td></tr>"
             )
         parts.append("</table>")
+    steps = next_steps(summary)
+    if steps:
+        parts.append("<h2>What to do next</h2><ol>")
+        parts.extend(f"<li>{_e(step)}</li>" for step in steps)
+        parts.append("</ol>")
     parts.append(f"<h2>Exposed responses ({exposure['count']:,})</h2>")
     if exposure["requests"]:
         parts.append(
