@@ -20,6 +20,7 @@ from collector.events import Event, parse_iso_time
 from collector.forensics import driver, plots
 from collector.forensics.driver import DEFERRED_BIN_WIDTHS, MAX_DEFERRED_BINS, _Evidence
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill, Timing
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -269,20 +270,22 @@ def _fitted_detector() -> ImpossiblyFastPrefill:
     return det
 
 
-def test_the_driver_takes_the_learned_floors_of_time_to_first_token() -> None:
+def test_the_driver_takes_each_node_s_learned_floor() -> None:
     det = _fitted_detector()
     floors = driver._learned_floors(det)
-    # Prefill's forward time is not what the plot shows (time to first token): left out.
+    # A prefill node's own forward time, a serving node's time to first token: the timings the
+    # plot's points are (each request's fastest).
     assert [(f.node, f.source) for f in floors] == [
         ("decode-0", "first_token_latency"),
         ("decode-1", "first_token_latency"),
+        ("prefill-0", "prefill_forward"),
     ]
     for floor in floors:
         # The line the detector judges by: the fit divided by the safety factor, without the
-        # half second every sample waited (time to first token carries the queue).
+        # half second every sample waited where the timing carries the queue.
         judged = det.learned_floor(Timing(floor.source, floor.node, 1.0, 100_000, 8))
         assert floor.seconds_per_token(100_000) * 100_000 == pytest.approx(judged)
-        assert floor.intercept == 0.0
+        assert (floor.intercept == 0.0) == (floor.source == "first_token_latency")
         assert floor.min_uncached_tokens == det.config.learned_min_uncached_tokens
     assert driver._learned_floors(ImpossiblyFastPrefill()) == []  # nothing learned yet
     assert driver._learned_floors(ImpossiblyFastPrefill(learn=False)) == []
@@ -356,3 +359,35 @@ def test_a_fleet_of_thousands_draws_the_nodes_below_context_and_bundles_the_rest
     assert "prefill-0007 pool" in labels
     assert len(labels) == plots.MAX_POOL_LINES + 1
     assert labels[-1] == f"{3001 - plots.MAX_POOL_LINES:,} more nodes"
+
+
+def test_floors_learned_per_model_and_tp_are_drawn_the_last_one_run() -> None:
+    """Keys carry the node's regime once its model or TP size is known (`node|source|model|tp`):
+    they were read as a source named after the TP size, and no learned floor was drawn."""
+    det = _fitted_detector()
+    models = det.models_
+    old, new = models.pop("prefill-0|prefill_forward"), models.pop("decode-0|first_token_latency")
+    old.last_fit, new.last_fit = T0, T0 + 60
+    models["prefill-0|prefill_forward|zai-org/GLM-5.3|8"] = old
+    models["prefill-0|prefill_forward|Qwen/Qwen3-0.6B|8"] = new
+    floors = {f.node: f for f in driver._learned_floors(det)}
+    assert sorted(floors) == ["decode-1", "prefill-0"]
+    judged = new.floor(100_000, 8.0)
+    assert floors["prefill-0"].seconds_per_token(100_000) * 100_000 == pytest.approx(judged)
+
+
+def test_the_plot_draws_each_request_s_fastest_timing() -> None:
+    """A leak found by prefill's 21 ms forward time stood far above the floor that found it
+    when the plot drew decode's time to first token alone (audit R)."""
+    prefill = SideRecord(
+        node="prefill-1", rid="p", role="prefill", durations={"forward_duration": 0.021}
+    )
+    decode = SideRecord(
+        node="decode-0", rid="d", role="decode", first_token_latency=2.4, e2e_latency=9.0
+    )
+    record = RequestRecord("r", "r", [prefill, decode], True)
+    assert driver._fastest_timing(record, decode) == 0.021
+    prefill.attempts = 1  # a redone prefill's forward time is its last attempt's alone
+    assert driver._fastest_timing(record, decode) == 2.4
+    decode.first_token_latency = None  # nothing but the whole answer's time
+    assert driver._fastest_timing(record, decode) == 9.0

@@ -63,7 +63,7 @@ from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
-from collector.state.request_record import RequestRecord
+from collector.state.request_record import RequestRecord, SideRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import QUEUED_SOURCES, ImpossiblyFastPrefill
@@ -233,10 +233,8 @@ class _Evidence:
         serving = record.serving
         if not prompt or serving is None:
             return
-        seconds = serving.time_to_first_token
+        seconds = _fastest_timing(record, serving)
         if seconds is None:
-            seconds = serving.end_to_end
-        if seconds is None or seconds <= 0:
             return
         uncached = max(prompt - (record.cached_tokens or 0), 1)
         point = TimingPoint(prompt, uncached, seconds / uncached, exposed)
@@ -779,27 +777,56 @@ def _plot_data(
     )
 
 
-# The learned floors drawn against time to first token (the plot's y), in this order of
-# preference: the serving node's own TTFT, else the trace's.
-_TTFT_SOURCES = ("first_token_latency", "trace_ttft")
+def _fastest_timing(record: RequestRecord, serving: SideRecord) -> float | None:
+    """The request's fastest timing, the plot's y: each is an upper bound on the prefill's
+    compute, so the fastest is what a floor judges (prefill's own forward time when it ran
+    once, its span's, the answer's time to first token, else its end-to-end time). Before, the
+    plot drew time to first token alone, and a leak found by prefill's 21 ms forward time
+    stood far above the floor that found it (audit R)."""
+    found = []
+    for side in record.sides:
+        if side.role == "prefill":
+            if not side.attempts:
+                found.append(side.durations.get("forward_duration"))
+            found.append(side.trace_prefill_seconds)
+    found.append(serving.time_to_first_token)
+    if not any(seconds is not None and seconds > 0 for seconds in found):
+        found.append(serving.end_to_end)
+    timed = [s for s in found if s is not None and s > 0 and math.isfinite(s)]
+    return min(timed) if timed else None
+
+
+# The learned floors drawn beside the timings (the plot's y), a node's first of these it has
+# one for: a prefill node's own forward time or span, else a serving node's time to first token.
+_PLOTTED_SOURCES = ("prefill_forward", "trace_prefill", "first_token_latency", "trace_ttft")
 
 
 def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
-    """The floors `det` learned from the nodes' own time to first token, as they stand at the
-    end of the run (the safety factor applied): the line the fast replies were judged by.
-    Drawn whether or not `learn` is on: floors loaded from a saved state judge just the same."""
+    """The floors `det` learned from the nodes' own timings, as they stand at the end of the
+    run (the safety factor applied): the lines the fast replies were judged by, one a node
+    (`_PLOTTED_SOURCES`). Drawn whether or not `learn` is on: floors loaded from a saved state
+    judge just the same."""
     cfg = det.config
     if not det.is_fitted:
         return []
     fitted: dict[str, dict[str, tuple[float, float]]] = {}
+    latest: dict[tuple[str, str], float] = {}
     for key, model in det.models_.items():
-        node, _, source = key.rpartition("|")
+        # `node|source`, then `|model|tp` when the node's regime is known (before, such keys
+        # were read as a source named after the TP size, and no learned floor was drawn).
+        node, _, rest = key.partition("|")
+        source = rest.partition("|")[0]
         line = model.judged_line(source in QUEUED_SOURCES)
-        if line is not None and source in _TTFT_SOURCES:
+        if line is None or source not in _PLOTTED_SOURCES:
+            continue
+        # A node that ran several models keeps the floor of the one it ran last.
+        fitted_at = model.last_fit if model.last_fit is not None else -math.inf
+        if fitted_at >= latest.get((node, source), -math.inf):
+            latest[(node, source)] = fitted_at
             fitted.setdefault(node, {})[source] = line
     floors = []
     for node, by_source in sorted(fitted.items()):
-        source = next(s for s in _TTFT_SOURCES if s in by_source)
+        source = next(s for s in _PLOTTED_SOURCES if s in by_source)
         intercept, slope = by_source[source]
         floors.append(
             LearnedFloor(

@@ -71,7 +71,7 @@ class PlotData:
     timing: list[TimingPoint] = field(default_factory=list)
     # Seconds per uncached token below which a prefill is physically impossible (None: unknown).
     floor_seconds_per_token: float | None = None
-    # The floors learned from the serving nodes' own time to first token (empty: none learned).
+    # The floors learned from the nodes' own timings, one a node (empty: none learned).
     learned_floors: list[LearnedFloor] = field(default_factory=list)
     # (time, severity, detector) per finding.
     findings: list[tuple[float, str, str]] = field(default_factory=list)
@@ -148,7 +148,7 @@ def timing_plot(data: PlotData) -> bytes:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("prompt length (tokens)")
-    ax.set_ylabel("time to first token per uncached prompt token (s)")
+    ax.set_ylabel("fastest timing per uncached prompt token (s)")
     ax.set_title("Prefill speed: replies below the floor could not have read their prompt")
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(loc="upper right", fontsize=8)

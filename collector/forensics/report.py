@@ -1038,7 +1038,10 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         "</div>",
     ]
     captions = {
-        "timing": "Time to first token per uncached prompt token, against prompt length.",
+        "timing": (
+            "Each request's fastest timing (prefill's forward time, else time to first token) "
+            "per uncached prompt token, against prompt length, with the floors that judge it."
+        ),
         "findings": "Findings over time (the exposure window is shaded).",
         "deferred": (
             "Deferred KV releases by outcome (the bin width is on the axis): a storm of "
