@@ -688,6 +688,8 @@ def test_an_event_joins_the_window_of_the_watermark_not_of_its_own_time():
         finished(T + 10),  # behind: joins window T + 60 (window T never opens)
         finished(T + 119),
         finished(T + 120),
+        # The input goes on into the last window (a sliver of one at the end is not judged).
+        ev("http_access", "decode-0", T + 170, status=200),
     ]
     pipeline = DetectionPipeline(detectors=[det], raise_errors=True)
     assert list(pipeline.run(events)) == []  # in this order, unsorted
@@ -796,3 +798,13 @@ def test_the_chance_of_a_count_is_poisson_s_tail(rate: float) -> None:
         for chance in (1e-5, 1e-3):
             expected = count > 0 and float(gammainc(count, rate)) <= chance
             assert unlikely(count, rate, chance) == expected, (count, rate, chance)
+
+
+def test_a_sliver_of_a_window_at_the_end_of_the_input_is_not_judged():
+    """Audit R: the logs ended 52 s into a window, and every node's last window was "unusual"
+    (few lines), dated after the logs end. A window the input covered less than half of is
+    not scored; one it covered mostly still is (the storm above ends 274 s into its own)."""
+    sliver = [e for e in telemetry_stream(anomaly=True) if e.time < T + 300 * 60 + 60]
+    assert run(TelemetryAnomaly(), sliver) == []
+    (finding,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
+    assert finding.evidence["window_start"] == T + 300 * 60
