@@ -474,8 +474,11 @@ def test_request_lines_read_after_their_request_was_judged_are_counted_and_said(
 
     late = result.summary["requests"]["late_lines"]
     assert late > 0
+    by_node = result.summary["requests"]["late_lines_by_node"]
+    assert sum(by_node.values()) == late and set(by_node) <= {"prefill-0", "decode-0"}
     report = (tmp_path / "out" / "report.md").read_text()
-    assert f"{late:,} request lines came after their request had been judged" in report
+    named = ", ".join(f"{node} {n:,}" for node, n in sorted(by_node.items(), key=lambda i: -i[1]))
+    assert f"{late:,} request lines ({named}) came after their request had been judged" in report
     assert "trace spans are stamped in UTC" in report
     clean = run_forensics([str(LOGS)], tmp_path / "out2")
     assert clean.summary["requests"]["late_lines"] == 0

@@ -632,6 +632,7 @@ def build_summary(
             "total": evidence.records,
             "unattributed_exports": evidence.unattributed,
             "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
+            "late_lines_by_node": dict(sorted(pipeline.ledger.stats.late_nodes.items())),
             "refused_outcome_unknown": evidence.refused_outcome_unknown,
             "nodes_not_judged": nodes_not_judged(
                 stats, nodes, evidence.judged_nodes, evidence.traced_nodes

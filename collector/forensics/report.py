@@ -214,7 +214,7 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
     return (
         f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
-        "are read as UTC, as every time here is."
+        "were converted to UTC, as every time here is."
     )
 
 
@@ -583,9 +583,14 @@ def late_lines_line(summary: dict[str, Any]) -> str:
     count = summary["requests"].get("late_lines", 0)
     if not count:
         return ""
+    by_node: dict[str, int] = summary["requests"].get("late_lines_by_node") or {}
+    named = sorted(by_node.items(), key=lambda item: (-item[1], item[0]))
+    where = ", ".join(f"{node} {n:,}" for node, n in named[:3])
+    where += f" and {len(named) - 3:,} more nodes" if len(named) > 3 else ""
     line = (
-        f"{count:,} request lines came after their request had been judged and were not used "
-        "(a clock that disagrees with the others)"
+        f"{count:,} request lines{f' ({where})' if where else ''} came after their request had "
+        "been judged and were not used (a clock that disagrees with the others): those "
+        "requests were judged without them"
     )
     if summary["input"].get("events_by_kind", {}).get("request_trace"):
         line += (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,6 +102,8 @@ class LedgerStats:
     # Of `late_events`, trace spans: their request was judged from its logs' lines, which
     # say more; nothing is missing from its verdict.
     late_spans: int = 0
+    # Late lines (not spans) by the node that logged them: where a clock disagrees.
+    late_nodes: dict[str, int] = field(default_factory=dict)
     evicted: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
@@ -269,6 +271,8 @@ class RequestLedger:
                 stats.late_events += 1
                 if kind == "request_trace":
                     stats.late_spans += 1
+                else:
+                    stats.late_nodes[node] = stats.late_nodes.get(node, 0) + 1
                 return False
             entry = self._new_entry(key, room)
         side = None
