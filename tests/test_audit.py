@@ -47,16 +47,21 @@ CHECKSUM_UNKNOWN = (
     "KV checksum setting unknown (not stated by server_args or /server_info; engines before "
     "0.5.21 have none)"
 )
+EXPOSED_THEN = "responses served under it may be exposed (kvwatch forensics names them)"
 EARLIER_PREFILL = (
-    "earlier config failed (generation 0, until 2026-09-09 19:40:00 UTC): pool 681,280 < "
-    "context 1,048,576 (35% of the window cannot fit), engine 0.5.19 < 0.5.20 (over-length "
-    "leak path open)"
+    "an earlier configuration failed until 2026-09-09 19:40:00 UTC: pool 681,280 < context "
+    "1,048,576 (35% of the window cannot fit), engine 0.5.19 < 0.5.20 (over-length leak path "
+    f"open); {EXPOSED_THEN}"
 )
 EARLIER_DECODE = (
-    "earlier config failed (generation 0, until 2026-09-09 19:40:03 UTC): engine 0.5.19 < "
-    "0.5.20 (over-length leak path open)"
+    "an earlier configuration failed until 2026-09-09 19:40:03 UTC: engine 0.5.19 < 0.5.20 "
+    f"(over-length leak path open); {EXPOSED_THEN}"
 )
 
+EARLIER_BOTH = (
+    "earlier configurations of 2 of 2 nodes failed (prefill-0, decode-0): run kvwatch "
+    "forensics over the time they ran"
+)
 
 # The healthy deployment known without its logs (live, or from /server_info alone): whether the
 # checksum verifies shows only in the logs.
@@ -173,9 +178,9 @@ def test_restart_with_bigger_pool_is_judged_on_the_latest_config() -> None:
         f"KV checksum on, no skips in the logs; {EARLIER_PREFILL}",
         "decode-0   decode   PASS  pool 2,400,000 >= context 1,048,576; engine 0.5.23; "
         f"KV checksum on, no skips in the logs; {EARLIER_DECODE}",
-        "verdict: PASS - all 2 nodes passed",
+        f"verdict: PASS - all 2 nodes passed; {EARLIER_BOTH}",
     ]
-    assert code == 0
+    assert code == 0  # the rollout's verdict is the configuration in force
 
 
 def test_version_reported_before_a_restart_is_not_trusted_after_it() -> None:
@@ -188,14 +193,17 @@ def test_version_reported_before_a_restart_is_not_trusted_after_it() -> None:
         "decode-0   decode   UNKNOWN  engine version unknown since the restart at 2026-09-09 "
         f"19:40:03 UTC (0.5.19 was reported before it); {EARLIER_DECODE}",
         "verdict: UNKNOWN - no check failed, but 2 of 2 nodes could not be fully checked "
-        "(prefill-0, decode-0); confirm before rolling out (exit 3; --allow-unknown: exit 0)",
+        "(prefill-0, decode-0); confirm before rolling out (exit 3; --allow-unknown: exit 0); "
+        f"{EARLIER_BOTH}",
     ]
     assert code == 3  # nothing failed, but the gate cannot pass what it could not check
     allowed_code, _, _ = run("--allow-unknown", *paths)
     assert allowed_code == 0
     strict_code, strict_out, _ = run("--strict", *paths)
     assert strict_code == 1
-    assert lines(strict_out)[-1].endswith("confirm before rolling out (--strict: exit 1)")
+    assert lines(strict_out)[-1].endswith(
+        f"confirm before rolling out (--strict: exit 1); {EARLIER_BOTH}"
+    )
 
 
 def test_json_output_carries_every_check_with_its_evidence() -> None:

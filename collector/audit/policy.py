@@ -99,6 +99,11 @@ class NodeResult:
     earlier: tuple[NodeResult, ...] = ()
 
     @property
+    def failed_earlier(self) -> bool:
+        """A configuration the node ran before the one in force failed a check."""
+        return any(result.status == "FAIL" for result in self.earlier)
+
+    @property
     def reasons(self) -> list[str]:
         """What the node's line says: the non-passing checks, or every check when all pass."""
         if self.status == "PASS":
@@ -132,11 +137,13 @@ def judge_node(
     if failed:
         last = failed[-1]
         why = ", ".join(c.reason for c in last.checks if c.status == "FAIL")
-        when = f"generation {last.facts.generation}"
-        if last.facts.until is not None:
-            when += f", until {human_time(last.facts.until)}"
+        until = last.facts.until
+        when = f" until {human_time(until)}" if until is not None else ""
         more = f" ({len(failed) - 1} more before it)" if len(failed) > 1 else ""
-        notes.append(f"earlier config failed ({when}): {why}{more}")
+        notes.append(
+            f"an earlier configuration failed{when}: {why}{more}; responses served under it "
+            "may be exposed (kvwatch forensics names them)"
+        )
     status = worst([c.status for c in checks])
     if status == "UNKNOWN" and "server_info" in facts.endpoint_errors:
         # The document that states version, role and pool did not come: that is why.

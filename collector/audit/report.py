@@ -77,6 +77,9 @@ class AuditReport:
             by[result.status].append(result.node)
         total = len(self.results)
         fail, unknown, warn = by["FAIL"], by["UNKNOWN"], by["WARN"]
+        # Nodes whose configuration in force passed, after one that failed (a restart fixed
+        # it): the verdict is the rollout's, and still says what may have been served before.
+        before = [r.node for r in self.results if r.status != "FAIL" and r.failed_earlier]
         if fail:
             text = f"verdict: FAIL - {_of(fail, total)} failed ({', '.join(fail)})"
             text += _also(unknown, "unknown") + _also(warn, "warned") + "; do not roll out"
@@ -101,6 +104,11 @@ class AuditReport:
             text = f"verdict: PASS - {passed}"
         if self.strict and (warn or unknown) and not fail:
             text += " (--strict: exit 1)"
+        if before:
+            text += (
+                f"; earlier configurations of {_of(before, total)} failed "
+                f"({', '.join(before)}): run kvwatch forensics over the time they ran"
+            )
         return text
 
     def passed_over(self) -> str:
