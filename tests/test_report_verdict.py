@@ -132,3 +132,15 @@ def test_next_steps_follow_what_was_found() -> None:
     # A gap closed before the logs end needs no cap; nothing found, nothing to do.
     assert not any(step.startswith("Cap") for step in next_steps(_summary(exposed=1, pools=CLOSED)))
     assert next_steps(_summary(("telemetry_anomaly", "info"))) == []
+
+
+def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> None:
+    """447 critical findings for 145 responses read as three times the harm (audit R)."""
+    summary = _summary(*RACE, exposed=2)
+    for finding in summary["findings"][:3]:  # two detectors on one response, one on the other
+        finding["exposure"] = True
+    assert (
+        "Findings: 4 critical (3 of them name the exposed responses, one for each detector), "
+        "0 warning, 0 info." in _headline(summary)
+    )
+    assert "Findings: 4 critical, 0 warning, 0 info." in _headline(_summary(*RACE))

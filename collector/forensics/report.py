@@ -886,9 +886,16 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         line = said(summary)
         if line:
             lines.append(line)
+    naming = sum(1 for f in summary["findings"] if f.get("exposure"))
+    per_response = (
+        f" ({naming:,} of them name the exposed {_responses(exposure['count'])}, one for each "
+        "detector)"
+        if exposure["count"] and naming
+        else ""
+    )
     lines.append(
-        f"Findings: {counts.get('critical', 0):,} critical, {counts.get('warning', 0):,} warning, "
-        f"{counts.get('info', 0):,} info."
+        f"Findings: {counts.get('critical', 0):,} critical{per_response}, "
+        f"{counts.get('warning', 0):,} warning, {counts.get('info', 0):,} info."
     )
     for gap in config_gaps(summary):
         lines.append(
