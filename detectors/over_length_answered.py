@@ -79,7 +79,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if pool.tokens is not None:
             in_force = (
                 f"the prefill pool in force was {pool.tokens:,} tokens ({pool.node}, which "
-                f"refuses prompts over {pool.longest_accepted:,})"
+                f"takes prompts of up to {pool.longest_accepted:,} tokens)"
             )
         else:  # only the limit its engine stated is known (a truncation warning)
             in_force = (

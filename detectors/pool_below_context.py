@@ -139,7 +139,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if not stub and not prefill.rejected:
             return []
         node = prefill.node
-        if stub:  # no refusal line of its own: counted here
+        if stub and not prefill.rejected:  # no refusal line of its own: counted here
             self.refusals_[node] = self.refusals_.get(node, 0) + 1
         serving = record.serving
         if serving is not None and not serving.succeeded:

@@ -42,6 +42,13 @@ def test_the_refused_then_served_response_is_exposed_with_both_halves(tmp_path: 
     )
     critical = {f["detector"] for f in summary["findings"] if f["severity"] == "critical"}
     assert {"pool_below_context", "over_length_answered", "rejected_then_served"} <= critical
+    # One refused request: its refusal line and the stub it was swapped for are one refusal.
+    (gap,) = [
+        f
+        for f in summary["findings"]
+        if f["detector"] == "pool_below_context" and f["severity"] == "critical"
+    ]
+    assert gap["evidence"]["refusals"] == 1
 
 
 def test_logs_in_a_folder_per_host_meet_their_snapshots_on_one_node(tmp_path: Path) -> None:
