@@ -280,11 +280,13 @@ class Detector(Generic[C]):
         exposure: bool,
     ) -> Finding:
         """A finding about one joined request that `serving` answered: when the client got the
-        answer, one per bootstrap room (outside PD, per node and rid)."""
+        answer (to the microsecond when meta_info says, as the exposure block has it; else the
+        log line's second), one per bootstrap room (outside PD, per node and rid)."""
         room = record.bootstrap_room
+        sent = serving.sent_time
         return self._finding(
             severity,
-            time=record.time,
+            time=sent if sent is not None else record.time,
             node=serving.node,
             summary=summary,
             subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",

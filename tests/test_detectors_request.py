@@ -195,6 +195,16 @@ def test_over_length_prompt_answered_on_decode_is_a_critical_exposure():
     assert finding.time == T + 500 + 0.05 + 5
 
 
+def test_a_finding_is_dated_when_the_client_got_the_answer_to_the_microsecond():
+    """Audit R: the exposure block said 00:04:56.798Z (meta_info's send time), its findings
+    the log line's 00:04:56.000Z."""
+    answer = decode_answer(1001, T + 500, 700_000, ttft=0.3)
+    finish = next(e for e in answer if e.kind == "request_finished")
+    finish.fields["response_sent_to_client_ts"] = finish.time + 0.798
+    (finding,) = run(OverLengthAnswered(), LEAKY, prefill_refused(1001, T + 500, 700_000), answer)
+    assert finding.time == finish.time + 0.798
+
+
 def test_same_length_after_a_restart_with_a_bigger_pool_is_not_flagged():
     restarted = boot("prefill-0", "prefill", T + 5_000, 2_040_000, "0.5.21")
     findings = run(
