@@ -144,3 +144,11 @@ def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> Non
         "0 warning, 0 info." in _headline(summary)
     )
     assert "Findings: 4 critical, 0 warning, 0 info." in _headline(_summary(*RACE))
+
+
+def test_an_all_clear_says_how_much_it_covers() -> None:
+    """Audit R: a healthy fleet's all-clear never said it judged 17,724 requests on 5 nodes."""
+    assert (
+        "No client response was found to carry another request's data (40 requests judged "
+        "on 1 node)." in _headline(_summary())
+    )

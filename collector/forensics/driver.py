@@ -36,6 +36,7 @@ from collector.forensics.report import (
     caught_line,
     config_gaps,
     csv_files_line,
+    judged_line,
     late_lines_line,
     log_zones_line,
     merged_logs_line,
@@ -884,7 +885,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
                 "no exposed responses found in the requests judged (NOT JUDGED NODES below)\n"
             )
         else:
-            out.write("no exposed responses found\n")
+            out.write(f"no exposed responses found ({judged_line(summary)})\n")
     out.write(
         f"findings: {severities.get('critical', 0):,} critical{_per_response(summary)}, "
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"

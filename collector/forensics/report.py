@@ -773,7 +773,7 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             f"Upgrade SGLang: {LEAK_FIXED} closes the over-length leak and 0.5.21 the abort race "
             "(0.5.22 recommended; NIXL and MORI want 0.5.23)."
         )
-    if "checksum_unverified" in serious:
+    if any(f["detector"] == "checksum_unverified" for f in summary["findings"]):
         steps.append(
             "Run the KV checksum on both sides (--disaggregation-enable-kv-checksum) and "
             "confirm transfers are verified, not admitted unverified (kvwatch audit)."
@@ -795,6 +795,16 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             "over-length prompt; pass only on a 4xx with the marker nowhere in the body."
         )
     return steps
+
+
+def judged_line(summary: dict[str, Any]) -> str:
+    """How much an all-clear covers: the requests judged, and on how many nodes."""
+    total = summary["requests"]["total"]
+    nodes = len(summary["nodes"])
+    return (
+        f"{total:,} {'request' if total == 1 else 'requests'} judged on {nodes:,} "
+        f"{'node' if nodes == 1 else 'nodes'}"
+    )
 
 
 def _responses(count: int) -> str:
@@ -857,7 +867,10 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             "logged none of theirs (below)."
         )
     else:
-        lines.append("No client response was found to carry another request's data.")
+        lines.append(
+            f"No client response was found to carry another request's data "
+            f"({judged_line(summary)})."
+        )
     if caught := caught_line(summary):
         lines.append(caught)
     possible = exposure.get("possible") or {}
