@@ -63,7 +63,7 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     done = _forensics(case, tmp_path / "cli")
     assert done.returncode == 2
     assert "no exposed responses found" not in done.stdout
-    said = "NOT JUDGED: no prefill node's logs are in the input, only decode's (decode-0)"
+    said = "NOT JUDGED: no prefill node's logs were found in the input, only decode's (decode-0)"
     assert said in done.stdout and said in done.stderr
     assert "judged by their timing alone" in done.stdout
 
@@ -82,7 +82,7 @@ def test_prefill_logs_alone_name_the_refusals_whose_answer_is_not_in_the_input(
     )
     done = _forensics(case, tmp_path / "cli")
     assert done.returncode == 2
-    assert "NOT JUDGED: no decode node's logs are in the input" in done.stdout
+    assert "NOT JUDGED: no decode node's logs were found in the input" in done.stdout
     assert f"prefill refused 1 request or ran it as one-token stubs (room {EXPOSED_ROOM})" in (
         done.stdout
     )

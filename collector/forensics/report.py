@@ -426,14 +426,14 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
         count = missing["requests"]
         noun = "answer was" if count == 1 else "answers were"
         return (
-            f"no prefill node's logs are in the input, only decode's ({present}): refusals and "
-            f"prefill's pool are not seen, so decode's {count:,} PD {noun} judged by their "
-            "timing alone."
+            f"no prefill node's logs were found in the input, only decode's ({present}): "
+            f"refusals and prefill's pool are not seen, so decode's {count:,} PD {noun} judged "
+            "by their timing alone."
         )
     refused = missing["refused"]
     said = (
-        f"no decode node's logs are in the input, only prefill's ({present}): no response a "
-        "client got was read"
+        f"no decode node's logs were found in the input, only prefill's ({present}): no "
+        "response a client got was read"
     )
     if not refused:
         return said + "."
