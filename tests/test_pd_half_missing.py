@@ -151,3 +151,29 @@ def test_warmups_through_a_fake_transfer_join_no_other_node() -> None:
     assert len(records) == 12  # one per node, rank and restart
     assert all(r.bootstrap_room is None and len(r.sides) == 1 for r in records)
     assert ledger.stats.late_events == 0
+
+
+def test_a_refusal_no_decode_node_logged_is_no_all_clear(tmp_path: Path) -> None:
+    """Both halves in the input, but the decode node that got the refused request is not (one
+    of four decode logs left out: 12 of 77 exposures gone without a word, audit R's A3)."""
+    case = tmp_path / "case"
+    shutil.copytree(REFERENCE, case)
+    decode = case / "decode-0.log"
+    kept = [
+        line for line in decode.read_text().splitlines(keepends=True) if EXPOSED_ROOM not in line
+    ]
+    decode.write_text("".join(line for line in kept if "e5f4a3b2c1d0e9f8" not in line))
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    _valid(summary)
+    assert summary["exposure"]["count"] == 0
+    assert summary["requests"]["pd_role_missing"] is None
+    assert summary["requests"]["refused_without_decode"] == {"count": 1, "rooms": [EXPOSED_ROOM]}
+    done = _forensics(case, tmp_path / "cli")
+    assert done.returncode == 2
+    assert (
+        f"NOT JUDGED: 1 request prefill refused or ran as one-token stubs reached no decode node "
+        f"in the input (room {EXPOSED_ROOM})" in done.stdout
+    )
+    # The whole reference: its decode half is there.
+    whole = run_forensics([str(REFERENCE)], tmp_path / "whole", write_parquet=False).summary
+    assert whole["requests"]["refused_without_decode"]["count"] == 0

@@ -48,6 +48,7 @@ from collector.forensics.report import (
     pd_role_missing_line,
     pool_unknown_line,
     possible_line,
+    refused_without_decode_line,
     repeated_lines_line,
     status_line,
     unattributed_exports_line,
@@ -223,7 +224,10 @@ class _Evidence:
         # A one-token stub is what 0.5.19 makes of a prompt it refused, with or without the
         # refusal line (audit Y); without decode's side, nothing says the prompt was longer.
         prefill = record.prefill
-        refused = record.prefill_refused or (prefill is not None and prefill.stub)
+        refused = prefill is not None and (
+            prefill.stub
+            or (record.prefill_refused and prefill.reject_reason not in _TOKENIZER_REFUSALS)
+        )
         if refused and not decode_seen:
             self.refused_without_decode += 1
             if len(self.refused_without_decode_rooms) < 3:
@@ -639,9 +643,20 @@ def build_summary(
                 stats, nodes, evidence.judged_nodes, evidence.traced_nodes
             ),
             "pd_role_missing": pd_role_missing(evidence, nodes),
+            "refused_without_decode": {
+                "count": evidence.refused_without_decode,
+                "rooms": list(evidence.refused_without_decode_rooms),
+            },
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }
+
+
+# Refusals of the tokenizer, before any bootstrap: decode's tokenizer refuses the same request,
+# and no stub is made. The leak's refusals are the scheduler's.
+_TOKENIZER_REFUSALS: Final = frozenset(
+    {"context_length", "context_length_with_output", "no_bootstrap_room"}
+)
 
 
 def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any] | None:
@@ -904,6 +919,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("UNDATED: ", _undated_beside_exposures),
         ("OUTCOME UNKNOWN: ", _outcome_unknown_beside_exposures),
         ("HALF MISSING: ", _pd_role_missing_beside_exposures),
+        ("NO DECODE SIDE: ", _refused_without_decode_beside_exposures),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("NEWEST FIRST: ", newest_first_line),
@@ -945,6 +961,11 @@ def _undated_beside_exposures(summary: dict[str, Any]) -> str:
 def _outcome_unknown_beside_exposures(summary: dict[str, Any]) -> str:
     """`outcome_unknown_line` when exposures were found all the same."""
     return outcome_unknown_line(summary) if summary["exposure"]["count"] else ""
+
+
+def _refused_without_decode_beside_exposures(summary: dict[str, Any]) -> str:
+    """`refused_without_decode_line` when exposures were found all the same."""
+    return refused_without_decode_line(summary) if summary["exposure"]["count"] else ""
 
 
 def _pd_role_missing_beside_exposures(summary: dict[str, Any]) -> str:

@@ -447,6 +447,30 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     )
 
 
+def refused_without_decode_line(summary: dict[str, Any]) -> str:
+    """Requests prefill refused (or ran as one-token stubs) of which no decode node in the
+    input logged anything, with both halves of the deployment there: decode receives every PD
+    request, so its lines of these are missing (a decode node's logs left out or rotated
+    away), and whether it answered them cannot be told ("" when there are none, or a whole
+    half is missing: `pd_role_missing_line` says it)."""
+    if summary["requests"].get("pd_role_missing"):
+        return ""
+    missing = summary["requests"].get("refused_without_decode") or {}
+    count = missing.get("count", 0)
+    if not count:
+        return ""
+    shown = missing.get("rooms") or []
+    rooms = ", ".join(f"room {room}" for room in shown)
+    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
+    noun, it = ("request", "it") if count == 1 else ("requests", "them")
+    return (
+        f"{count:,} {noun} prefill refused or ran as one-token stubs reached no decode node in "
+        f"the input ({rooms}{more}): decode receives every PD request, so its lines of "
+        f"{it} are missing (a decode node's logs left out, or rotated away); if it answered "
+        f"{it}, the answers came from other requests' KV."
+    )
+
+
 def _names(nodes: list[str]) -> str:
     shown = ", ".join(nodes[:3])
     return shown + (f" and {len(nodes) - 3:,} more" if len(nodes) > 3 else "")
@@ -636,6 +660,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             undated_line,
             too_late_line,
             pd_role_missing_line,
+            refused_without_decode_line,
             outcome_unknown_line,
             unread_files_line,
             unattributed_exports_line,
@@ -880,6 +905,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"Outcome unknown: {outcome_unknown_line(summary)}")
     if exposure["count"] and pd_role_missing_line(summary):
         lines.append(f"Half the deployment missing: {pd_role_missing_line(summary)}")
+    if exposure["count"] and refused_without_decode_line(summary):
+        lines.append(f"No decode side: {refused_without_decode_line(summary)}")
     # What the input itself says, each said only when it applies.
     for said in (
         abort_signals_line,
