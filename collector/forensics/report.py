@@ -437,13 +437,11 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     )
     if not refused:
         return said + "."
-    rooms = ", ".join(f"room {room}" for room in missing["refused_rooms"])
-    more = f" and {refused - len(missing['refused_rooms']):,} more" if refused > 3 else ""
-    noun, it = ("request", "it") if refused == 1 else ("requests", "them")
+    noun, it = _request_it(refused)
     return (
         f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs "
-        f"({rooms}{more}): whether decode answered {it} (before {LEAK_FIXED} it did, from "
-        "other requests' KV) is not in this input."
+        f"({_some_rooms(missing['refused_rooms'], refused)}): whether decode answered {it} "
+        f"(before {LEAK_FIXED} it did, from other requests' KV) is not in this input."
     )
 
 
@@ -459,16 +457,25 @@ def refused_without_decode_line(summary: dict[str, Any]) -> str:
     count = missing.get("count", 0)
     if not count:
         return ""
-    shown = missing.get("rooms") or []
-    rooms = ", ".join(f"room {room}" for room in shown)
-    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
-    noun, it = ("request", "it") if count == 1 else ("requests", "them")
+    noun, it = _request_it(count)
     return (
         f"{count:,} {noun} prefill refused or ran as one-token stubs reached no decode node in "
-        f"the input ({rooms}{more}): decode receives every PD request, so its lines of "
+        f"the input ({_some_rooms(missing.get('rooms') or [], count)}): decode receives every "
+        "PD request, so its lines of "
         f"{it} are missing (a decode node's logs left out, or rotated away); if it answered "
         f"{it}, the answers came from other requests' KV."
     )
+
+
+def _some_rooms(rooms: list[str], count: int) -> str:
+    """`room A, room B, room C and 9 more`: the first three of `count` rooms, named."""
+    shown = rooms[:3]
+    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
+    return ", ".join(f"room {room}" for room in shown) + more
+
+
+def _request_it(count: int) -> tuple[str, str]:
+    return ("request", "it") if count == 1 else ("requests", "them")
 
 
 def _names(nodes: list[str]) -> str:
@@ -487,13 +494,11 @@ def outcome_unknown_line(summary: dict[str, Any]) -> str:
         for f in summary["findings"]
         if (f.get("evidence") or {}).get("decode_outcome") == UNKNOWN_OUTCOME
     ]
-    shown = ", ".join(f"room {room}" for room in rooms[:3])
-    more = f" and {count - 3:,} more" if count > 3 else ""
-    noun, it = ("request", "it") if count == 1 else ("requests", "them")
+    noun, it = _request_it(count)
     return (
         f"{count:,} {noun} prefill refused reached decode, and decode logged no end for {it} "
-        f"({shown}{more}; warnings in the report): if decode answered {it}, the answer came from "
-        "other requests' KV. A decode that logs only slow finishes "
+        f"({_some_rooms(rooms, count)}; warnings in the report): if decode answered {it}, the "
+        "answer came from other requests' KV. A decode that logs only slow finishes "
         "(SGLANG_LOG_REQUEST_EXCEEDED_MS) leaves out exactly those answers; its time-stats lines "
         "or traces would tell."
     )
