@@ -8,6 +8,7 @@ after a timeout leaves no mismatch behind.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from collector.forensics.report import (
@@ -118,11 +119,17 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
 
 
 def test_next_steps_follow_what_was_found() -> None:
-    incident = next_steps(_summary(("unsafe_engine_version", "critical"), exposed=3, pools=GAP))
+    incident = _summary(("unsafe_engine_version", "critical"), exposed=3, pools=GAP)
+    incident["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.19"
+    restarted = copy.deepcopy(incident)
+    incident = next_steps(incident)
     assert incident[0].startswith("Tell the owners of the 3 exposed responses")
     assert incident[1].startswith("Cap --context-length at or below the pool of prefill-0")
     assert incident[2].startswith("Upgrade SGLang: 0.5.20 closes the over-length leak")
     assert incident[-1].startswith("Test content, not status")
+    # Restarted on a release the policy passes: no upgrade, whatever it ran before.
+    restarted["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.22"
+    assert not any(step.startswith("Upgrade") for step in next_steps(restarted))
     # The abort race caught by a checksum that is on: find the aborts, not turn it on.
     race = next_steps(_summary(*RACE))
     assert len(race) == 1 and race[0].startswith("Find what aborts transfers mid-flight")

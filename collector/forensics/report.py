@@ -22,7 +22,7 @@ from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
 from collector.passed_over import input_unread, passed_over
 from collector.shown_text import printable_lines
-from detectors.engine_version import VersionPolicy
+from detectors.engine_version import VersionPolicy, version_verdict
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -798,7 +798,7 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             "context; check again after any change of weights, quantisation, parallelism or "
             "memory fraction (kvwatch audit)."
         )
-    if "unsafe_engine_version" in serious:
+    if "unsafe_engine_version" in serious and _unsafe_in_force(summary):
         steps.append(
             f"Upgrade SGLang: {LEAK_FIXED} closes the over-length leak and 0.5.21 the abort race "
             "(0.5.22 recommended; NIXL and MORI want 0.5.23)."
@@ -835,6 +835,22 @@ def judged_line(summary: dict[str, Any]) -> str:
         f"{total:,} {'request' if total == 1 else 'requests'} judged on {nodes:,} "
         f"{'node' if nodes == 1 else 'nodes'}"
     )
+
+
+def _unsafe_in_force(summary: dict[str, Any]) -> bool:
+    """A PD node's last configuration runs a release the version policy faults (a fleet
+    restarted on 0.5.22 needs no upgrade, whatever it ran before)."""
+    for info in summary["nodes"].values():
+        points = info.get("config") or []
+        if not points or info.get("role") not in ("prefill", "decode"):
+            continue
+        last = points[-1]
+        verdict = version_verdict(
+            last.get("version"), pd=True, backend=last.get("transfer_backend")
+        )
+        if verdict.severity is not None:
+            return True
+    return False
 
 
 def _responses(count: int) -> str:
