@@ -74,7 +74,9 @@ def test_a_side_without_a_terminal_line_waits_max_open_and_the_end_flushes_the_r
     assert last.fields["side"].rid == "late" and last.time == T + 201
 
 
-def test_lines_of_one_rid_fold_into_one_side_and_rid_less_lines_by_room() -> None:
+def test_lines_of_one_rid_and_of_its_room_fold_into_one_side() -> None:
+    """One node's lines about one room are one request: the transfer failures naming the room
+    alone join the side its rid's lines hold."""
     asm = RequestSideAssembler()
     out = shipped(
         asm,
@@ -83,16 +85,41 @@ def test_lines_of_one_rid_fold_into_one_side_and_rid_less_lines_by_room() -> Non
             ev("request_rejected", T, rid="r1", input_tokens=10, limit_tokens=5),
             ev("transfer_failed", T + 1, bootstrap_room="9", reason="timeout"),
             ev("transfer_failed", T + 1, bootstrap_room="9", reason="again"),
+            ev("transfer_failed", T + 1, bootstrap_room="8", reason="alone"),
             ev("request_finished", T + 1, rid="HEALTH_CHECK_1"),
             ev("request_finished", T + 1),
         ],
     )
     sides = {(e.fields["side"].rid, e.fields["room"]): e.fields["side"] for e in out}
-    assert set(sides) == {("r1", "9"), (None, "9")}
+    assert set(sides) == {("r1", "9"), (None, "8")}  # a room no rid line named: its own side
     assert sides["r1", "9"].rejected and sides["r1", "9"].reject_input_tokens == 10
-    assert sides[None, "9"].transfer_failures == 2
-    assert sides[None, "9"].transfer_reason == "timeout"
+    assert sides["r1", "9"].transfer_failures == 2
+    assert sides["r1", "9"].transfer_reason == "timeout"
     assert (asm.health_checks, asm.unkeyed) == (1, 1)
+
+
+def test_a_line_naming_the_room_before_the_rid_is_the_same_request() -> None:
+    """The OpenAI request record (`request.received.openai`) names the room before the
+    tokenizer gives the request its rid: its own side came a minute after its request was
+    judged, a "late line" for every request of a fleet logging JSON requests."""
+    asm = RequestSideAssembler(settle_seconds=5.0)
+    out = shipped(
+        asm,
+        [
+            ev("request_received", T, bootstrap_room="9", bootstrap_host="10.0.1.10"),
+            ev("request_received", T, rid="r1", bootstrap_room="9"),
+            ev("request_finished", T + 1, rid="r1", bootstrap_room="9", finish_type="stop"),
+            ev("decode_batch", T + 3_600),
+        ],
+    )
+    ((side, room),) = [(e.fields["side"], e.fields["room"]) for e in out]
+    assert (side.rid, room, side.bootstrap_host, side.finish_type) == (
+        "r1",
+        "9",
+        "10.0.1.10",
+        "stop",
+    )
+    assert out[0].time == T + 1 + 5.0  # shipped when its rid's side settled, not an hour late
 
 
 def test_the_first_role_naming_time_stats_of_each_start_up_is_forwarded() -> None:

@@ -171,7 +171,8 @@ def test_a_decode_that_logged_no_request_turns_no_exposure_into_not_judged(
     _healthy_reference(tmp_path / "case")
     control, control_summary = _forensics(tmp_path / "case", tmp_path / "control")
     assert control.returncode == 0, control.stderr
-    assert "no exposed responses found\n" in control.stdout
+    assert control_summary["requests"]["total"] == 1
+    assert "no exposed responses found (1 request judged on 2 nodes)\n" in control.stdout
     assert control_summary["requests"]["nodes_not_judged"] == []
 
     unlogged = _without_request_lines(REFERENCE / "decode-0.log")

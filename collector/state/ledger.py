@@ -281,6 +281,8 @@ class RequestLedger:
         if side is None:
             # Sides are keyed like the rid index: (node, rid or "").
             side = entry.sides.get(node_rid)
+            if side is None and kind != "request_trace":
+                side = _one_request_per_room(entry, node, rid)
             if side is None and rid is not None and self._spans_seen and kind != "request_trace":
                 side = self._adopt_traced_side(entry, node, rid, part, time)
             if side is None and part is not None:
@@ -829,6 +831,23 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     if side.refused or side.stub:
         return True
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
+
+
+def _one_request_per_room(entry: _Entry, node: str, rid: str | None) -> SideRecord | None:
+    """The side of `node` a line of its about the entry's room belongs to, when the line and
+    the side name it differently: one node's lines about one room are one request. A line
+    naming the room alone (the OpenAI request record, before the tokenizer gives a rid) joins
+    the node's side with a rid; the rid's first line takes over a side made of such lines.
+    Without this each was a side of its own, which never ended: the request waited for it."""
+    if entry.room is None:
+        return None
+    if rid is None:
+        return next((s for (n, r), s in entry.sides.items() if n == node and r), None)
+    lone = entry.sides.pop((node, ""), None)
+    if lone is not None:
+        lone.rid = rid
+        entry.sides[(node, rid)] = lone
+    return lone
 
 
 def _side_for_span(entry: _Entry, rid: str, role: str | None) -> SideRecord | None:
