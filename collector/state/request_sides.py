@@ -177,17 +177,7 @@ class RequestSideAssembler:
             self.health_checks += 1
             return
         room = text_or_none(fields.get("bootstrap_room"))
-        if rid is None and room is None:
-            self.unkeyed += 1
-            return
-        if rid is None:
-            # A line naming the room alone joins the side its rid's lines hold, else waits keyed
-            # by the room for them: one node's lines about one room are one request. The OpenAI
-            # request record (`request.received.openai`, before the tokenizer gives a rid)
-            # comes first; as a side of its own it came a minute after its request was judged
-            # (audit R's rerun: 7,586 "late lines" in a fleet logging JSON requests).
-            key = self._room_keys.get(room) or "\x00" + room
-        else:
+        if rid is not None:
             key = rid
             if room is not None and rid not in self._open:
                 waiting = self._open.pop("\x00" + room, None)
@@ -197,6 +187,16 @@ class RequestSideAssembler:
                     self._open[rid] = waiting
             if room is not None:
                 self._room_keys[room] = rid
+        elif room is not None:
+            # A line naming the room alone joins the side its rid's lines hold, else waits keyed
+            # by the room for them: one node's lines about one room are one request. The OpenAI
+            # request record (`request.received.openai`, before the tokenizer gives a rid)
+            # comes first; as a side of its own it came a minute after its request was judged
+            # (audit R's rerun: 7,586 "late lines" in a fleet logging JSON requests).
+            key = self._room_keys.get(room) or "\x00" + room
+        else:
+            self.unkeyed += 1
+            return
         entry = self._open.get(key)
         if entry is None:
             if len(self._open) >= self.max_open:
