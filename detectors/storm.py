@@ -399,7 +399,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         logged = 0
         if scope is not None:
             now = self.logged_.get(scope, 0)
-            logged = now - self.logged_at_.get(series, now)
+            # A series first seen counts from 0 since a scrape that lacked it: SGLang creates it
+            # at its first increment, so every line the logs showed of its scope came after.
+            # Counted again, a storm's own timeouts filled the window of the scrape after it,
+            # which then stretched the storm over the restart and hid the next one (audit M).
+            first = self.logged_at_.get(series, 0 if series not in self.counters_.last else now)
+            logged = now - first
             self.logged_at_[series] = now
         return self.counters_.in_window(
             series,

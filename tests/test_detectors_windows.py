@@ -507,6 +507,22 @@ def test_a_counter_series_created_by_its_first_increments_counts_them() -> None:
     assert storm_finding.evidence["failures"] > 0
 
 
+def test_a_new_series_counts_no_timeout_its_logged_storm_already_counted() -> None:
+    """Audit M (0.5.22, two storms an hour apart around a restart, hourly snapshots): the
+    first scrape after the first storm holds the timeout series for the first time. Counted
+    from 0 since the scrape before it, without the logs' own 120 lines taken off, it put a
+    sixth of them in the scrape's window; the storm then seemed to go on past the restart and
+    the second one, 15 minutes later, was never raised."""
+    quiet = quiet_hours(1)
+    first = [timeout(T + 1800 + 10 * k, 2000 + k) for k in range(120)]  # 20 minutes
+    # Scrapes an hour apart: the first has no timeout series yet (the held gauge says it was
+    # scraped); the next holds it. The second storm follows 15 minutes later.
+    snapshots = [held(T, 0.0), held(T + 3600, 0.0), counter(T + 3600, 120.0, "timeout")]
+    second = [timeout(T + 4500 + 10 * k, 4000 + k) for k in range(120)]
+    findings = run(DeferredReleaseTimeouts(), quiet + first + snapshots + second)
+    assert [f.time for f in findings] == [T + 2100, T + 4800]
+
+
 def test_counter_reset_after_a_restart_is_not_a_negative_storm():
     deltas = CounterDeltas()
     assert deltas.delta("s", 100.0) == 0.0
