@@ -641,6 +641,29 @@ def test_the_prefill_of_a_request_is_the_attempt_that_prefilled_it():
     assert alone.prefill is failed  # no attempt prefilled it: the first one
 
 
+def test_a_refused_request_s_prefill_is_its_refusal_not_its_stub():
+    """Audit Y's J2 (0.5.19, request lines apart from the stdout): the stub a refused prompt
+    became finishes `length`, 200 under the request-log file's name, a success by its finish
+    alone; taken as the request's prefill, its node had no pool to judge by, and 7 of 40
+    exposures lost their over-length finding. The refusal line names the node that refused."""
+    refusal = SideRecord(
+        node="prefill-0", rid="p1", role="prefill", first_time=T, last_time=T,
+        rejected=True, reject_input_tokens=900_000,
+    )  # fmt: skip
+    stub = SideRecord(
+        node="sglang-prefill-0-7c9d5_0", rid="p1", role="prefill", first_time=T,
+        last_time=T + 1, finished_time=T + 1, prompt_tokens=1, completion_tokens=1,
+        finish_type="length",
+    )  # fmt: skip
+    decode = SideRecord(
+        node="decode-0", rid="d1", role="decode", first_time=T, last_time=T + 60,
+        finished_time=T + 60, prompt_tokens=900_000, completion_tokens=9, finish_type="stop",
+    )  # fmt: skip
+    for sides in ([stub, refusal, decode], [refusal, stub, decode]):
+        record = RequestRecord("7", "7", sides, True)
+        assert record.prefill is refusal and record.prefill_refused
+
+
 def test_a_span_in_error_does_not_undo_an_answer_the_node_s_finish_record_shows() -> None:
     # The finish record is the node's own account of what the client got. A trace span of the
     # same request in ERROR (the exporter's view, or another attempt's) turned three exposures

@@ -278,11 +278,11 @@ class RequestRecord:
 
     def __post_init__(self) -> None:
         self.memo: dict[str, Any] = {}
-        # The first prefill side; the side that answered the client (decode in PD, the only
-        # node otherwise).
+        self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
+        # The prefill side whose KV decode got (`_prefill`); the side that answered the client
+        # (decode in PD, the only node otherwise).
         self.prefill: SideRecord | None = _prefill(self)
         self.serving: SideRecord | None = _serving(self)
-        self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         # Prefill refused the request, and no other prefill attempt for the room succeeded.
         self.prefill_refused: bool = _prefill_refused(self)
         self.cached_tokens: int | None = _largest(*(s.cached_length for s in self.sides))
@@ -340,11 +340,17 @@ class RequestRecord:
 
 def _prefill(record: RequestRecord) -> SideRecord | None:
     """The prefill side whose KV decode received: the one that prefilled the request when an
-    attempt did (a retry on another server after a failed one), else the first."""
+    attempt did (a retry on another server after a failed one), never a refused request's
+    stub, which 0.5.19 finishes `length`, 200; else the side with the refusal line, which
+    names the node whose pool refused it (its stub's lines may be under another name: audit
+    Y's J2, request lines apart from the stdout); else the first."""
     sides = record.sides_with_role("prefill")
     if not sides:
         return None
-    return next((s for s in sides if s.succeeded), sides[0])
+    return next(
+        (s for s in sides if s.succeeded and not record.refused(s)),
+        next((s for s in sides if s.rejected), sides[0]),
+    )
 
 
 def _serving(record: RequestRecord) -> SideRecord | None:
