@@ -570,3 +570,31 @@ def test_an_answer_still_being_written_is_waited_for_however_long_it_takes(
         finish = {side["node"]: side["finish_type"] for side in record["sides"]}
         assert finish == {"prefill-0": "abort", "decode-0": "length"}, ledger_input
         assert "rejected_then_served" in {f["detector"] for f in findings}, ledger_input
+
+
+def test_warmups_between_start_up_and_fired_up_join_no_room() -> None:
+    """SGLang's PD warmup sends one four-token request per DP rank, in rooms 0 to DP-1, on
+    every node at every start-up, through a transfer that never leaves the node. With request
+    logging off only its time stats say so: their rooms joined other nodes' warmups and came
+    back as late lines at each restart (audit Y's I case: 32)."""
+
+    def stats(t: float, rid: str, room: str, prompt: int) -> Event:
+        return ev(
+            "request_time_stats", t, rid=rid, bootstrap_room=room, role="prefill",
+            input_len=prompt, output_len=1,
+        )  # fmt: skip
+
+    out = shipped(
+        RequestSideAssembler(),
+        [
+            ev("server_args", T),
+            stats(T + 58, "w0", "0", 4),
+            stats(T + 58, "w1", "1", 4),
+            stats(T + 59, "early", "9120", 30_000),  # a client's, even before "fired up"
+            stats(T + 59, "stub", "4711", 1),  # a refused prompt's stub: a client's room
+            ev("server_ready", T + 60),
+            stats(T + 120, "tiny", "7", 4),  # four tokens in a small room, after
+        ],
+    )
+    rooms = {e.fields["side"].rid: e.fields["room"] for e in out if e.kind == REQUEST_SIDE}
+    assert rooms == {"w0": None, "w1": None, "early": "9120", "stub": "4711", "tiny": "7"}

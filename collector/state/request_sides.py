@@ -21,7 +21,7 @@ import math
 from collections import OrderedDict
 from typing import Any, Final
 
-from collector.events import Event
+from collector.events import SERVER_READY, Event
 from collector.sglang.batch import BatchSample
 from collector.state.ledger import (
     HEALTH_PREFIX,
@@ -40,15 +40,21 @@ _ROLES: Final = frozenset({"prefill", "decode", "unified"})
 _STARTUP_KINDS: Final = frozenset({"server_args", "capacity"})
 # Request lines held while the stream has no time yet (a log starting with untimed lines).
 _MAX_UNTIMED: Final = 10_000
+# SGLang's PD warmup: one request of four token ids per DP rank, in rooms 0 to DP-1, between
+# start-up and "The server is fired up". A client's room is a random 63-bit number.
+_WARMUP_MAX_TOKENS: Final = 16
+_WARMUP_ROOMS: Final = frozenset(str(rank) for rank in range(64))
 
 
 class _Open:
-    __slots__ = ("side", "room", "deadline")
+    __slots__ = ("side", "room", "deadline", "warmup")
 
-    def __init__(self, side: SideRecord, room: str | None) -> None:
+    def __init__(self, side: SideRecord, room: str | None, warmup: bool = False) -> None:
         self.side = side
         self.room = room
         self.deadline = math.inf
+        # Begun between the node's start-up lines and its "fired up" line.
+        self.warmup = warmup
 
 
 class RequestSideAssembler:
@@ -88,6 +94,7 @@ class RequestSideAssembler:
         "_seq",
         "_latest",
         "_role_forwarded",
+        "_warming",
         "_untimed",
         "health_checks",
         "unkeyed",
@@ -111,6 +118,7 @@ class RequestSideAssembler:
         self._seq = 0
         self._latest: float | None = None  # the stream's watermark
         self._role_forwarded = False
+        self._warming = False  # between start-up lines and the "fired up" line
         self._untimed: list[Event] = []
         self.health_checks = 0
         self.unkeyed = 0
@@ -134,6 +142,9 @@ class RequestSideAssembler:
                 self._fold(event, out)
         elif kind in _STARTUP_KINDS:
             self._role_forwarded = False
+            self._warming = True
+        elif kind == SERVER_READY:
+            self._warming = False
         if advanced and time is not None:
             self._ship_due(time, out)
         if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
@@ -202,7 +213,9 @@ class RequestSideAssembler:
             if len(self._open) >= self.max_open:
                 # The oldest goes early: memory stays bounded.
                 self._ship(next(iter(self._open)), out, self._latest)
-            entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
+            entry = self._open[key] = _Open(
+                SideRecord(node=event.node, rid=rid), room, self._warming
+            )
         elif entry.room is None:
             entry.room = room
         elif room is not None and room != entry.room:
@@ -245,7 +258,18 @@ class RequestSideAssembler:
         if entry.room is not None and self._room_keys.get(entry.room) == key:
             del self._room_keys[entry.room]
         side = entry.side
-        fields: dict[str, Any] = {"side": side, "room": entry.room}
+        room = entry.room
+        if (
+            entry.warmup
+            and room in _WARMUP_ROOMS
+            and (side.prompt_length or 0) <= _WARMUP_MAX_TOKENS
+        ):
+            # A warmup: every node sends its own in rooms 0 to DP-1 at every start-up, through
+            # a transfer that never leaves it. Without the fake host in its lines (request
+            # logging off: time stats alone), its room joined other nodes' and came back late
+            # at each restart (audit Y's I and J cases: 16 "late lines" a node a restart).
+            room = None
+        fields: dict[str, Any] = {"side": side, "room": room}
         source = side.sources[0] if side.sources else side.node
         out.append(Event(REQUEST_SIDE, side.node, time, source, fields))
 
