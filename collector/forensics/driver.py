@@ -30,6 +30,7 @@ from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
+    Sayer,
     abort_signals_line,
     answering_not_judged,
     archives_line,
@@ -46,6 +47,7 @@ from collector.forensics.report import (
     outcome_unknown_line,
     passed_over_line,
     pd_role_missing_line,
+    per_response,
     pool_unknown_line,
     possible_line,
     refused_without_decode_line,
@@ -662,7 +664,7 @@ _TOKENIZER_REFUSALS: Final = frozenset(
 def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any] | None:
     """The half of a PD deployment none of whose nodes is in the input, beside the other's
     (None when both are, or neither). Without decode, no response a client got was read, and
-    whether decode answered what prefill refused (on releases before 0.5.22 it did, from
+    whether decode answered what prefill refused (on releases before 0.5.20 it did, from
     stale pages) cannot be told; without prefill, no refusal and no prefill pool is seen, and
     decode's answers are judged by their timing alone (audit R: one half's logs alone gave
     "no exposed responses found" over a 912,384-token answer)."""
@@ -902,7 +904,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         else:
             out.write(f"no exposed responses found ({judged_line(summary)})\n")
     out.write(
-        f"findings: {severities.get('critical', 0):,} critical{_per_response(summary)}, "
+        f"findings: {severities.get('critical', 0):,} critical{per_response(summary)}, "
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
     )
     possible = exposure.get("possible") or {}
@@ -916,10 +918,10 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("MERGED LOGS: ", merged_logs_line),
         ("UNREAD: ", unread_line),
         ("PASSED OVER: ", passed_over_line),
-        ("UNDATED: ", _undated_beside_exposures),
-        ("OUTCOME UNKNOWN: ", _outcome_unknown_beside_exposures),
-        ("HALF MISSING: ", _pd_role_missing_beside_exposures),
-        ("NO DECODE SIDE: ", _refused_without_decode_beside_exposures),
+        ("UNDATED: ", _beside_exposures(undated_line)),
+        ("OUTCOME UNKNOWN: ", _beside_exposures(outcome_unknown_line)),
+        ("HALF MISSING: ", _beside_exposures(pd_role_missing_line)),
+        ("NO DECODE SIDE: ", _beside_exposures(refused_without_decode_line)),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("NEWEST FIRST: ", newest_first_line),
@@ -941,36 +943,14 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         out.write(f"{name:>8}: {path}\n")
 
 
-def _per_response(summary: dict[str, Any]) -> str:
-    """How many critical findings are the exposed responses', one a detector: 447 critical
-    findings for 145 responses read as three times the harm (audit R)."""
-    count = summary["exposure"]["count"]
-    naming = sum(1 for f in summary["findings"] if f.get("exposure"))
-    if not count or not naming:
-        return ""
-    noun = "response" if count == 1 else "responses"
-    return f" ({naming:,} of them name the {count:,} exposed {noun}, one for each detector)"
+def _beside_exposures(said: Sayer) -> Sayer:
+    """`said`, only when exposures were found all the same: without them the verdict line
+    (NOT JUDGED) says it."""
 
+    def beside(summary: dict[str, Any]) -> str:
+        return said(summary) if summary["exposure"]["count"] else ""
 
-def _undated_beside_exposures(summary: dict[str, Any]) -> str:
-    """`undated_line` when exposures were found all the same (without it, the verdict line
-    says it)."""
-    return undated_line(summary) if summary["exposure"]["count"] else ""
-
-
-def _outcome_unknown_beside_exposures(summary: dict[str, Any]) -> str:
-    """`outcome_unknown_line` when exposures were found all the same."""
-    return outcome_unknown_line(summary) if summary["exposure"]["count"] else ""
-
-
-def _refused_without_decode_beside_exposures(summary: dict[str, Any]) -> str:
-    """`refused_without_decode_line` when exposures were found all the same."""
-    return refused_without_decode_line(summary) if summary["exposure"]["count"] else ""
-
-
-def _pd_role_missing_beside_exposures(summary: dict[str, Any]) -> str:
-    """`pd_role_missing_line` when exposures were found all the same."""
-    return pd_role_missing_line(summary) if summary["exposure"]["count"] else ""
+    return beside
 
 
 def stderr_is_terminal() -> bool:

@@ -853,6 +853,19 @@ def _unsafe_in_force(summary: dict[str, Any]) -> bool:
     return False
 
 
+def per_response(summary: dict[str, Any]) -> str:
+    """How many findings name the exposed responses, one for each detector that agrees ("" when
+    none): 447 critical findings for 145 responses read as three times the harm (audit R)."""
+    count = summary["exposure"]["count"]
+    naming = sum(1 for f in summary["findings"] if f.get("exposure"))
+    if not count or not naming:
+        return ""
+    return (
+        f" ({naming:,} of them name the {count:,} exposed {_responses(count)}, one for each "
+        "detector)"
+    )
+
+
 def _responses(count: int) -> str:
     return "response" if count == 1 else "responses"
 
@@ -947,15 +960,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         line = said(summary)
         if line:
             lines.append(line)
-    naming = sum(1 for f in summary["findings"] if f.get("exposure"))
-    per_response = (
-        f" ({naming:,} of them name the exposed {_responses(exposure['count'])}, one for each "
-        "detector)"
-        if exposure["count"] and naming
-        else ""
-    )
     lines.append(
-        f"Findings: {counts.get('critical', 0):,} critical{per_response}, "
+        f"Findings: {counts.get('critical', 0):,} critical{per_response(summary)}, "
         f"{counts.get('warning', 0):,} warning, {counts.get('info', 0):,} info."
     )
     for gap in config_gaps(summary):
