@@ -935,12 +935,15 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     possible = exposure.get("possible") or {}
     if possible.get("groups"):
         lines.append(f"Possibly exposed: {possible_line(possible)}.")
-    if exposure["count"] and outcome_unknown_line(summary):
-        lines.append(f"Outcome unknown: {outcome_unknown_line(summary)}")
-    if exposure["count"] and pd_role_missing_line(summary):
-        lines.append(f"Half the deployment missing: {pd_role_missing_line(summary)}")
-    if exposure["count"] and refused_without_decode_line(summary):
-        lines.append(f"No decode side: {refused_without_decode_line(summary)}")
+    # What keeps the verdict from being whole, said beside exposures (without them, the
+    # verdict line says the first of these as why nothing was judged).
+    for label, said in (
+        ("Outcome unknown", outcome_unknown_line),
+        ("Half the deployment missing", pd_role_missing_line),
+        ("No decode side", refused_without_decode_line),
+    ):
+        if exposure["count"] and (line := said(summary)):
+            lines.append(f"{label}: {line}")
     # What the input itself says, each said only when it applies.
     for said in (
         abort_signals_line,
