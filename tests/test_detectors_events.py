@@ -52,6 +52,36 @@ def test_every_checksum_mismatch_is_critical_and_names_its_room():
     assert not any(f.exposure for f in findings)  # decode aborted the request (HTTP 500)
 
 
+def test_a_peer_ranks_line_first_still_gives_the_finding_the_hashes():
+    # Ranks log in any order within the second: the one finding must carry the hashes.
+    peer = ev("checksum_mismatch", "decode-1", T, rid="8d3f", bootstrap_room="42")
+    hashes = ev(
+        "checksum_mismatch",
+        "decode-1",
+        T + 1,
+        rid="8d3f",
+        bootstrap_room="42",
+        expected="0x5e1a03c7",
+        got="0x5e1a03c6",
+    )
+    later = ev("checksum_mismatch", "decode-1", T + 60, rid="9e", bootstrap_room="43")
+    pipeline = DetectionPipeline(detectors=[ChecksumMismatch()])
+    assert pipeline.process(peer) == []  # waits for its rank with the hashes
+    (finding,) = pipeline.process(hashes)
+    assert finding.evidence["expected"] == "0x5e1a03c7" and finding.time == T
+    assert "expected 0x5e1a03c7" in finding.summary
+    # A lone peer line is reported once its wait is over (here: when time moves past it)...
+    assert pipeline.process(later) == []
+    (lone,) = pipeline.advance(T + 63)
+    assert (lone.bootstrap_room, lone.time) == ("43", T + 60) and "peer rank" in lone.summary
+    # ...or at the end of the input, and a restart in between loses nothing.
+    waiting = DetectionPipeline(detectors=[ChecksumMismatch()])
+    waiting.process(peer)
+    restored = DetectionPipeline.from_state(waiting.to_state())
+    (kept,) = restored.finish()
+    assert (kept.bootstrap_room, kept.time, kept.rid) == ("42", T, "8d3f")
+
+
 def test_metadata_corruption_is_critical_and_names_both_rooms():
     (finding,) = DetectionPipeline(detectors=[MetadataCorruption()]).run(
         [
