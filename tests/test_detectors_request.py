@@ -49,6 +49,7 @@ def boot(node: str, role: str, t: float, pool: int, version: str | None = None) 
             )
         )
     out.append(ev("capacity", node, t + 30, max_total_num_tokens=pool, context_len=CONTEXT))
+    out.append(ev("server_ready", node, t + 60))  # "The server is fired up": warmed up
     return out
 
 

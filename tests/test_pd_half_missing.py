@@ -153,6 +153,42 @@ def test_warmups_through_a_fake_transfer_join_no_other_node() -> None:
     assert ledger.stats.late_events == 0
 
 
+def test_warmups_that_never_name_the_fake_host_join_no_other_node_live() -> None:
+    """Request logging off: a warmup's time stats alone, no host named. Read line by line (the
+    live sidecar), the rooms 0 to DP-1 of every node joined across nodes and came back late at
+    each restart; told by when they run (start-up to "fired up"), they join nothing. A client's
+    request in the same rooms' range after "fired up" still joins."""
+    ledger = RequestLedger(LedgerConfig(settle_seconds=1.0))
+    records = []
+    nodes = ("prefill-0", "prefill-1", "decode-0")
+    for restart, t in enumerate((100.0, 5_000.0)):
+        for node in nodes:
+            assert not ledger.add(_line("server_args", node, t - 30, disaggregation_mode="x"))
+            for rank in range(2):
+                ledger.add(
+                    _line(
+                        "request_time_stats", node, t + 0.1, rid=f"w{restart}{node}{rank}",
+                        bootstrap_room=rank, input_len=4, output_len=1,
+                    )
+                )  # fmt: skip
+            ledger.add(_line("server_ready", node, t + 1))
+        records += ledger.advance(t + 1_000)
+    for node in ("prefill-0", "decode-0"):  # the same small room, after start-up: one request
+        ledger.add(
+            _line(
+                "request_time_stats", node, 9_000.0, rid=f"c-{node}", bootstrap_room=1,
+                input_len=4, output_len=1,
+            )
+        )  # fmt: skip
+    records += ledger.drain()
+    warmups = [r for r in records if r.sides[0].rid.startswith("w")]
+    assert len(warmups) == 12 and all(len(r.sides) == 1 for r in warmups)
+    assert all(r.bootstrap_room is None for r in warmups)
+    (client,) = [r for r in records if r.bootstrap_room == "1"]
+    assert {s.node for s in client.sides} == {"prefill-0", "decode-0"}
+    assert ledger.stats.late_events == 0
+
+
 def test_a_refusal_no_decode_node_logged_is_no_all_clear(tmp_path: Path) -> None:
     """Both halves in the input, but the decode node that got the refused request is not (one
     of four decode logs left out: 12 of 77 exposures gone without a word, audit R's A3)."""

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from collector.events import Event
+from collector.events import SERVER_READY, Event
 from collector.state.request_record import MAX_SOURCES, RequestRecord, SideRecord
 
 RoleOf = Callable[[str, float | None], str | None]
@@ -57,6 +57,13 @@ HEALTH_PREFIX: Final = "HEALTH_CHECK"
 FAKE_BOOTSTRAP_HOST: Final = "2.2.2.2"
 # Nodes' rids of fake transfers remembered, for their lines that do not name the host.
 _MAX_FAKE_RIDS: Final = 4096
+# SGLang's PD warmup: one request of four token ids per DP rank, in rooms 0 to DP-1, between
+# start-up and "The server is fired up". A client's room is a random 63-bit number.
+WARMUP_ROOMS: Final = frozenset(str(rank) for rank in range(64))
+WARMUP_MAX_TOKENS: Final = 16
+# The lines that start an engine generation, and its "fired up" line: between them, it warms up.
+STARTUP_KINDS: Final = frozenset({"server_args", "capacity"})
+_WARMUP_MARKS: Final = STARTUP_KINDS | {SERVER_READY}
 _PD_PAIR: Final = frozenset({"prefill", "decode"})
 _NO_ROLE: Final = frozenset({None})
 _ROLES: Final = ("prefill", "decode", "unified")
@@ -171,6 +178,8 @@ class RequestLedger:
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
         # (node, rid) of fake transfers (`FAKE_BOOTSTRAP_HOST`), read from events, not sides.
         self._fake: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Nodes between their start-up lines and their "fired up" line (read lines only).
+        self._warming: set[str] = set()
         self._spans_seen = False
         self._heap: list[tuple[float, int, str]] = []
         self._seq = 0
@@ -185,7 +194,11 @@ class RequestLedger:
         self._lag = self.config.settle_seconds if self.config.input == "sides" else 0.0
         self._settle = self.config.settle_seconds + self._lag
         # The event kinds `add` reads under this ledger's `input`.
-        self.accepted_kinds = LEDGER_KINDS if self.config.input == "events" else SIDE_INPUT_KINDS
+        # Read lines (live) see start-ups too: a warmup that never names the fake host is told
+        # by when it runs (sides are told apart where they are folded, `request_sides`).
+        self.accepted_kinds = (
+            LEDGER_KINDS | _WARMUP_MARKS if self.config.input == "events" else SIDE_INPUT_KINDS
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -200,6 +213,12 @@ class RequestLedger:
         """Take one event; False when the ledger has no use for it."""
         kind = event.kind
         if kind not in self.accepted_kinds:
+            return False
+        if kind in _WARMUP_MARKS:
+            if kind == SERVER_READY:
+                self._warming.discard(event.node)
+            else:
+                self._warming.add(event.node)
             return False
         stats = self.stats
         stats.events += 1
@@ -231,7 +250,11 @@ class RequestLedger:
                 room = (room.strip() or None) if type(room) is str else text_or_none(room)
         node = event.node
         node_rid = (node, rid or "")
-        if room is not None and kind != REQUEST_SIDE and self._fake_transfer(node_rid, fields):
+        if (
+            room is not None
+            and kind != REQUEST_SIDE
+            and self._fake_transfer(node_rid, fields, self._warmup(node, room, fields))
+        ):
             room = None
         if room is not None:
             key = room
@@ -305,11 +328,22 @@ class RequestLedger:
         self._schedule(entry)
         return True
 
-    def _fake_transfer(self, node_rid: tuple[str, str], fields: dict[str, Any]) -> bool:
+    def _warmup(self, node: str, room: str, fields: dict[str, Any]) -> bool:
+        """A warmup told by when it runs: a prompt of a few tokens, in a small room, while its
+        node starts up (what `request_sides` asks of a side, asked of one line)."""
+        if node not in self._warming or room not in WARMUP_ROOMS:
+            return False
+        size = fields.get("input_len", fields.get("prompt_tokens"))
+        return type(size) is int and size <= WARMUP_MAX_TOKENS
+
+    def _fake_transfer(
+        self, node_rid: tuple[str, str], fields: dict[str, Any], warmup: bool
+    ) -> bool:
         """The line is of a transfer that never left its node (`FAKE_BOOTSTRAP_HOST`): it
-        names the host, or an earlier line of its rid on the node did."""
+        names the host, or is a `warmup` (a small room while the node starts up), or an earlier
+        line of its rid on the node was either."""
         fake = self._fake
-        if fields.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST and node_rid[1]:
+        if (warmup or fields.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST) and node_rid[1]:
             fake[node_rid] = None
             if len(fake) > _MAX_FAKE_RIDS:
                 fake.popitem(last=False)

@@ -27,6 +27,9 @@ from collector.state.ledger import (
     HEALTH_PREFIX,
     REQUEST_SIDE,
     SIDE_SOURCE_KINDS,
+    STARTUP_KINDS,
+    WARMUP_MAX_TOKENS,
+    WARMUP_ROOMS,
     apply_event,
     text_or_none,
 )
@@ -36,14 +39,8 @@ __all__ = ["REQUEST_SIDE", "SIDE_SOURCE_KINDS", "RequestSideAssembler"]
 
 _TIME_STATS: Final = "request_time_stats"
 _ROLES: Final = frozenset({"prefill", "decode", "unified"})
-# Lines that start a new engine generation: its first role-naming time stats go out again.
-_STARTUP_KINDS: Final = frozenset({"server_args", "capacity"})
 # Request lines held while the stream has no time yet (a log starting with untimed lines).
 _MAX_UNTIMED: Final = 10_000
-# SGLang's PD warmup: one request of four token ids per DP rank, in rooms 0 to DP-1, between
-# start-up and "The server is fired up". A client's room is a random 63-bit number.
-_WARMUP_MAX_TOKENS: Final = 16
-_WARMUP_ROOMS: Final = frozenset(str(rank) for rank in range(64))
 
 
 class _Open:
@@ -140,7 +137,7 @@ class RequestSideAssembler:
                 self._untimed.append(event)  # the stream has no time yet
             else:
                 self._fold(event, out)
-        elif kind in _STARTUP_KINDS:
+        elif kind in STARTUP_KINDS:  # a new generation: its role-naming stats go out again
             self._role_forwarded = False
             self._warming = True
         elif kind == SERVER_READY:
@@ -259,11 +256,7 @@ class RequestSideAssembler:
             del self._room_keys[entry.room]
         side = entry.side
         room = entry.room
-        if (
-            entry.warmup
-            and room in _WARMUP_ROOMS
-            and (side.prompt_length or 0) <= _WARMUP_MAX_TOKENS
-        ):
+        if entry.warmup and room in WARMUP_ROOMS and (side.prompt_length or 0) <= WARMUP_MAX_TOKENS:
             # A warmup: every node sends its own in rooms 0 to DP-1 at every start-up, through
             # a transfer that never leaves it. Without the fake host in its lines (request
             # logging off: time stats alone), its room joined other nodes' and came back late
