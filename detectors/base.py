@@ -281,7 +281,8 @@ class Detector(Generic[C]):
     ) -> Finding:
         """A finding about one joined request that `serving` answered: when the client got the
         answer (to the microsecond when meta_info says, as the exposure block has it; else the
-        log line's second), one per bootstrap room (outside PD, per node and rid)."""
+        log line's second), one per bootstrap room (outside PD, per node and rid; in a room of
+        several requests, per rid)."""
         room = record.bootstrap_room
         sent = serving.sent_time
         return self._finding(
@@ -289,7 +290,13 @@ class Detector(Generic[C]):
             time=sent if sent is not None else record.time,
             node=serving.node,
             summary=summary,
-            subject=f"room:{room}" if room else f"{serving.node}:{serving.rid}",
+            subject=(
+                f"{serving.node}:{serving.rid}"
+                if room is None
+                else f"room:{room}:{serving.rid}"
+                if record.fanout  # one of several requests in its room: a response of its own
+                else f"room:{room}"
+            ),
             evidence=evidence,
             rid=serving.rid,
             bootstrap_room=room,

@@ -39,8 +39,9 @@ class ExposureTracker:
     def add(self, finding: Finding) -> None:
         if not finding.exposure:
             return
+        # A room's requests: one, or with parallel sampling the samples, each by its rid.
         key = (
-            f"room:{finding.bootstrap_room}"
+            f"room:{finding.bootstrap_room}:{finding.rid}"
             if finding.bootstrap_room
             else f"{finding.node}:{finding.rid}"
         )

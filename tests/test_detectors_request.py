@@ -970,3 +970,63 @@ def test_prompts_a_pool_sharded_over_dcp_ranks_takes_are_not_over_length():
     )
     assert [f.bootstrap_room for f in findings] == ["6002"]
     assert findings[0].evidence["longest_accepted"] == 1_362_553
+
+
+# -- parallel sampling (`n` > 1) ---------------------------------------------------------------
+
+
+def _sampled(room: int, t: float, prompt: int, answers: list[float], pool_refuses: bool):
+    """One prompt with `n` = len(answers) samples, as SGLang sends it in PD (audit P, from the
+    0.5.19 and 0.5.23 tokenizer manager): a warm-up (`max_new_tokens=0`) and then the samples,
+    each under a fresh rid on prefill and on decode alike, all in the prompt's room. Decode ends
+    the warm-up `length` at no token; each sample ends `answers[k]` seconds after the call."""
+    out: list[Event] = []
+    for k in range(len(answers) + 1):
+        rid = f"p{room}-{k}"
+        if pool_refuses:
+            out.append(
+                ev("request_rejected", "prefill-0", t + 0.01 * k, rid=rid, input_tokens=prompt,
+                   limit_tokens=POOL - 6, reason="input_too_long")
+            )  # fmt: skip
+        out.append(
+            ev("request_finished", "prefill-0", t + 0.01 * k + 0.02, rid=rid,
+               bootstrap_room=str(room), prompt_tokens=1 if pool_refuses else prompt,
+               completion_tokens=1, finish_type="length", e2e_latency=0.02)
+        )  # fmt: skip
+    ends = [0.1, *answers]
+    for k, end in enumerate(ends):
+        out.append(
+            ev("request_finished", "decode-0", t + end, rid=f"d{room}-{k}",
+               bootstrap_room=str(room), prompt_tokens=prompt, cached_tokens=0,
+               completion_tokens=0 if k == 0 else 300, finish_type="length" if k == 0 else "stop",
+               e2e_latency=end, first_token_latency=0.05 if k else None)
+        )  # fmt: skip
+    return out
+
+
+def test_each_sample_of_a_parallel_sampling_request_is_its_own_exposed_response():
+    # Samples ending 14 s to 2 min after the warm-up: long after the warm-up pair was judged.
+    events = sorted([*LEAKY, *_sampled(31, T + 500, 700_000, [14.0, 15.0, 130.0], True)],
+                    key=lambda e: e.time)  # fmt: skip
+    pipeline = DetectionPipeline(detectors=[RejectedThenServed(), OverLengthAnswered()])
+    findings = list(pipeline.run(events))
+    exposed = sorted({(f.detector, f.rid) for f in findings if f.exposure})
+    assert exposed == [
+        (detector, f"d31-{k}")
+        for detector in ("over_length_answered", "rejected_then_served")
+        for k in (1, 2, 3)
+    ]  # each sample named; the warm-up, whose output nobody got, is not
+    assert all(f.bootstrap_room == "31" for f in findings if f.exposure)
+    assert pipeline.ledger.stats.late_events == 0
+
+
+def test_parallel_sampling_on_a_healthy_pool_is_judged_whole_and_clean():
+    fleet = boot("prefill-0", "prefill", T, 2_000_000, "0.5.22") + boot(
+        "decode-0", "decode", T, 2_000_000
+    )
+    events = sorted([*fleet, *_sampled(32, T + 500, 700_000, [14.0, 130.0], False)],
+                    key=lambda e: e.time)  # fmt: skip
+    pipeline = DetectionPipeline(detectors=[RejectedThenServed(), OverLengthAnswered()])
+    assert list(pipeline.run(events)) == []
+    # Three requests judged (the warm-up and two samples), no line counted late.
+    assert pipeline.stats.records == 3 and pipeline.ledger.stats.late_events == 0

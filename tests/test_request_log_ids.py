@@ -152,3 +152,15 @@ def test_a_rid_the_client_chose_with_a_quote_or_an_escape_is_read_as_logged() ->
     )
     long_rid = "r" * 600
     assert _obj_ids(f"GenerateReqInput(rid='{long_rid}', bootstrap_room=7)") == (long_rid, "7")
+
+
+def test_a_batch_calls_one_json_record_with_a_list_of_rids_names_no_request() -> None:
+    # Parallel sampling or a batch: one `request.received` record lists every rid (and room);
+    # each request's own records name it. As one rid, it was a request that never was.
+    record = (
+        '{"timestamp": "2026-11-11T08:00:39", "event": "request.received", '
+        '"rid": ["eval-1_0", "eval-1_1"], "obj": {"rid": ["eval-1_0", "eval-1_1"], '
+        '"bootstrap_room": [11, 12]}}'
+    )
+    parsed = request_log.parse_json_record(record)
+    assert parsed is not None and parsed[1]["rid"] is None and parsed[1]["bootstrap_room"] is None

@@ -168,7 +168,9 @@ class _Evidence:
                 self.exposed_later.setdefault(key, set()).add(finding.detector)
 
     def _exposed_entry(self, finding: Finding) -> ExposedRequest:
-        key = finding.bootstrap_room or f"rid:{finding.node}:{finding.rid}"
+        # A room's request, or with parallel sampling each of its samples, by its rid.
+        room = finding.bootstrap_room
+        key = f"room:{room}:{finding.rid}" if room else f"rid:{finding.node}:{finding.rid}"
         entry = self.exposed.get(key)
         if entry is None:
             evidence = finding.evidence

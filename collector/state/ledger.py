@@ -119,7 +119,7 @@ class LedgerStats:
 
 
 class _Entry:
-    __slots__ = ("key", "room", "sides", "last_time", "deadline")
+    __slots__ = ("key", "room", "sides", "last_time", "deadline", "fanout")
 
     def __init__(self, key: str, room: str | None) -> None:
         self.key = key
@@ -127,6 +127,28 @@ class _Entry:
         self.sides: dict[tuple[str, str], SideRecord] = {}
         self.last_time: float | None = None
         self.deadline = float("inf")
+        # More requests of a room already judged (`_Judged`): its samples, one by one.
+        self.fanout = False
+
+
+class _Judged:
+    """What a judged room leaves behind for requests of it still to come: parallel sampling
+    (`n` > 1) sends a warm-up and then `n` samples of one prompt, each under a rid of its own
+    and all in the prompt's room, on prefill and on decode alike. The warm-up pair ends first,
+    and the room is judged; the samples' answers end seconds or minutes later on the same
+    decode node. A line of a new rid on a node the room already had is such a request (a node
+    whose clock disagrees sends the other half: its lines stay late). `prefill` keeps the
+    room's prefill sides, the refusal evidence each sample is judged with, where the room
+    showed its samples (`_fans_out`); elsewhere it is left empty, to keep the memory small."""
+
+    __slots__ = ("nodes", "rids", "prefill")
+
+    def __init__(
+        self, nodes: frozenset[str], rids: frozenset[str], prefill: tuple[SideRecord, ...]
+    ) -> None:
+        self.nodes = nodes
+        self.rids = rids
+        self.prefill = prefill
 
 
 class RequestLedger:
@@ -172,7 +194,7 @@ class RequestLedger:
         self._by_rid: dict[str, str] = {}
         # Rejections (a refusal-only side) whose rid no other line has named yet.
         self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
-        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
@@ -289,6 +311,8 @@ class RequestLedger:
             stats.unkeyed += 1
             return False
         entry = self._entries.get(key)
+        if entry is None and room is not None and key in self._recent:
+            entry = self._next_request_of(key, room, node, rid)
         if entry is None:
             if key in self._recent:
                 stats.late_events += 1
@@ -364,7 +388,7 @@ class RequestLedger:
             entry = self._entries.get(key)
             if entry is None or entry.deadline != deadline:
                 continue
-            out.append(self._emit(entry))
+            out += self._emit(entry)
         horizon = now - self.config.long_join_window_seconds  # refusals wait the long window
         while self._pending:
             node_rid, refusal = next(iter(self._pending.items()))
@@ -380,7 +404,7 @@ class RequestLedger:
         out = self._forced
         self._forced = []
         for entry in sorted(self._entries.values(), key=lambda e: e.deadline):
-            out.append(self._emit(entry))
+            out += self._emit(entry)
         self.stats.unjoined_rejections += len(self._pending)
         self._pending.clear()
         self._heap.clear()
@@ -392,7 +416,7 @@ class RequestLedger:
         if len(self._entries) >= self.config.max_entries:
             _, oldest = next(iter(self._entries.items()))
             self.stats.evicted += 1
-            self._forced.append(self._emit(oldest))
+            self._forced += self._emit(oldest)
         entry = _Entry(key, room)
         self._entries[key] = entry
         return entry
@@ -550,24 +574,14 @@ class RequestLedger:
         prompt = side.prompt_length
         return prompt is not None and prompt >= self.config.long_prompt_tokens
 
-    def _emit(self, entry: _Entry) -> RequestRecord:
+    def _emit(self, entry: _Entry) -> list[RequestRecord]:
+        """The entry's request, or with parallel sampling its requests (`_requests_in`)."""
         self._entries.pop(entry.key, None)
         for side in entry.sides.values():
             if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
                 del self._rid_index[(side.node, side.rid)]
             if side.rid and self._by_rid.get(side.rid) == entry.key:
                 del self._by_rid[side.rid]
-        if self.config.late_memory:
-            self._recent[entry.key] = None
-            while len(self._recent) > self.config.late_memory:
-                self._recent.popitem(last=False)
-            if self._spans_seen:
-                recent_rids = self._recent_rids
-                for side in entry.sides.values():
-                    if side.rid and side.logged:
-                        recent_rids[side.rid] = None
-                while len(recent_rids) > self.config.late_memory:
-                    recent_rids.popitem(last=False)
         complete = self._complete(entry)
         sides = list(entry.sides.values())
         if not any(s.terminal for s in sides):
@@ -575,12 +589,59 @@ class RequestLedger:
         self._resolve_roles(entry.room, sides)
         # Ties broken by rid: the order does not depend on which side arrived first.
         sides.sort(key=lambda s: (s.end_time is None, s.end_time or 0.0, s.node, s.rid or ""))
-        self.stats.emitted += 1
+        requests = _requests_in(sides) if entry.room is not None else [sides]
+        fanout = entry.fanout or len(requests) > 1
+        if self.config.late_memory:
+            self._remember(entry, sides, fanout)
+            if self._spans_seen:
+                recent_rids = self._recent_rids
+                for side in entry.sides.values():
+                    if side.rid and side.logged:
+                        recent_rids[side.rid] = None
+                while len(recent_rids) > self.config.late_memory:
+                    recent_rids.popitem(last=False)
+        if entry.fanout and not any(s.role in ("decode", "unified") for s in sides):
+            return []  # samples' prefill sides ending after the room was judged: kept above
+        stats = self.stats
+        stats.emitted += len(requests)
         if complete:
-            self.stats.emitted_complete += 1
+            stats.emitted_complete += len(requests)
         else:
-            self.stats.emitted_partial += 1
-        return RequestRecord(entry.key, entry.room, sides, complete)
+            stats.emitted_partial += len(requests)
+        records = [RequestRecord(entry.key, entry.room, group, complete) for group in requests]
+        for record in records:
+            record.fanout = fanout
+        return records
+
+    def _remember(self, entry: _Entry, sides: list[SideRecord], fanout: bool) -> None:
+        """Note the judged key, so its lines arriving later are counted late; for a room that
+        showed parallel sampling, what its samples still to come need (`_Judged`)."""
+        recent = self._recent
+        judged = recent.pop(entry.key, None)
+        if fanout or judged is not None or any(_warm_up(s) for s in sides):
+            nodes = frozenset(s.node for s in sides)
+            rids = frozenset(s.rid for s in sides if s.rid)
+            prefill = tuple(s for s in sides if s.role == "prefill")
+            if judged is not None:  # a later sample of the room
+                nodes, rids = nodes | judged.nodes, rids | judged.rids
+                known = {id(s) for s in judged.prefill}
+                prefill = (*judged.prefill, *(s for s in prefill if id(s) not in known))
+            judged = _Judged(nodes, rids, prefill)
+        recent[entry.key] = judged
+        while len(recent) > self.config.late_memory:
+            recent.popitem(last=False)
+
+    def _next_request_of(self, key: str, room: str, node: str, rid: str | None) -> _Entry | None:
+        """A new entry for a request of a room already judged, when the line is of one
+        (`_Judged`): it starts with the room's prefill sides. None: the line is late."""
+        judged = self._recent.get(key)
+        if judged is None or rid is None or node not in judged.nodes or rid in judged.rids:
+            return None
+        entry = self._new_entry(key, room)
+        entry.fanout = True
+        for side in judged.prefill:
+            entry.sides[(side.node, side.rid or "")] = side
+        return entry
 
     def _resolve_roles(self, room: str | None, sides: list[SideRecord]) -> None:
         for side in sides:
@@ -865,6 +926,30 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     if side.refused or side.stub:
         return True
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
+
+
+def _warm_up(side: SideRecord) -> bool:
+    """Decode's side of a parallel-sampling warm-up: the prompt run for its prefix cache, its
+    request finished `length` at no token (`max_new_tokens=0`), before the samples."""
+    return side.role == "decode" and side.finish_type == "length" and side.completion_tokens == 0
+
+
+def _requests_in(sides: list[SideRecord]) -> list[list[SideRecord]]:
+    """A room's sides, as its requests: one, or with parallel sampling (several decode sides
+    of one node, each its own rid) one per such decode side, each with the room's other
+    sides (the prefill sides, whose requests cannot be told apart: prefill and decode each
+    give the samples rids of their own)."""
+    decode = [s for s in sides if s.role == "decode"]
+    if len(decode) < 2:
+        return [sides]
+    nodes = [s.node for s in decode]
+    sampled = [s for s in decode if nodes.count(s.node) > 1]
+    if not sampled:
+        return [sides]
+    shared = [s for s in sides if s.role != "decode"]
+    # Another decode node's side (a retry elsewhere) goes with the first request only.
+    others = [s for s in decode if nodes.count(s.node) == 1]
+    return [[*shared, *others, sampled[0]], *([*shared, side] for side in sampled[1:])]
 
 
 def _one_request_per_room(entry: _Entry, node: str, rid: str | None) -> SideRecord | None:

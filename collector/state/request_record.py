@@ -161,7 +161,9 @@ class SideRecord:
             return False
         if self.finished_time is not None:
             if self.finish_type in SUCCESS_FINISH:
-                return True
+                # Finished `length` at no token: a prompt-only pass (`max_new_tokens=0`, as
+                # the warm-up of a parallel-sampling request), whose output nobody receives.
+                return not (self.finish_type == "length" and self.completion_tokens == 0)
             return self.finish_type is None and (self.completion_tokens or 0) > 0
         if self.has_trace:
             return (self.trace_completion_tokens or 0) > 0
@@ -261,6 +263,7 @@ class RequestRecord:
         "bootstrap_room",
         "sides",
         "complete",
+        "fanout",
         "memo",
         "prefill",
         "serving",
@@ -277,6 +280,10 @@ class RequestRecord:
     complete: bool
 
     def __post_init__(self) -> None:
+        # One of several requests in one room (parallel sampling, `n` > 1: SGLang sends a
+        # prompt's samples, and a warm-up before them, all in the prompt's room): a response of
+        # its own. Set by the ledger.
+        self.fanout = False
         self.memo: dict[str, Any] = {}
         self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         # The prefill side whose KV decode got (`_prefill`); the side that answered the client
