@@ -24,7 +24,8 @@ HEALTHY_ROOM = "8169805121437453169"
 
 
 def test_each_exposed_sample_is_named_and_nothing_else(tmp_path: Path) -> None:
-    summary = run_forensics([str(CASE)], tmp_path / "out", write_parquet=False).summary
+    result = run_forensics([str(CASE)], tmp_path / "out", write_parquet=False)
+    summary = result.summary
     exposure = summary["exposure"]
     named = {(r["rid"], r["node"], r["bootstrap_room"]) for r in exposure["requests"]}
     assert named == EXPOSED
@@ -33,3 +34,6 @@ def test_each_exposed_sample_is_named_and_nothing_else(tmp_path: Path) -> None:
     assert not [f for f in findings if f["rid"] == WARM_UP]
     assert not [f for f in findings if f["bootstrap_room"] == HEALTHY_ROOM]
     assert summary["requests"]["late_lines"] == 0
+    # Seven responses, to two client calls: the owners to tell are the calls'.
+    report = result.outputs["markdown"].read_text()
+    assert "7 client responses (answering 2 prompts: parallel sampling) probably" in report

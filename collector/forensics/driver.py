@@ -50,6 +50,7 @@ from collector.forensics.report import (
     per_response,
     pool_unknown_line,
     possible_line,
+    prompts_answered,
     refused_without_decode_line,
     repeated_lines_line,
     status_line,
@@ -885,8 +886,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
     if exposure["count"]:
         noun = "response" if exposure["count"] == 1 else "responses"
         out.write(
-            f"EXPOSED: {exposure['count']:,} {noun} probably carried another request's data, "
-            f"{exposure['first']} .. {exposure['last']}\n"
+            f"EXPOSED: {exposure['count']:,} {noun}{prompts_answered(exposure)} probably "
+            f"carried another request's data, {exposure['first']} .. {exposure['last']}\n"
         )
         out.write(f"STATUS: {status_line(summary)}\n")
         for req in exposure["requests"][:5]:

@@ -870,6 +870,17 @@ def _responses(count: int) -> str:
     return "response" if count == 1 else "responses"
 
 
+def prompts_answered(exposure: dict[str, Any]) -> str:
+    """How many prompts the exposed responses answered, when parallel sampling answered some
+    several times (one room, several rids): the calls whose owners to tell. Else empty."""
+    rooms = {r["bootstrap_room"] for r in exposure["requests"] if r["bootstrap_room"]}
+    unroomed = sum(1 for r in exposure["requests"] if not r["bootstrap_room"])
+    prompts = len(rooms) + unroomed
+    if prompts >= exposure["count"]:
+        return ""
+    return f" (answering {prompts:,} {'prompt' if prompts == 1 else 'prompts'}: parallel sampling)"
+
+
 def _duration(seconds: float) -> str:
     """`2 d 4 h`, `16 h 49 min`, `12 min 5 s`, `33 s`: two units at most."""
     whole = int(round(seconds))
@@ -914,8 +925,9 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         lines.append(f"The logs cover {data['first_time']} to {data['last_time']}.")
     if exposure["count"]:
         lines.append(
-            f"{exposure['count']:,} client {_responses(exposure['count'])} probably carried "
-            f"another request's data, between {exposure['first']} and {exposure['last']}."
+            f"{exposure['count']:,} client {_responses(exposure['count'])}"
+            f"{prompts_answered(exposure)} probably carried another request's data, between "
+            f"{exposure['first']} and {exposure['last']}."
         )
         lines.append(status_line(summary))
     elif reason := not_judged_reason(summary):

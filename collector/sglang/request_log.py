@@ -597,11 +597,10 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
         return _exported_metrics_record(record)
     obj = record.get("obj")
     obj_dict = obj if isinstance(obj, dict) else {}
-    rid = record.get("rid") or obj_dict.get("rid")
-    if not isinstance(rid, (str, int)):
-        # A batch or parallel-sampling call's one record: a list of rids (and rooms) that its
-        # requests' own records name one by one. As one rid it was a request that never was.
-        rid = None
+    raw_rid = record.get("rid") or obj_dict.get("rid")
+    # A batch or parallel-sampling call's one record lists its rids (and rooms), which its
+    # requests' own records name one by one: as one rid, it was a request that never was.
+    rid = str(raw_rid) if isinstance(raw_rid, (str, int)) else None
     raw_room = obj_dict.get("bootstrap_room")
     room = str(raw_room) if isinstance(raw_room, int) else None
     if isinstance(raw_room, str) and raw_room.isdigit():
