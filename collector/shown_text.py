@@ -21,3 +21,9 @@ def printable_lines(text: str) -> str:
     if text.isprintable():
         return text
     return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def clipped(text: str, limit: int = 64) -> str:
+    """`text` cut to `limit` characters with an ellipsis: a client-chosen id of a kilobyte
+    would take over a terminal line (the reports and the JSON keep it whole)."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"

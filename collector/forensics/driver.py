@@ -63,7 +63,7 @@ from collector.forensics.report import (
 )
 from collector.parse import ParseStats
 from collector.sglang.log_clock import zone_name
-from collector.shown_text import printable_lines
+from collector.shown_text import clipped, printable_lines
 from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
 from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 from collector.state.ledger import LedgerConfig, request_key
@@ -892,7 +892,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         out.write(f"STATUS: {status_line(summary)}\n")
         for req in exposure["requests"][:5]:
             out.write(
-                f"  {req['time']}  {req['node']}  rid={req['rid']}  room={req['bootstrap_room']}  "
+                f"  {req['time']}  {req['node']}  rid={clipped(str(req['rid']))}  "
+                f"room={req['bootstrap_room']}  "
                 f"prompt={req['prompt_tokens']}  [{', '.join(req['evidence'])}]\n"
             )
         if exposure["count"] > 5:
