@@ -1030,3 +1030,21 @@ def test_parallel_sampling_on_a_healthy_pool_is_judged_whole_and_clean():
     assert list(pipeline.run(events)) == []
     # Three requests judged (the warm-up and two samples), no line counted late.
     assert pipeline.stats.records == 3 and pipeline.ledger.stats.late_events == 0
+
+
+def test_two_rids_of_one_decode_node_in_a_room_without_a_warm_up_stay_one_request():
+    # No warm-up, no parallel sampling: the same answer under two spellings of its rid (a
+    # client's rid with a quote: the time stats print it raw, the finish as a Python literal),
+    # or a room a client reused. Split, they doubled exposures (audit K's i_rid_html: 3 to 6)
+    # or lent one request the other's refusal (audit C's c12b).
+    answer = decode_answer(41, T + 500, 700_000, ttft=0.05)
+    stats = ev(
+        "request_time_stats", "decode-0", T + 505.05, rid="d41-'x", bootstrap_room="41",
+        role="decode", input_len=700_000, cached_input_len=0, output_len=150,
+    )  # fmt: skip
+    events = sorted([*LEAKY, *prefill_refused(41, T + 500, 700_000), *answer, stats],
+                    key=lambda e: e.time)  # fmt: skip
+    pipeline = DetectionPipeline(detectors=[RejectedThenServed(), OverLengthAnswered()])
+    exposed = [f for f in pipeline.run(events) if f.exposure]
+    assert sorted(f.detector for f in exposed) == ["over_length_answered", "rejected_then_served"]
+    assert pipeline.stats.records == 1

@@ -139,7 +139,7 @@ class _Judged:
     decode node. A line of a new rid on a node the room already had is such a request (a node
     whose clock disagrees sends the other half: its lines stay late). `prefill` keeps the
     room's prefill sides, the refusal evidence each sample is judged with, where the room
-    showed its samples (`_fans_out`); elsewhere it is left empty, to keep the memory small."""
+    showed a warm-up; other rooms leave nothing, to keep the memory small."""
 
     __slots__ = ("nodes", "rids", "prefill")
 
@@ -589,8 +589,12 @@ class RequestLedger:
         self._resolve_roles(entry.room, sides)
         # Ties broken by rid: the order does not depend on which side arrived first.
         sides.sort(key=lambda s: (s.end_time is None, s.end_time or 0.0, s.node, s.rid or ""))
-        requests = _requests_in(sides) if entry.room is not None else [sides]
-        fanout = entry.fanout or len(requests) > 1
+        # Parallel sampling shows by its warm-up (or by a room already judged that did): two
+        # rids of one node in one room are otherwise two spellings of one rid in its lines, or
+        # a room a client reused, whose sides must not lend each other a refusal (audit C's
+        # c12b, K's i_ansi and i_rid_html: doubled and false exposures without this).
+        fanout = entry.room is not None and (entry.fanout or any(_warm_up(s) for s in sides))
+        requests = _requests_in(sides) if fanout else [sides]
         if self.config.late_memory:
             self._remember(entry, sides, fanout)
             if self._spans_seen:
@@ -618,7 +622,7 @@ class RequestLedger:
         showed parallel sampling, what its samples still to come need (`_Judged`)."""
         recent = self._recent
         judged = recent.pop(entry.key, None)
-        if fanout or judged is not None or any(_warm_up(s) for s in sides):
+        if fanout or judged is not None:
             nodes = frozenset(s.node for s in sides)
             rids = frozenset(s.rid for s in sides if s.rid)
             prefill = tuple(s for s in sides if s.role == "prefill")
