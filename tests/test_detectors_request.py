@@ -1048,3 +1048,31 @@ def test_two_rids_of_one_decode_node_in_a_room_without_a_warm_up_stay_one_reques
     exposed = [f for f in pipeline.run(events) if f.exposure]
     assert sorted(f.detector for f in exposed) == ["over_length_answered", "rejected_then_served"]
     assert pipeline.stats.records == 1
+
+
+def test_parallel_sampling_told_by_time_stats_alone_names_each_sample_not_the_warm_up():
+    # Request logging off: decode's time stats say `output_len=1` for the warm-up (the token
+    # prefill sent), as for a one-token answer. The room waits to see whether samples follow
+    # (audit P's P4 with time stats alone: 8 warm-ups named and 28 of 51 samples missed).
+    room, t, prompt = 33, T + 500, 700_000
+    events = [*LEAKY]
+    for k in range(4):  # prefill refused the warm-up and three samples: one-token stubs
+        events.append(
+            ev("request_time_stats", "prefill-0", t + 0.01 * k, rid=f"p{room}-{k}",
+               bootstrap_room=str(room), role="prefill", input_len=1, cached_input_len=0,
+               output_len=1, forward_duration=0.02)
+        )  # fmt: skip
+    for k, (end, tokens) in enumerate([(0.1, 1), (3.0, 120), (14.0, 300), (40.0, 500)]):
+        events.append(
+            ev("request_time_stats", "decode-0", t + end, rid=f"d{room}-{k}",
+               bootstrap_room=str(room), role="decode", input_len=prompt, cached_input_len=0,
+               output_len=tokens, forward_duration=end)
+        )  # fmt: skip
+    pipeline = DetectionPipeline(detectors=[RejectedThenServed()])
+    findings = list(pipeline.run(sorted(events, key=lambda e: e.time)))
+    assert sorted(f.rid for f in findings if f.exposure) == [f"d{room}-{k}" for k in (1, 2, 3)]
+    assert pipeline.ledger.stats.late_events == 0
+    # A one-token answer with no sample after it is still judged as an answer.
+    alone = [e for e in events if e.fields.get("rid") in (None, f"p{room}-0", f"d{room}-0")]
+    (finding,) = [f for f in run(RejectedThenServed(), alone) if f.exposure]
+    assert finding.rid == f"d{room}-0"

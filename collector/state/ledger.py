@@ -550,6 +550,11 @@ class RequestLedger:
                 earliest_done = seen
         if earliest_done is not None and self._complete_with(entry, done):
             deadline = last + self._settle
+            if entry.room is not None and not entry.fanout and self._perhaps_warm_up(done):
+                # Decode's one token, in time stats alone: a one-token answer, or the warm-up
+                # of a parallel-sampling request whose samples end seconds to minutes later.
+                # Waited for, they tell it (`_requests_in`); judged at once, it was an answer.
+                deadline = max(deadline, earliest_done + cfg.join_window_seconds)
         elif earliest_done is None or len(done) < len(entry.sides):
             # None is done, or a node has begun the request and not ended it: a decode writing
             # a long answer is in flight, not missing, however long after the refusal it ends.
@@ -566,6 +571,17 @@ class RequestLedger:
             entry.deadline = deadline
             self._seq += 1
             heapq.heappush(self._heap, (deadline, self._seq, entry.key))
+
+    def _perhaps_warm_up(self, done: list[SideRecord]) -> bool:
+        """A done decode side is one token in time stats alone (`_warm_up_shown` None); its
+        role is asked as `_complete_with` asks it, before the sides' roles are settled."""
+        return any(
+            s.finish_type is None
+            and s.has_stats
+            and s.output_len in _ONE_TOKEN
+            and (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
+            for s in done
+        )
 
     def _worth_the_wait(self, side: SideRecord) -> bool:
         """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
@@ -593,10 +609,11 @@ class RequestLedger:
         # rids of one node in one room are otherwise two spellings of one rid in its lines, or
         # a room a client reused, whose sides must not lend each other a refusal (audit C's
         # c12b, K's i_ansi and i_rid_html: doubled and false exposures without this).
-        fanout = entry.room is not None and (entry.fanout or any(_warm_up(s) for s in sides))
-        requests = _requests_in(sides) if fanout else [sides]
+        warm_up = _warm_up_shown(sides) if entry.room is not None else False
+        requests = _requests_in(sides, warm_up) if entry.fanout or warm_up is not False else [sides]
+        fanout = entry.fanout or warm_up is True or len(requests) > 1
         if self.config.late_memory:
-            self._remember(entry, sides, fanout)
+            self._remember(entry, sides, fanout or warm_up is None)
             if self._spans_seen:
                 recent_rids = self._recent_rids
                 for side in entry.sides.values():
@@ -617,12 +634,13 @@ class RequestLedger:
             record.fanout = fanout
         return records
 
-    def _remember(self, entry: _Entry, sides: list[SideRecord], fanout: bool) -> None:
+    def _remember(self, entry: _Entry, sides: list[SideRecord], sampled: bool) -> None:
         """Note the judged key, so its lines arriving later are counted late; for a room that
-        showed parallel sampling, what its samples still to come need (`_Judged`)."""
+        showed (or may have shown) parallel sampling, what its samples still to come need
+        (`_Judged`)."""
         recent = self._recent
         judged = recent.pop(entry.key, None)
-        if fanout or judged is not None:
+        if sampled or judged is not None:
             nodes = frozenset(s.node for s in sides)
             rids = frozenset(s.rid for s in sides if s.rid)
             prefill = tuple(s for s in sides if s.role == "prefill")
@@ -932,17 +950,34 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
 
 
-def _warm_up(side: SideRecord) -> bool:
-    """Decode's side of a parallel-sampling warm-up: the prompt run for its prefix cache, its
-    request finished `length` at no token (`max_new_tokens=0`), before the samples."""
-    return side.role == "decode" and side.finish_type == "length" and side.completion_tokens == 0
+# Decode's output in its time stats, for a warm-up: the token prefill sent (0 never seen).
+_ONE_TOKEN: Final = frozenset({0, 1})
 
 
-def _requests_in(sides: list[SideRecord]) -> list[list[SideRecord]]:
+def _warm_up_shown(sides: list[SideRecord]) -> bool | None:
+    """Whether a room's decode sides show a parallel-sampling warm-up: the prompt run for its
+    prefix cache before the samples, its request finished `length` at no token
+    (`max_new_tokens=0`). None: perhaps. Time stats alone (request logging off) say only
+    `output_len=1` (the token prefill sent), as a one-token answer's do; such a room is
+    reopened for a sample that comes, but not split, and its one-token side is judged as an
+    answer."""
+    perhaps = False
+    for side in sides:
+        if side.role != "decode":
+            continue
+        if side.finish_type == "length" and side.completion_tokens == 0:
+            return True
+        if side.finish_type is None and side.has_stats and side.output_len in _ONE_TOKEN:
+            perhaps = True
+    return None if perhaps else False
+
+
+def _requests_in(sides: list[SideRecord], warm_up: bool | None) -> list[list[SideRecord]]:
     """A room's sides, as its requests: one, or with parallel sampling (several decode sides
     of one node, each its own rid) one per such decode side, each with the room's other
     sides (the prefill sides, whose requests cannot be told apart: prefill and decode each
-    give the samples rids of their own)."""
+    give the samples rids of their own). Where only time stats tell the warm-up (`warm_up`
+    None), its one-token side answered nobody: it is no request of its own."""
     decode = [s for s in sides if s.role == "decode"]
     if len(decode) < 2:
         return [sides]
@@ -950,6 +985,11 @@ def _requests_in(sides: list[SideRecord]) -> list[list[SideRecord]]:
     sampled = [s for s in decode if nodes.count(s.node) > 1]
     if not sampled:
         return [sides]
+    if warm_up is None:
+        stats_only = [s for s in sampled if s.finish_type is None and s.output_len in _ONE_TOKEN]
+        if stats_only and len(stats_only) < len(sampled):
+            first = min(stats_only, key=lambda s: s.first_time or 0.0)
+            sampled.remove(first)
     shared = [s for s in sides if s.role != "decode"]
     # Another decode node's side (a retry elsewhere) goes with the first request only.
     others = [s for s in decode if nodes.count(s.node) == 1]
