@@ -576,9 +576,7 @@ class RequestLedger:
         """A done decode side is one token in time stats alone (`_warm_up_shown` None); its
         role is asked as `_complete_with` asks it, before the sides' roles are settled."""
         return any(
-            s.finish_type is None
-            and s.has_stats
-            and s.output_len in _ONE_TOKEN
+            _one_token_in_stats(s)
             and (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
             for s in done
         )
@@ -613,7 +611,7 @@ class RequestLedger:
         requests = _requests_in(sides, warm_up) if entry.fanout or warm_up is not False else [sides]
         fanout = entry.fanout or warm_up is True or len(requests) > 1
         if self.config.late_memory:
-            self._remember(entry, sides, fanout or warm_up is None)
+            self._remember(entry, sides, fanout, perhaps=warm_up is None)
             if self._spans_seen:
                 recent_rids = self._recent_rids
                 for side in entry.sides.values():
@@ -634,16 +632,23 @@ class RequestLedger:
             record.fanout = fanout
         return records
 
-    def _remember(self, entry: _Entry, sides: list[SideRecord], sampled: bool) -> None:
+    def _remember(
+        self, entry: _Entry, sides: list[SideRecord], sampled: bool, *, perhaps: bool
+    ) -> None:
         """Note the judged key, so its lines arriving later are counted late; for a room that
-        showed (or may have shown) parallel sampling, what its samples still to come need
-        (`_Judged`)."""
+        showed parallel sampling, or `perhaps` did, what its samples still to come need
+        (`_Judged`). A room that only perhaps did (one-token answers are common) keeps no prefill
+        sides: a sample ending after its wait is judged on decode's side alone."""
         recent = self._recent
         judged = recent.pop(entry.key, None)
-        if sampled or judged is not None:
+        if sampled or perhaps or judged is not None:
             nodes = frozenset(s.node for s in sides)
             rids = frozenset(s.rid for s in sides if s.rid)
-            prefill = tuple(s for s in sides if s.role == "prefill")
+            prefill = (
+                tuple(s for s in sides if s.role == "prefill")
+                if sampled or judged is not None
+                else ()
+            )
             if judged is not None:  # a later sample of the room
                 nodes, rids = nodes | judged.nodes, rids | judged.rids
                 known = {id(s) for s in judged.prefill}
@@ -950,24 +955,25 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
 
 
-# Decode's output in its time stats, for a warm-up: the token prefill sent (0 never seen).
-_ONE_TOKEN: Final = frozenset({0, 1})
+def _one_token_in_stats(side: SideRecord) -> bool:
+    """The side is its time stats alone, one token out: for decode, the token prefill sent
+    and no more (a warm-up's, or a one-token answer's)."""
+    return side.finish_type is None and side.has_stats and side.output_len in (0, 1)
 
 
 def _warm_up_shown(sides: list[SideRecord]) -> bool | None:
     """Whether a room's decode sides show a parallel-sampling warm-up: the prompt run for its
     prefix cache before the samples, its request finished `length` at no token
     (`max_new_tokens=0`). None: perhaps. Time stats alone (request logging off) say only
-    `output_len=1` (the token prefill sent), as a one-token answer's do; such a room is
-    reopened for a sample that comes, but not split, and its one-token side is judged as an
-    answer."""
+    `output_len=1`, as a one-token answer's do: such a room waits for its samples
+    (`_schedule`), and the warm-up is told from them (`_requests_in`)."""
     perhaps = False
     for side in sides:
         if side.role != "decode":
             continue
         if side.finish_type == "length" and side.completion_tokens == 0:
             return True
-        if side.finish_type is None and side.has_stats and side.output_len in _ONE_TOKEN:
+        if _one_token_in_stats(side):
             perhaps = True
     return None if perhaps else False
 
@@ -986,10 +992,10 @@ def _requests_in(sides: list[SideRecord], warm_up: bool | None) -> list[list[Sid
     if not sampled:
         return [sides]
     if warm_up is None:
-        stats_only = [s for s in sampled if s.finish_type is None and s.output_len in _ONE_TOKEN]
-        if stats_only and len(stats_only) < len(sampled):
-            first = min(stats_only, key=lambda s: s.first_time or 0.0)
-            sampled.remove(first)
+        one_token = [s for s in sampled if _one_token_in_stats(s)]
+        if one_token and len(one_token) < len(sampled):
+            first = min(one_token, key=lambda s: s.first_time or 0.0)
+            sampled = [s for s in sampled if s is not first]
     shared = [s for s in sides if s.role != "decode"]
     # Another decode node's side (a retry elsewhere) goes with the first request only.
     others = [s for s in decode if nodes.count(s.node) == 1]
