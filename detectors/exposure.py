@@ -15,6 +15,14 @@ from collector.events import iso_time
 from detectors.finding import Finding
 
 
+def exposed_response(finding: Finding) -> str:
+    """The response an exposure finding names, for merging the detectors that agree on it: a
+    room's request, or with parallel sampling each of its samples, by its rid (outside PD, the
+    node and its rid)."""
+    room = finding.bootstrap_room
+    return f"room:{room}:{finding.rid}" if room else f"{finding.node}:{finding.rid}"
+
+
 class ExposureTracker:
     """Accumulates exposure findings; memory is one small entry per exposed response.
 
@@ -39,12 +47,7 @@ class ExposureTracker:
     def add(self, finding: Finding) -> None:
         if not finding.exposure:
             return
-        # A room's requests: one, or with parallel sampling the samples, each by its rid.
-        key = (
-            f"room:{finding.bootstrap_room}:{finding.rid}"
-            if finding.bootstrap_room
-            else f"{finding.node}:{finding.rid}"
-        )
+        key = exposed_response(finding)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = {

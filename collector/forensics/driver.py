@@ -70,6 +70,7 @@ from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord, SideRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
+from detectors.exposure import exposed_response
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import QUEUED_SOURCES, ImpossiblyFastPrefill
 from detectors.pipeline import DetectionPipeline, PipelineConfig
@@ -169,9 +170,7 @@ class _Evidence:
                 self.exposed_later.setdefault(key, set()).add(finding.detector)
 
     def _exposed_entry(self, finding: Finding) -> ExposedRequest:
-        # A room's request, or with parallel sampling each of its samples, by its rid.
-        room = finding.bootstrap_room
-        key = f"room:{room}:{finding.rid}" if room else f"rid:{finding.node}:{finding.rid}"
+        key = exposed_response(finding)
         entry = self.exposed.get(key)
         if entry is None:
             evidence = finding.evidence
