@@ -42,6 +42,11 @@ _pieces = st.sampled_from(
         "\\'",
         ")",
         '"',
+        # A rid at the length bound and one past it: the plain fast read must leave the second
+        # to the general pattern, as it must the escapes above.
+        "rid='" + "a" * 1024 + "'",
+        "rid='" + "b" * 1025 + "'",
+        'rid="' + "c" * 1024 + "'" + '"',
     ]
 )
 
