@@ -136,7 +136,7 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("Prefill batch", _batch(ev.PREFILL_BATCH, len("Prefill batch"))),
     Rule("Finish: ", _event(ev.REQUEST_FINISHED, request_log.parse_text_finish)),
     Rule("Receive: ", _event(ev.REQUEST_RECEIVED, request_log.parse_text_receive)),
-    Rule("Receive OpenAI: ", _event(ev.REQUEST_RECEIVED, request_log.parse_text_receive)),
+    Rule("Receive OpenAI: ", _event(ev.REQUEST_RECEIVED, request_log.parse_openai_receive)),
     Rule("ReqTimeStats(", _event(ev.REQUEST_TIME_STATS, parse_time_stats)),
     Rule("INFO:", _uvicorn),
     Rule("{", _json_record),

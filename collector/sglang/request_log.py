@@ -425,13 +425,25 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
 
 def parse_text_receive(message: str) -> dict[str, Any]:
     rid, room, address, ids_end = _obj_ids_and_end(message)
-    openai = message.startswith("Receive OpenAI")
     tail = _complete_receive_tails.get(len(message) - ids_end) if ids_end >= 0 else None
     if (tail is None or not message.endswith(tail)) and not _receive_walked(message, ids_end):
-        return {"rid": None, "bootstrap_room": None, "openai": openai}  # cut: no ids
-    fields: dict[str, Any] = {"rid": rid, "bootstrap_room": room, "openai": openai}
+        return {"rid": None, "bootstrap_room": None, "openai": False}  # cut: no ids
+    fields: dict[str, Any] = {"rid": rid, "bootstrap_room": room, "openai": False}
     _note_address(fields, address)
     return fields
+
+
+def parse_openai_receive(message: str) -> dict[str, Any]:
+    """A `Receive OpenAI:` record names no request, and nothing is read from it.
+
+    It is the HTTP body as the client sent it (a dict, not `GenerateReqInput`, logged before
+    the request is made), and the `Receive:` line SGLang writes next names the request. Its
+    `rid`, when the client set one, is scheduled under fresh rids when the call fans out (`n` >
+    1, a list of prompts): read, it opened a request that never was (audit P2: late lines, and
+    a false `rejected_then_served` warning). It spells no key as `rid=` or `bootstrap_room=`,
+    so only the user's message could: read, a chat quoting a server log made its words a rid,
+    written to the findings and the Parquet table."""
+    return {"rid": None, "bootstrap_room": None, "openai": True}
 
 
 def _note_address(fields: dict[str, Any], address: Address | None) -> None:
@@ -599,6 +611,10 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     event = record.get("event")
     if not isinstance(event, str) or not event.startswith("request."):
         return _exported_metrics_record(record)
+    stamp = record.get("timestamp")
+    extra: dict[str, Any] = {"record_time": stamp} if isinstance(stamp, str) else {}
+    if event.endswith("openai"):  # the client's body: see `parse_openai_receive`
+        return "request_received", {**parse_openai_receive(message), **extra}
     obj = record.get("obj")
     obj_dict = obj if isinstance(obj, dict) else {}
     raw_rid = record.get("rid") or obj_dict.get("rid")
@@ -609,8 +625,6 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     room = str(raw_room) if isinstance(raw_room, int) else None
     if isinstance(raw_room, str) and raw_room.isdigit():
         room = raw_room
-    stamp = record.get("timestamp")
-    extra: dict[str, Any] = {"record_time": stamp} if isinstance(stamp, str) else {}
     _note_address(extra, _address(obj_dict))
     if event == "request.finished":
         out = record.get("out")
@@ -623,7 +637,7 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     fields = {
         "rid": printable(str(rid)) if rid is not None else None,
         "bootstrap_room": room,
-        "openai": event.endswith("openai"),
+        "openai": False,
     }
     fields.update(extra)
     return "request_received", fields

@@ -196,11 +196,11 @@ class RequestSideAssembler:
             if room is not None:
                 self._room_keys[room] = rid
         elif room is not None:
-            # A line naming the room alone joins the side its rid's lines hold, else waits keyed
-            # by the room for them: one node's lines about one room are one request. The OpenAI
-            # request record (`request.received.openai`, before the tokenizer gives a rid)
-            # comes first; as a side of its own it came a minute after its request was judged
-            # (audit R's rerun: 7,586 "late lines" in a fleet logging JSON requests).
+            # A line naming the room alone (a deferred release, a failed transfer) joins the
+            # side its rid's lines hold, else waits keyed by the room for them: one node's lines
+            # about one room are one request. As a side of its own, such a line that came first
+            # was shipped a minute after its request was judged (audit R's rerun: 7,586 "late
+            # lines", from the OpenAI record, which now names no request at all).
             key = self._room_keys.get(room) or "\x00" + room
         else:
             self.unkeyed += 1
