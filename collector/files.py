@@ -433,7 +433,8 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
         base = node[: mark.start()] if mark and mark.start() > 0 else None
         if base is None or base not in logs:
             continue
-        if len(log_clusters([_oldest_first(logs[base]), _oldest_first(marked)])) == 1:
+        groups = [_oldest_first(logs[base]), _oldest_first(marked)]
+        if len(log_clusters(groups, read_compressed=True)) == 1:
             renamed[node] = base
     if not renamed:
         return files

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from collector.compression import MAGIC_BYTES, compression_of
+from collector.compression import MAGIC_BYTES, compression_of, stream_blocks
 from collector.line_order import first_line_time, head_lines, line_time
 from collector.merged_logs import line_source
 
@@ -52,8 +52,10 @@ EVIDENCE_LINES: Final = 32
 MAX_STARTS: Final = 64
 # The start of a file compared to tell copies of one log (gzip read through).
 _HEAD_BYTES: Final = 256 << 10
-# A later export's start is looked for in an earlier plain file up to this size.
+# A later export's start is looked for in an earlier file up to this size (of text).
 _MAX_SEARCHED_BYTES: Final = 4 << 30
+# Text read at a time from a compressed file searched.
+_SEARCH_READ_BYTES: Final = 1 << 20
 
 
 class _Evidence:
@@ -81,17 +83,19 @@ class _Evidence:
                     self._times.add(when)
 
 
-def log_clusters(groups: list[list[Path]]) -> list[list[int]]:
+def log_clusters(groups: list[list[Path]], *, read_compressed: bool = False) -> list[list[int]]:
     """The logs of one name found in several folders (`groups`, one list of files per folder,
     oldest first), in clusters of folders holding one node's log: linked, folder to folder,
-    by starting alike or by one's start standing in the other's plain files."""
+    by starting alike or by one's start standing in the other's plain files; with
+    `read_compressed`, in its compressed ones too, read through (for a name that says it is a
+    copy: hosts of one name are told apart without inflating every rotation of each)."""
     starts = [_start(files[0]) for files in groups]
     clusters: list[list[int]] = []
     for index in range(len(groups)):
         linked = [
             cluster
             for cluster in clusters
-            if any(_overlap(groups, starts, one, index) for one in cluster)
+            if any(_overlap(groups, starts, one, index, read_compressed) for one in cluster)
         ]
         joined = [index]
         for cluster in linked:
@@ -101,11 +105,14 @@ def log_clusters(groups: list[list[Path]]) -> list[list[int]]:
     return sorted(clusters)
 
 
-def _overlap(groups: list[list[Path]], starts: list[list[str]], one: int, other: int) -> bool:
+def _overlap(
+    groups: list[list[Path]], starts: list[list[str]], one: int, other: int, read_compressed: bool
+) -> bool:
     blocks = (_evidence_block(starts[one]), _evidence_block(starts[other]))
     return _same_start(starts[one], starts[other]) or any(
         # A newest-first export's start is the other's lines the other way round.
-        _holds(groups[where], block) or _holds(groups[where], block[::-1])
+        _holds(groups[where], block, read_compressed)
+        or _holds(groups[where], block[::-1], read_compressed)
         for where, block in ((other, blocks[0]), (one, blocks[1]))
     )
 
@@ -143,9 +150,11 @@ def _same_start(a: list[str], b: list[str]) -> bool:
     return bool(block) and b[: len(block)] == block
 
 
-def _holds(files: list[Path], block: list[str]) -> bool:
-    """Whether any of the plain files holds `block` as whole consecutive lines, LF or CRLF
-    (gzip files are not searched: only their start can be read without reading all)."""
+def _holds(files: list[Path], block: list[str], read_compressed: bool = False) -> bool:
+    """Whether any of the files holds `block` as whole consecutive lines, LF or CRLF; with
+    `read_compressed`, a compressed one read through, as far as `_MAX_SEARCHED_BYTES` of text
+    (an earlier download of a log whose lines have since rotated into `decode-0.log.1.gz`:
+    audit KS), else passed over (only its start can be read without reading it all)."""
     if not block:
         return False
     needles = [
@@ -154,7 +163,13 @@ def _holds(files: list[Path], block: list[str]) -> bool:
     for path in files:
         try:
             with open(path, "rb") as handle:
-                if compression_of(handle.read(MAGIC_BYTES)) is not None:
+                name = compression_of(handle.read(MAGIC_BYTES))
+                if name is not None:
+                    if read_compressed:
+                        handle.seek(0)
+                        blocks = stream_blocks(handle, name, _SEARCH_READ_BYTES)
+                        if _stream_holds(blocks, needles):
+                            return True
                     continue
                 size = os.fstat(handle.fileno()).st_size
                 if not 0 < size <= _MAX_SEARCHED_BYTES:
@@ -170,6 +185,33 @@ def _holds(files: list[Path], block: list[str]) -> bool:
         except (OSError, ValueError):
             continue
     return False
+
+
+def _stream_holds(blocks: Iterator[bytes | str], needles: list[bytes]) -> bool:
+    """`_holds` over a stream of text blocks (a `str` ends it: the damage `stream_blocks`
+    reports): a needle's match must end at a line end or the stream's end, and a match or a
+    line end cut by a block's edge is looked at again with the next block."""
+    carry = b""
+    read = 0
+    longest = max(len(needle) for needle in needles)
+    for block in blocks:
+        if isinstance(block, str) or read > _MAX_SEARCHED_BYTES:
+            return False  # cut or damaged: where it stops is no line end
+        read += len(block)
+        text = carry + block
+        keep_from = max(len(text) - longest, 0)
+        for needle in needles:
+            at = text.find(needle)
+            while at >= 0:
+                end = at + len(needle)
+                if end == len(text):
+                    keep_from = min(keep_from, at)  # its line end is in the next block
+                    break
+                if text[end : end + 1] in (b"\n", b"\r"):
+                    return True
+                at = text.find(needle, at + 1)
+        carry = text[keep_from:]
+    return any(carry.endswith(needle) for needle in needles)
 
 
 def in_reading_order(files: list[TelemetryFile]) -> list[TelemetryFile]:

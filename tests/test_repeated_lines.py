@@ -91,6 +91,42 @@ def test_an_earlier_export_lying_inside_the_later_one_is_read_once(tmp_path: Pat
     assert [lines for lines, _ in stats.repeated_lines.values()] == [100]
 
 
+def test_an_earlier_download_whose_lines_rotated_into_gzip_is_read_once(tmp_path: Path) -> None:
+    """`decode-0 (1).log`, saved an hour before the log rotated: its lines now stand inside
+    `decode-0.log.1.gz`, which the copy's start is looked for in too (audit KS: read as a
+    second node, its deferred-release timeouts counted twice made a healthy case's warning)."""
+    lines = _batches(range(0, 600))
+    _write(tmp_path / "one" / "decode-0.log", lines)
+    expected, _ = _events(tmp_path / "one")
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    with gzip.open(folder / "decode-0.log.1.gz", "wt") as handle:
+        handle.write("".join(line + "\n" for line in lines[:400]))
+    _write(folder / "decode-0.log", lines[400:])
+    _write(folder / "decode-0 (1).log", lines[100:300])
+    assert {f.node for f in discover([folder])} == {"decode-0"}
+    events, stats = _events(folder)
+    assert events == expected
+    assert stats.repeated_lines == {
+        str(folder / "decode-0 (1).log"): (200, str(folder / "decode-0.log.1.gz"))
+    }
+
+
+def test_a_start_found_only_where_a_gzip_file_is_cut_is_no_copy(tmp_path: Path) -> None:
+    """A match that a cut compressed file stops at is no proof its last line was whole."""
+    lines = _batches(range(0, 200))
+    data = gzip.compress("".join(line + "\n" for line in lines[:100]).encode())
+    block = lines[60:100]
+    whole = tmp_path / "whole.gz"
+    whole.write_bytes(data)
+    assert not repeated_lines._holds([whole], block)  # passed over unless asked
+    assert repeated_lines._holds([whole], block, read_compressed=True)
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(data[: len(data) - 12])  # the trailer and a little of the last block
+    assert not repeated_lines._holds([cut], block, read_compressed=True)
+
+
 def test_two_hosts_logging_under_one_name_stay_two_nodes(tmp_path: Path) -> None:
     """Same file name, different lines: the folder-per-host layout, nothing skipped."""
     _write(tmp_path / "host-a" / "sglang.log", _batches(range(0, 100)))
