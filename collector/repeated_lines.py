@@ -18,9 +18,10 @@ keep-alive line repeated, a traceback's body recurring are no evidence.
   (`backup/sglang.log`) that host's.
 * `RepeatedLines` (reading): while a node's file is read, it watches for where each of the
   next few files begins (its first stamped line); from there on it compares the two line by
-  line. Those of the later file's first lines that matched to the end of the earlier file
-  (or all of them, when the later file lies inside the earlier one, a copy cut mid-line
-  included) are skipped when the later file is read, and said (`ParseStats.repeated_lines`).
+  line. Those of the later file's first lines that matched to the end of the earlier file,
+  and on into the files after it while they agree (a copy saved before two rotations), or all
+  of them, when the later file lies inside (a copy cut mid-line included), are skipped when the
+  later file is read, and said (`ParseStats.repeated_lines`).
   Nothing of a file is held beyond a block of its lines; a watch that keeps failing to match
   stops (`MAX_STARTS`).
 """
@@ -250,6 +251,9 @@ class RepeatedLines:
         self._anchors: dict[int, tuple[str, int] | None] = {}
         # Files whose first line is the rest of the file before's last line (`_continuation`).
         self._joined: set[int] = set()
+        # Watches that agreed to the end of the file read, going on into the next: a copy
+        # saved before a rotation spans the rotated files (file index -> watch, where it began).
+        self._carried: dict[int, tuple[_Watch, Path]] = {}
 
     def blocks(self, tf: TelemetryFile, stats: ReadStats) -> Blocks:
         """`file_line_blocks` of `tf`, less the lines an earlier file of the stream held
@@ -262,10 +266,12 @@ class RepeatedLines:
             return
         skip, _ = self._skip.get(index, (0, tf.path))
         joined = index in self._joined
-        watches = [
+        carried, self._carried = self._carried, {}
+        began = {later: path for later, (_, path) in carried.items()}
+        watches = [watch for watch, _ in carried.values()] + [
             _Watch(later, self.files[later], anchor)
             for later in range(index + 1, min(index + 1 + WATCHED_FILES, len(self.files)))
-            if (anchor := self._anchor(later)) is not None
+            if later not in carried and (anchor := self._anchor(later)) is not None
         ]
         seen = 0  # lines read so far, in reading order (newest-first files number backwards)
         for first, lines in file_line_blocks(tf, stats, continued=self._continuation(index)):
@@ -284,9 +290,13 @@ class RepeatedLines:
             seen += len(lines)
             yield first, lines
         for watch in watches:
+            earlier = began.get(watch.later, tf.path)
+            if watch.agreeing and watch.later > index + 1:
+                self._carried[watch.later] = (watch, earlier)
+                continue
             matched = watch.finish()
-            if matched > self._skip.get(watch.later, (0, tf.path))[0]:
-                self._skip[watch.later] = (matched, tf.path)
+            if matched > self._skip.get(watch.later, (0, earlier))[0]:
+                self._skip[watch.later] = (matched, earlier)
 
     def _continuation(self, index: int) -> Callable[[], str | None] | None:
         """For a file that may end mid-line: what reads the next file's first line when it is
@@ -418,6 +428,12 @@ class _Watch:
             index = self._compare(lines, index)
             if self._theirs is None:  # broken: look again just after where it began
                 index = start + 1
+
+    @property
+    def agreeing(self) -> bool:
+        """Still comparing, alike to the end of what was fed: the later file may go on in the
+        file read next."""
+        return self._theirs is not None and not self._inside and not self._cut
 
     def finish(self) -> int:
         """The later file's first lines the file read held (0 when it does not begin there,

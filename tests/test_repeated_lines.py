@@ -113,6 +113,28 @@ def test_an_earlier_download_whose_lines_rotated_into_gzip_is_read_once(tmp_path
     }
 
 
+def test_a_copy_spanning_two_rotated_files_is_read_once(tmp_path: Path) -> None:
+    """Saved before two rotations, the copy begins in `.2.gz` and ends in `.1.gz`: its lines
+    agree to the end of the first and on into the second (audit KS: the rest was read again,
+    800 late lines, and a healthy bundle was NOT JUDGED)."""
+    lines = _batches(range(0, 600))
+    _write(tmp_path / "one" / "decode-0.log", lines)
+    expected, _ = _events(tmp_path / "one")
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name, part in (("decode-0.log.2.gz", lines[:200]), ("decode-0.log.1.gz", lines[200:400])):
+        with gzip.open(folder / name, "wt") as handle:
+            handle.write("".join(line + "\n" for line in part))
+    _write(folder / "decode-0.log", lines[400:])
+    _write(folder / "decode-0 (1).log", lines[100:300])
+    events, stats = _events(folder)
+    assert events == expected
+    assert stats.repeated_lines == {
+        str(folder / "decode-0 (1).log"): (200, str(folder / "decode-0.log.2.gz"))
+    }
+
+
 def test_a_start_found_only_where_a_gzip_file_is_cut_is_no_copy(tmp_path: Path) -> None:
     """A match that a cut compressed file stops at is no proof its last line was whole."""
     lines = _batches(range(0, 200))
