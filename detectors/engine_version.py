@@ -55,11 +55,15 @@ def parse_version(text: str | None) -> EngineVersion | None:
     return EngineVersion(release, final, str(text).strip())
 
 
+# The first release whose prefill refuses an over-length prompt for good (incident.md).
+LEAK_FIXED: Final = "0.5.20"
+
+
 @dataclass(frozen=True, slots=True)
 class VersionPolicy:
     """The thresholds; defaults are the post-mortems'."""
 
-    leak_fixed: str = "0.5.20"
+    leak_fixed: str = LEAK_FIXED
     abort_race_fixed: str = "0.5.21"
     mori_fixed: str = "0.5.22"
     nixl_mori_failed_send_fixed: str = "0.5.23"

@@ -15,20 +15,32 @@ not leaked) a warning.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from pydantic import Field
 
-from collector.state.request_record import RequestRecord
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
+from detectors.engine_version import LEAK_FIXED, is_below
 from detectors.finding import Finding
-from detectors.pool_in_force import pool_in_force
+from detectors.pool_in_force import (
+    LENIENT_BASIS,
+    PoolInForce,
+    pool_in_force,
+    strictest_prefill_pool,
+)
+
+# The `pool_basis` of the warning given where no line names the prefill node a prompt met.
+NO_PREFILL_NAMED: Final = "no prefill node named"
 
 
 class OverLengthAnsweredConfig(DetectorConfig):
     # Tokens a prompt may exceed the longest the pool accepts (pool - 6) before it counts.
     margin_tokens: int = Field(default=0, ge=0)
+    # From this version a prefill refuses an over-length prompt for good (decode does not
+    # answer it): a prompt that might have met such a node is no warning.
+    leak_fixed_version: str = LEAK_FIXED
 
 
 class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
@@ -56,8 +68,10 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if serving is None or not serving.delivered or prompt is None:
             return []
         pool = pool_in_force(record, ctx)
-        if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
+        if pool is None:
             return []
+        if prompt <= pool.longest_accepted + self.config.margin_tokens:
+            return self._perhaps_over_length(record, serving, prompt, pool, ctx)
         prefill = record.prefill
         if (
             prefill is not None
@@ -109,5 +123,61 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "finish_type": serving.finish_type,
                 },
                 exposure=pd,
+            )
+        ]
+
+    def _perhaps_over_length(
+        self,
+        record: RequestRecord,
+        serving: SideRecord,
+        prompt: int,
+        pool: PoolInForce,
+        ctx: DetectionContext,
+    ) -> list[Finding]:
+        """A warning where nothing named the prefill node a decode answer's prompt met, the
+        most lenient pool took it, and another prefill node in force would have refused it.
+
+        Why: with pools of several sizes in force (a staggered upgrade) and no line naming the
+        room's prefill node (decode's time stats alone, a prefill logging no request lines),
+        the answers the small node gave from other requests' KV were judged against the large
+        node's pool and said nowhere (audit KS: 25 of 60 leaked answers silent). Not an
+        exposure: the large node may have computed it."""
+        if pool.basis != LENIENT_BASIS or serving.role != "decode":
+            return []
+        strictest = strictest_prefill_pool(record, ctx)
+        margin = self.config.margin_tokens
+        if strictest is None or prompt <= strictest.longest_accepted + margin:
+            return []
+        when = record.start_time if record.start_time is not None else record.time
+        config = ctx.config_at(strictest.node, when)
+        version = config.version if config is not None else None
+        if version is not None and not is_below(version, self.config.leak_fixed_version):
+            return []
+        summary = (
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} and no line "
+            f"names the prefill node that computed it: {pool.node} took prompts of up to "
+            f"{pool.longest_accepted:,} tokens, {strictest.node} of up to "
+            f"{strictest.longest_accepted:,}. If it went to {strictest.node}, the answer was "
+            f"generated from other requests' KV"
+        )
+        return [
+            self._request_finding(
+                "warning",
+                record,
+                serving,
+                summary=summary,
+                evidence={
+                    "prompt_tokens": prompt,
+                    "completion_tokens": serving.completion_tokens,
+                    "pool_basis": NO_PREFILL_NAMED,
+                    "strictest_pool_node": strictest.node,
+                    "strictest_pool_tokens": strictest.tokens,
+                    "strictest_longest_accepted": strictest.longest_accepted,
+                    "largest_pool_node": pool.node,
+                    "largest_pool_tokens": pool.tokens,
+                    "largest_longest_accepted": pool.longest_accepted,
+                    "finish_type": serving.finish_type,
+                },
+                exposure=False,
             )
         ]

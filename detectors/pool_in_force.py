@@ -25,6 +25,8 @@ from collector.state.request_record import RequestRecord
 from detectors.context import DetectionContext
 
 _MEMO_KEY: Final = "pool_in_force"
+# The basis of the most lenient choice: no line named the prefill node the request met.
+LENIENT_BASIS: Final = "largest prefill pool in force"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,15 +130,34 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         node, tokens = largest
         config = ctx.config_at(node, when)
         if config is None:
-            return PoolInForce(
-                tokens, node, 0, "largest prefill pool in force", tokens - REFUSAL_MARGIN
-            )
-        return PoolInForce.of(config, "largest prefill pool in force", tokens)
+            return PoolInForce(tokens, node, 0, LENIENT_BASIS, tokens - REFUSAL_MARGIN)
+        return PoolInForce.of(config, LENIENT_BASIS, tokens)
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
             return PoolInForce.of(config, "node pool")
     return None
+
+
+def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
+    """Of the deployment's prefill nodes in force at the request's time, the one that takes
+    the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the
+    pool that would have refused a longer prompt, had the request met it. None when a prefill
+    node's capacity is not known (it could be stricter still)."""
+    when = record.start_time if record.start_time is not None else record.time
+    serving = record.serving
+    serving_config = ctx.config_at(serving.node, when) if serving is not None else None
+    model = serving_config.model if serving_config is not None else None
+    strictest: PoolInForce | None = None
+    for config in ctx.timeline.configs_at(when, model):
+        if config.role != "prefill":
+            continue
+        pool = PoolInForce.of(config, "strictest prefill pool in force")
+        if pool is None:
+            return None
+        if strictest is None or pool.longest_accepted < strictest.longest_accepted:
+            strictest = pool
+    return strictest
 
 
 def _ruled_out(host: str, timeline: ConfigTimeline) -> frozenset[str] | None:

@@ -372,11 +372,17 @@ def test_without_the_prefill_side_the_largest_prefill_pool_in_force_is_used():
     findings = run(
         OverLengthAnswered(),
         two_prefills,
-        decode_answer(1, T + 100, 700_000, ttft=0.05),  # fits prefill-1: not flagged
+        decode_answer(1, T + 100, 700_000, ttft=0.05),  # fits prefill-1: no exposure
         decode_answer(2, T + 200, 900_000, ttft=0.05),  # fits nowhere
     )
-    assert [(f.bootstrap_room, f.evidence["pool_tokens"]) for f in findings] == [("2", 800_000)]
-    assert findings[0].evidence["pool_basis"] == "largest prefill pool in force"
+    assert [(f.bootstrap_room, f.severity, f.exposure) for f in findings] == [
+        ("1", "warning", False),
+        ("2", "critical", True),
+    ]
+    assert findings[1].evidence["pool_tokens"] == 800_000
+    assert findings[1].evidence["pool_basis"] == "largest prefill pool in force"
+    # 700,000 tokens fit prefill-1 and not prefill-0, and nothing says which it met.
+    assert findings[0].evidence["strictest_pool_node"] == "prefill-0"
 
 
 def _fetched_from(host: str, events: list[Event], port: int = 8998) -> list[Event]:

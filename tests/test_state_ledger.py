@@ -12,7 +12,12 @@ from collector.state.ledger import LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord, SideRecord
 
 T = 1_790_000_000.0
-ROLES = {"prefill-0": "prefill", "decode-0": "decode", "unified-0": "unified"}
+ROLES = {
+    "prefill-0": "prefill",
+    "prefill-1": "prefill",
+    "decode-0": "decode",
+    "unified-0": "unified",
+}
 
 
 def role_of(node: str, time: float | None) -> str | None:
@@ -154,6 +159,71 @@ def test_rejection_is_joined_through_the_rid_even_before_the_room_is_known():
     # The stub's one-token prompt does not hide the real length.
     assert record.prompt_tokens == 700_000
     assert ledger.pending_rejections == 0
+
+
+def _refusal(t: float, rid: str, tokens: int, node: str = "prefill-0") -> Event:
+    return ev(
+        "request_rejected",
+        node,
+        t,
+        rid=rid,
+        input_tokens=tokens,
+        limit_tokens=681_274,
+        reason="input_too_long",
+    )
+
+
+def _decode_stats(t: float, rid: str, room: str, tokens: int) -> Event:
+    """Decode's time stats alone: its room, its prompt length, no prefill node named."""
+    return ev(
+        "request_time_stats",
+        "decode-0",
+        t + 9.0,
+        rid=rid,
+        bootstrap_room=room,
+        role="decode",
+        input_len=tokens,
+        cached_input_len=0,
+        output_len=300,
+        entry_time=t + 0.4,
+        transfer_duration=0.031,
+        forward_duration=8.5,
+    )
+
+
+def _judged(events: list[Event]) -> list[RequestRecord]:
+    ledger = RequestLedger(role_of=role_of)
+    for event in events:
+        ledger.add(event)
+    return ledger.drain()
+
+
+def test_a_prefill_refusal_no_line_names_is_the_refusal_of_the_decode_of_its_length():
+    """A prefill logging no request lines names its refusal by rid alone; decode's time stats
+    name the room alone. The one refusal of that prompt length, seconds from decode's start,
+    is the room's (audit KS: unjoined, the answers were judged against another prefill's
+    larger pool and 28 of 60 leaked answers were missed)."""
+    (record,) = _judged([_refusal(T, "p1", 900_000), _decode_stats(T, "d1", "42", 900_000)])
+    assert record.prefill is not None and record.prefill.node == "prefill-0"
+    assert record.prefill_refused and record.served
+    # An honest answer of another length, or far from the refusal, takes no refusal.
+    for decode in (
+        _decode_stats(T, "d2", "43", 899_999),
+        _decode_stats(T + 120, "d3", "44", 900_000),
+    ):
+        records = _judged([_refusal(T, "p1", 900_000), decode])
+        assert [r.prefill_refused for r in records] == [False]
+
+
+def test_two_refusals_that_could_be_a_decode_s_join_neither():
+    records = _judged(
+        [
+            _refusal(T, "p1", 900_000),
+            _refusal(T + 2, "p2", 900_000, node="prefill-1"),
+            _decode_stats(T, "d1", "42", 900_000),
+        ]
+    )
+    assert [r.prefill_refused for r in records] == [False]
 
 
 def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():

@@ -120,6 +120,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         not_judged_line,
         outcome_unknown_line,
         pd_role_missing_line,
+        prefill_unknown_line,
         refused_without_decode_line,
         too_late_line,
         unattributed_exports_line,
@@ -195,6 +196,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         pd_role_missing_line,
         refused_without_decode_line,
         outcome_unknown_line,
+        prefill_unknown_line,
         unread_files_line,
         unattributed_exports_line,
     )

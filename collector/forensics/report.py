@@ -23,6 +23,7 @@ from collector.forensics.plots import PlotData, render_all
 from collector.passed_over import input_unread, passed_over
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, version_verdict
+from detectors.over_length_answered import NO_PREFILL_NAMED
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -504,6 +505,28 @@ def outcome_unknown_line(summary: dict[str, Any]) -> str:
     )
 
 
+def prefill_unknown_line(summary: dict[str, Any]) -> str:
+    """Answers of prompts longer than a prefill pool in force, no line naming the prefill node
+    each met while a larger pool was in force too (a staggered upgrade): those the small node
+    took were answered from stale pages, so no verdict on them is an all-clear."""
+    count = summary["requests"].get("prefill_node_unknown", 0)
+    if not count:
+        return ""
+    rooms = [
+        str(f["bootstrap_room"])
+        for f in summary["findings"]
+        if (f.get("evidence") or {}).get("pool_basis") == NO_PREFILL_NAMED
+    ]
+    noun, _ = _request_it(count)
+    return (
+        f"{count:,} {noun} decode answered had prompts longer than a prefill pool then in "
+        f"force, and no line names the prefill node each met ({_some_rooms(rooms, count)}; "
+        "warnings in the report): those that met the smaller pool were answered from other "
+        "requests' KV. Prefill's request lines, or decode's naming the bootstrap host, would "
+        "tell which."
+    )
+
+
 def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes not judged (`requests.nodes_not_judged`) that answer clients: decode in PD,
     or any node whose role is unknown. A prefill node never answers, so the decode side of
@@ -667,6 +690,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             pd_role_missing_line,
             refused_without_decode_line,
             outcome_unknown_line,
+            prefill_unknown_line,
             unread_files_line,
             unattributed_exports_line,
         ),
@@ -951,6 +975,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     # verdict line says the first of these as why nothing was judged).
     for label, said in (
         ("Outcome unknown", outcome_unknown_line),
+        ("Prefill node unknown", prefill_unknown_line),
         ("Half the deployment missing", pd_role_missing_line),
         ("No decode side", refused_without_decode_line),
     ):
