@@ -215,6 +215,40 @@ def test_a_prefill_refusal_no_line_names_is_the_refusal_of_the_decode_of_its_len
         assert [r.prefill_refused for r in records] == [False]
 
 
+def test_the_room_s_own_prefill_side_joined_later_wins_over_a_refusal_of_its_length():
+    """A span or a line naming the room's prefill comes after decode's time stats: that side is
+    the room's; the refusal of the same length was another request's."""
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(_refusal(T, "p1", 900_000))
+    ledger.add(_decode_stats(T, "d1", "42", 900_000))
+    ledger.add(
+        ev(
+            "request_time_stats",
+            "prefill-1",
+            T + 10,
+            rid="p7",
+            bootstrap_room="42",
+            role="prefill",
+            input_len=900_000,
+            cached_input_len=0,
+            forward_duration=88.0,
+        )
+    )
+    (record,) = ledger.drain()
+    assert record.prefill is not None and record.prefill.node == "prefill-1"
+    assert not record.prefill_refused
+    assert ledger.stats.unjoined_rejections == 1
+
+
+def test_a_refusal_taken_for_a_room_survives_a_restart():
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(_refusal(T, "p1", 900_000))
+    ledger.add(_decode_stats(T, "d1", "42", 900_000))
+    state = json.loads(json.dumps(ledger.to_state()))
+    (record,) = RequestLedger.from_state(state, role_of=role_of).drain()
+    assert record.prefill_refused and record.served
+
+
 def test_two_refusals_that_could_be_a_decode_s_join_neither():
     records = _judged(
         [

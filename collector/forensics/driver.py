@@ -201,7 +201,8 @@ class _Evidence:
         self.records += 1
         if any(side.node == EXPORT_NAME for side in record.sides):
             self.unattributed += 1
-        self.judged_nodes.update(side.node for side in record.sides)
+        # A refusal alone (`_claim_refusal`) is no sign that its node logs its requests.
+        self.judged_nodes.update(side.node for side in record.sides if not side.refusal_only)
         self.traced_nodes.update(side.node for side in record.sides if side.traced_only)
         room = record.bootstrap_room
         if room is not None:

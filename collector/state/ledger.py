@@ -123,7 +123,7 @@ class LedgerStats:
 
 
 class _Entry:
-    __slots__ = ("key", "room", "sides", "last_time", "deadline", "fanout")
+    __slots__ = ("key", "room", "sides", "last_time", "deadline", "fanout", "refusal")
 
     def __init__(self, key: str, room: str | None) -> None:
         self.key = key
@@ -133,6 +133,9 @@ class _Entry:
         self.deadline = float("inf")
         # More requests of a room already judged (`_Judged`): its samples, one by one.
         self.fanout = False
+        # A refusal named by rid alone that may be this room's (`_claim_refusal`): its side
+        # when, judged, the room has no prefill side of its own.
+        self.refusal: SideRecord | None = None
 
 
 class _Judged:
@@ -370,9 +373,9 @@ class RequestLedger:
         is rarely shared within seconds; where two refusals could be the one, neither is."""
         length = side.prompt_length
         start = side.start_time
-        if length is None or start is None or self._role(side) != "decode":
+        if entry.refusal is not None or length is None or start is None:
             return
-        if any(self._role(s) == "prefill" for s in entry.sides.values()):
+        if self._role(side) != "decode" or self._has_prefill(entry):
             return
         window = self.config.refusal_match_seconds
         found: list[tuple[str, str]] = []
@@ -386,11 +389,11 @@ class RequestLedger:
                 and self._role(refusal) == "prefill"
             ):
                 found.append(node_rid)
-        if len(found) != 1:
-            return
-        node_rid = found[0]
-        entry.sides[node_rid] = self._pending.pop(node_rid)
-        self._rid_index[node_rid] = entry.key
+        if len(found) == 1:
+            entry.refusal = self._pending.pop(found[0])
+
+    def _has_prefill(self, entry: _Entry) -> bool:
+        return any(self._role(s) == "prefill" for s in entry.sides.values())
 
     def _warmup(self, node: str, room: str, fields: dict[str, Any]) -> bool:
         """A warmup told by when it runs: a prompt of a few tokens, in a small room, while its
@@ -573,6 +576,10 @@ class RequestLedger:
             return True
         # `_role` answers a side's own hint at once (the usual case): asked here without a call.
         roles = {s.role_hint if s.role_hint is not None else self._role(s) for s in done}
+        if entry.refusal is not None and not self._spans_seen:
+            # A refusal taken for the room: its prefill logs no request lines, so no other
+            # prefill side will come (a span could: with spans, the join window is waited).
+            roles.add("prefill")
         if "unified" in roles or _PD_PAIR <= roles:
             return True
         if roles == _NO_ROLE:
@@ -631,6 +638,13 @@ class RequestLedger:
     def _emit(self, entry: _Entry) -> list[RequestRecord]:
         """The entry's request, or with parallel sampling its requests (`_requests_in`)."""
         self._entries.pop(entry.key, None)
+        refusal = entry.refusal
+        if refusal is not None:
+            # The room's own prefill side, joined since (a span, a late line), says more.
+            if self._has_prefill(entry):
+                self.stats.unjoined_rejections += 1
+            else:
+                entry.sides[(refusal.node, refusal.rid or "")] = refusal
         for side in entry.sides.values():
             if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
                 del self._rid_index[(side.node, side.rid)]
@@ -770,6 +784,7 @@ class RequestLedger:
                     "room": e.room,
                     "last_time": e.last_time,
                     "sides": [asdict(s) for s in e.sides.values()],
+                    "refusal": asdict(e.refusal) if e.refusal is not None else None,
                 }
                 for e in self._entries.values()
             ],
@@ -791,6 +806,8 @@ class RequestLedger:
         for raw in state.get("entries", []):
             entry = _Entry(raw["key"], raw["room"])
             entry.last_time = raw["last_time"]
+            if raw.get("refusal") is not None:
+                entry.refusal = SideRecord.from_json_dict(dict(raw["refusal"]))
             for side_raw in raw["sides"]:
                 side = SideRecord.from_json_dict(dict(side_raw))
                 entry.sides[(side.node, side.rid or "")] = side
@@ -1145,17 +1162,7 @@ def _newer(value: _V | None, known: _V | None) -> _V | None:
 
 def _only_refusal(side: SideRecord | None) -> bool:
     """A side folded from a rejection line alone (held, like the line, until its rid shows up)."""
-    return (
-        side is not None
-        and side.rejected
-        and side.received_time is None
-        and side.finished_time is None
-        and not side.has_stats
-        and not side.has_trace
-        and side.transfer_failures == 0
-        and not side.checksum_mismatch
-        and not side.metadata_corruption
-    )
+    return side is not None and side.refusal_only
 
 
 def _apply_rejection(

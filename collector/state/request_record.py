@@ -194,6 +194,21 @@ class SideRecord:
         return self.rejected or self.stub_abort
 
     @property
+    def refusal_only(self) -> bool:
+        """Folded from a refusal line alone: what a node logging no request lines says of a
+        request it refused (the scheduler's warning is logged whatever the request logging)."""
+        return (
+            self.rejected
+            and self.received_time is None
+            and self.finished_time is None
+            and not self.has_stats
+            and not self.has_trace
+            and self.transfer_failures == 0
+            and not self.checksum_mismatch
+            and not self.metadata_corruption
+        )
+
+    @property
     def prompt_length(self) -> int | None:
         """The longest prompt length any source reports (a refusal stub shrinks it to one)."""
         return _largest(
