@@ -201,6 +201,8 @@ class RequestLedger:
         self._by_rid: dict[str, str] = {}
         # Rejections (a refusal-only side) whose rid no other line has named yet.
         self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
+        # The same, by the prompt length refused (`_claim_refusal` looks them up so).
+        self._pending_by_length: dict[int, set[tuple[str, str]]] = {}
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
@@ -303,7 +305,7 @@ class RequestLedger:
                 if part is None:
                     part = SideRecord(node=node, rid=rid)
                     _apply_rejection(part, fields, time, event.source)
-                self._pending[node_rid] = part
+                self._hold(node_rid, part)
                 return True
             if known is None and self._spans_seen:
                 twin = self._twin_of(kind, node, rid, fields, part, time)
@@ -351,7 +353,7 @@ class RequestLedger:
         if rid is not None:
             self._rid_index[node_rid] = key
             if self._pending:
-                pending = self._pending.pop(node_rid, None)
+                pending = self._release(node_rid)
                 if pending is not None:
                     merge_side(side, pending)
                 elif room is not None:
@@ -379,18 +381,36 @@ class RequestLedger:
             return
         window = self.config.refusal_match_seconds
         found: list[tuple[str, str]] = []
-        for node_rid, refusal in self._pending.items():
+        for node_rid in self._pending_by_length.get(length, ()):
+            refusal = self._pending[node_rid]
             when = refusal.last_time
             if (
-                refusal.reject_input_tokens == length
-                and refusal.node != side.node
+                refusal.node != side.node
                 and when is not None
                 and abs(when - start) <= window
                 and self._role(refusal) == "prefill"
             ):
                 found.append(node_rid)
         if len(found) == 1:
-            entry.refusal = self._pending.pop(found[0])
+            entry.refusal = self._release(found[0])
+
+    def _hold(self, node_rid: tuple[str, str], refusal: SideRecord) -> None:
+        """Keep a refusal no other line has named yet (`_pending`)."""
+        self._release(node_rid)
+        self._pending[node_rid] = refusal
+        if refusal.reject_input_tokens is not None:
+            self._pending_by_length.setdefault(refusal.reject_input_tokens, set()).add(node_rid)
+
+    def _release(self, node_rid: tuple[str, str]) -> SideRecord | None:
+        """Take a held refusal out (None when none is held under `node_rid`)."""
+        refusal = self._pending.pop(node_rid, None)
+        if refusal is not None and refusal.reject_input_tokens is not None:
+            same = self._pending_by_length.get(refusal.reject_input_tokens)
+            if same is not None:
+                same.discard(node_rid)
+                if not same:
+                    del self._pending_by_length[refusal.reject_input_tokens]
+        return refusal
 
     def _has_prefill(self, entry: _Entry) -> bool:
         return any(self._role(s) == "prefill" for s in entry.sides.values())
@@ -438,7 +458,7 @@ class RequestLedger:
             time = refusal.last_time
             if time is not None and time > horizon:
                 break
-            del self._pending[node_rid]
+            self._release(node_rid)
             self.stats.unjoined_rejections += 1
         return out
 
@@ -450,6 +470,7 @@ class RequestLedger:
             out += self._emit(entry)
         self.stats.unjoined_rejections += len(self._pending)
         self._pending.clear()
+        self._pending_by_length.clear()
         self._heap.clear()
         return out
 
@@ -825,7 +846,7 @@ class RequestLedger:
                 _apply_rejection(side, dict(fields), time, source)
             else:
                 side = SideRecord.from_json_dict(dict(raw))
-            ledger._pending[(side.node, side.rid or "")] = side
+            ledger._hold((side.node, side.rid or ""), side)
         for key in state.get("recent", []):
             ledger._recent[key] = None
         ledger.stats = LedgerStats(**state.get("stats", {}))
