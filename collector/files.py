@@ -46,7 +46,7 @@ from collector.line_order import (
 )
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
-from collector.repeated_lines import log_clusters
+from collector.repeated_lines import capture_of, log_clusters
 from collector.sglang.request_log import cut_record
 from collector.shown_text import printable
 from collector.text_encoding import as_utf8
@@ -369,7 +369,9 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(replace(described, found=_identity(path)))
-    found = _disambiguate_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found, skip))))
+    found = _disambiguate_nodes(
+        _captures_of_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found, skip))))
+    )
     found = _adopt_known_nodes(_mixed_rotations_by_time(found))
     found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
@@ -436,6 +438,26 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
         groups = [_oldest_first(logs[base]), _oldest_first(marked)]
         if len(log_clusters(groups, read_compressed=True)) == 1:
             renamed[node] = base
+    if not renamed:
+        return files
+    return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
+
+
+def _captures_of_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
+    """A log saved through the container runtime under its pod's name (`kubectl logs
+    --timestamps > sglang-decode-0-6b7d8f9c5-q8w2e.log`) beside the node's own (`decode-0.log`)
+    is that node's, when its lines, unwrapped, are the node's (`repeated_lines.capture_of`):
+    read as a second node, each of its lines counted twice (audit KS: a storm's timeouts
+    doubled)."""
+    logs: dict[str, list[TelemetryFile]] = {}
+    for f in files:
+        if f.kind == "log":
+            logs.setdefault(f.node, []).append(f)
+    renamed: dict[str, str] = {}
+    for node, own in logs.items():
+        host = known_as(node, set(logs) - {node})
+        if host is not None and capture_of(_oldest_first(own), [f.path for f in logs[host]]):
+            renamed[node] = host
     if not renamed:
         return files
     return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]

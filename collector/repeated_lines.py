@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Final
 from collector.compression import MAGIC_BYTES, compression_of, stream_blocks
 from collector.line_order import first_line_time, head_lines, line_time
 from collector.merged_logs import line_source
+from collector.sglang.runtime_wrappers import RFC3339, STAMPED
 
 if TYPE_CHECKING:
     from collector.files import ReadStats, TelemetryFile
@@ -53,10 +55,33 @@ EVIDENCE_LINES: Final = 32
 MAX_STARTS: Final = 64
 # The start of a file compared to tell copies of one log (gzip read through).
 _HEAD_BYTES: Final = 256 << 10
+# The start of a runtime's capture compared with a node's log (`capture_of`).
+_CAPTURE_HEAD_BYTES: Final = 8 << 20
 # A later export's start is looked for in an earlier file up to this size (of text).
 _MAX_SEARCHED_BYTES: Final = 4 << 30
 # Text read at a time from a compressed file searched.
 _SEARCH_READ_BYTES: Final = 1 << 20
+
+
+# A runtime's one-for-one wrapping of a line: containerd's (a whole line, `F`) and `kubectl
+# logs --timestamps`'s; a piece of a split line (`P`) is none.
+_CRI_WHOLE: Final = re.compile(RFC3339 + r" (?:stdout|stderr) F ")
+_CRI_PIECE: Final = re.compile(RFC3339 + r" (?:stdout|stderr) P ")
+# What stands for a piece of a split line: equal to no line.
+_PIECE: Final = "\x00piece of a split line"
+
+
+def unwrapped(line: str) -> str:
+    """The engine's line inside a runtime's one-for-one wrapping (a `kubectl logs --timestamps`
+    capture, a containerd line not split), else the line itself; `_PIECE` for a piece, which
+    is no one line of the engine's."""
+    if line[:1].isdigit():
+        if _CRI_PIECE.match(line):
+            return _PIECE
+        m = _CRI_WHOLE.match(line) or STAMPED.match(line)
+        if m is not None:
+            return line[m.end() :]
+    return line
 
 
 class _Evidence:
@@ -118,10 +143,23 @@ def _overlap(
     )
 
 
-def _start(path: Path) -> list[str]:
-    """The first lines of a file from its first stamped one (the last, possibly cut, left
-    out; line ends as written)."""
-    lines = [line.rstrip("\r") for line in head_lines(path, _HEAD_BYTES)]
+def capture_of(capture: list[Path], log: list[Path]) -> bool:
+    """Whether a log saved through a container runtime (`kubectl logs --timestamps` under the
+    pod's name; `capture`, oldest first) repeats a node's own log files (`log`): its first
+    lines, unwrapped, stand in their plain files, on evidence (`EVIDENCE_LINES`)."""
+    if not capture:
+        return False
+    # Request lines of kilobytes of prompt fill the usual start before it is evidence.
+    block = _evidence_block([unwrapped(line) for line in _start(capture[0], _CAPTURE_HEAD_BYTES)])
+    # Read through the node's compressed files too: a capture of an older stretch lies in its
+    # rotations, and only a pod's log named after another node is looked at so.
+    return _PIECE not in block and _holds(log, block, read_compressed=True)
+
+
+def _start(path: Path, size: int = _HEAD_BYTES) -> list[str]:
+    """The first lines of a file (its first `size` bytes) from its first stamped one (the
+    last, possibly cut, left out; line ends as written)."""
+    lines = [line.rstrip("\r") for line in head_lines(path, size)]
     first = next((i for i, line in enumerate(lines) if _stamped(line) is not None), None)
     return lines[first:] if first is not None else []
 
@@ -273,12 +311,19 @@ class RepeatedLines:
             for later in range(index + 1, min(index + 1 + WATCHED_FILES, len(self.files)))
             if later not in carried and (anchor := self._anchor(later)) is not None
         ]
+        # Read through a runtime's wrapping while a later file is the engine's lines as they
+        # are (the node's own log after a `kubectl logs --timestamps` capture): those watches
+        # see this file's lines unwrapped.
+        anchor = self._anchor(index)
+        wrapped = anchor is not None and unwrapped(anchor[0]) != anchor[0]
+        bare_for = {id(w) for w in watches if wrapped and w.bare_anchor}
         seen = 0  # lines read so far, in reading order (newest-first files number backwards)
         for first, lines in file_line_blocks(tf, stats, continued=self._continuation(index)):
             if joined and lines:  # read already, as the end of the file before's last line
                 lines[0], joined = DROPPED, False
+            bare = [unwrapped(line) for line in lines] if bare_for else lines
             for watch in watches:
-                watch.feed(lines)
+                watch.feed(bare if id(watch) in bare_for else lines)
             if seen + len(lines) <= skip:
                 seen += len(lines)
                 continue
@@ -394,12 +439,20 @@ class _Watch:
         "_inside",
         "_cut",
         "_starts",
+        "_bare",
+        "_unwrap",
     )
 
     def __init__(self, later: int, file: TelemetryFile, anchor: tuple[str, int]) -> None:
         self.later = later
         self._file = file
         self._anchor, self._lead = anchor
+        # The anchor out of a runtime's wrapping (None when it has none), looked for too: a
+        # `kubectl logs --timestamps` capture begins inside the node's own log, whose lines
+        # are the engine's; found so, their lines are compared unwrapped (`_unwrap`).
+        bare = unwrapped(self._anchor)
+        self._bare = bare if bare != self._anchor and bare != _PIECE else None
+        self._unwrap = False
         self._theirs: Blocks | None = None
         self._buffer: list[str] = []
         self._at = 0  # next line of the buffer to compare
@@ -417,10 +470,14 @@ class _Watch:
             if self._theirs is None:
                 if self._starts >= MAX_STARTS:
                     return
-                try:
-                    index = lines.index(self._anchor, index)
-                except ValueError:
+                found = _index(lines, self._anchor, index)
+                bare = self._bare
+                self._unwrap = found < 0 and bare is not None
+                if found < 0 and bare is not None:
+                    found = _index(lines, bare, index)
+                if found < 0:
                     return
+                index = found
                 self._begin()
                 if self._theirs is None:
                     return
@@ -428,6 +485,11 @@ class _Watch:
             index = self._compare(lines, index)
             if self._theirs is None:  # broken: look again just after where it began
                 index = start + 1
+
+    @property
+    def bare_anchor(self) -> bool:
+        """The later file begins with a line no runtime wrapped."""
+        return self._bare is None and unwrapped(self._anchor) == self._anchor
 
     @property
     def agreeing(self) -> bool:
@@ -500,6 +562,8 @@ class _Watch:
         assert self._theirs is not None
         for _, lines in self._theirs:
             if lines:
+                if self._unwrap:
+                    lines = [unwrapped(line) for line in lines]
                 self._buffer = self._buffer[self._at :] + lines
                 self._at = 0
                 return True
@@ -510,3 +574,11 @@ class _Watch:
             _close(self._theirs)
         self._theirs = None
         self._buffer, self._at, self._cut = [], 0, False
+
+
+def _index(lines: list[str], line: str, start: int) -> int:
+    """Where `line` is in `lines` from `start` on; -1 when it is not."""
+    try:
+        return lines.index(line, start)
+    except ValueError:
+        return -1

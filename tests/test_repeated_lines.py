@@ -149,6 +149,73 @@ def test_a_start_found_only_where_a_gzip_file_is_cut_is_no_copy(tmp_path: Path) 
     assert not repeated_lines._holds([cut], block, read_compressed=True)
 
 
+def _kubectl(lines: list[str]) -> list[str]:
+    """As `kubectl logs --timestamps` saves them: the runtime's stamp in front of each."""
+    return [
+        f"2026-09-06T00:{i // 60 % 60:02d}:{i % 60:02d}.000000000Z {line}"
+        for i, line in enumerate(lines)
+    ]
+
+
+def test_a_kubectl_capture_under_the_pod_s_name_is_the_node_s_read_once(tmp_path: Path) -> None:
+    """`kubectl logs --timestamps` of the pod saved beside the node's own log: its lines,
+    unwrapped, are the node's (audit KS: a second node, each line counted twice)."""
+    lines = _batches(range(0, 600))
+    _write(tmp_path / "one" / "decode-0.log", lines)
+    expected, _ = _events(tmp_path / "one")
+
+    folder = tmp_path / "two"
+    _write(folder / "decode-0.log", lines)
+    capture = _write(folder / "sglang-decode-0-6b7d8f9c5-q8w2e.log", _kubectl(lines[200:400]))
+    assert {f.node for f in discover([folder])} == {"decode-0"}
+    events, stats = _events(folder)
+    assert events == expected
+    assert stats.repeated_lines == {str(capture): (200, str(folder / "decode-0.log"))}
+
+
+def test_a_kubectl_capture_across_a_rotation_is_read_once_either_side(tmp_path: Path) -> None:
+    """The capture begins in the node's gzip rotation and ends in its live log, which is read
+    after it: the capture's rest is compared unwrapped with the live log's start."""
+    lines = _batches(range(0, 600))
+    _write(tmp_path / "one" / "decode-0.log", lines)
+    expected, _ = _events(tmp_path / "one")
+
+    folder = tmp_path / "two"
+    folder.mkdir()
+    with gzip.open(folder / "decode-0.log.1.gz", "wt") as handle:
+        handle.write("".join(line + "\n" for line in lines[:300]))
+    _write(folder / "decode-0.log", lines[300:])
+    capture = _write(folder / "sglang-decode-0-6b7d8f9c5-q8w2e.log", _kubectl(lines[200:400]))
+    assert {f.node for f in discover([folder])} == {"decode-0"}
+    events, stats = _events(folder)
+    assert events == expected
+    assert stats.repeated_lines == {
+        str(capture): (100, str(folder / "decode-0.log.1.gz")),
+        str(folder / "decode-0.log"): (100, str(capture)),
+    }
+
+
+def test_a_pod_s_log_of_other_lines_stays_a_node_of_its_own(tmp_path: Path) -> None:
+    _write(tmp_path / "decode-0.log", _batches(range(0, 300)))
+    _write(tmp_path / "sglang-decode-0-6b7d8f9c5-q8w2e.log", _kubectl(_batches(range(300, 600))))
+    assert {f.node for f in discover([tmp_path])} == {
+        "decode-0",
+        "sglang-decode-0-6b7d8f9c5-q8w2e",
+    }
+
+
+def test_two_captures_wrapped_alike_are_still_compared_as_written(tmp_path: Path) -> None:
+    """Both saved through kubectl: their lines are alike as they stand."""
+    lines = _kubectl(_batches(range(0, 600)))
+    _write(tmp_path / "one" / "decode-0.log", lines)
+    expected, _ = _events(tmp_path / "one")
+    _write(tmp_path / "two" / "decode-0.log", lines[:400])
+    _write(tmp_path / "two" / "decode-0 (1).log", lines[150:])
+    events, stats = _events(tmp_path / "two")
+    assert events == expected
+    assert [n for n, _ in stats.repeated_lines.values()] == [250]
+
+
 def test_two_hosts_logging_under_one_name_stay_two_nodes(tmp_path: Path) -> None:
     """Same file name, different lines: the folder-per-host layout, nothing skipped."""
     _write(tmp_path / "host-a" / "sglang.log", _batches(range(0, 100)))
