@@ -38,6 +38,7 @@ from collector.state.ledger import LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector
 from detectors.context import DetectionContext
+from detectors.engine_version import LEAK_FIXED, is_below
 from detectors.finding import Finding
 from detectors.registry import REGISTRY, detector_from_state
 
@@ -153,7 +154,9 @@ class DetectionPipeline:
             list(detectors) if detectors is not None else build_detectors(self.config, registry)
         )
         self.timeline = ConfigTimeline()
-        self.ledger = RequestLedger(self.config.ledger, role_of=self.timeline.role_at)
+        self.ledger = RequestLedger(
+            self.config.ledger, role_of=self.timeline.role_at, refusal_final=self._refusal_final
+        )
         self.context = DetectionContext(self.timeline)
         self.stats = PipelineStats()
         self._clock = clock
@@ -185,6 +188,13 @@ class DetectionPipeline:
         if data is None or isinstance(data, PipelineConfig):
             return cls(data, **kwargs)
         return cls(PipelineConfig.model_validate(dict(data)), **kwargs)
+
+    def _refusal_final(self, node: str, time: float | None) -> bool:
+        """The node's release refuses an over-length prompt for good (decode answers nothing
+        it refused): its refusals are no decode answer's (`RequestLedger._claim_refusal`)."""
+        config = self.timeline.config_at(node, time)
+        version = config.version if config is not None else None
+        return version is not None and not is_below(version, LEAK_FIXED)
 
     @property
     def now(self) -> float | None:
@@ -351,7 +361,10 @@ class DetectionPipeline:
         pipeline.timeline = ConfigTimeline.from_state(state["timeline"])
         pipeline.context = DetectionContext(pipeline.timeline, state.get("now"))
         pipeline.ledger = RequestLedger.from_state(
-            state["ledger"], config.ledger, role_of=pipeline.timeline.role_at
+            state["ledger"],
+            config.ledger,
+            role_of=pipeline.timeline.role_at,
+            refusal_final=pipeline._refusal_final,
         )
         pipeline._dedup = OrderedDict((key, None) for key in state.get("dedup", []))
         pipeline.stats = PipelineStats(**state.get("stats", {}))

@@ -249,6 +249,31 @@ def test_a_refusal_taken_for_a_room_survives_a_restart():
     assert record.prefill_refused and record.served
 
 
+@pytest.mark.parametrize("honest_first", [True, False])
+def test_a_refusal_two_answers_could_be_joins_neither(honest_first: bool):
+    """A prompt sent twice in seconds, answered honestly by the large pool and from stale KV
+    after the small one refused it: which answer the refusal was is not known (rerun 6, R2:
+    the first answer processed took it, an honest one named exposed)."""
+    honest = _decode_stats(T - 2, "d0", "41", 900_000)
+    leaked = _decode_stats(T, "d1", "42", 900_000)
+    answers = [honest, leaked] if honest_first else [leaked, honest]
+    records = _judged([_refusal(T, "p1", 900_000), *answers])
+    assert sorted((r.bootstrap_room, r.prefill_refused) for r in records) == [
+        ("41", False),
+        ("42", False),
+    ]
+
+
+def test_a_refusal_of_a_release_that_refuses_for_good_is_no_answer_s():
+    """From 0.5.20 decode answers nothing prefill refused: an answer of the refused length is
+    a retry's, honest (rerun 6, R4: a healthy 0.5.23 fleet's retry named exposed)."""
+    ledger = RequestLedger(role_of=role_of, refusal_final=lambda node, t: node == "prefill-0")
+    for event in (_refusal(T, "p1", 900_000), _decode_stats(T + 3, "d1", "42", 900_000)):
+        ledger.add(event)
+    (record,) = ledger.drain()
+    assert not record.prefill_refused
+
+
 def test_two_refusals_that_could_be_a_decode_s_join_neither():
     records = _judged(
         [

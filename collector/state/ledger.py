@@ -31,6 +31,7 @@ from collector.events import SERVER_READY, Event
 from collector.state.request_record import MAX_SOURCES, RequestRecord, SideRecord
 
 RoleOf = Callable[[str, float | None], str | None]
+RefusalFinal = Callable[[str, float | None], bool]
 _V = TypeVar("_V", int, float, str)
 
 LEDGER_KINDS: Final = frozenset(
@@ -190,9 +191,18 @@ class RequestLedger:
     (True, True, 700000)
     """
 
-    def __init__(self, config: LedgerConfig | None = None, *, role_of: RoleOf | None = None):
+    def __init__(
+        self,
+        config: LedgerConfig | None = None,
+        *,
+        role_of: RoleOf | None = None,
+        refusal_final: RefusalFinal | None = None,
+    ):
         self.config = config if config is not None else LedgerConfig()
         self._role_of = role_of
+        # `(node, time) -> bool`: the node's release refuses for good (decode answers nothing
+        # it refused), so none of its refusals is a decode answer's (`_claim_refusal`).
+        self._refusal_final = refusal_final
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._rid_index: dict[tuple[str, str], str] = {}
         # rid -> key of the first open entry that holds it: a trace span without its room and
@@ -203,6 +213,10 @@ class RequestLedger:
         self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
         # The same, by the prompt length refused (`_claim_refusal` looks them up so).
         self._pending_by_length: dict[int, set[tuple[str, str]]] = {}
+        # Held refusals an open room has taken (`_Entry.refusal`), by the room's key; and those
+        # two decode sides could be, which no room takes.
+        self._claimed: dict[tuple[str, str], str] = {}
+        self._ambiguous: set[tuple[str, str]] = set()
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
@@ -380,6 +394,7 @@ class RequestLedger:
         if self._role(side) != "decode" or self._has_prefill(entry):
             return
         window = self.config.refusal_match_seconds
+        final = self._refusal_final
         found: list[tuple[str, str]] = []
         for node_rid in self._pending_by_length.get(length, ()):
             refusal = self._pending[node_rid]
@@ -389,10 +404,25 @@ class RequestLedger:
                 and when is not None
                 and abs(when - start) <= window
                 and self._role(refusal) == "prefill"
+                and (final is None or not final(refusal.node, when))
             ):
                 found.append(node_rid)
-        if len(found) == 1:
-            entry.refusal = self._release(found[0])
+        if len(found) == 1 and found[0] not in self._claimed and found[0] not in self._ambiguous:
+            entry.refusal = self._pending[found[0]]
+            self._claimed[found[0]] = entry.key
+            return
+        # Two refusals could be this answer's, or this refusal another open room's answer's too
+        # (a prompt sent twice, one answered honestly): which is whose is not known.
+        for node_rid in found:
+            self._revoke(node_rid)
+            self._ambiguous.add(node_rid)
+
+    def _revoke(self, node_rid: tuple[str, str]) -> None:
+        """The open room that took this held refusal gives it up."""
+        key = self._claimed.pop(node_rid, None)
+        holder = self._entries.get(key) if key is not None else None
+        if holder is not None:
+            holder.refusal = None
 
     def _hold(self, node_rid: tuple[str, str], refusal: SideRecord) -> None:
         """Keep a refusal no other line has named yet (`_pending`)."""
@@ -401,8 +431,15 @@ class RequestLedger:
         if refusal.reject_input_tokens is not None:
             self._pending_by_length.setdefault(refusal.reject_input_tokens, set()).add(node_rid)
 
-    def _release(self, node_rid: tuple[str, str]) -> SideRecord | None:
-        """Take a held refusal out (None when none is held under `node_rid`)."""
+    def _release(self, node_rid: tuple[str, str], *, revoke: bool = True) -> SideRecord | None:
+        """Take a held refusal out (None when none is held under `node_rid`); a room that had
+        taken it (`_claim_refusal`) no longer has it, unless only its wait is over (`revoke`
+        False: the room keeps it, no later answer can take it from it)."""
+        if revoke:
+            self._revoke(node_rid)
+        else:
+            self._claimed.pop(node_rid, None)
+        self._ambiguous.discard(node_rid)
         refusal = self._pending.pop(node_rid, None)
         if refusal is not None and refusal.reject_input_tokens is not None:
             same = self._pending_by_length.get(refusal.reject_input_tokens)
@@ -458,8 +495,10 @@ class RequestLedger:
             time = refusal.last_time
             if time is not None and time > horizon:
                 break
-            self._release(node_rid)
-            self.stats.unjoined_rejections += 1
+            claimed = node_rid in self._claimed
+            self._release(node_rid, revoke=False)
+            if not claimed:
+                self.stats.unjoined_rejections += 1
         return out
 
     def drain(self) -> list[RequestRecord]:
@@ -471,6 +510,8 @@ class RequestLedger:
         self.stats.unjoined_rejections += len(self._pending)
         self._pending.clear()
         self._pending_by_length.clear()
+        self._claimed.clear()
+        self._ambiguous.clear()
         self._heap.clear()
         return out
 
@@ -597,10 +638,6 @@ class RequestLedger:
             return True
         # `_role` answers a side's own hint at once (the usual case): asked here without a call.
         roles = {s.role_hint if s.role_hint is not None else self._role(s) for s in done}
-        if entry.refusal is not None and not self._spans_seen:
-            # A refusal taken for the room: its prefill logs no request lines, so no other
-            # prefill side will come (a span could: with spans, the join window is waited).
-            roles.add("prefill")
         if "unified" in roles or _PD_PAIR <= roles:
             return True
         if roles == _NO_ROLE:
@@ -661,11 +698,13 @@ class RequestLedger:
         self._entries.pop(entry.key, None)
         refusal = entry.refusal
         if refusal is not None:
+            node_rid = (refusal.node, refusal.rid or "")
+            self._release(node_rid, revoke=False)
             # The room's own prefill side, joined since (a span, a late line), says more.
             if self._has_prefill(entry):
                 self.stats.unjoined_rejections += 1
             else:
-                entry.sides[(refusal.node, refusal.rid or "")] = refusal
+                entry.sides[node_rid] = refusal
         for side in entry.sides.values():
             if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
                 del self._rid_index[(side.node, side.rid)]
@@ -821,8 +860,9 @@ class RequestLedger:
         config: LedgerConfig | None = None,
         *,
         role_of: RoleOf | None = None,
+        refusal_final: RefusalFinal | None = None,
     ) -> RequestLedger:
-        ledger = cls(config, role_of=role_of)
+        ledger = cls(config, role_of=role_of, refusal_final=refusal_final)
         ledger._now = state.get("now")
         for raw in state.get("entries", []):
             entry = _Entry(raw["key"], raw["room"])
@@ -847,6 +887,11 @@ class RequestLedger:
             else:
                 side = SideRecord.from_json_dict(dict(raw))
             ledger._hold((side.node, side.rid or ""), side)
+        for entry in ledger._entries.values():
+            if entry.refusal is not None:
+                node_rid = (entry.refusal.node, entry.refusal.rid or "")
+                if node_rid in ledger._pending:
+                    ledger._claimed[node_rid] = entry.key
         for key in state.get("recent", []):
             ledger._recent[key] = None
         ledger.stats = LedgerStats(**state.get("stats", {}))
