@@ -425,10 +425,7 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """A log saved again under the same name (`decode-0 (1).log`, `decode-0 - Copy.log`) is
     the node's whose log it repeats, when its lines say so (`collector.repeated_lines`):
     eight hosts' logs downloaded alike as `sglang.log`, `sglang (1).log`, … stay eight."""
-    logs: dict[str, list[TelemetryFile]] = {}
-    for f in files:
-        if f.kind == "log":
-            logs.setdefault(f.node, []).append(f)
+    logs = _logs_by_node(files)
     renamed: dict[str, str] = {}
     for node, marked in logs.items():
         mark = _COPY_MARK.search(node)
@@ -438,9 +435,7 @@ def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
         groups = [_oldest_first(logs[base]), _oldest_first(marked)]
         if len(log_clusters(groups, read_compressed=True)) == 1:
             renamed[node] = base
-    if not renamed:
-        return files
-    return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]
+    return _renamed(files, renamed)
 
 
 def _captures_of_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
@@ -449,15 +444,25 @@ def _captures_of_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     is that node's, when its lines, unwrapped, are the node's (`repeated_lines.capture_of`):
     read as a second node, each of its lines counted twice (audit KS: a storm's timeouts
     doubled)."""
-    logs: dict[str, list[TelemetryFile]] = {}
-    for f in files:
-        if f.kind == "log":
-            logs.setdefault(f.node, []).append(f)
+    logs = _logs_by_node(files)
     renamed: dict[str, str] = {}
     for node, own in logs.items():
         host = known_as(node, set(logs) - {node})
         if host is not None and capture_of(_oldest_first(own), [f.path for f in logs[host]]):
             renamed[node] = host
+    return _renamed(files, renamed)
+
+
+def _logs_by_node(files: list[TelemetryFile]) -> dict[str, list[TelemetryFile]]:
+    logs: dict[str, list[TelemetryFile]] = {}
+    for f in files:
+        if f.kind == "log":
+            logs.setdefault(f.node, []).append(f)
+    return logs
+
+
+def _renamed(files: list[TelemetryFile], renamed: dict[str, str]) -> list[TelemetryFile]:
+    """`files` with the nodes in `renamed` renamed to theirs."""
     if not renamed:
         return files
     return [replace(f, node=renamed[f.node]) if f.node in renamed else f for f in files]

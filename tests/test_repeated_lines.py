@@ -41,6 +41,13 @@ def _write(path: Path, lines: list[str]) -> Path:
     return path
 
 
+def _write_gzip(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+    return path
+
+
 def _events(*paths: Path) -> tuple[list[tuple[str, str, float | None]], ParseStats]:
     stats = ParseStats()
     events = [(e.node, e.kind, e.time) for e in events_by_node([str(p) for p in paths], stats)]
@@ -100,9 +107,7 @@ def test_an_earlier_download_whose_lines_rotated_into_gzip_is_read_once(tmp_path
     expected, _ = _events(tmp_path / "one")
 
     folder = tmp_path / "two"
-    folder.mkdir()
-    with gzip.open(folder / "decode-0.log.1.gz", "wt") as handle:
-        handle.write("".join(line + "\n" for line in lines[:400]))
+    _write_gzip(folder / "decode-0.log.1.gz", lines[:400])
     _write(folder / "decode-0.log", lines[400:])
     _write(folder / "decode-0 (1).log", lines[100:300])
     assert {f.node for f in discover([folder])} == {"decode-0"}
@@ -122,10 +127,8 @@ def test_a_copy_spanning_two_rotated_files_is_read_once(tmp_path: Path) -> None:
     expected, _ = _events(tmp_path / "one")
 
     folder = tmp_path / "two"
-    folder.mkdir()
-    for name, part in (("decode-0.log.2.gz", lines[:200]), ("decode-0.log.1.gz", lines[200:400])):
-        with gzip.open(folder / name, "wt") as handle:
-            handle.write("".join(line + "\n" for line in part))
+    _write_gzip(folder / "decode-0.log.2.gz", lines[:200])
+    _write_gzip(folder / "decode-0.log.1.gz", lines[200:400])
     _write(folder / "decode-0.log", lines[400:])
     _write(folder / "decode-0 (1).log", lines[100:300])
     events, stats = _events(folder)
@@ -181,9 +184,7 @@ def test_a_kubectl_capture_across_a_rotation_is_read_once_either_side(tmp_path: 
     expected, _ = _events(tmp_path / "one")
 
     folder = tmp_path / "two"
-    folder.mkdir()
-    with gzip.open(folder / "decode-0.log.1.gz", "wt") as handle:
-        handle.write("".join(line + "\n" for line in lines[:300]))
+    _write_gzip(folder / "decode-0.log.1.gz", lines[:300])
     _write(folder / "decode-0.log", lines[300:])
     capture = _write(folder / "sglang-decode-0-6b7d8f9c5-q8w2e.log", _kubectl(lines[200:400]))
     assert {f.node for f in discover([folder])} == {"decode-0"}
