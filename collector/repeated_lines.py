@@ -65,8 +65,7 @@ _SEARCH_READ_BYTES: Final = 1 << 20
 
 # A runtime's one-for-one wrapping of a line: containerd's (a whole line, `F`) and `kubectl
 # logs --timestamps`'s; a piece of a split line (`P`) is none.
-_CRI_WHOLE: Final = re.compile(RFC3339 + r" (?:stdout|stderr) F ")
-_CRI_PIECE: Final = re.compile(RFC3339 + r" (?:stdout|stderr) P ")
+_CRI: Final = re.compile(RFC3339 + r" (?:stdout|stderr) (?P<flag>[PF]) ")
 # What stands for a piece of a split line: equal to no line.
 _PIECE: Final = "\x00piece of a split line"
 
@@ -76,9 +75,10 @@ def unwrapped(line: str) -> str:
     capture, a containerd line not split), else the line itself; `_PIECE` for a piece, which
     is no one line of the engine's."""
     if line[:1].isdigit():
-        if _CRI_PIECE.match(line):
+        m = _CRI.match(line)
+        if m is not None and m["flag"] == "P":
             return _PIECE
-        m = _CRI_WHOLE.match(line) or STAMPED.match(line)
+        m = m or STAMPED.match(line)
         if m is not None:
             return line[m.end() :]
     return line

@@ -126,6 +126,12 @@ def holds_aborted_pages(
     return not is_below(parsed, fixed)
 
 
+def refuses_for_good(version: str | None, leak_fixed: str = LEAK_FIXED) -> bool:
+    """The release is known and refuses an over-length prompt for good: decode answers nothing
+    its prefill refused. Unknown releases are not taken for fixed ones."""
+    return version is not None and not is_below(version, leak_fixed)
+
+
 def is_below(version: str | EngineVersion | None, threshold: str) -> bool:
     """True when `version` parses and sorts before `threshold`."""
     parsed = version if isinstance(version, EngineVersion) else parse_version(version)

@@ -22,7 +22,7 @@ from pydantic import Field
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
-from detectors.engine_version import LEAK_FIXED, is_below
+from detectors.engine_version import LEAK_FIXED, refuses_for_good
 from detectors.finding import Finding
 from detectors.pool_in_force import (
     LENIENT_BASIS,
@@ -151,7 +151,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         when = record.start_time if record.start_time is not None else record.time
         config = ctx.config_at(strictest.node, when)
         version = config.version if config is not None else None
-        if version is not None and not is_below(version, self.config.leak_fixed_version):
+        if refuses_for_good(version, self.config.leak_fixed_version):
             return []
         summary = (
             f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} and no line "

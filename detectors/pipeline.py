@@ -38,7 +38,7 @@ from collector.state.ledger import LedgerConfig, RequestLedger
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector
 from detectors.context import DetectionContext
-from detectors.engine_version import LEAK_FIXED, is_below
+from detectors.engine_version import refuses_for_good
 from detectors.finding import Finding
 from detectors.registry import REGISTRY, detector_from_state
 
@@ -193,8 +193,7 @@ class DetectionPipeline:
         """The node's release refuses an over-length prompt for good (decode answers nothing
         it refused): its refusals are no decode answer's (`RequestLedger._claim_refusal`)."""
         config = self.timeline.config_at(node, time)
-        version = config.version if config is not None else None
-        return version is not None and not is_below(version, LEAK_FIXED)
+        return refuses_for_good(config.version if config is not None else None)
 
     @property
     def now(self) -> float | None:

@@ -87,8 +87,19 @@ def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce |
     return pool
 
 
+def _when(record: RequestRecord) -> float | None:
+    return record.start_time if record.start_time is not None else record.time
+
+
+def _model(record: RequestRecord, ctx: DetectionContext, when: float | None) -> str | None:
+    """The model the serving node ran at `when`: the deployment the request belongs to."""
+    serving = record.serving
+    config = ctx.config_at(serving.node, when) if serving is not None else None
+    return config.model if config is not None else None
+
+
 def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
-    when = record.start_time if record.start_time is not None else record.time
+    when = _when(record)
     prefill = record.prefill
     if prefill is not None:
         at = prefill.start_time if prefill.start_time is not None else when
@@ -117,10 +128,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         owner = timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
             return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
-    model = None
-    if serving is not None:
-        serving_config = ctx.config_at(serving.node, when)
-        model = serving_config.model if serving_config is not None else None
+    model = _model(record, ctx, when)
     if serving is not None and host is not None:
         ruled_out = _ruled_out(host, ctx.timeline)
         if ruled_out is not None:
@@ -144,12 +152,9 @@ def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> Pool
     the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the
     pool that would have refused a longer prompt, had the request met it. None when a prefill
     node's capacity is not known (it could be stricter still)."""
-    when = record.start_time if record.start_time is not None else record.time
-    serving = record.serving
-    serving_config = ctx.config_at(serving.node, when) if serving is not None else None
-    model = serving_config.model if serving_config is not None else None
+    when = _when(record)
     strictest: PoolInForce | None = None
-    for config in ctx.timeline.configs_at(when, model):
+    for config in ctx.timeline.configs_at(when, _model(record, ctx, when)):
         if config.role != "prefill":
             continue
         pool = PoolInForce.of(config, "strictest prefill pool in force")

@@ -196,6 +196,17 @@ def test_a_kubectl_capture_across_a_rotation_is_read_once_either_side(tmp_path: 
     }
 
 
+def test_a_runtime_s_wrapping_is_taken_off_one_for_one_only() -> None:
+    line = "[2026-09-06 00:00:00 TP0] Decode batch, #running-req: 1"
+    stamp = "2026-09-06T00:00:00.123456789Z"
+    assert repeated_lines.unwrapped(f"{stamp} {line}") == line  # kubectl --timestamps
+    assert repeated_lines.unwrapped(f"{stamp} stdout F {line}") == line  # containerd, whole
+    # A piece of a split line is no line of the engine's: it equals none.
+    piece = repeated_lines.unwrapped(f"{stamp} stderr P {line}")
+    assert piece not in (line, f"{stamp} stderr P {line}", f"stderr P {line}")
+    assert repeated_lines.unwrapped(line) == line
+
+
 def test_a_pod_s_log_of_other_lines_stays_a_node_of_its_own(tmp_path: Path) -> None:
     _write(tmp_path / "decode-0.log", _batches(range(0, 300)))
     _write(tmp_path / "sglang-decode-0-6b7d8f9c5-q8w2e.log", _kubectl(_batches(range(300, 600))))

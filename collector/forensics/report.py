@@ -475,6 +475,15 @@ def _some_rooms(rooms: list[str], count: int) -> str:
     return ", ".join(f"room {room}" for room in shown) + more
 
 
+def _rooms_where(summary: dict[str, Any], key: str, value: str) -> list[str]:
+    """The rooms of the findings whose evidence says `key` is `value`."""
+    return [
+        str(f["bootstrap_room"])
+        for f in summary["findings"]
+        if (f.get("evidence") or {}).get(key) == value
+    ]
+
+
 def _request_it(count: int) -> tuple[str, str]:
     return ("request", "it") if count == 1 else ("requests", "them")
 
@@ -490,11 +499,7 @@ def outcome_unknown_line(summary: dict[str, Any]) -> str:
     count = summary["requests"].get("refused_outcome_unknown", 0)
     if not count:
         return ""
-    rooms = [
-        str(f["bootstrap_room"])
-        for f in summary["findings"]
-        if (f.get("evidence") or {}).get("decode_outcome") == UNKNOWN_OUTCOME
-    ]
+    rooms = _rooms_where(summary, "decode_outcome", UNKNOWN_OUTCOME)
     noun, it = _request_it(count)
     return (
         f"{count:,} {noun} prefill refused reached decode, and decode logged no end for {it} "
@@ -512,11 +517,7 @@ def prefill_unknown_line(summary: dict[str, Any]) -> str:
     count = summary["requests"].get("prefill_node_unknown", 0)
     if not count:
         return ""
-    rooms = [
-        str(f["bootstrap_room"])
-        for f in summary["findings"]
-        if (f.get("evidence") or {}).get("pool_basis") == NO_PREFILL_NAMED
-    ]
+    rooms = _rooms_where(summary, "pool_basis", NO_PREFILL_NAMED)
     noun, _ = _request_it(count)
     return (
         f"{count:,} {noun} decode answered had prompts longer than a prefill pool then in "
