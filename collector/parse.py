@@ -8,6 +8,7 @@ detectors expect (the same order a live sidecar would see them in).
 from __future__ import annotations
 
 import heapq
+import math
 import re
 import time
 from collections import Counter
@@ -83,6 +84,9 @@ class ParseStats:
     snapshot_nodes: set[str] = field(default_factory=set)
     # Request lines that print the time of day alone, which nothing in the logs dated.
     undated_requests: int = 0
+    # The first and last times of the log lines read as events, whoever consumes them: what the
+    # logs cover, lines that feed no detector included (an OpenAI record names no request).
+    line_span: tuple[float, float] | None = None
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     # Told of every block read (bytes), for progress bars; not part of the account.
@@ -126,6 +130,13 @@ class ParseStats:
             self.node_events.setdefault(node, Counter()).update(kinds)
         self.snapshot_nodes |= other.snapshot_nodes
         self.undated_requests += other.undated_requests
+        if other.line_span is not None:
+            self.note_line_span(*other.line_span)
+
+    def note_line_span(self, first: float, last: float) -> None:
+        if self.line_span is not None:
+            first, last = min(first, self.line_span[0]), max(last, self.line_span[1])
+        self.line_span = (first, last)
 
     def note_newest_first(self, path: str) -> None:
         if path not in self.newest_first_logs:
@@ -200,6 +211,8 @@ def file_events(
         count = stats.count
         parse = parser.parse
         events: Counter[str] = Counter()  # this file's, added to the node's and the run's
+        earliest = math.inf
+        latest = -math.inf
         # Kinds whose lines the lane takes (no event): counted as events without `count`'s tests.
         taken = BATCH_KINDS if batch_lane is not None else frozenset()
         try:
@@ -224,6 +237,12 @@ def file_events(
                     bucket, event = parse(line, prefix + str(number))
                     if event is not None:
                         events[bucket] += 1
+                        when = event.time
+                        if when is not None:
+                            if when < earliest:
+                                earliest = when
+                            if when > latest:
+                                latest = when
                         yield event
                     elif bucket in taken:
                         events[bucket] += 1
@@ -238,6 +257,8 @@ def file_events(
                 stats.absorb(read)
             stats.dropped.update(parser.close())
             stats.undated_requests += parser.undated_requests
+            if earliest <= latest:
+                stats.note_line_span(earliest, latest)
             repeated = repeats.repeated(tf) if repeats is not None else None
             if repeated is not None:
                 stats.repeated_lines[str(tf.path)] = (repeated[0], str(repeated[1]))

@@ -92,6 +92,32 @@ def test_the_shift_moves_prefix_times_and_never_a_utc_stamp_a_line_stands_on() -
     assert unstamped is not None and unstamped.time == pytest.approx(1793614509.3)
 
 
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        '2026-11-02T10:15:09.5Z INFO:     10.0.0.1:4 - "POST /generate HTTP/1.1" 200 OK',
+        '2026-11-02T10:15:09.5Z stdout F INFO:     10.0.0.1:4 - "POST /generate HTTP/1.1" 200 OK',
+        '{"log":"INFO:     10.0.0.1:4 - \\"POST /generate HTTP/1.1\\" 200 OK\\n",'
+        '"stream":"stdout","time":"2026-11-02T10:15:09.5Z"}',
+    ],
+    ids=["kubectl", "cri", "docker"],
+)
+def test_a_runtime_stamp_on_a_line_without_a_prefix_is_utc_whatever_the_engine_zone(
+    wrapped: str,
+) -> None:
+    """Audit Y's +08:00 kubectl capture: the access lines took the runtime's UTC stamp and then
+    lost the engine's zone too, 8 h early (what the logs cover began 8 h before the first line)."""
+    parser = LineParser("decode-0", clock=LogClock(28800.0))
+    kind, event = parser.parse(wrapped, "t:1")
+    assert kind == "http_access" and event is not None
+    assert event.time == pytest.approx(1793614509.5)
+    # The engine's own prefix inside the same wrapping is still local time.
+    _, stamped = parser.parse(
+        "2026-11-02T10:15:09.5Z " + TIME_STATS.format(prefix="2026-11-02 18:15:09"), "t:2"
+    )
+    assert stamped is not None and stamped.time == pytest.approx(1793614509.0)
+
+
 def test_only_a_line_whose_time_is_its_prefix_votes(tmp_path: Path) -> None:
     """A request record in JSON or without a prefix takes its time from a UTC stamp: half the
     votes said UTC whatever the zone, and no zone had two thirds."""

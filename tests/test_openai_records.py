@@ -12,6 +12,7 @@ shortened), with its truth.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -93,3 +94,16 @@ def test_a_chat_quoting_a_server_log_is_not_read_for_ids(tmp_path: Path) -> None
     warnings = [f for f in summary["findings"] if f["severity"] == "warning"]
     assert [f["detector"] for f in warnings] == ["pool_below_context"]
     assert summary["requests"]["total"] == 4
+
+
+def test_an_openai_record_still_counts_in_what_the_logs_cover(tmp_path: Path) -> None:
+    """It feeds no detector, but the logs run to it: a chat received 15 min after the last
+    answer ends what they cover (rerun 6, R3: they ended at the last answer, and the status
+    said the last exposure came 0 s before the logs end)."""
+    case = tmp_path / "case"
+    shutil.copytree(CASES / "text_lookalike_leak", case)
+    with (case / "decode-0.log").open("a") as log:
+        log.write(TEXT_LOOKALIKE.replace("08:00:00", "08:40:00") + "\n")
+    summary = run_forensics([str(case)], tmp_path / "out", workers=1).summary
+    assert summary["input"]["last_time"] == "2026-11-11T08:40:00.000Z"
+    assert len(summary["exposure"]["requests"]) == 2

@@ -487,6 +487,10 @@ def run_forensics(
                 note_finding(finding)
         for finding in pipeline.finish():
             note_finding(finding)
+        if stats.line_span is not None:  # lines no detector took still show what is covered
+            first, last = stats.line_span
+            first_time = first if first_time is None else min(first, first_time)
+            last_time = last if last_time is None else max(last, last_time)
         finished = True
     finally:
         progress.close()

@@ -464,11 +464,12 @@ class LineParser:
         return self._parse_general(line, source)
 
     def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:
-        inner = self._runtime.unwrap(line, self._last_time())
+        zone = self.clock.shift if self.clock is not None else 0.0
+        inner = self._runtime.unwrap(line, self._last_time(), zone)
         if inner is None:
             envelope = peel(line)
             if envelope.message.startswith('{"log"'):  # Docker's record behind a shipper's
-                inner = self._runtime.unwrap(envelope.message)
+                inner = self._runtime.unwrap(envelope.message, zone=zone)
         if inner is HELD:
             return SPLIT_PIECE, None
         if isinstance(inner, str):

@@ -118,15 +118,25 @@ class RuntimeLines:
         # Lines lost, by reason: joined past `MAX_JOINED_CHARS`, or pieces left at the end.
         self.dropped: dict[str, int] = {}
 
-    def unwrap(self, line: str, last_time: float | None = None) -> str | _Held | None:
+    def unwrap(
+        self, line: str, last_time: float | None = None, zone: float = 0.0
+    ) -> str | _Held | None:
         """The engine's line inside `line` (see the class); `last_time`, the time of the file's
-        last dated line, gives a syslog header its year."""
+        last dated line, gives a syslog header its year.
+
+        A line without the engine's prefix gets one from the runtime's time. `zone` is how far
+        the engine's stamps run ahead of UTC (`log_clock`): a runtime's stamp says its zone (UTC
+        in the end), so it is written in the engine's, which the stream's clock takes off again
+        (a `kubectl --timestamps` access line was read 8 h early from a +08:00 engine). A syslog
+        header's time is the host's, as the engine's is: written as it is."""
         first = line[:1]
         if first.isdigit():
             m = _CRI.match(line)
             if m is not None:
                 joined = self._join(m.group(9), line[m.end() :], m.group(10) == "F")
-                return joined if isinstance(joined, _Held) else with_prefix(joined, _epoch(m))
+                return (
+                    joined if isinstance(joined, _Held) else with_prefix(joined, _epoch(m) + zone)
+                )
             m = STAMPED.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
                 at = m.end()
@@ -135,9 +145,9 @@ class RuntimeLines:
                     or LOKI_LABELS.match(line, at)
                     or CLOUDWATCH_STREAM.match(line, at)
                 )
-                return with_prefix(line[(tag or m).end() :], _epoch(m))
+                return with_prefix(line[(tag or m).end() :], _epoch(m) + zone)
         elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
-            return self._record(line)
+            return self._record(line, zone)
         elif last_time is not None and first in MONTH_INITIALS:
             m = _SYSLOG.match(line)
             if m is not None:
@@ -153,7 +163,7 @@ class RuntimeLines:
         self._skipping.clear()
         return self.dropped
 
-    def _record(self, line: str) -> str | _Held | None:
+    def _record(self, line: str, zone: float) -> str | _Held | None:
         """A JSON record a runtime or shipper wrote the engine's line into: Docker's json-file
         (`log`, pieces ending without a newline), Fluent Bit (`log`, its CRI parser's `_p`
         marking pieces), Vector (`message`), journald's JSON (`MESSAGE`), Google Cloud Logging
@@ -190,7 +200,7 @@ class RuntimeLines:
             return joined
         joined = joined.rstrip("\r\n")
         when = record_time(record)
-        return with_prefix(joined, when) if when is not None else joined
+        return with_prefix(joined, when + zone) if when is not None else joined
 
     def _join(self, stream: str, piece: str, last: bool) -> str | _Held:
         if stream in self._skipping:
