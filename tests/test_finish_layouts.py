@@ -16,7 +16,11 @@ def generic(message: str) -> dict[str, Any]:
     meta_text = request_log._meta_info_text(message)
     out_at = message.rfind(", out={")
     rid, room = request_log._obj_ids(message[: out_at if out_at > 0 else len(message)])
-    meta = request_log._meta_from_text(meta_text) if meta_text is not None else {}
+    meta = (
+        request_log._meta_from_text(request_log._meta_dict_text(meta_text))
+        if meta_text is not None
+        else {}
+    )
     return request_log._finished_fields(meta, rid, room)
 
 

@@ -64,6 +64,10 @@ _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 _meta_layouts = Layouts()
 _STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _BRACKET = re.compile(r"[()\[\]{}]")
+_BRACE = re.compile(r"[{}]")
+_META_KEY: Final = "'meta_info': {"
+# A string literal that no `'key': value` fits in: an id, a key, a word.
+_PLAIN_LITERAL = re.compile(r"'[0-9A-Za-z_.:-]*'|\"[0-9A-Za-z_.:-]*\"")
 # Text after a `Receive:` line's ids that ended complete lines, by length (the latest of each
 # length), so a line ending the same way needs no walk; compared in place, without a slice.
 _complete_receive_tails: dict[int, str] = {}
@@ -329,14 +333,62 @@ def _keep_short_literal(match: re.Match[str]) -> str:
 
 
 def _meta_info_text(line: str) -> str | None:
-    start = line.rfind("'meta_info': {")
+    start = line.rfind(_META_KEY)
     if start < 0:
         return None
+    if line.rfind(_META_KEY, 0, start) >= 0:
+        # The key twice: the last may be text inside the engine's meta_info (a stop string
+        # the answer matched, spelling a whole meta_info of its own). The engine's is the last
+        # outside every string literal.
+        start = blank_literals(line).rfind(_META_KEY)
+        if start < 0:
+            return None
     return line[start + len("'meta_info': ") :]
 
 
-def _meta_from_text(meta: str) -> dict[str, Any]:
-    pairs = _META_SCALAR.findall(meta)
+def blank_literals(text: str) -> str:
+    """`text` with every string literal that could hold a `'key': value` of its own blanked
+    in place (spaces, so every position stays where it was): keys are read where the engine
+    wrote them, never inside a user's text.
+
+    The user's text reaches meta_info: a stop string the answer matched is its
+    `finish_reason`'s `matched`, and an abort's message may echo the request. Audit N: the
+    stop string `'prompt_tokens': 990000` read as the prompt's length named an honest answer
+    exposed.
+
+    >>> print(blank_literals('''{'matched': "'prompt_tokens': 9", 'prompt_tokens': 35}'''))
+    {'matched': "                  ", 'prompt_tokens': 35}
+    """
+    return _STRING_LITERAL.sub(_blank_literal, text)
+
+
+def _blank_literal(match: re.Match[str]) -> str:
+    literal = match.group(0)
+    if _PLAIN_LITERAL.fullmatch(literal):
+        return literal  # an id, a key, a word: no structure fits in it
+    return literal[0] + " " * (len(literal) - 2) + literal[-1]
+
+
+class _MetaText(NamedTuple):
+    """meta_info's dict as the line writes it, and the same with its literals blanked."""
+
+    text: str
+    blank: str
+
+
+def _meta_dict_text(meta_text: str) -> _MetaText:
+    """The dict alone, from meta_info's text to the end of the line (what follows the dict,
+    `prompt_token_ids`, is not meta_info; a cut line's dict never closes: all of it)."""
+    blank = blank_literals(meta_text)
+    end = _closing_brace(blank)
+    return _MetaText(meta_text, blank) if end < 0 else _MetaText(meta_text[:end], blank[:end])
+
+
+def _meta_from_text(dict_text: _MetaText) -> dict[str, Any]:
+    """The generic read of meta_info: its keys where the engine wrote them (in `blank`), their
+    values as written."""
+    meta, blank = dict_text
+    pairs = [(m[1], meta[m.start(2) : m.end(2)]) for m in _META_SCALAR.finditer(blank)]
     result: dict[str, Any] = dict(pairs)
     if len(result) != len(pairs):  # a key twice: read the literal exactly
         parsed = _literal_dict(meta)
@@ -352,22 +404,33 @@ def _meta_from_text(meta: str) -> dict[str, Any]:
             result[key] = value[1:-1]
         elif value in WORDS:
             result[key] = WORDS[value]
-    reason = _FINISH_REASON.search(meta)
+    reason = _FINISH_REASON.search(blank)
     if reason:
         if reason.group(1) == "None":
             result["finish_reason"] = None
         else:
             finish: dict[str, Any] = {"type": reason.group(2)}
-            end = meta.find("}", reason.end())
-            segment = meta[reason.end() : end if end > 0 else len(meta)]
-            status = _STATUS_CODE.search(segment)
+            end = blank.find("}", reason.end())
+            if end < 0:
+                end = len(blank)
+            status = _STATUS_CODE.search(blank, reason.end(), end)
             if status:
                 finish["status_code"] = int(status.group(1))
-            message_at = segment.find("'message': ")
+            message_at = blank.find("'message': ", reason.end(), end)
             if message_at >= 0:
-                finish["message"] = segment[message_at + 11 : message_at + 211]
+                finish["message"] = meta[message_at + 11 : min(message_at + 211, end)]
             result["finish_reason"] = finish
     return result
+
+
+def _closing_brace(blank: str) -> int:
+    """Just past the brace that closes the dict `blank` opens with (literals blanked), or -1."""
+    depth = 0
+    for m in _BRACE.finditer(blank):
+        depth += 1 if m[0] == "{" else -1
+        if not depth:
+            return m.end()
+    return -1
 
 
 def _literal_dict(meta: str) -> dict[str, Any] | None:
@@ -495,11 +558,13 @@ def read_meta_fields(meta_text: str) -> tuple[dict[str, Any], list[Slot] | None]
     """The generic read of a `meta_info` dict (the fields of its finish line, rid from its `id`
     only, no room), and where its values sit for a layout (None: no layout, e.g. an abort,
     whose message can hold anything, or a key written twice)."""
-    meta = _meta_from_text(meta_text)
-    return _finished_fields(meta, None, None), _meta_slots(meta_text, meta)
+    dict_text = _meta_dict_text(meta_text)
+    meta = _meta_from_text(dict_text)
+    return _finished_fields(meta, None, None), _meta_slots(dict_text, meta)
 
 
-def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
+def _meta_slots(dict_text: _MetaText, meta: dict[str, Any]) -> list[Slot] | None:
+    meta_text, blank = dict_text
     finish = meta.get("finish_reason")
     if isinstance(finish, dict) and ("status_code" in finish or "message" in finish):
         return None
@@ -507,7 +572,7 @@ def _meta_slots(meta_text: str, meta: dict[str, Any]) -> list[Slot] | None:
         return None
     slots: list[Slot] = []
     seen: set[str] = set()
-    for m in _META_SCALAR.finditer(meta_text):
+    for m in _META_SCALAR.finditer(blank):
         key = m.group(1)
         if key in seen:
             return None  # read as a literal by the generic reader
