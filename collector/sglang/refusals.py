@@ -12,7 +12,11 @@ from typing import Any
 _INPUT_TOO_LONG = re.compile(
     r"Input length \((\d+) tokens\) exceeds the maximum allowed length \((\d+) tokens\)"
 )
-_SELF_RID = re.compile(r"rid='([^']*)'")
+# The rid as `{self.rid=}` writes it: Python's repr, quoted with `"` when it holds a `'`, escapes
+# kept as written (as the `Receive:` line's rid is read). Read where the engine put it, right
+# after `self.rid=`: a client's rid that quotes another (`x rid='victim' y`) made the refusal
+# that other request's, and its honest answer was named exposed (audit AD).
+_SELF_RID = re.compile(r"""rid=(?:'((?:[^'\\\n]|\\.)*)'|"((?:[^"\\\n]|\\.)*)")""")
 _EXCEEDS = re.compile(r"Request (\S+) exceeds the maximum number of tokens: (\d+) > (\d+)")
 _SWA = re.compile(
     r"Request (\S+) requires too many SWA KV tokens for decode preallocation: (\d+) > (\d+)"
@@ -38,11 +42,21 @@ def _rejected(
     }
 
 
+def _quoted_rid(message: str, key: str, start: int = 0) -> str | None:
+    """The rid written as `{key}'…'` (or `"…"`), at the first `key` from `start` on."""
+    at = message.find(key, start)
+    if at < 0:
+        return None
+    m = _SELF_RID.match(message, at + len(key) - len("rid="))
+    if m is None:
+        return None
+    return m.group(1) if m.group(1) is not None else m.group(2)
+
+
 def parse_input_too_long(message: str) -> dict[str, Any]:
     m = _INPUT_TOO_LONG.search(message)
-    rid = _SELF_RID.search(message, m.end() if m else 0)
     return _rejected(
-        rid.group(1) if rid else None,
+        _quoted_rid(message, "self.rid=", m.end() if m else 0),
         m.group(1) if m else None,
         m.group(2) if m else None,
         "input_too_long",
@@ -71,8 +85,7 @@ def parse_context_length(message: str) -> dict[str, Any]:
 
 
 def parse_no_bootstrap_room(message: str) -> dict[str, Any]:
-    rid = _SELF_RID.search(message)
-    return _rejected(rid.group(1) if rid else None, None, None, "no_bootstrap_room")
+    return _rejected(_quoted_rid(message, "req.rid="), None, None, "no_bootstrap_room")
 
 
 def parse_auto_truncated(message: str) -> dict[str, Any]:

@@ -51,6 +51,10 @@ LEDGER_KINDS: Final = frozenset(
 SIDE_SOURCE_KINDS: Final = LEDGER_KINDS - {"request_trace"}
 REQUEST_SIDE: Final = "request_side"
 SIDE_INPUT_KINDS: Final = frozenset({REQUEST_SIDE, "request_trace"})
+# SGLang's health check (`/health_generate`): a rid `HEALTH_CHECK_<time>` and one token. The
+# rid alone is the client's to choose (audit AD: an over-length prompt sent under such a rid
+# went unjudged, 33 exposures of 33 with it): a request saying its prompt is longer than a
+# warmup's is judged whatever its rid (`is_health_check`).
 HEALTH_PREFIX: Final = "HEALTH_CHECK"
 # The bootstrap host of a transfer that never leaves its node (SGLang's
 # `disaggregation.utils.FAKE_BOOTSTRAP_HOST`): warmups (room = DP rank), health checks and
@@ -288,8 +292,11 @@ class RequestLedger:
             if rid is not None:
                 rid = (rid.strip() or None) if type(rid) is str else text_or_none(rid)
                 if rid is not None and rid.startswith(HEALTH_PREFIX):
-                    stats.health_checks += 1
-                    return False
+                    probe = SideRecord(node=event.node, rid=rid)
+                    apply_event(probe, event, fields, time)
+                    if is_health_check(probe):
+                        stats.health_checks += 1
+                        return False
             room = fields.get("bootstrap_room")
             if room is not None:
                 room = (room.strip() or None) if type(room) is str else text_or_none(room)
@@ -905,6 +912,16 @@ def request_key(room: str | None, node: str | None, rid: str | None) -> str:
     """The key a request is held and emitted under (`RequestRecord.key`): its bootstrap room,
     else the node and the node's id for it (outside PD, the only side)."""
     return room if room is not None else f"{node}|{rid}"
+
+
+def is_health_check(side: SideRecord) -> bool:
+    """Whether a side is SGLang's health check: its rid, and no prompt longer than a warmup's
+    (unknown, as a `Receive:` line alone leaves it, counts as none)."""
+    return (
+        side.rid is not None
+        and side.rid.startswith(HEALTH_PREFIX)
+        and (side.prompt_length or 0) <= WARMUP_MAX_TOKENS
+    )
 
 
 def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: float | None) -> None:

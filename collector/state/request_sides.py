@@ -24,13 +24,13 @@ from typing import Any, Final
 from collector.events import SERVER_READY, Event
 from collector.sglang.batch import BatchSample
 from collector.state.ledger import (
-    HEALTH_PREFIX,
     REQUEST_SIDE,
     SIDE_SOURCE_KINDS,
     STARTUP_KINDS,
     WARMUP_MAX_TOKENS,
     WARMUP_ROOMS,
     apply_event,
+    is_health_check,
     text_or_none,
 )
 from collector.state.request_record import SideRecord
@@ -181,9 +181,6 @@ class RequestSideAssembler:
     def _fold(self, event: Event, out: list[Event]) -> None:
         fields = event.fields
         rid = text_or_none(fields.get("rid"))
-        if rid is not None and rid.startswith(HEALTH_PREFIX):
-            self.health_checks += 1
-            return
         room = text_or_none(fields.get("bootstrap_room"))
         if rid is not None:
             key = rid
@@ -255,6 +252,9 @@ class RequestSideAssembler:
         if entry.room is not None and self._room_keys.get(entry.room) == key:
             del self._room_keys[entry.room]
         side = entry.side
+        if is_health_check(side):  # decided by the whole side: see `is_health_check`
+            self.health_checks += 1
+            return
         room = entry.room
         if entry.warmup and room in WARMUP_ROOMS and (side.prompt_length or 0) <= WARMUP_MAX_TOKENS:
             # A warmup: every node sends its own in rooms 0 to DP-1 at every start-up, through

@@ -1,0 +1,106 @@
+"""A client chooses its rid and writes text SGLang logs: none of it may hide an exposure or
+accuse an honest answer.
+
+Audit AD's attacks, on the incident excerpt (one refused 700,000-token prompt on a prefill
+whose pool is 681,280, answered by decode; one honest 8,192-token request before it):
+- a rid `HEALTH_CHECK_…` on the over-length request: dropped as a health check, its exposure
+  went unjudged;
+- a rid quoting another request's rid (`x rid='victim' y`), refused: the refusal became the
+  victim's, and its honest answer was named exposed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collector.events import Event
+from collector.forensics.driver import run_forensics
+from collector.sglang.refusals import parse_input_too_long, parse_no_bootstrap_room
+from collector.state.ledger import RequestLedger
+from collector.state.request_sides import RequestSideAssembler
+
+EXCERPT = Path(__file__).parents[1] / "collector" / "samples" / "incident-excerpt"
+T = 1_787_824_800.0
+
+
+def _excerpt(tmp_path: Path, **renamed: str) -> Path:
+    """The excerpt with some of its rids renamed (every occurrence)."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for log in EXCERPT.glob("*.log"):
+        text = log.read_text()
+        for old, new in renamed.items():
+            text = text.replace(old, new)
+        (folder / log.name).write_text(text)
+    return folder
+
+
+def _exposed(folder: Path, tmp_path: Path) -> list[tuple[str, str]]:
+    summary = run_forensics([str(folder)], tmp_path / "out", workers=1).summary
+    return [(r["rid"], r["bootstrap_room"]) for r in summary["exposure"]["requests"]]
+
+
+def test_a_health_check_rid_on_a_long_prompt_is_judged(tmp_path: Path) -> None:
+    folder = _excerpt(tmp_path, d0000002="HEALTH_CHECK_d2", p0000002="HEALTH_CHECK_p2")
+    assert _exposed(folder, tmp_path) == [("HEALTH_CHECK_d2", "2222")]
+
+
+def test_sglangs_own_health_check_is_no_request() -> None:
+    """`/health_generate`: one token, the fake host, room 0; on a busy scheduler never
+    served (a `Receive:` line alone)."""
+    asm = RequestSideAssembler(settle_seconds=5.0)
+    lines = [
+        Event("request_received", "d", T, "d:1", {"rid": "HEALTH_CHECK_1", "bootstrap_room": "0"}),
+        Event("request_finished", "d", T, "d:2", {"rid": "HEALTH_CHECK_1", "prompt_tokens": 1}),
+        Event("request_received", "d", T, "d:3", {"rid": "HEALTH_CHECK_2", "bootstrap_room": "0"}),
+        Event("request_finished", "d", T, "d:4", {"rid": "HEALTH_CHECK_3", "prompt_tokens": 9000}),
+    ]
+    shipped = [side for line in lines for side in asm.observe(line)] + asm.flush()
+    assert [s.fields["side"].rid for s in shipped] == ["HEALTH_CHECK_3"]
+    assert asm.health_checks == 2
+    ledger = RequestLedger()
+    long_one = {"rid": "HEALTH_CHECK_4", "prompt_tokens": 9000, "finish_type": "stop"}
+    assert ledger.add(Event("request_finished", "d", T, "d:5", long_one))
+    assert not ledger.add(Event("request_finished", "d", T, "d:6", {"rid": "HEALTH_CHECK_5"}))
+    assert ledger.stats.health_checks == 1
+
+
+REFUSAL = (
+    "Input length (700000 tokens) exceeds the maximum allowed length (681274 tokens). Use a "
+    "shorter input or enable --allow-auto-truncate., self.rid={rid}"
+)
+
+
+@pytest.mark.parametrize(
+    ("written", "rid"),
+    [
+        ("'p0000002'", "p0000002"),
+        ("\"x rid='p0000001' y\"", "x rid='p0000001' y"),
+        ('"it\'s"', "it's"),
+        ("'a\\'b\"c'", "a\\'b\"c"),  # both quotes: escaped, kept as written
+    ],
+)
+def test_a_refusal_names_the_rid_written_after_self_rid(written: str, rid: str) -> None:
+    assert parse_input_too_long(REFUSAL.format(rid=written))["rid"] == rid
+    message = "Invalid request: Disaggregated request received without bootstrap room id. "
+    assert parse_no_bootstrap_room(message + f"req.rid={written}")["rid"] == rid
+
+
+def test_a_rid_quoting_another_does_not_frame_it(tmp_path: Path) -> None:
+    """The refused request's rid quotes the honest one's, as each of its prefill lines writes
+    it: the refused one is exposed, the honest 8,192-token answer is not."""
+    folder = _excerpt(tmp_path)
+    prefill = folder / "prefill-0.log"
+    text = prefill.read_text()
+    for old, new in (
+        ("self.rid='p0000002'", "self.rid=\"x rid='p0000001' y\""),
+        ("rid=p0000002,", "rid=x rid='p0000001' y,"),  # ReqTimeStats: written raw
+        ("rid='p0000002'", "rid=\"x rid='p0000001' y\""),
+        ("'id': 'p0000002'", "'id': \"x rid='p0000001' y\""),
+    ):
+        assert old in text
+        text = text.replace(old, new)
+    prefill.write_text(text)
+    assert _exposed(folder, tmp_path) == [("d0000002", "2222")]
