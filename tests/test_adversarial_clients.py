@@ -104,3 +104,40 @@ def test_a_rid_quoting_another_does_not_frame_it(tmp_path: Path) -> None:
         text = text.replace(old, new)
     prefill.write_text(text)
     assert _exposed(folder, tmp_path) == [("d0000002", "2222")]
+
+
+DECODE_TIME_STATS = (
+    "[2026-08-27 10:05:04 TP0] ReqTimeStats(rid=tenant/d2, bootstrap_room=2222, input_len=700000, "
+    "cached_input_len=0, output_len=180, attempts=0, type=decode): bootstrap_duration=2.00ms, "
+    "alloc_wait_duration=0.10ms, transfer_duration=40.00ms, queue_duration=0.50ms, "
+    "forward_duration=3500.00ms, entry_time=1787825100.400\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "time_stats", "room"),
+    [
+        # Another request's ids: neither room is taken for sure, and the answer is still named.
+        ("'k', rid='d0000001', bootstrap_room=1111, z=''", False, None),
+        ("'k', bootstrap_host='2.2.2.2', bootstrap_port=8998, z=''", False, "2222"),
+        # An odd quote turns the repr's literals inside out: the line is unreadable (taken for
+        # a cut one), and decode's time stats name the room.
+        ("'k', bootstrap_room=1111, z='x", True, "2222"),
+    ],
+    ids=["planted_ids", "planted_fake_host", "odd_quote"],
+)
+def test_a_dict_key_spelling_fields_neither_hides_nor_moves_the_exposure(
+    key: str, time_stats: bool, room: str | None, tmp_path: Path
+) -> None:
+    """SGLang writes the keys of a client's dicts unescaped (`custom_params`): audit AD's keys
+    planted another room (each exposure named twice, once under a room that was not its, or
+    not at all) or a warmup's fake host (the room dropped, the exposure hidden)."""
+    folder = _excerpt(tmp_path, d0000002="tenant/d2")  # a rid no plain literal holds
+    decode = folder / "decode-0.log"
+    text = decode.read_text().replace(
+        "GenerateReqInput(rid='tenant/d2', bootstrap_room=2222)",
+        f"GenerateReqInput(rid='tenant/d2', sampling_params={{'custom_params': {{{key}: 1}}}}, "
+        "bootstrap_host='10.0.0.1', bootstrap_port=8998, bootstrap_room=2222)",
+    )
+    decode.write_text(text + (DECODE_TIME_STATS if time_stats else ""))
+    assert _exposed(folder, tmp_path) == [("tenant/d2", room)]

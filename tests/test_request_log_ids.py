@@ -11,19 +11,46 @@ from hypothesis import strategies as st
 from collector.sglang import request_log
 from collector.sglang.request_log import _obj_ids
 
+_RID = re.compile(r"""rid=(?:'((?:[^'\\\n]|\\.){1,1024})'|"((?:[^"\\\n]|\\.){1,1024})")""")
+_LITERAL = re.compile(r"""'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*\"""")
+
+
+def _rid_at(text: str, at: int) -> str | None:
+    m = _RID.match(text, at)
+    return (m.group(1) if m.group(1) is not None else m.group(2)) if m else None
+
+
+def _blanked(literal: re.Match[str]) -> str:
+    text = literal.group(0)
+    if re.fullmatch(r"[0-9A-Za-z_.:-]*", text[1:-1]):
+        return text
+    return text[0] + " " * (len(text) - 2) + text[-1]
+
 
 def _reference(obj_text: str) -> tuple[str | None, str | None]:
-    """The rule in its plainest form: blank user text when a key occurs twice, then the first
-    `rid='...'` and the first `bootstrap_room=<digits>`."""
-    if obj_text.count("rid=") > 1 or obj_text.count("bootstrap_room=") > 1:
-        obj_text = request_log._STRING_LITERAL.sub(request_log._keep_short_literal, obj_text)
-    rid = re.search(
-        r"""rid=(?:'((?:[^'\\\n]|\\.){1,1024})'|"((?:[^"\\\n]|\\.){1,1024})")""", obj_text
-    )
-    at = obj_text.find("bootstrap_room=")
-    room = re.compile(r"bootstrap_room=(\d+)").match(obj_text, at) if at >= 0 else None
-    found = (rid.group(1) if rid.group(1) is not None else rid.group(2)) if rid else None
-    return found, (room.group(1) if room else None)
+    """The rule in its plainest form: the rid written as the call's first argument stands;
+    with each key written once, the rid and the room written there; with one written more
+    often, each key where it stands outside the literals (blanked), when the literals close as
+    a repr's and it stands there with one value, else unknown."""
+    first = obj_text.find("rid=")
+    anchored = _rid_at(obj_text, first) if obj_text[:first].endswith("Input(") else None
+    once = anchored is not None or obj_text.count("rid=") <= 1
+    if once and obj_text.count("bootstrap_room=") <= 1:
+        room = re.compile(r"bootstrap_room=(\d+)").match(obj_text, obj_text.find("bootstrap_room="))
+        if anchored is None and first >= 0:
+            anchored = _rid_at(obj_text, first)
+        return anchored, (room.group(1) if room else None)
+    blank = _LITERAL.sub(_blanked, obj_text)
+    for literal in re.finditer(r"""'[^']*'|"[^"]*\"""", blank):
+        after = blank[literal.end() : literal.end() + 1]
+        if after and after not in ",)]}: ":
+            return anchored, None
+    rid = anchored
+    if rid is None:
+        rids = {_rid_at(obj_text, m.start()) for m in re.finditer("rid=", blank)} - {None}
+        rid = rids.pop() if len(rids) == 1 else None
+    rooms = set(re.findall(r"bootstrap_room=(\d+)", blank))
+    return rid, (rooms.pop() if len(rooms) == 1 else None)
 
 
 _pieces = st.sampled_from(
@@ -73,8 +100,25 @@ def test_a_prompt_that_imitates_the_keys_does_not_win() -> None:
 
 def test_an_empty_rid_literal_first_does_not_hide_the_real_one() -> None:
     # Found by the property test above: blanking turns the first `rid='...'` into `rid=''`.
-    text = "rid=', GenerateReqInput(text='rid='4f1c9a'"
+    text = "GenerateReqInput(text='a', rid='', extra='rid=x', n=1), rid='4f1c9a'"
     assert _obj_ids(text) == _reference(text) == ("4f1c9a", None)
+
+
+def test_a_key_a_client_wrote_twice_is_no_one_s() -> None:
+    """SGLang writes a dict's keys unescaped (`custom_params`, `custom_labels`): a key can
+    spell a field outside every literal, or an odd quote that turns the literals inside out.
+    Audit AD: planted rooms named every exposure twice, a planted fake host hid them."""
+    real = ", bootstrap_host='10.0.0.1', bootstrap_port=8998, bootstrap_room=77)"
+    planted = "GenerateReqInput(rid='tenant/ab', sampling_params={{'custom_params': {{{key}: 1}}}}"
+    for key, expected in (
+        ("'k', rid='ATK', bootstrap_room=5, z=''", ("tenant/ab", None)),  # two rooms: none
+        ("'k', bootstrap_host='2.2.2.2', bootstrap_port=8998, z=''", ("tenant/ab", "77")),
+        ("'k', bootstrap_room=5, z='x", ("tenant/ab", None)),  # an odd quote
+    ):
+        text = planted.format(key=key) + real
+        assert _obj_ids(text) == _reference(text) == expected
+        address = request_log._obj_ids_and_end(text)[2]
+        assert address in ((("10.0.0.1", 8998)), None)
 
 
 @given(st.lists(_pieces, max_size=12).map("".join), st.lists(_pieces, max_size=6).map("".join))

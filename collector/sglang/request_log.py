@@ -155,57 +155,127 @@ class _ObjScan(NamedTuple):
 
 def _obj_scan(text: str, end: int | None = None) -> _ObjScan:
     """`_obj_ids_and_end`, and the `stream=` flag: the first after the rid (the fields between
-    them are the engine's, never user text), so no more of the line is read for it."""
+    them are the engine's, never user text), so no more of the line is read for it.
+
+    A client writes text into the repr: literals SGLang escapes (the prompt, a stop string),
+    and the keys of its dicts (`custom_params`, `custom_labels`), which it writes unescaped, so
+    a key can spell `bootstrap_room=<another room>` outside any literal, or an odd quote that
+    turns the repr's literals inside out (audit AD: a planted room named each exposure twice,
+    a planted fake host hid it). So: the rid written as the call's first argument is the
+    request's whatever follows; a key found once is SGLang's own; a key found more than once
+    is read where it stands outside every literal, and only when it stands there once and the
+    literals close as a repr's do (else unknown: never another request's).
+    """
     # str.find, not a regex search or a count: these lines carry kilobytes of prompt text, and
     # each key is found once and then looked for again only after that point. Bounded by `end`
     # rather than sliced: no copy of the kilobytes.
     if end is None:
         end = len(text)
-    rid_at = text.find("rid=", 0, end)
-    room_at = text.find("bootstrap_room=", 0, end)
-    if (rid_at >= 0 and text.find("rid=", rid_at + 4, end) >= 0) or (
-        room_at >= 0 and text.find("bootstrap_room=", room_at + 15, end) >= 0
-    ):
-        text = _STRING_LITERAL.sub(_keep_short_literal, text[:end])
-        end = len(text)
-        rid_at = text.find("rid=")
-        room_at = text.find("bootstrap_room=")
-        blanked = True  # positions in the blanked copy are not the line's
-    else:
-        blanked = False
-    ids_end = rid_end = -1
     rid = None
-    if rid_at >= 0:
-        # The first `rid='<id>'` from the first `rid=` on (`rid=None` or an empty literal there:
-        # a later one is the one, as a search of the whole text would find).
-        m = _OBJ_RID_PLAIN.match(text, rid_at, end) or _OBJ_RID.search(text, rid_at, end)
+    rid_end = -1
+    rid_at = text.find("rid=", 0, end)
+    if rid_at >= 0 and text.startswith("Input(", rid_at - 6):  # the call's first argument
+        m = _OBJ_RID_PLAIN.match(text, rid_at, end) or _OBJ_RID.match(text, rid_at, end)
         if m:
             rid = m.group(1) if m.group(1) is not None else m.group(2)
-            ids_end = rid_end = m.end()
+            rid_end = m.end()
+    room_at = text.find("bootstrap_room=", 0, end)
+    if (rid_end < 0 and rid_at >= 0 and text.find("rid=", rid_at + 4, end) >= 0) or (
+        room_at >= 0 and text.find("bootstrap_room=", room_at + 15, end) >= 0
+    ):
+        return _obj_scan_blanked(text, end, rid, rid_end)
+    ids_end = -1
+    if rid_end < 0 and rid_at >= 0:
+        m = _OBJ_RID_PLAIN.match(text, rid_at, end) or _OBJ_RID.match(text, rid_at, end)
+        if m:
+            rid = m.group(1) if m.group(1) is not None else m.group(2)
+            rid_end = m.end()
+    ids_end = rid_end
     room = None
     host = None
     if room_at >= 0:
         m = _OBJ_ROOM.match(text, room_at, end)
         if m:
             room = m.group(1)
-            room_end = m.end()
-            if ids_end >= 0 and room_at > ids_end:
-                host_at = text.find("bootstrap_host=", ids_end, room_at)
-                if host_at >= 0:
-                    h = _OBJ_HOST.match(text, host_at, room_at)
-                    if h is not None:
-                        port_at = text.find("bootstrap_port=", h.end(), room_at)
-                        p = _OBJ_PORT.match(text, port_at, room_at) if port_at >= 0 else None
-                        host = (h.group(1), int(p.group(1)) if p else None)
-            if room_end > ids_end:
-                ids_end = room_end
-    streamed = None
-    if rid_end >= 0:
-        at = text.find(_STREAM_FIELD, rid_end, end)
-        if at >= 0:
-            value = text[at + len(_STREAM_FIELD) : at + len(_STREAM_FIELD) + 5]
-            streamed = True if value.startswith("True") else False if value == "False" else None
-    return _ObjScan(rid, room, host, -1 if blanked else ids_end, streamed)
+            if rid_end >= 0 and room_at > rid_end:
+                host = _address_before(text, rid_end, room_at)
+            if m.end() > ids_end:
+                ids_end = m.end()
+    return _ObjScan(rid, room, host, ids_end, _streamed(text, rid_end, end))
+
+
+def _obj_scan_blanked(text: str, end: int, rid: str | None, rid_end: int) -> _ObjScan:
+    """`_obj_scan` of a repr that spells a key twice: each read outside the literals."""
+    blank = blank_literals(text[:end])
+    if _quoting_broken(blank):  # a literal no repr writes: a client's key's quote
+        return _ObjScan(rid, None, None, -1, None)
+    if rid_end < 0:
+        rids = set()
+        for at in _all(blank, "rid="):
+            m = _OBJ_RID_PLAIN.match(text, at, end) or _OBJ_RID.match(text, at, end)
+            if m:
+                rids.add(m.group(1) if m.group(1) is not None else m.group(2))
+                rid_end = m.end()
+        rid = rids.pop() if len(rids) == 1 else None
+        if rid is None:
+            rid_end = -1
+    rooms = {m.group(1): m.start() for m in _OBJ_ROOM.finditer(blank)}
+    room = host = None
+    if len(rooms) == 1:
+        ((room, room_at),) = rooms.items()
+        if rid_end >= 0 and room_at > rid_end:
+            host = _address_before(text, rid_end, room_at, blank)
+    return _ObjScan(rid, room, host, -1, _streamed(blank, rid_end, end))
+
+
+_BLANKED_LITERAL = re.compile(r"'[^']*'|\"[^\"]*\"")
+# What a repr writes after a literal (` ` before a level-2 cut's ` ... `).
+_AFTER_LITERAL: Final = frozenset(",)]}: ")
+
+
+def _quoting_broken(blank: str) -> bool:
+    """Whether a literal (`blank_literals`) is followed by what no repr writes after one (a
+    letter, a quote, `=`): the quoting is a client's, not the repr's."""
+    for m in _BLANKED_LITERAL.finditer(blank):
+        after = blank[m.end() : m.end() + 1]
+        if after and after not in _AFTER_LITERAL:
+            return True
+    return False
+
+
+def _all(text: str, key: str) -> list[int]:
+    found = []
+    at = text.find(key)
+    while at >= 0:
+        found.append(at)
+        at = text.find(key, at + len(key))
+    return found
+
+
+def _address_before(
+    text: str, after: int, room_at: int, blank: str | None = None
+) -> Address | None:
+    """The `bootstrap_host` and `bootstrap_port` written just before the room (SGLang writes
+    host, port and room in a row; a host a client's key spells earlier is not the one)."""
+    host_at = (blank or text).rfind("bootstrap_host=", after, room_at)
+    if host_at < 0:
+        return None
+    h = _OBJ_HOST.match(text, host_at, room_at)
+    if h is None:
+        return None
+    port_at = (blank or text).find("bootstrap_port=", h.end(), room_at)
+    p = _OBJ_PORT.match(text, port_at, room_at) if port_at >= 0 else None
+    return (h.group(1), int(p.group(1)) if p else None)
+
+
+def _streamed(text: str, rid_end: int, end: int) -> bool | None:
+    if rid_end < 0:
+        return None
+    at = text.find(_STREAM_FIELD, rid_end, end)
+    if at < 0:
+        return None
+    value = text[at + len(_STREAM_FIELD) : at + len(_STREAM_FIELD) + 5]
+    return True if value.startswith("True") else False if value == "False" else None
 
 
 def _last_group(text: str) -> tuple[int, int] | None:
