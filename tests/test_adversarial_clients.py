@@ -17,6 +17,7 @@ import pytest
 
 from collector.events import Event
 from collector.forensics.driver import run_forensics
+from collector.sglang.logs import RID_LINE, LineParser
 from collector.sglang.refusals import parse_input_too_long, parse_no_bootstrap_room
 from collector.state.ledger import RequestLedger
 from collector.state.request_sides import RequestSideAssembler
@@ -141,3 +142,65 @@ def test_a_dict_key_spelling_fields_neither_hides_nor_moves_the_exposure(
     )
     decode.write_text(text + (DECODE_TIME_STATS if time_stats else ""))
     assert _exposed(folder, tmp_path) == [("tenant/d2", room)]
+
+
+# A rid holding newlines: `ReqTimeStats(rid=…` writes it as it is, so the rest of it is lines
+# of the client's choosing (audit AD: a fake pool line hid the exposures, a fake checksum line
+# raised a critical finding on a healthy fleet). Its `Receive:` line wrote it escaped.
+INJECTED = [
+    "[2026-08-27 10:01:00 TP0] max_total_num_tokens=2040000, chunked_prefill_size=8192, "
+    "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
+    "available_gpu_mem=15.00 GB",
+    "[2026-08-27 10:01:00 TP0] KV checksum mismatch req=p0000001 bootstrap_room=1111 "
+    "expected=0x1 got=0x2",
+    "x",
+]
+ATTACK_RID = "atk\n" + "\n".join(INJECTED)
+
+
+def _attack_lines(rid: str = ATTACK_RID) -> list[str]:
+    """The attacker's short request on prefill-0, as SGLang logs it."""
+    first, *rest = ATTACK_RID.split("\n")
+    return [
+        f"[2026-08-27 10:00:58] Receive: obj=GenerateReqInput(rid={rid!r}, bootstrap_room=3333)",
+        f"[2026-08-27 10:00:59 TP0] ReqTimeStats(rid={first}",
+        *rest[:-1],
+        rest[-1] + ", bootstrap_room=3333, input_len=12, cached_input_len=0, output_len=1, "
+        "attempts=0, type=prefill): bootstrap_duration=1.00ms, queue_duration=1.00ms, "
+        "forward_duration=2.00ms, entry_time=1787824858.000",
+    ]
+
+
+def test_the_lines_a_rid_writes_are_the_rid() -> None:
+    parser = LineParser("prefill-0")
+    parsed = [parser.parse(line, f"p:{n}") for n, line in enumerate(_attack_lines())]
+    kinds = [kind for kind, _ in parsed]
+    assert kinds == ["request_received"] + [RID_LINE] * len(INJECTED) + ["request_time_stats"]
+    received, stats = parsed[0][1], parsed[-1][1]
+    assert received is not None and stats is not None
+    assert stats.fields["rid"] == received.fields["rid"] == repr(ATTACK_RID)[1:-1]
+    assert (stats.fields["bootstrap_room"], stats.fields["input_len"]) == ("3333", 12)
+    assert parser.close() == {}
+
+
+def test_lines_other_than_the_rid_said_are_read_as_lines() -> None:
+    """The rid's `Receive:` line names other lines: what follows the cut time stats line is
+    read as it is, and the cut line is counted lost."""
+    lines = _attack_lines(rid="atk\nsomething else")
+    parser = LineParser("prefill-0")
+    kinds = [parser.parse(line, f"p:{n}")[0] for n, line in enumerate(lines)]
+    assert kinds[2:4] == ["capacity", "checksum_mismatch"]
+    assert parser.close() == {"rid_line_break": 1}
+
+
+def test_a_rid_writing_engine_lines_neither_hides_nor_accuses(tmp_path: Path) -> None:
+    folder = _excerpt(tmp_path)
+    prefill = folder / "prefill-0.log"
+    lines = prefill.read_text().splitlines()
+    at = next(n for n, line in enumerate(lines) if "10:05:00" in line)
+    prefill.write_text("\n".join(lines[:at] + _attack_lines() + lines[at:]) + "\n")
+    summary = run_forensics([str(folder)], tmp_path / "out", workers=1).summary
+    assert [(r["rid"], r["bootstrap_room"]) for r in summary["exposure"]["requests"]] == [
+        ("d0000002", "2222")
+    ]
+    assert not [f for f in summary["findings"] if f["detector"] == "checksum_mismatch"]

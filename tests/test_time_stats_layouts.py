@@ -19,14 +19,20 @@ _UNITS = {"GB/s": "_gb_s", "MB": "_mb", "GB": "_gb", "KB": "_kb"}
 
 
 def plain(message: str) -> dict[str, Any]:
-    """The rule in its plainest form: head `key=value` items, then `key=value`/`key(value)`
+    """The rule in its plainest form: the rid up to the last of the engine's fields after it
+    (it is the client's, written as it is), head `key=value` items, then `key=value`/`key(value)`
     pairs, durations in seconds."""
-    head_end = message.find("):")
+    head_end = message.rfind("):")
     head = message[len("ReqTimeStats(") : head_end if head_end > 0 else len(message)]
     tail = message[head_end + 2 :] if head_end > 0 else ""
     fields: dict[str, Any] = dict.fromkeys(
         ("rid", "bootstrap_room", "role", "input_len", "cached_input_len", "output_len")
     )
+    after_rid = list(re.finditer(r", (?:bootstrap_room=[^,]*, )?input_len=[^,]*(?:,|$)", head))
+    if head.startswith("rid=") and after_rid:
+        rid = head[4 : after_rid[-1].start()]
+        fields["rid"] = rid.strip("'") if rid not in ("None", "") else None
+        head = head[after_rid[-1].start() + 2 :]
     for item in head.split(", "):
         key, sep, value = item.partition("=")
         if not sep:

@@ -12,6 +12,7 @@ not match.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -376,6 +377,28 @@ class StreamDate:
         self.last_tod = 0.0
 
 
+RID_LINE: Final = NOISE_PREFIX + "client_rid_line"
+_RECEIVE_RID: Final = "Receive: obj=GenerateReqInput(rid="
+_TIME_STATS_RID: Final = "ReqTimeStats(rid="
+# What the engine writes after the rid in a time stats line.
+_TIME_STATS_TAIL: Final = re.compile(r", (?:bootstrap_room=\d+, )?input_len=\d+, ")
+_RID_LITERAL: Final = re.compile(r"""'(?:[^'\\\n]|\\.){0,65536}'|"(?:[^"\\\n]|\\.){0,65536}\"""")
+_MAX_BROKEN_RIDS: Final = 256
+
+
+class _RidLines:
+    """A time stats line cut by a newline in its rid (`head`: up to the rid), the rid's lines,
+    and which of them comes next (the first is in the head's line)."""
+
+    __slots__ = ("head", "lines", "source", "next")
+
+    def __init__(self, head: str, lines: list[str], source: str) -> None:
+        self.head = head
+        self.lines = lines
+        self.source = source
+        self.next = 1
+
+
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -392,6 +415,10 @@ class LineParser:
         "undated_requests",
         "_dates",
         "_runtime",
+        "_broken_rids",
+        "_rid_lines",
+        "_lost_rid_break",
+        "rid_lines",
     )
 
     def __init__(
@@ -415,10 +442,24 @@ class LineParser:
         # Request lines printing the time of day alone that nothing dated (`parse` counts).
         self.undated_requests = 0
         self._runtime = RuntimeLines()
+        # Rids holding a newline, as `Receive:` lines wrote them (escaped): their first line's
+        # text -> the rest, line by line (`_note_broken_rid`).
+        self._broken_rids: dict[str, list[str]] = {}
+        # The lines a client's rid is writing into the log now (`_rid_line`).
+        self._rid_lines: _RidLines | None = None
+        # Lines that were a client's rid, not the engine's (`parse` counts them as noise), and
+        # time stats lines so cut whose rid's lines did not follow (dropped).
+        self.rid_lines = 0
+        self._lost_rid_break = 0
 
     def close(self) -> dict[str, int]:
-        """End of the stream: lines lost in a runtime's pieces, by drop reason."""
-        return self._runtime.close()
+        """End of the stream: lines lost in a runtime's pieces or cut by a client's rid, by
+        drop reason."""
+        dropped = self._runtime.close()
+        lost = self._lost_rid_break + (self._rid_lines is not None)
+        if lost:
+            dropped = {**dropped, "rid_line_break": lost}
+        return dropped
 
     def _last_time(self) -> float | None:
         dates = self._dates
@@ -426,6 +467,10 @@ class LineParser:
 
     def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
+        if self._rid_lines is not None:
+            taken = self._rid_line(line)
+            if taken is not None:
+                return taken
         hit = cached_head(line)
         if hit is not None:  # fast path: a known prefix and a head that decides the kind
             when, ranks, start = hit
@@ -447,6 +492,11 @@ class LineParser:
                         and sink(kind, when, source, line, head[2])
                     ):
                         return kind, None
+                    if self._broken_rids and kind == ev.REQUEST_TIME_STATS:
+                        if self._rid_breaks(line, start, source):
+                            return RID_LINE, None
+                    elif kind == ev.REQUEST_RECEIVED and line.startswith(_RECEIVE_RID, start):
+                        self._note_broken_rid(line, start + len(_RECEIVE_RID))
                     event = ev.Event.deferred(
                         kind, self.node, when, source, parse, line, ranks, start
                     )
@@ -462,6 +512,69 @@ class LineParser:
                             kind, self.node, when, source, payload, line, ranks, start
                         )
         return self._parse_general(line, source)
+
+    # -- a client's rid writing lines ------------------------------------------------------------
+    #
+    # `ReqTimeStats(rid=…` writes the client's rid as it is (0.5.19 to 0.5.23): a newline in it
+    # ends the line there, and the rest of the rid is lines of the client's choosing, engine
+    # lines to look at (audit AD: injected checksum, canary and pool lines raised critical
+    # findings on a healthy fleet and hid exposures). The `Receive:` line before it wrote the
+    # same rid escaped: its lines are known, and taken for what they are when they come, each
+    # exactly as the rid has it, right after the time stats line they cut.
+
+    def _note_broken_rid(self, line: str, at: int) -> None:
+        """Remember the rid a `Receive:` line writes as its first argument (`at`: its opening
+        quote) when it holds a newline."""
+        quote = line[at : at + 1]
+        if quote not in ("'", '"'):
+            return
+        close = line.find(quote, at + 1)
+        if close < 0 or line.find("\\n", at, close) < 0:
+            return
+        m = _RID_LITERAL.match(line, at)
+        if m is None:
+            return
+        try:
+            rid = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return
+        lines = rid.split("\n") if isinstance(rid, str) else []
+        if len(lines) > 1:
+            if len(self._broken_rids) >= _MAX_BROKEN_RIDS:
+                del self._broken_rids[next(iter(self._broken_rids))]
+            self._broken_rids[lines[0]] = lines
+
+    def _rid_breaks(self, line: str, start: int, source: str) -> bool:
+        """Whether a time stats line ends where a known rid's first line ends (its lines then
+        follow); it is held until they have come."""
+        if not line.startswith(_TIME_STATS_RID, start) or _TIME_STATS_TAIL.search(line, start):
+            return False
+        lines = self._broken_rids.pop(line[start + len(_TIME_STATS_RID) :], None)
+        if lines is None:
+            return False
+        self._rid_lines = _RidLines(line[:start] + _TIME_STATS_RID, lines, source)
+        self.rid_lines += 1  # the held line: counted once, as the lines it is joined to
+        return True
+
+    def _rid_line(self, line: str) -> tuple[str, ev.Event | None] | None:
+        """A line the rid being written is expected to write: taken (the last one ends the time
+        stats line, parsed whole); None when the line is not it (the time stats line is lost,
+        and the line read as any other)."""
+        held = self._rid_lines
+        assert held is not None
+        expected = held.lines[held.next]
+        held.next += 1
+        if held.next < len(held.lines):
+            if line == expected:
+                self.rid_lines += 1
+                return RID_LINE, None
+        elif line.startswith(expected) and _TIME_STATS_TAIL.match(line, len(expected)):
+            self._rid_lines = None
+            written = repr("\n".join(held.lines))[1:-1]  # as the `Receive:` line wrote it
+            return self.parse(held.head + written + line[len(expected) :], held.source)
+        self._rid_lines = None
+        self._lost_rid_break += 1
+        return None
 
     def _parse_general(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         zone = self.clock.shift if self.clock is not None else 0.0

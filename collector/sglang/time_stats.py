@@ -35,8 +35,15 @@ def parse_time_stats(message: str) -> dict[str, Any]:
 def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
     """The generic read: the fields, and where each value read from the line sits in it."""
     head_start = len("ReqTimeStats(")
-    head_end = message.find("):")
-    head = message[head_start : head_end if head_end > 0 else len(message)]
+    # The engine's fields end the head, and what follows them holds no `):`; the rid before
+    # them is the client's, written as it is (a rid can hold `):` or `, input_len=5`).
+    head_end = message.rfind("):")
+    head_stop = head_end if head_end > 0 else len(message)
+    at = head_start
+    rid_end = _rid_end(message, head_start, head_stop)
+    if rid_end is not None:
+        at = rid_end + 2
+    head = message[at:head_stop]
     fields: dict[str, Any] = {
         "rid": None,
         "bootstrap_room": None,
@@ -46,7 +53,9 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
         "output_len": None,
     }
     slots: list[Slot] = []
-    at = head_start
+    if rid_end is not None:
+        fields["rid"] = _id(message[head_start + 4 : rid_end])
+        slots.append(Slot(head_start + 4, rid_end, "rid", _id))
     for item in head.split(", "):
         key, sep, value = item.partition("=")
         start = at + len(key) + 1
@@ -74,6 +83,21 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
             fields[name] = convert(value)
             slots.append(Slot(*m.span(2), name, convert))
     return fields, slots
+
+
+# What the engine writes right after the rid.
+_AFTER_RID = re.compile(r", (?:bootstrap_room=[^,]*, )?input_len=[^,]*(?:,|$)")
+
+
+def _rid_end(message: str, start: int, stop: int) -> int | None:
+    """Where the rid of a head `rid=…` (at `start`) ends: before the last of the engine's
+    fields that follow it, so that whatever the rid spells is the rid's."""
+    if not message.startswith("rid=", start):
+        return None
+    end = None
+    for m in _AFTER_RID.finditer(message, start, stop):
+        end = m.start()
+    return end
 
 
 def _pairs(message: str, pos: int) -> Iterator[re.Match[str]]:
