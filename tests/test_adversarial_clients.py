@@ -204,3 +204,10 @@ def test_a_rid_writing_engine_lines_neither_hides_nor_accuses(tmp_path: Path) ->
         ("d0000002", "2222")
     ]
     assert not [f for f in summary["findings"] if f["detector"] == "checksum_mismatch"]
+
+
+def test_a_rid_is_text_in_the_markdown_report(tmp_path: Path) -> None:
+    folder = _excerpt(tmp_path, d0000002="**n**_[x](y)|z")
+    run_forensics([str(folder)], tmp_path / "out", workers=1)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| \\*\\*n\\*\\*\\_\\[x\\](y)\\|z |" in report

@@ -1107,8 +1107,12 @@ _TAG_OPENING: Final = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def _cell(value: Any) -> str:
-    """A Markdown table cell: a `|` in it would start another column."""
-    return "" if value is None else str(value).replace("|", "\\|")
+    """A Markdown table cell, as written: a `|` in it would start another column, and a rid is
+    the client's to choose (`**n**` was bold, audit AD)."""
+    return "" if value is None else _MARKDOWN_ACTIVE.sub(r"\\\g<0>", str(value))
+
+
+_MARKDOWN_ACTIVE: Final = re.compile(r"[\\`*_\[\]|~]")
 
 
 _CSS = """
