@@ -120,9 +120,9 @@ def test_audit_n_honest_answers_with_look_alike_stop_strings_are_not_accused(
     case: str, tmp_path: Path
 ) -> None:
     """`stop_string_prompt_tokens`: a 0.5.19 fleet whose prefill pool is below the context
-    (its warnings stand) serving short prompts only; `stop_string_first_token_latency`: a
+    (its warnings stand), an honest 3,500-token prompt; `stop_string_first_token_latency`: a
     healthy fleet, an 800,000-token prompt prefilled in 26.7 s."""
     summary = run_forensics([str(CASES / case)], tmp_path / "out", workers=1).summary
     assert summary["exposure"]["requests"] == []
     assert [f for f in summary["findings"] if f["severity"] == "critical"] == []
-    assert summary["requests"]["total"] == 11
+    assert summary["requests"]["total"] == 1  # the probe alone (the other requests cut out)
