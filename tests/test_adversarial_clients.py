@@ -11,12 +11,13 @@ whose pool is 681,280, answered by decode; one honest 8,192-token request before
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
 
 from collector.events import Event
-from collector.forensics.driver import run_forensics
+from collector.forensics.driver import print_outcome, run_forensics
 from collector.sglang.logs import RID_LINE, LineParser
 from collector.sglang.refusals import parse_input_too_long, parse_no_bootstrap_room
 from collector.state.ledger import RequestLedger
@@ -199,11 +200,18 @@ def test_a_rid_writing_engine_lines_neither_hides_nor_accuses(tmp_path: Path) ->
     lines = prefill.read_text().splitlines()
     at = next(n for n, line in enumerate(lines) if "10:05:00" in line)
     prefill.write_text("\n".join(lines[:at] + _attack_lines() + lines[at:]) + "\n")
-    summary = run_forensics([str(folder)], tmp_path / "out", workers=1).summary
+    result = run_forensics([str(folder)], tmp_path / "out", workers=1)
+    summary = result.summary
     assert [(r["rid"], r["bootstrap_room"]) for r in summary["exposure"]["requests"]] == [
         ("d0000002", "2222")
     ]
     assert not [f for f in summary["findings"] if f["detector"] == "checksum_mismatch"]
+    # Said: someone wrote lines into the log through a rid.
+    said = "3 lines were written by clients' rids holding newlines"
+    terminal = io.StringIO()
+    print_outcome(result, terminal)
+    assert f"CLIENT LINES: {said}" in terminal.getvalue()
+    assert said in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_a_rid_is_text_in_the_markdown_report(tmp_path: Path) -> None:

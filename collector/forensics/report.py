@@ -328,6 +328,20 @@ def archives_line(summary: dict[str, Any]) -> str:
     )
 
 
+def client_lines_line(summary: dict[str, Any]) -> str:
+    """Lines a client's rid wrote into the log (a rid holding newlines; `LineParser`): set
+    aside, and said, as writing engine lines into a log is what someone covering a leak, or
+    framing one, would do."""
+    count = (summary["input"].get("noise_by_category") or {}).get("client_rid_line", 0)
+    if not count:
+        return ""
+    lines = "line was" if count == 1 else "lines were"
+    return (
+        f"{count:,} {lines} written by clients' rids holding newlines, not by the engine: read "
+        "as those rids, never as engine lines. Someone wrote lines into these logs through a rid."
+    )
+
+
 def _passed_over(summary: dict[str, Any], reason: str, names: tuple[str, str], how: str) -> str:
     count = (summary["input"].get("dropped_by_reason") or {}).get(reason, 0)
     if not count:
@@ -991,6 +1005,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         passed_over_line,
         archives_line,
         csv_files_line,
+        client_lines_line,
         merged_logs_line,
         newest_first_line,
         repeated_lines_line,
