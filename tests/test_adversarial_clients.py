@@ -122,11 +122,12 @@ DECODE_TIME_STATS = (
         # Another request's ids: neither room is taken for sure, and the answer is still named.
         ("'k', rid='d0000001', bootstrap_room=1111, z=''", False, None),
         ("'k', bootstrap_host='2.2.2.2', bootstrap_port=8998, z=''", False, "2222"),
-        # An odd quote turns the repr's literals inside out: the line is unreadable (taken for
-        # a cut one), and decode's time stats name the room.
+        # An odd quote turns the repr's literals inside out: no room is read from the line (it
+        # was taken for a cut one, and the answer went unjudged), decode's time stats name it.
+        ("'k', bootstrap_room=1111, z='x", False, None),
         ("'k', bootstrap_room=1111, z='x", True, "2222"),
     ],
-    ids=["planted_ids", "planted_fake_host", "odd_quote"],
+    ids=["planted_ids", "planted_fake_host", "odd_quote", "odd_quote_time_stats"],
 )
 def test_a_dict_key_spelling_fields_neither_hides_nor_moves_the_exposure(
     key: str, time_stats: bool, room: str | None, tmp_path: Path

@@ -360,6 +360,20 @@ def _text_record_complete(message: str, finish: bool) -> bool:
     return not finish or message.startswith("out=", opened - 4)
 
 
+def _finish_complete(message: str, meta_text: str | None) -> bool:
+    """`_text_record_complete` for a `Finish:` line, or, where a client's dict key broke the
+    repr's quoting before it (a key is written unescaped: an odd quote turns every literal
+    after it inside out, and the line read as cut hid its answer), its one meta_info closing
+    as a line ends: closed, then the `}` that closes `out` (what is left open at the end of a
+    cut line is still open there)."""
+    if _text_record_complete(message, finish=True):
+        return True
+    if meta_text is None or message.count(_META_KEY) != 1:
+        return False
+    ending = meta_text.rstrip()
+    return ending.endswith("}") and _last_group(ending[:-1]) is not None
+
+
 def _receive_walked(message: str, ids_end: int) -> bool:
     """`_text_record_complete` for a `Receive:` line whose text after its ids (`ids_end`, see
     `_obj_ids_and_end`) is not one that ended a walked complete line (a line ending as one did
@@ -596,7 +610,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     a layout ends where the line does, so only the generic reader has to check."""
     meta_text = _meta_info_text(message)
     fields = layouts.read(meta_text) if meta_text is not None else None
-    if fields is None and not _text_record_complete(message, finish=True):
+    if fields is None and not _finish_complete(message, meta_text):
         return _finished_fields({}, None, None)
     out_at = message.rfind(", out={")
     rid, room, address, _, streamed = _obj_scan(message, out_at if out_at > 0 else None)
