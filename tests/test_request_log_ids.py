@@ -33,7 +33,8 @@ def _reference(obj_text: str) -> tuple[str | None, str | None]:
     often, each key where it stands outside the literals (blanked), when the literals close as
     a repr's and it stands there with one value, else unknown."""
     first = obj_text.find("rid=")
-    anchored = _rid_at(obj_text, first) if obj_text[:first].endswith("Input(") else None
+    first_argument = first >= 6 and obj_text[:first].endswith("Input(")
+    anchored = _rid_at(obj_text, first) if first_argument else None
     once = anchored is not None or obj_text.count("rid=") <= 1
     if once and obj_text.count("bootstrap_room=") <= 1:
         room = re.compile(r"bootstrap_room=(\d+)").match(obj_text, obj_text.find("bootstrap_room="))

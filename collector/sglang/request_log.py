@@ -174,7 +174,7 @@ def _obj_scan(text: str, end: int | None = None) -> _ObjScan:
     rid = None
     rid_end = -1
     rid_at = text.find("rid=", 0, end)
-    if rid_at >= 0 and text.startswith("Input(", rid_at - 6):  # the call's first argument
+    if rid_at >= 6 and text.startswith("Input(", rid_at - 6):  # the call's first argument
         m = _OBJ_RID_PLAIN.match(text, rid_at, end) or _OBJ_RID.match(text, rid_at, end)
         if m:
             rid = m.group(1) if m.group(1) is not None else m.group(2)
