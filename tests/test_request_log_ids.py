@@ -214,3 +214,16 @@ def test_a_batch_calls_one_json_record_with_a_list_of_rids_names_no_request() ->
     )
     parsed = request_log.parse_json_record(record)
     assert parsed is not None and parsed[1]["rid"] is None and parsed[1]["bootstrap_room"] is None
+
+
+def test_an_answer_echoing_a_finish_line_leaves_the_room_to_the_request() -> None:
+    """The obj ends at `, out={`, which an answer echoing an SGLang line spells too: its room
+    made the request's unknown, and the exposure with it (rerun 7, R5)."""
+    finish = (
+        "Finish: obj=GenerateReqInput(rid='r9', text='q', bootstrap_room=77), out={'text': "
+        "\"seen: GenerateReqInput(rid='zz', bootstrap_room=42), out={'text': 'hi'}\", "
+        "'meta_info': {'id': 'r9', 'finish_reason': {'type': 'stop', 'matched': 2}, "
+        "'prompt_tokens': 12}}"
+    )
+    fields = request_log.parse_text_finish(finish)
+    assert (fields["rid"], fields["bootstrap_room"], fields["prompt_tokens"]) == ("r9", "77", 12)

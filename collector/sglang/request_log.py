@@ -612,8 +612,7 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     fields = layouts.read(meta_text) if meta_text is not None else None
     if fields is None and not _finish_complete(message, meta_text):
         return _finished_fields({}, None, None)
-    out_at = message.rfind(", out={")
-    rid, room, address, _, streamed = _obj_scan(message, out_at if out_at > 0 else None)
+    rid, room, address, streamed = _finish_ids(message)
     if meta_text is None:
         fields = _finished_fields({}, rid, room)
     else:
@@ -630,6 +629,28 @@ def read_text_finish(message: str, layouts: Layouts) -> dict[str, Any]:
     if message.startswith(_EMBEDDING_FINISH):
         fields["embedding"] = True
     return fields
+
+
+def _finish_ids(message: str) -> tuple[str | None, str | None, Address | None, bool | None]:
+    """A `Finish:` line's ids, from its `obj`: the text before `, out={`. The last one, as the
+    prompt may spell it; where that gives no room, an earlier one, as the answer may spell it
+    too (an answer echoing an SGLang line, `…bootstrap_room=42), out={…`, made the room
+    unknown, and an exposure with it, rerun 7's R5)."""
+    out_at = message.rfind(", out={")
+    scan = _obj_scan(message, out_at if out_at > 0 else None)
+    tries = 0
+    while scan.room is None and out_at > 0 and tries < _MAX_OUT_TRIES:
+        out_at = message.rfind(", out={", 0, out_at)
+        if out_at <= 0:
+            break
+        earlier = _obj_scan(message, out_at)
+        if earlier.room is not None:
+            scan = earlier
+        tries += 1
+    return scan.rid, scan.room, scan.address, scan.streamed
+
+
+_MAX_OUT_TRIES: Final = 8
 
 
 # An embedding, reward or classification request's finish: SGLang writes no `cached_tokens`
