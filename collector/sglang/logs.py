@@ -382,7 +382,6 @@ _RECEIVE_RID: Final = "Receive: obj=GenerateReqInput(rid="
 _TIME_STATS_RID: Final = "ReqTimeStats(rid="
 # What the engine writes after the rid in a time stats line.
 _TIME_STATS_TAIL: Final = re.compile(r", (?:bootstrap_room=\d+, )?input_len=\d+, ")
-_RID_LITERAL: Final = re.compile(r"""'(?:[^'\\\n]|\\.){0,65536}'|"(?:[^"\\\n]|\\.){0,65536}\"""")
 _MAX_BROKEN_RIDS: Final = 256
 
 
@@ -467,8 +466,9 @@ class LineParser:
 
     def parse(self, line: str, source: str) -> tuple[str, ev.Event | None]:
         """Returns (bucket, event). `bucket` is the event kind or the noise/unclassified label."""
-        if self._rid_lines is not None:
-            taken = self._rid_line(line)
+        held = self._rid_lines
+        if held is not None:
+            taken = self._rid_line(held, line)
             if taken is not None:
                 return taken
         hit = cached_head(line)
@@ -531,7 +531,7 @@ class LineParser:
         close = line.find(quote, at + 1)
         if close < 0 or line.find("\\n", at, close) < 0:
             return
-        m = _RID_LITERAL.match(line, at)
+        m = request_log.STRING_LITERAL.match(line, at)
         if m is None:
             return
         try:
@@ -556,12 +556,10 @@ class LineParser:
         self.rid_lines += 1  # the held line: counted once, as the lines it is joined to
         return True
 
-    def _rid_line(self, line: str) -> tuple[str, ev.Event | None] | None:
-        """A line the rid being written is expected to write: taken (the last one ends the time
-        stats line, parsed whole); None when the line is not it (the time stats line is lost,
-        and the line read as any other)."""
-        held = self._rid_lines
-        assert held is not None
+    def _rid_line(self, held: _RidLines, line: str) -> tuple[str, ev.Event | None] | None:
+        """A line the rid being written (`held`) is expected to write: taken (the last one ends
+        the time stats line, parsed whole); None when the line is not it (the time stats line
+        is lost, and the line read as any other)."""
         expected = held.lines[held.next]
         held.next += 1
         if held.next < len(held.lines):

@@ -62,7 +62,7 @@ _INT_KEYS = frozenset({*_META_KEYS_INT, "num_retractions"})
 _FLOAT_KEYS = frozenset(_META_KEYS_FLOAT)
 # One engine writes meta_info with the same keys in the same order finish after finish.
 _meta_layouts = Layouts()
-_STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+STRING_LITERAL = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _BRACKET = re.compile(r"[()\[\]{}]")
 _BRACE = re.compile(r"[{}]")
 _META_KEY: Final = "'meta_info': {"
@@ -407,15 +407,6 @@ def cut_record(line: str) -> bool:
     return False
 
 
-def _keep_short_literal(match: re.Match[str]) -> str:
-    """Keep id-like literals (`'4f1c…'`), blank everything else (user text)."""
-    literal = match.group(0)
-    body = literal[1:-1]
-    if len(body) <= 200 and body.replace("-", "").replace("_", "").isalnum():
-        return literal
-    return "''"
-
-
 def _meta_info_text(line: str) -> str | None:
     start = line.rfind(_META_KEY)
     if start < 0:
@@ -443,7 +434,7 @@ def blank_literals(text: str) -> str:
     >>> print(blank_literals('''{'matched': "'prompt_tokens': 9", 'prompt_tokens': 35}'''))
     {'matched': "                  ", 'prompt_tokens': 35}
     """
-    return _STRING_LITERAL.sub(_blank_literal, text)
+    return STRING_LITERAL.sub(_blank_literal, text)
 
 
 def _blank_literal(match: re.Match[str]) -> str:
