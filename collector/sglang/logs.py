@@ -417,7 +417,6 @@ class LineParser:
         "_broken_rids",
         "_rid_lines",
         "_lost_rid_break",
-        "rid_lines",
     )
 
     def __init__(
@@ -446,9 +445,8 @@ class LineParser:
         self._broken_rids: dict[str, list[str]] = {}
         # The lines a client's rid is writing into the log now (`_rid_line`).
         self._rid_lines: _RidLines | None = None
-        # Lines that were a client's rid, not the engine's (`parse` counts them as noise), and
-        # time stats lines so cut whose rid's lines did not follow (dropped).
-        self.rid_lines = 0
+        # Time stats lines cut by a rid whose lines did not follow (dropped; the lines that did
+        # are counted as noise, `RID_LINE`).
         self._lost_rid_break = 0
 
     def close(self) -> dict[str, int]:
@@ -553,7 +551,6 @@ class LineParser:
         if lines is None:
             return False
         self._rid_lines = _RidLines(line[:start] + _TIME_STATS_RID, lines, source)
-        self.rid_lines += 1  # the held line: counted once, as the lines it is joined to
         return True
 
     def _rid_line(self, held: _RidLines, line: str) -> tuple[str, ev.Event | None] | None:
@@ -564,7 +561,6 @@ class LineParser:
         held.next += 1
         if held.next < len(held.lines):
             if line == expected:
-                self.rid_lines += 1
                 return RID_LINE, None
         elif line.startswith(expected) and _TIME_STATS_TAIL.match(line, len(expected)):
             self._rid_lines = None
