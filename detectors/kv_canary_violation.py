@@ -265,7 +265,9 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
                 answered_by.rid,
                 record.bootstrap_room,
                 answered_by.node,
-                record.time,
+                # When the client got the answer, as the serving node says it sent it (its
+                # line's prefix is a whole second), as `Detector._request_finding` has it.
+                answered_by.sent_time if answered_by.sent_time is not None else record.time,
                 record.prompt_tokens,
                 record.cached_tokens,
                 prefill.node if prefill is not None else None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from collector.events import Event
 from detectors.checksum_mismatch import ChecksumMismatch
 from detectors.kv_canary_violation import KVCanaryViolation
@@ -335,3 +337,13 @@ def test_an_error_that_echoes_the_users_words_is_no_corruption() -> None:
         for e in _aborted("4242", "checksum_mismatch", T)[1:]
     ]
     assert not list(DetectionPipeline(detectors=[ChecksumMismatch()]).run(unified))
+
+
+def test_a_canary_s_named_response_is_timed_when_it_was_sent():
+    """Review: the response a violation hit was listed at its finish line's whole second
+    (06:19:48.000) where the engine's own stamp says 06:19:48.652, as every other detector
+    times an exposed response."""
+    served = _served(1, T + 40, T + 90)
+    served[-1].fields["response_sent_to_client_ts"] = T + 89.652
+    _, named = _attribute(ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *served)
+    assert named.exposure and named.time == pytest.approx(T + 89.652, abs=1e-6)

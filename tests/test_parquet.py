@@ -142,3 +142,22 @@ def test_forensics_stopped_by_ctrl_c_removes_its_partial_rows(
         driver.run_forensics([str(case)], out, workers=1)
     assert (out / "requests.parquet").read_bytes() == before
     assert not [p.name for p in out.iterdir() if "partial" in p.name]
+
+
+def test_the_answer_s_own_stamp_is_kept_to_the_millisecond(tmp_path: Path) -> None:
+    """Review: the reports give an exposed response the time meta_info says it was sent
+    (12:15:44.427); its row had only its last line's second (12:15:44), so the two could not
+    be matched, nor joined to a router's log by time."""
+    path = tmp_path / "requests.parquet"
+    stamped = _record(0)
+    stamped.sides[1].last_time = 1789000000.0
+    stamped.sides[1].sent_time = 1789000000.427
+    writer = RequestParquetWriter(path)
+    writer.add(RequestRecord(stamped.key, stamped.bootstrap_room, stamped.sides, True), [])
+    writer.add(_record(1), [])  # no stamp: unknown, not its line's time
+    writer.close()
+    table = pq.read_table(path)
+    sent = table.column("sent").to_pylist()
+    assert sent[0].timestamp() == pytest.approx(1789000000.427, abs=1e-6)
+    assert table.column("end").to_pylist()[0].timestamp() == 1789000000.0
+    assert sent[1] is None

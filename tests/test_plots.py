@@ -163,6 +163,18 @@ def test_a_storm_of_forty_minutes_shows_its_shape_in_five_minute_bins(monkeypatc
     assert "5 min bins" in axes.get_title()
 
 
+def test_no_release_logged_is_not_said_to_mean_no_failed_transfer(monkeypatch) -> None:
+    """Review: the empty plot said "no decode request failed mid-transfer" beside 12 transfer
+    failures, on 0.5.19 where deferred release is off and an aborted transfer's pages are
+    re-let at once: the riskiest case read as the safest."""
+    said = [t.get_text() for t in _axes_of(plots.deferred_plot, PlotData(), monkeypatch).texts]
+    assert said == ["no deferred KV releases logged"]
+    failed = PlotData(transfer_failures=12)
+    (text,) = [t.get_text() for t in _axes_of(plots.deferred_plot, failed, monkeypatch).texts]
+    assert text.startswith("no deferred KV releases logged, though 12 transfer-failure lines")
+    assert "re-let at once" in text and "no decode request failed" not in text
+
+
 def test_a_release_logged_by_every_tp_rank_is_counted_once() -> None:
     evidence = _Evidence(None)
     for room in range(3):

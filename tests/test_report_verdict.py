@@ -75,9 +75,40 @@ def test_corrupt_transfers_the_engine_caught_are_said_beside_no_exposure() -> No
         "and aborted those requests"
     )
     assert said in _headline(summary)
-    # Exposed responses are the verdict then; nothing caught, nothing said.
-    assert caught_line(_summary(*RACE, exposed=3)) == ""
     assert caught_line(_summary(("deferred_release_timeouts", "critical"))) == ""
+
+
+def test_caught_corruptions_are_told_apart_from_exposed_responses() -> None:
+    """Review: beside 9 exposed responses, 17 caught corruptions were critical findings naming
+    a room and a rid with no word that their clients got an error: more recipients to tell,
+    as the report read. A corruption on a room that is itself exposed is not caught."""
+    summary = _summary(*RACE, exposed=3)
+    summary["findings"][0]["bootstrap_room"] = "41"
+    summary["findings"][1]["bootstrap_room"] = "42"
+    summary["exposure"]["requests"] = [{"bootstrap_room": "42"}]
+    said = caught_line(summary)
+    assert said.startswith(
+        "Caught, not exposed: the engine caught 1 KV checksum mismatch and 1 metadata "
+        "corruption (critical, below) and aborted those requests, so their own clients got an "
+        "error"
+    )
+    assert said in _headline(summary)
+
+
+def test_the_storm_findings_beside_the_abort_signals_are_named_by_kind() -> None:
+    """Review: "941 transfer-failure lines were logged (2 storm findings raised)" read as a
+    transfer-failure storm where both findings were deferred-release timeout storms."""
+    race = _summary(*RACE, ("deferred_release_timeouts", "warning"))
+    assert (
+        abort_signals_line(race)
+        .split(" were logged ")[1]
+        .startswith("(2 deferred-release timeout storm findings raised)")
+    )
+    race["findings"].append({"detector": "transfer_failure_storm", "severity": "warning"})
+    assert (
+        "(2 deferred-release timeout storm findings and 1 transfer-failure storm finding raised)"
+        in abort_signals_line(race)
+    )
 
 
 def test_the_verdict_box_is_green_only_with_nothing_above_info() -> None:
@@ -91,8 +122,8 @@ def test_timeouts_are_placed_in_time_and_what_only_the_canary_shows_is_said() ->
     said = abort_signals_line(_summary(*RACE))
     assert said.startswith(
         "Abort-race signals: 59 deferred KV releases timed out between 2026-11-02T09:30:00.000Z "
-        "and 2026-11-02T09:55:00.000Z and 198 transfer-failure lines were logged (1 storm "
-        "finding raised)."
+        "and 2026-11-02T09:55:00.000Z and 198 transfer-failure lines were logged (1 "
+        "deferred-release timeout storm finding raised)."
     )
     assert "only the KV canary (--kv-canary log) names those responses" in said
     # With the canary on, its violations (or their absence) are in the verdicts already.
@@ -115,6 +146,20 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
         "and every pool gap had closed by 2026-11-02T10:00:00.000Z."
     )
     assert status_line(_summary(exposed=3)).startswith("The last exposed response came 33 s")
+    # No pool gap: the abort race, whose signs at the end say whether it was still open
+    # (review: the last exposure's age alone answered nothing).
+    race = _summary(exposed=3)
+    race["abort_signals"]["timeouts_between"][1] = "2026-11-02T10:30:40.000Z"
+    assert status_line(race) == (
+        "Possibly not over: the last exposed response came 33 s before the logs end, but "
+        "deferred KV releases still timed out 12 s before the logs end, so aborted transfers "
+        "could still land on pages re-let to other requests."
+    )
+    race["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
+    assert status_line(race).endswith(
+        "before the logs end and a PD node still ran a release open to the abort race, so "
+        "aborted transfers could still land on pages re-let to other requests."
+    )
     assert status_line(_summary(pools=GAP)) == ""  # nothing exposed, nothing to say
 
 
@@ -139,6 +184,30 @@ def test_next_steps_follow_what_was_found() -> None:
     # A gap closed before the logs end needs no cap; nothing found, nothing to do.
     assert not any(step.startswith("Cap") for step in next_steps(_summary(exposed=1, pools=CLOSED)))
     assert next_steps(_summary(("telemetry_anomaly", "info"))) == []
+
+
+def test_next_steps_of_an_abort_race_found_by_the_canary() -> None:
+    """Review: the abort race's report advised running the canary that had named its 9
+    responses, and the over-length content test in a deployment whose pool held every prompt;
+    the 14 answered responses the canary could not tell apart went unmentioned."""
+    race = _summary(*RACE, ("kv_canary_violation", "critical"), exposed=9, canary="log")
+    race["exposure"]["requests"] = [{"bootstrap_room": "7", "evidence": ["kv_canary_violation"]}]
+    race["exposure"]["possible"] = {"groups": 10, "responses": 14}
+    steps = next_steps(race)
+    assert steps[0].startswith("Tell the owners of the 9 exposed responses")
+    assert steps[1].startswith('Check the 14 answered responses under "Possibly hit"')
+    assert steps[2] == (
+        "Find what aborts transfers mid-flight (load balancer and client timeouts) and raise "
+        "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s."
+    )
+    assert len(steps) == 3  # no over-length content test: no response came that way
+    race["nodes"]["prefill-0"]["config"][-1]["kv_canary"] = None
+    race["findings"] = race["findings"][:-1]
+    assert next_steps(race)[2].endswith(
+        "and run --kv-canary log to name responses built on late writes."
+    )
+    race["exposure"]["requests"][0]["evidence"] = ["rejected_then_served"]
+    assert next_steps(race)[-1].startswith("Test content, not status")
 
 
 def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> None:

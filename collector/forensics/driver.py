@@ -134,6 +134,8 @@ class _Evidence:
         self.deferred_bin_seconds = DEFERRED_BIN_WIDTHS[0]
         self._deferred_span: tuple[float, float] | None = None
         self._recent_releases: dict[tuple[str, str, str], None] = {}
+        # The first and last deferred release that timed out, as logged (not their bins).
+        self.timeout_span: tuple[float, float] | None = None
         self.parquet = parquet
         self.records = 0
         # Nodes some request was judged on (a side of its record): from any source.
@@ -281,6 +283,11 @@ class _Evidence:
             self._recent_releases[key] = None
             if len(self._recent_releases) > RECENT_RELEASES:
                 del self._recent_releases[next(iter(self._recent_releases))]
+        if str(event.get("outcome")) == "timeout":
+            span = self.timeout_span
+            self.timeout_span = (
+                (when, when) if span is None else (min(span[0], when), max(span[1], when))
+            )
         width = self.deferred_bin_seconds
         start = when - when % width
         span = self._deferred_span
@@ -508,15 +515,14 @@ def run_forensics(
     outcomes: Counter[str] = Counter()
     for counts in evidence.deferred.values():
         outcomes.update(counts)
-    timed_out = sorted(start for start, counts in evidence.deferred.items() if counts["timeout"])
+    timeouts = evidence.timeout_span
     summary["abort_signals"] = {
         "deferred_release_outcomes": dict(sorted(outcomes.items())),
         "transfer_failure_lines": stats.events.get("transfer_failed", 0),
-        # The bins the timeouts fell in, first to last: when the race ran, to a bin's width.
+        # When the race ran: the first and the last timeout as logged (bin edges read as a
+        # storm going on to the end of the logs, review).
         "timeouts_between": (
-            [iso_time(timed_out[0]), iso_time(timed_out[-1] + evidence.deferred_bin_seconds)]
-            if timed_out
-            else None
+            [iso_time(timeouts[0]), iso_time(timeouts[1])] if timeouts is not None else None
         ),
     }
     summary["outputs"] = {}
@@ -806,6 +812,7 @@ def _plot_data(
         learned_floors=learned,
         deferred_outcomes={h: dict(c) for h, c in evidence.deferred.items()},
         deferred_bin_seconds=evidence.deferred_bin_seconds,
+        transfer_failures=summary["abort_signals"]["transfer_failure_lines"],
         pools=pools,
         exposure_spans=exposure_spans(times),
         end_time=pipeline.now,

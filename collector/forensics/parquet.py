@@ -32,6 +32,9 @@ SCHEMA = pa.schema(
         ("prefill_rid", pa.string()),
         ("start", pa.timestamp("ms", tz="UTC")),
         ("end", pa.timestamp("ms", tz="UTC")),
+        # When the serving node sent the answer (meta_info's stamp, to the millisecond): the
+        # time the reports give an exposed response; `end` is its last line's, to the second.
+        ("sent", pa.timestamp("ms", tz="UTC")),
         ("prompt_tokens", pa.int64()),
         ("cached_tokens", pa.int64()),
         ("completion_tokens", pa.int64()),
@@ -94,6 +97,7 @@ class RequestParquetWriter:
         ends = [s.last_time for s in record.sides if s.last_time is not None]
         rows["start"].append(_ms(min(starts)) if starts else None)
         rows["end"].append(_ms(max(ends)) if ends else None)
+        rows["sent"].append(_ms(serving.sent_time) if serving else None)
         rows["prompt_tokens"].append(_int64(record.prompt_tokens))
         rows["cached_tokens"].append(_int64(record.cached_tokens))
         rows["completion_tokens"].append(_int64(serving.completion_tokens) if serving else None)

@@ -78,6 +78,8 @@ class PlotData:
     # bin start (epoch) -> outcome -> count, bins `deferred_bin_seconds` wide
     deferred_outcomes: dict[float, dict[str, int]] = field(default_factory=dict)
     deferred_bin_seconds: float = 300.0
+    # Transfer-failure lines logged: beside no deferred release, what the empty plot must say.
+    transfer_failures: int = 0
     # node -> [(time, pool, context)]
     pools: dict[str, list[tuple[float, int | None, int | None]]] = field(default_factory=dict)
     # (first, last) of each run of exposed responses, to shade on time plots
@@ -235,7 +237,18 @@ def findings_timeline(data: PlotData) -> bytes:
 def deferred_plot(data: PlotData) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 3.2))
     if not data.deferred_outcomes:
-        _empty(ax, "no deferred KV releases logged: no decode request failed mid-transfer")
+        # No release line is no proof that nothing failed: an engine without deferred release
+        # (off by default to 0.5.20) logs none, and re-lets an aborted request's pages at once
+        # (review: said "no decode request failed" beside 12 transfer failures).
+        failures = data.transfer_failures
+        _empty(
+            ax,
+            f"no deferred KV releases logged, though {failures:,} transfer-failure "
+            f"{'line was' if failures == 1 else 'lines were'}:\nwithout deferred release, "
+            "an aborted transfer's pages are re-let at once"
+            if failures
+            else "no deferred KV releases logged",
+        )
         return _png(fig)
     width = data.deferred_bin_seconds
     edges, counts = _bin_runs(data.deferred_outcomes, width)

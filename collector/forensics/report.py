@@ -112,7 +112,10 @@ def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-_STORM_DETECTORS = frozenset({"deferred_release_timeouts", "transfer_failure_storm"})
+_STORM_DETECTORS: Final = {
+    "deferred_release_timeouts": "deferred-release timeout storm",
+    "transfer_failure_storm": "transfer-failure storm",
+}
 
 
 def abort_signals_line(summary: dict[str, Any]) -> str:
@@ -128,8 +131,15 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
         for f in summary["findings"]
         if f["detector"] in _STORM_DETECTORS and f["severity"] != "info"
     ]
+    # Each kind said by name: "2 storm findings" beside the transfer failures read as a
+    # transfer-failure storm where both were deferred-release timeouts (review).
+    kinds = Counter(f["detector"] for f in storms)
     verdict = (
-        f"{len(storms):,} storm {'finding' if len(storms) == 1 else 'findings'} raised"
+        " and ".join(
+            f"{count:,} {_STORM_DETECTORS[detector]} {'finding' if count == 1 else 'findings'}"
+            for detector, count in sorted(kinds.items())
+        )
+        + " raised"
         if storms
         else "below the floors that raise a storm finding"
     )
@@ -160,22 +170,30 @@ def _canary_on(summary: dict[str, Any]) -> bool:
 
 
 def caught_line(summary: dict[str, Any]) -> str:
-    """Corrupt transfers the engine caught, when no response was exposed: a green "nothing
-    found" beside critical findings reads as a contradiction (audit R). The engine aborts such
-    a request, so its own client got no answer from those pages; the page reuse behind them is
-    what exposes others ("" when there is none, or responses were exposed)."""
-    if summary["exposure"]["count"]:
-        return ""
+    """Corrupt transfers the engine caught: it aborts such a request, so its own client got an
+    error, not those pages. Said whether or not responses were exposed: beside a green
+    "nothing found" the critical findings read as a contradiction (audit R), and beside exposed
+    responses as more recipients to tell (review: 17 caught corruptions next to 9 exposures)
+    ("" when there is none)."""
+    named = {r.get("bootstrap_room") for r in summary["exposure"]["requests"]}
     caught = Counter(
         f["detector"]
         for f in summary["findings"]
-        if f["detector"] in _CAUGHT and f["severity"] == "critical"
+        if f["detector"] in _CAUGHT
+        and f["severity"] == "critical"
+        and (f.get("bootstrap_room") is None or f.get("bootstrap_room") not in named)
     )
     if not caught:
         return ""
     said = " and ".join(
         f"{count:,} {_CAUGHT[detector][count != 1]}" for detector, count in sorted(caught.items())
     )
+    if summary["exposure"]["count"]:
+        return (
+            f"Caught, not exposed: the engine caught {said} (critical, below) and aborted those "
+            "requests, so their own clients got an error, not those pages; the page reuse "
+            "behind them is what exposes other requests."
+        )
     return (
         f"The engine caught {said} (critical, below) and aborted those requests, so their own "
         "clients got no answer from those pages; the page reuse behind them is what exposes "
@@ -767,8 +785,11 @@ def possible_line(possible: dict[str, int]) -> str:
 
 
 def _candidates(finding: dict[str, Any]) -> str:
+    """The requests in flight, those whose clients got an answer marked: only they can have
+    carried the overwritten KV to anyone (review: 10 of 14 were, unmarked among 28)."""
     return ", ".join(
-        f"{c.get('bootstrap_room') or '-'} ({c.get('node') or '?'} {c.get('rid') or '?'})"
+        f"{c.get('bootstrap_room') or '-'} ({c.get('node') or '?'} {c.get('rid') or '?'}"
+        f"{', answered' if c.get('served') else ''})"
         for c in finding["evidence"]["candidates"]
     )
 
@@ -813,6 +834,23 @@ def status_line(summary: dict[str, Any]) -> str:
     if gaps:
         closed = max(gap.until for gap in gaps if gap.until is not None)
         return f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
+    # No pool gap: the abort race's exposures. Its signs at the end of the logs say whether it
+    # was still open (review: the last exposure's age alone answered nothing).
+    still: list[str] = []
+    between = (summary.get("abort_signals") or {}).get("timeouts_between")
+    last_timeout = parse_iso_time(between[1]) if between else None
+    if last_timeout is not None and last_timeout > last:
+        still.append(
+            f"deferred KV releases still timed out {_duration(max(end - last_timeout, 0.0))} "
+            "before the logs end"
+        )
+    if _unsafe_in_force(summary):
+        still.append("a PD node still ran a release open to the abort race")
+    if still:
+        return (
+            f"Possibly not over: {before}, but {' and '.join(still)}, so aborted transfers "
+            "could still land on pages re-let to other requests."
+        )
     return f"{before[0].upper()}{before[1:]}."
 
 
@@ -828,6 +866,14 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             "(rid, node and time listed): each client got an answer built from another "
             "request's KV. Whose data it was cannot be told from logs: a page's earlier owners "
             "are not recorded."
+        )
+    possible = (exposure.get("possible") or {}).get("responses", 0)
+    if possible:
+        steps.append(
+            f'Check the {possible:,} answered {_responses(possible)} under "Possibly hit" '
+            "(marked answered): a KV corruption hit one request of each row, and only an "
+            "answered one can have carried it to its client. Tell their owners as well when "
+            "the exposure cannot be ruled out."
         )
     gaps = sorted({gap.node for gap in config_gaps(summary) if gap.until is None})
     if gaps:
@@ -854,16 +900,31 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
         "metadata_corruption",
     }:
         steps.append(
-            "Find what aborts transfers mid-flight (load balancer and client timeouts), raise "
-            "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s, and run "
-            "--kv-canary log to name responses built on late writes."
+            "Find what aborts transfers mid-flight (load balancer and client timeouts) and "
+            "raise SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s"
+            + (
+                "."
+                if _canary_on(summary)  # it already names them (review: advised while on)
+                else ", and run --kv-canary log to name responses built on late writes."
+            )
         )
-    if exposure["count"] or gaps:
+    over_length = any(
+        detector in _OVER_LENGTH_PATH
+        for request in exposure["requests"]
+        for detector in request.get("evidence") or ()
+    )
+    if over_length or gaps:  # an abort race's exposures are not what this test finds
         steps.append(
             "Test content, not status: send a request carrying a unique marker, then an "
             "over-length prompt; pass only on a 4xx with the marker nowhere in the body."
         )
     return steps
+
+
+# The detectors that name a response answered from a prompt its prefill pool could not hold.
+_OVER_LENGTH_PATH: Final = frozenset(
+    {"over_length_answered", "rejected_then_served", "impossibly_fast_prefill"}
+)
 
 
 def judged_line(summary: dict[str, Any]) -> str:
@@ -1074,7 +1135,7 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
     lists = possibly_hit(summary)
     if lists:
         out += ["", "## Possibly hit: one request of each row was", ""]
-        out.append("| time | node | finding | requests in flight: room (node, rid) |")
+        out.append("| time | node | finding | requests in flight: room (node, rid, answered) |")
         out.append("|---|---|---|---|")
         for finding in lists[:TABLE_ROWS]:
             out.append(
@@ -1235,7 +1296,7 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         parts.append(f"<h2>Possibly hit: one request of each row was ({len(lists):,})</h2>")
         parts.append(
             "<table><tr><th>time</th><th>node</th><th>finding</th>"
-            "<th>requests in flight: room (node, rid)</th></tr>"
+            "<th>requests in flight: room (node, rid, answered)</th></tr>"
         )
         for finding in lists[:TABLE_ROWS]:
             parts.append(
