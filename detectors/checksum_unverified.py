@@ -9,7 +9,8 @@ layout goes unchecked. That is a warning per (node, signature pair). The checksu
 some PD nodes and not on others is the same gap by configuration (a warning), judged
 `one_sided_grace_seconds` after a configuration change so that a rolling restart (one node
 already restarted with the new setting, its peer not yet) is not reported; a PD node on an
-engine that has the checksum but runs with it off is `info`. A prefill also says the gap in its own
+engine that has the checksum but runs with it off is `info`, a warning when a restart turned it
+off after the node ran with it on. A prefill also says the gap in its own
 log, once a decode registers: `Decode ... registered 14 metadata buffers but this prefill has 13`
 (an optional buffer, the checksum among them, on one engine only). Decode says nothing then (a
 prefill writing no digest is skipped silently, 0.5.23 `_kv_checksum_comparable`), so with no
@@ -129,16 +130,29 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
             and config.version is not None
             and not is_below(config.version, self.config.checksum_since_version)
         ):
+            # Turned off by a restart after running with it on: corruptions it caught as
+            # aborts are answered from then on (review: in the abort race this was the moment
+            # caught corruptions became exposures, and it was an info finding the reports left
+            # out).
+            was_on = any(
+                earlier.kv_checksum is True
+                for earlier in ctx.timeline.history(config.node)
+                if earlier.generation < config.generation
+            )
+            said = (
+                "restarted with the KV checksum off after running with it on: corrupt "
+                "transfers it caught as aborts are answered from then on; set "
+                "--disaggregation-enable-kv-checksum again on both sides"
+                if was_on
+                else "runs with the KV checksum off; enable --disaggregation-enable-kv-checksum "
+                "on both sides where the model is covered"
+            )
             return [
                 self._finding(
-                    "info",
+                    "warning" if was_on else "info",
                     time=ctx.now,
                     node=config.node,
-                    summary=(
-                        f"{config.node} ({config.role}, SGLang {config.version}) runs with the "
-                        f"KV checksum off; enable --disaggregation-enable-kv-checksum on both "
-                        f"sides where the model is covered"
-                    ),
+                    summary=f"{config.node} ({config.role}, SGLang {config.version}) {said}",
                     subject=f"off:{config.node}:{config.version}",
                     evidence={"version": config.version, "generation": config.generation},
                 )

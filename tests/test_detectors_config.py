@@ -363,6 +363,26 @@ def test_checksum_on_one_side_only_is_a_warning_and_off_on_a_capable_engine_is_i
     assert quiet == []
 
 
+def test_a_restart_that_turns_the_checksum_off_is_a_warning():
+    """Review (abort race): the restart that turned the checksum off on both sides, the moment
+    corruptions it had caught as aborts began to be answered, was an info finding the reports
+    left out; a node that never ran it stays info."""
+    findings = run(
+        ChecksumUnverified(),
+        [
+            args("prefill-0", T, "prefill", kv_checksum=True),
+            info("prefill-0", T + 1, "0.5.22"),
+            args("decode-0", T, "decode", kv_checksum=False),
+            info("decode-0", T + 1, "0.5.22"),
+            args("prefill-0", T + 3_600, "prefill", kv_checksum=False),
+            info("prefill-0", T + 3_601, "0.5.22"),
+        ],
+    )
+    noted = [f for f in findings if f.node is not None]
+    assert [(f.severity, f.node) for f in noted] == [("info", "decode-0"), ("warning", "prefill-0")]
+    assert "after running with it on" in noted[1].summary
+
+
 def test_a_prefill_logging_a_decode_s_extra_metadata_buffer_is_a_warning_per_node():
     """Audit X (0.5.23): checksum on decode only, no `server_args` read. Decode logs nothing
     (a prefill writing no digest is skipped silently); prefill logs, per decode registration,

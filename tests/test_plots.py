@@ -259,6 +259,17 @@ def test_the_driver_ends_the_pool_lines_at_the_last_event_read(monkeypatch, tmp_
     prefill = next(line for line in axes.get_lines() if line.get_label() == "prefill-0 pool")
     assert prefill.get_xdata()[-1] == pytest.approx(plots._dt(data.end_time))
     assert prefill.get_ydata()[-1] == 681_280
+    # The physical floor says what it assumes: unlabelled, the default 1B-parameter model read
+    # as the physics of the logs' own (a 912,384-token answer drawn "plausible", review).
+    floor = next(
+        line.get_label()
+        for line in _axes_of(plots.timing_plot, data, monkeypatch).get_lines()
+        if line.get_label().startswith("physical floor")
+    )
+    assert floor == (
+        "physical floor, 1B active parameters on 8 GPUs of 989 TFLOP/s (model_active_params, "
+        "gpu_peak_flops) (per uncached token)"
+    )
 
 
 def _fitted_detector() -> ImpossiblyFastPrefill:

@@ -785,18 +785,29 @@ def exposure_spans(times: list[float]) -> list[tuple[float, float]]:
     return spans
 
 
+# The GPUs a prefill is drawn on in the timing plot's one physical floor line (a node's own
+# tp_size judges its requests).
+_PLOTTED_GPUS: Final = 8
+
+
 def _plot_data(
     pipeline: DetectionPipeline, evidence: _Evidence, summary: dict[str, Any]
 ) -> PlotData:
     floor = None
+    floor_assumes = ""
     learned: list[LearnedFloor] = []
     for det in pipeline.detectors:
         physical = getattr(det, "physical_floor", None)
         if callable(physical):
             tokens = 1_000_000
-            floor = float(physical(tokens, 8)) / tokens
+            floor = float(physical(tokens, _PLOTTED_GPUS)) / tokens
         if isinstance(det, ImpossiblyFastPrefill):
             learned = _learned_floors(det)
+            cfg = det.config
+            floor_assumes = (
+                f"{cfg.model_active_params / 1e9:g}B active parameters on {_PLOTTED_GPUS} GPUs "
+                f"of {cfg.gpu_peak_flops / 1e12:g} TFLOP/s (model_active_params, gpu_peak_flops)"
+            )
     pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
     for node in pipeline.timeline.nodes():
         for config in pipeline.timeline.history(node):
@@ -808,6 +819,7 @@ def _plot_data(
     return PlotData(
         timing=evidence.timing,
         floor_seconds_per_token=floor,
+        floor_assumes=floor_assumes,
         findings=[(f.time, f.severity, f.detector) for f in evidence.findings if f.time],
         learned_floors=learned,
         deferred_outcomes={h: dict(c) for h, c in evidence.deferred.items()},

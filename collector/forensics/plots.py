@@ -71,6 +71,9 @@ class PlotData:
     timing: list[TimingPoint] = field(default_factory=list)
     # Seconds per uncached token below which a prefill is physically impossible (None: unknown).
     floor_seconds_per_token: float | None = None
+    # What the physical floor assumes, in its legend: a default model of 1B active parameters
+    # drawn unlabelled read as the physics of the logs' own model (review).
+    floor_assumes: str = ""
     # The floors learned from the nodes' own timings, one a node (empty: none learned).
     learned_floors: list[LearnedFloor] = field(default_factory=list)
     # (time, severity, detector) per finding.
@@ -143,7 +146,11 @@ def timing_plot(data: PlotData) -> bytes:
             color="#111",
             linestyle="--",
             linewidth=1.2,
-            label="physical floor (per uncached token)",
+            label=(
+                f"physical floor, {data.floor_assumes} (per uncached token)"
+                if data.floor_assumes
+                else "physical floor (per uncached token)"
+            ),
         )
     prompts = [p.prompt_tokens for p in honest] + [p.prompt_tokens for p in exposed]
     _learned_floor_lines(ax, data.learned_floors, min(prompts), max(prompts))

@@ -1327,7 +1327,8 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
             parts.append(
                 f"<tr><td>{_e(node)}</td><td>{_e(info.get('role'))}</td><td>{_e(point['time'])}"
                 f"</td><td>{_e(_n(point.get('max_total_num_tokens')))}</td>"
-                f"<td>{_e(_n(point.get('context_len')))}</td><td>{_e(point.get('version'))}</td>"
+                f"<td>{_e(_n(point.get('context_len')))}</td>"
+                f"<td>{_e(point.get('version') or '?')}</td>"
                 f"<td>{_e(_switch(point.get('kv_checksum')))}</td>"
                 f"<td>{_e(point.get('transfer_backend'))}</td></tr>"
             )
