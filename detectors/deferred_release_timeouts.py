@@ -21,13 +21,14 @@ volume to mean it. Per window (event time) the score is the largest of
 
 a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
 timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
-scoring at or above `threshold` raises a warning, critical when KV checksum
-mismatches or metadata corruption occur in the same or the previous window. Windows that fire do
-not enter the baseline. A storm lasting several windows is one finding (re-raised only if it
-turns critical), and it outlasts up to `episode_gap_windows` quiet windows in a row: a storm at
-the edge of the volume floor dips under it now and then. A KV mismatch at any time during the
-storm makes it critical. Log lines are counted per room (every TP rank may log the same
-release); counters are taken per node as the largest increase across TP ranks.
+scoring at or above `threshold` raises a warning, critical when KV checksum mismatches,
+metadata corruption or KV canary violations occur in the same or the previous window. Windows
+that fire do not enter the baseline. A storm lasting several windows is one finding
+(re-raised only if it turns critical), and it outlasts up to `episode_gap_windows` quiet windows
+in a row: a storm at the edge of the volume floor dips under it now and then. Any of those
+signs at any time during the storm makes it critical. Log lines are counted per room (every
+TP rank may log the same release); counters are taken per node as the largest increase across
+TP ranks.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
 
 
 class _Window:
-    __slots__ = ("timeout_rooms", "error_rooms", "metric", "held", "mismatches")
+    __slots__ = ("timeout_rooms", "error_rooms", "metric", "held", "mismatches", "canary_slots")
 
     def __init__(self) -> None:
         self.timeout_rooms: dict[str, set[str]] = {}
@@ -93,7 +94,10 @@ class _Window:
         # node -> outcome -> dp_rank -> largest counter increase across the other labels
         self.metric: dict[str, dict[str, dict[str, float]]] = {}
         self.held: dict[str, float] = {}
+        # Signs that transferred KV was corrupt: checksum or metadata mismatches, and KV canary
+        # violations, each slot once (every TP rank may report it: `canary_slots`).
         self.mismatches = 0
+        self.canary_slots: set[str] = set()
 
     def outcome_count(self, node: str, outcome: str) -> float:
         rooms = (self.timeout_rooms if outcome == "timeout" else self.error_rooms).get(node, ())
@@ -128,6 +132,7 @@ class _Window:
             "metric": self.metric,
             "held": self.held,
             "mismatches": self.mismatches,
+            "canary_slots": sorted(self.canary_slots),
         }
 
     @classmethod
@@ -141,6 +146,7 @@ class _Window:
         }
         window.held = dict(state["held"])
         window.mismatches = int(state["mismatches"])
+        window.canary_slots = set(state.get("canary_slots", ()))
         return window
 
 
@@ -194,7 +200,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
     alert: ClassVar[str] = "KVWatchDeferredReleaseTimeouts"
     config_class: ClassVar[type[DetectorConfig]] = DeferredReleaseTimeoutsConfig
     event_kinds: ClassVar[frozenset[str]] = frozenset(
-        {"deferred_release", "metric", "checksum_mismatch", "metadata_corruption", NODE_WINDOW}
+        {
+            "deferred_release",
+            "metric",
+            "checksum_mismatch",
+            "metadata_corruption",
+            "kv_canary_violation",
+            NODE_WINDOW,
+        }
     )
     metric_signals: ClassVar[frozenset[str] | None] = _RELEASE_SIGNALS | _HELD_SIGNALS
     window_class: ClassVar[type[_Window]] = _Window
@@ -257,6 +270,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                     self._log_shows(f"{event.node}|{outcome}")
         elif event.kind in ("checksum_mismatch", "metadata_corruption"):
             window.mismatches += 1
+        elif event.kind == "kv_canary_violation":
+            # Proof of overwritten pages as much as a mismatch (review: the storm holding 19
+            # violations and most exposures stayed a warning).
+            slot = f"{event.node}|{event.get('slot_idx')}"
+            if slot not in window.canary_slots:
+                window.canary_slots.add(slot)
+                window.mismatches += 1
         elif event.kind == "metric":
             self._on_metric(event, ctx)
 
@@ -403,7 +423,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         worst = _worst_node(window, rule)
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
-        extra = f"; {mismatches} KV checksum/metadata mismatches alongside" if mismatches else ""
+        extra = (
+            f"; {mismatches} signs of corrupt KV alongside (checksum or metadata mismatches, "
+            "KV canary violations)"
+            if mismatches
+            else ""
+        )
         # What fired leads: timeouts (or their share), failed releases, or held pages.
         if rule == "errors":
             head = (

@@ -227,6 +227,23 @@ def test_storm_with_checksum_mismatches_is_critical_and_escalation_is_re_raised(
     assert findings[1].evidence["mismatches"] == 1
 
 
+def test_storm_with_kv_canary_violations_is_critical_each_slot_counted_once():
+    """Review (abort race): the storm during which the canary caught 19 overwritten pages, and
+    most responses were exposed, stayed a warning: only checksum and metadata mismatches
+    raised it. A violation is the same proof; every TP rank may report its slot."""
+    start = T + 6 * 3600
+    storm = [timeout(start + 5 * k, 1000 + k) for k in range(120)]
+    violation = {"launch_tag": "TAIL_K_FULL", "fail_reason": "verify_chain_hash", "position": 9}
+    canary = [
+        ev("kv_canary_violation", "decode-0", start + 400, slot_idx=18433, **violation)
+        for _ in range(8)  # one slot, eight ranks
+    ] + [ev("kv_canary_violation", "decode-0", start + 410, slot_idx=7, **violation)]
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + canary)
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    assert findings[1].evidence["mismatches"] == 2
+    assert "2 signs of corrupt KV alongside" in findings[1].summary
+
+
 def _burst(start: float, rooms: int, first_room: int) -> list[Event]:
     """`rooms` timeouts spread over the 5-minute window that begins at `start`."""
     return [timeout(start + 10 + 280 * k / rooms, first_room + k) for k in range(rooms)]
