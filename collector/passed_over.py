@@ -33,8 +33,20 @@ _SAID: Final = (
     ),
 )
 # Input that was there to read and could not be: no verdict may pass for one over it. A link to
-# nowhere or a FIFO is said, but holds no file that could have been read.
-UNREAD_INPUT: Final = frozenset({"unreadable_folder", "unreadable_file", FILE_REPLACED})
+# nowhere is one (a log volume not mounted: review, the gate passed "all 2 nodes" beside it); a
+# FIFO is said, but holds no file that could have been read.
+UNREAD_INPUT: Final = frozenset(
+    {"unreadable_folder", "unreadable_file", FILE_REPLACED, "broken_or_looping_link"}
+)
+# Archives read only up to damage (cut, corrupt), in a compression kvwatch does not read, or a
+# file a read error stopped: what they held past it is in no verdict. Forensics says these
+# among the files not read whole; the gate fails closed on them (review: a node whose only log
+# was a corrupt `.gz` vanished from "all 2 nodes passed").
+_CODECS: Final = ("gzip", "bz2", "xz")
+NOT_READ_WHOLE: Final = frozenset(
+    {f"{damage}_{codec}" for damage in ("corrupt", "truncated") for codec in _CODECS}
+    | {"compressed_not_read", "read_error"}
+)
 
 
 def passed_over(dropped: Mapping[str, int]) -> str:
@@ -51,5 +63,16 @@ def passed_over(dropped: Mapping[str, int]) -> str:
     return f"{', '.join(said)}; {held} not in the verdicts."
 
 
+def not_read_whole(dropped: Mapping[str, int]) -> str:
+    """`2 files were not read whole (corrupt_gzip 1, truncated_xz 1)`, or ""."""
+    damaged = {why: count for why in sorted(NOT_READ_WHOLE) if (count := dropped.get(why, 0))}
+    if not damaged:
+        return ""
+    total = sum(damaged.values())
+    reasons = ", ".join(f"{why} {count:,}" for why, count in damaged.items())
+    return f"{total:,} {'file was' if total == 1 else 'files were'} not read whole ({reasons})"
+
+
 def input_unread(dropped: Mapping[str, int]) -> bool:
-    return any(dropped.get(why) for why in UNREAD_INPUT)
+    """Whether the gate must fail closed: input it could not read, or not read whole."""
+    return any(dropped.get(why) for why in UNREAD_INPUT | NOT_READ_WHOLE)

@@ -9,6 +9,7 @@ a real socket that accepts and never answers.
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import shutil
@@ -671,16 +672,44 @@ def test_a_failing_gate_still_fails_and_says_what_it_passed_over(tmp_path: Path)
     assert lines(out)[-1].startswith("verdict: FAIL - 2 of 2 nodes failed")
 
 
-def test_a_link_to_nowhere_is_said_and_does_not_fail_the_gate(tmp_path: Path) -> None:
-    """It holds no file that could have been read: said, the verdict stands."""
+def test_a_link_to_nowhere_fails_closed(tmp_path: Path) -> None:
+    """A node's log linked into a volume that is not mounted is a node no check ran on: said,
+    and the gate cannot pass (review: "PASS - all 2 nodes passed" under the PASSED OVER line,
+    exit 0). It was said and passed before, as holding no file that could have been read."""
     case = _case_with(tmp_path, DATA / "healthy")
     (case / "prefill-1.log").symlink_to(tmp_path / "lost-mount" / "prefill-1.log")
     code, out, _ = run(str(case))
-    assert code == 0
-    assert lines(out)[-2:] == [
-        "PASSED OVER: 1 link leads nowhere or in a loop; what it holds is not in the verdicts.",
-        "verdict: PASS - all 2 nodes passed",
-    ]
+    assert code == 3
+    assert lines(out)[-2] == (
+        "PASSED OVER: 1 link leads nowhere or in a loop; what it holds is not in the verdicts."
+    )
+    assert lines(out)[-1].startswith(
+        "verdict: UNKNOWN - no check failed, but input could not be read (PASSED OVER)"
+    )
+    assert run("--allow-unknown", str(case))[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [("cut", "truncated_gzip"), ("corrupt", "corrupt_gzip")],
+)
+def test_an_archive_not_read_whole_fails_closed(tmp_path: Path, damage: str, reason: str) -> None:
+    """Review: a third node whose only log was a cut or corrupt `.gz` vanished from the gate,
+    "all 2 nodes passed", exit 0, where forensics said the file was not read whole."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    packed = gzip.compress((DATA / "incident" / "prefill-0.log").read_bytes())
+    if damage == "cut":
+        packed = packed[:150]
+    else:
+        packed = packed[:10] + bytes(b ^ 0x5A for b in packed[10:60]) + packed[60:]
+    (case / "prefill-1.log.1.gz").write_bytes(packed)
+    code, out, _ = run(str(case))
+    assert code == 3
+    assert lines(out)[-2] == (
+        f"PASSED OVER: 1 file was not read whole ({reason} 1); what they held past the damage "
+        "is not in the verdicts."
+    )
+    assert lines(out)[-1].startswith("verdict: UNKNOWN")
 
 
 def test_no_files_found_where_they_could_not_be_read_says_so(tmp_path: Path) -> None:

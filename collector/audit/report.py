@@ -12,7 +12,7 @@ from typing import Any
 
 from collector.audit.facts import Deployment
 from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeResult, Status, worst
-from collector.passed_over import input_unread, passed_over
+from collector.passed_over import input_unread, not_read_whole, passed_over
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -113,7 +113,9 @@ class AuditReport:
 
     def passed_over(self) -> str:
         said = passed_over(self._dropped)
-        return f"PASSED OVER: {said}" if said else ""
+        if damaged := not_read_whole(self._dropped):
+            said = f"{said} {damaged}; what they held past the damage is not in the verdicts."
+        return f"PASSED OVER: {said.strip()}" if said else ""
 
     def text(self) -> str:
         return "\n".join(filter(None, [*self.lines(), self.passed_over(), self.verdict()])) + "\n"
