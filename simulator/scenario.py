@@ -319,9 +319,18 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     source = str(name_or_path)
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if path.is_dir():
+            raise ScenarioError(
+                f"scenario {path} is a folder: give a scenario's YAML file or a bundled name"
+            )
         if not path.is_file():
             raise ScenarioError(f"scenario file {path} does not exist")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # review: a traceback, exit 1 ("below the bar")
+            raise ScenarioError(f"scenario {path} is not text (UTF-8 YAML expected)") from None
+        except OSError as exc:
+            raise ScenarioError(f"scenario {path} could not be read: {exc.strerror}") from None
     else:
         resource = resources.files("simulator") / "scenarios" / f"{name_or_path}.yaml"
         if not resource.is_file():

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from detectors.evaluation import format_evaluation, score
 
@@ -184,3 +187,25 @@ def test_a_latency_of_hours_is_also_said_in_hours() -> None:
     printed = format_evaluation(score(summary, TRUTH))
     assert "-25200.0 s, 7 h 0 min before (pool_below_context)" in printed
     assert "+0.0 s (over_length_answered)" in printed  # under two minutes: seconds only
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: p.write_bytes(bytes(range(128, 256))), "is not text (UTF-8 YAML expected)"),
+        (lambda p: p.mkdir(), "is a folder: give a scenario's YAML file or a bundled name"),
+    ],
+)
+def test_a_scenario_that_is_no_yaml_file_is_a_usage_error(tmp_path: Path, make, said) -> None:
+    """Review: a binary file gave a traceback and exit 1, which CI reads as a score below the
+    bar; a folder was said not to exist."""
+    target = tmp_path / "scenario.dat"
+    make(target)
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "eval", "--scenario", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr == f"kvwatch eval: scenario {target} {said}\n"
