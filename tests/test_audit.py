@@ -35,7 +35,8 @@ from collector.audit import (
     parse_target,
     run_audit,
 )
-from collector.audit.policy import engine_check
+from collector.audit.facts import ChecksumEvidence
+from collector.audit.policy import CheckResult, NodeResult, engine_check, judge_node
 from tests.test_unread_input import _past_path_max
 
 DATA = Path(__file__).parent / "testdata" / "audit"
@@ -848,3 +849,41 @@ def test_what_a_pool_holds_of_one_prompt_depends_on_the_release_and_its_sharding
     (pool,) = [c for c in prefill["checks"] if c["check"] == "pool"]
     assert pool["status"] == verdict
     assert said in pool["reason"]
+
+
+def test_a_failing_line_leads_with_what_fails_and_says_a_warning_is_one() -> None:
+    """Review (abort race): "FAIL  engine 0.5.21 < 0.5.22 recommended (...); KV checksum off"
+    read as if the upgrade, a WARN, blocked the rollout; upgrading alone would still fail."""
+    checks = (
+        CheckResult("pool", "PASS", "pool 1,500,000 >= context 262,144"),
+        CheckResult("engine", "WARN", "engine 0.5.21 < 0.5.22 recommended"),
+        CheckResult("checksum", "FAIL", "KV checksum off"),
+    )
+    result = NodeResult("decode-0", "decode", "FAIL", checks, (), NodeFacts("decode-0"))
+    assert result.reasons == ["KV checksum off", "WARN: engine 0.5.21 < 0.5.22 recommended"]
+    warned = NodeResult("decode-0", "decode", "WARN", checks[:2], (), NodeFacts("decode-0"))
+    assert warned.reasons == ["engine 0.5.21 < 0.5.22 recommended"]
+
+
+def test_corruptions_an_earlier_configuration_caught_are_said_on_the_node_s_line() -> None:
+    """Review (abort race): 11 mismatches the checksum caught before a restart turned it off
+    were only in --json, the earlier configuration having merely warned; forensics named 9
+    responses exposed in the same files."""
+    deployment = Deployment(pd=True, advertised_context=262_144, advertised_by="decode-0")
+    common = {"node": "decode-0", "role": "decode", "version": "0.5.22", "pool_tokens": 1_500_000}
+    common |= {"context_len": 262_144, "transfer_backend": "mooncake", "logs_read": True}
+    before = NodeFacts(
+        **common, kv_checksum=True, until=1789887900.0, evidence=ChecksumEvidence(mismatches=11)
+    )
+    now = NodeFacts(**common, kv_checksum=False, generation=1, since=1789887900.0)
+    result = judge_node(now, deployment, AuditPolicy(), earlier=[(before, deployment)])
+    assert result.reasons[-1] == (
+        "an earlier configuration until 2026-09-20 07:05:00 UTC caught 11 KV checksum "
+        "mismatches (corrupted transfers; kvwatch forensics names the responses exposed around "
+        "them)"
+    )
+    quiet = NodeFacts(**common, kv_checksum=True, until=1789887900.0)
+    assert not any(
+        "caught" in r
+        for r in judge_node(now, deployment, AuditPolicy(), earlier=[(quiet, deployment)]).reasons
+    )

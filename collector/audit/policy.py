@@ -105,11 +105,22 @@ class NodeResult:
 
     @property
     def reasons(self) -> list[str]:
-        """What the node's line says: the non-passing checks, or every check when all pass."""
+        """What the node's line says: the non-passing checks, or every check when all pass.
+        The checks that decide the status come first, and a warning beside them says it is one
+        (review: "FAIL  engine 0.5.21 < 0.5.22 recommended; KV checksum off" read as if the
+        upgrade, a WARN, were what blocked the rollout)."""
         if self.status == "PASS":
             picked = [c.reason for c in self.checks]
         else:
-            picked = [c.reason for c in self.checks if c.status != "PASS"]
+            failing = [c for c in self.checks if c.status != "PASS"]
+            # Stable: the checks' order; an unknown role stays first, saying how it was judged.
+            failing.sort(key=lambda c: (c.check != "role", -STATUS_RANK[c.status]))
+            # A warning on a failing or unknown line says it is one: an unknown check says so
+            # in its own words.
+            picked = [
+                f"WARN: {c.reason}" if c.status == "WARN" != self.status else c.reason
+                for c in failing
+            ]
         return picked + list(self.notes)
 
 
@@ -143,6 +154,19 @@ def judge_node(
         notes.append(
             f"an earlier configuration failed{when}: {why}{more}; responses served under it "
             "may be exposed (kvwatch forensics names them)"
+        )
+    caught = [r for r in judged_earlier if r.status != "FAIL" and r.facts.evidence.mismatches]
+    if caught:
+        # Corrupt transfers caught under a configuration that no longer runs: the strongest
+        # sign in such logs that the abort race ran, and that pages were re-let under it
+        # (review: said only in --json when that configuration merely warned).
+        count = sum(r.facts.evidence.mismatches for r in caught)
+        until = caught[-1].facts.until
+        when = f" until {human_time(until)}" if until is not None else ""
+        notes.append(
+            f"an earlier configuration{when} caught "
+            f"{_times(count, 'KV checksum mismatch', 'es')} (corrupted transfers; kvwatch "
+            "forensics names the responses exposed around them)"
         )
     status = worst([c.status for c in checks])
     if status == "UNKNOWN" and "server_info" in facts.endpoint_errors:
