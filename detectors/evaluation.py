@@ -147,13 +147,17 @@ def _score(
 def _first(
     findings: list[dict[str, Any]], rooms: set[str] | None = None
 ) -> tuple[float | None, str | None]:
-    """The earliest finding (naming one of `rooms`, when given): its time and detector."""
+    """The earliest finding raised (naming one of `rooms`, when given): when, and its detector.
+
+    When it was raised, not the time it is about: a canary's violation is named once the
+    requests in flight have ended, a request once its lines have settled; by its own time
+    every exposure-naming detector was +0.0 s, whatever it waited for (review)."""
     best: tuple[float, str] | None = None
     for finding in findings:
         room = finding.get("bootstrap_room")
         if rooms is not None and (room is None or str(room) not in rooms):
             continue
-        when = parse_iso_time(finding["time"])
+        when = parse_iso_time(finding.get("raised_at") or finding["time"])
         if when is not None and (best is None or when < best[0]):
             best = (when, str(finding["detector"]))
     return best if best is not None else (None, None)

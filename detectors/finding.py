@@ -37,6 +37,10 @@ class Finding:
     rid: str | None = None
     bootstrap_room: str | None = None
     exposure: bool = False
+    # When the pipeline raised it, on the stream's clock: later than `time` by what the finding
+    # waited for (a request's lines to settle, a canary's attribution, a window's close), as a
+    # live sidecar would page. Not part of what the finding says (`compare=False`).
+    raised_at: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITY_RANK:
@@ -59,6 +63,7 @@ class Finding:
             "dedup_key": self.dedup_key,
             "runbook": self.runbook,
             "exposure": self.exposure,
+            "raised_at": iso_time(self.raised_at),
         }
 
     @classmethod
@@ -75,4 +80,5 @@ class Finding:
             rid=data.get("rid"),
             bootstrap_room=data.get("bootstrap_room"),
             exposure=bool(data.get("exposure", False)),
+            raised_at=parse_iso_time(data.get("raised_at")),
         )

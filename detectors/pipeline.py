@@ -27,7 +27,7 @@ import math
 import time as _time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -319,11 +319,15 @@ class DetectionPipeline:
         return self.raise_errors
 
     def _keep(self, findings: list[Finding], out: list[Finding]) -> None:
+        now = self.context.now
         for finding in findings:
             if self._first(finding.dedup_key):
                 key = f"{finding.detector}:{finding.severity}"
                 self.stats.findings[key] = self.stats.findings.get(key, 0) + 1
-                out.append(finding)
+                # Stamped with the stream time it is raised at (`Finding.raised_at`).
+                out.append(
+                    finding if finding.raised_at is not None else replace(finding, raised_at=now)
+                )
             else:
                 self.stats.duplicates += 1
 

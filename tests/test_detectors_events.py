@@ -347,3 +347,15 @@ def test_a_canary_s_named_response_is_timed_when_it_was_sent():
     served[-1].fields["response_sent_to_client_ts"] = T + 89.652
     _, named = _attribute(ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *served)
     assert named.exposure and named.time == pytest.approx(T + 89.652, abs=1e-6)
+
+
+def test_a_finding_is_stamped_with_the_stream_time_it_was_raised_at():
+    """`raised_at`: when the pipeline raised it, on the logs' clock (what `kvwatch eval` times
+    detection by); the page at the violation's own second, the named response once the
+    requests in flight are gathered (here: at the end of the input, the last line at T+99)."""
+    served = _served(1, T + 40, T + 90)
+    served[-1].fields["response_sent_to_client_ts"] = T + 89.652
+    page, named = _attribute(ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *served)
+    assert page.raised_at == page.time == T + 50
+    assert named.time == pytest.approx(T + 89.652, abs=1e-6) and named.raised_at == T + 90
+    assert named.to_json_dict()["raised_at"] == "2026-11-02T10:18:10.000Z"  # T + 90

@@ -209,3 +209,16 @@ def test_a_scenario_that_is_no_yaml_file_is_a_usage_error(tmp_path: Path, make, 
     )
     assert done.returncode == 2
     assert done.stderr == f"kvwatch eval: scenario {target} {said}\n"
+
+
+def test_time_to_name_an_exposure_counts_from_when_the_finding_was_raised() -> None:
+    """Review: by the finding's own time (the answer's), every exposure-naming detector was
+    +0.0 s whatever it waited for; the canary names its request only once the requests in
+    flight have ended, a join once the lines have settled."""
+    named = _finding("kv_canary_violation", "1", t="2026-09-08T12:10:00.000Z")
+    named["raised_at"] = "2026-09-08T12:40:00.000Z"  # attributed half an hour later
+    ev = score(_summary(["1"], [named]), TRUTH)
+    assert ev.time_to_name_exposed == 1800.0
+    assert ev.detectors["kv_canary_violation"].first_seconds == 1800.0
+    del named["raised_at"]  # a summary from before `raised_at`: its time, as then
+    assert score(_summary(["1"], [named]), TRUTH).time_to_name_exposed == 0.0
