@@ -60,7 +60,15 @@ def build_parser() -> argparse.ArgumentParser:
     parse.set_defaults(func=_parse_command)
 
     audit = sub.add_parser(
-        "audit", help="pre-rollout gate: pool vs context, engine version, KV checksum per node"
+        "audit",
+        help="pre-rollout gate: pool vs context, engine version, KV checksum per node",
+        # A gate is read by its exit status: said where a CI author looks (review).
+        epilog=(
+            "exit status: 0 every node passed (or warned); 1 a check failed (--strict: also "
+            "any WARN or UNKNOWN); 2 usage error or nothing to audit; 3 no check failed but a "
+            "node could not be fully checked (--allow-unknown: 0), or input could not be read "
+            "whole (PASSED OVER: 3 whatever --allow-unknown)"
+        ),
     )
     from collector.audit import add_audit_arguments
 

@@ -887,3 +887,22 @@ def test_corruptions_an_earlier_configuration_caught_are_said_on_the_node_s_line
         "caught" in r
         for r in judge_node(now, deployment, AuditPolicy(), earlier=[(quiet, deployment)]).reasons
     )
+
+
+def test_audit_help_says_what_each_exit_status_means() -> None:
+    """Review: a gate is read by its exit status, and `--help` said none of them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "audit", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = " ".join(done.stdout.split())
+    assert done.returncode == 0
+    for status in (
+        "0 every node passed",
+        "1 a check failed",
+        "2 usage error or nothing to audit",
+        "3 no check failed but a node could not be fully checked",
+    ):
+        assert status in said
