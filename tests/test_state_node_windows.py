@@ -212,7 +212,12 @@ def judge(streams: list[list[Event]], **params: Any) -> tuple[TelemetryAnomaly, 
     """Run the detector alone in a pipeline over the streams merged as forensics merges them."""
     det = TelemetryAnomaly(**params)
     pipeline = DetectionPipeline(detectors=[det], raise_errors=True)
-    findings = [f.to_json_dict() for f in pipeline.run(merge_by_time(streams))]
+    # What each finding says: when it was raised (`raised_at`) follows how its events
+    # arrive (a partial at its window's close, a side once its lines settle).
+    findings = [
+        {k: v for k, v in f.to_json_dict().items() if k != "raised_at"}
+        for f in pipeline.run(merge_by_time(streams))
+    ]
     return det, pipeline.timeline, findings
 
 

@@ -261,7 +261,12 @@ def _judged(streams: list[list[Event]], ledger_input: str) -> tuple[list[Any], l
     config = PipelineConfig(ledger=LedgerConfig(input=ledger_input), raise_errors=True)
     records: list[dict[str, Any]] = []
     pipeline = DetectionPipeline(config, on_record=lambda r, f: records.append(r.to_json_dict()))
-    findings = [f.to_json_dict() for f in pipeline.run(merge_by_time(streams))]
+    # What each finding says: when it was raised (`raised_at`) follows how its events
+    # arrive (a partial at its window's close, a side once its lines settle).
+    findings = [
+        {k: v for k, v in f.to_json_dict().items() if k != "raised_at"}
+        for f in pipeline.run(merge_by_time(streams))
+    ]
     findings.sort(key=lambda f: (f["dedup_key"], f["severity"]))
     return records, findings, pipeline
 
