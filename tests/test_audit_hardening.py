@@ -572,13 +572,17 @@ def test_a_target_answering_nothing_an_engine_gives_fails_the_gate(
             "/v1/models": _page(models.encode(), b"application/json"),
         }
     )
+    # An empty JSON object on every path: JSON, but nothing an engine states (review: UNKNOWN).
+    empty = _page(b"{}", b"application/json")
+    blank = serve({path: empty for path in ("/server_info", "/v1/models", "/metrics")})
     code, out, _ = run(
         "--endpoint", f"p={portal.url}", "--endpoint", f"r={router.url}",
-        "--endpoint", f"s={gateway.url}",
+        "--endpoint", f"s={gateway.url}", "--endpoint", f"e={blank.url}",
     )  # fmt: skip
-    portal_line, router_line, gateway_line = (
-        " ".join(line.split()) for line in out.splitlines()[:3]
-    )
+    by_node = {line.split()[0]: " ".join(line.split()) for line in out.splitlines()[:4]}
+    portal_line, router_line, gateway_line, blank_line = (by_node[n] for n in "prse")
+    assert blank_line.startswith("e unknown FAIL unusable: no SGLang engine answer (")
+    assert "server_info: unparseable (no field an engine states)" in blank_line
     assert gateway_line == (
         "s unknown FAIL unusable: a router, not an engine: audit the engines behind it"
     )

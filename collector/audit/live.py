@@ -187,7 +187,13 @@ async def _node(
         outcome = parse_server_info(
             answer.body, node=target.node, source=answer.url, time=now, endpoint=answer.endpoint
         )
-        if outcome.events:
+        # A document stating no field an engine states (`{}` on every path) is no engine's
+        # answer (review: such a target was UNKNOWN, exit 0 with --allow-unknown).
+        if outcome.events and any(
+            value is not None
+            for key, value in outcome.events[0].fields.items()
+            if key != "endpoint"
+        ):
             event = outcome.events[0]
             events[answer.endpoint] = event
             if event.get("role") == "unified" and event.get("disaggregation_mode") is None:
@@ -196,7 +202,7 @@ async def _node(
                 if doubt is not None:
                     mode_doubts[answer.endpoint] = doubt
         else:
-            reasons = ", ".join(sorted(outcome.dropped)) or "nothing usable"
+            reasons = ", ".join(sorted(outcome.dropped)) or "no field an engine states"
             facts.endpoint_errors[answer.endpoint] = f"unparseable ({reasons})"
     # A gateway's metrics (SMG's `smg_*`, the older router's `sgl_router_*`) and no engine's:
     # the model list it proxies from its workers does not make it one.
