@@ -616,3 +616,18 @@ def test_a_node_whose_server_info_failed_says_so_and_fails_closed(
     assert code == 3
     code, _, _ = run("--allow-unknown", "--endpoint", f"prefill-0={server.url}")
     assert code == 0
+
+
+def test_a_target_answering_404_everywhere_is_unusable_naming_each_path(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Review: a host answering 404 on every path was "unreachable", naming only the last
+    path tried for /server_info. It answered: the wrong service, or the wrong port."""
+    nothing = serve({})
+    code, out, _ = run("--endpoint", f"n={nothing.url}")
+    line = " ".join(out.splitlines()[0].split())
+    assert line == (
+        f"n unknown FAIL unusable: HTTP 404 (GET {nothing.url}/server_info, "
+        f"{nothing.url}/get_server_info)"
+    )
+    assert code == 1

@@ -123,6 +123,8 @@ class _Answer:
     url: str
     body: bytes | None
     error: str | None
+    # The HTTP status the target answered with (None: no answer): a 404 is an answer.
+    status: int | None = None
 
 
 async def fetch_facts_async(
@@ -170,6 +172,9 @@ async def _node(
     if not answered:
         first = answers[0]
         facts.unreachable = first.error or "no answer"
+        # The answer the line gives came with an error status: unusable, not unreachable
+        # (review: a 404 was "unreachable").
+        facts.answered = first.status is not None
         return facts
     now = clock()
     events: dict[str, Event] = {}
@@ -339,11 +344,12 @@ async def _fetch(
                 raise
             return _Answer(endpoint, url, None, f"{_describe(_first_leaf(matched))} (GET {url})")
         if status == 404 and index + 1 < len(paths):
-            error = f"HTTP 404 (GET {url})"
-            continue
+            continue  # an older engine's path
         if status != 200 or body is None:
-            return _Answer(endpoint, url, None, f"HTTP {status} (GET {url})")
-        return _Answer(endpoint, url, body, None)
+            # Every path tried is named (review: a 404 named only the last).
+            tried = ", ".join(base + p for p in paths[: index + 1]) if status == 404 else url
+            return _Answer(endpoint, url, None, f"HTTP {status} (GET {tried})", status)
+        return _Answer(endpoint, url, body, None, status)
     return _Answer(endpoint, url, None, error)
 
 
