@@ -33,20 +33,19 @@ _SAID: Final = (
     ),
 )
 # Input that was there to read and could not be: no verdict may pass for one over it. A link to
-# nowhere is one (a log volume not mounted: review, the gate passed "all 2 nodes" beside it); a
-# FIFO is said, but holds no file that could have been read.
-UNREAD_INPUT: Final = frozenset(
-    {"unreadable_folder", "unreadable_file", FILE_REPLACED, "broken_or_looping_link"}
-)
+# nowhere or a FIFO is said, but holds no file that could have been read.
+UNREAD_INPUT: Final = frozenset({"unreadable_folder", "unreadable_file", FILE_REPLACED})
 # Archives read only up to damage (cut, corrupt), in a compression kvwatch does not read, or a
 # file a read error stopped: what they held past it is in no verdict. Forensics says these
-# among the files not read whole; the gate fails closed on them (review: a node whose only log
-# was a corrupt `.gz` vanished from "all 2 nodes passed").
+# among the files not read whole.
 _CODECS: Final = ("gzip", "bz2", "xz")
 NOT_READ_WHOLE: Final = frozenset(
     {f"{damage}_{codec}" for damage in ("corrupt", "truncated") for codec in _CODECS}
     | {"compressed_not_read", "read_error"}
 )
+# The rollout gate fails closed on more: a link to nowhere (a log volume not mounted) and an
+# archive not read whole (review: beside either, a node vanished from "all 2 nodes passed").
+GATE_UNREAD: Final = UNREAD_INPUT | NOT_READ_WHOLE | {"broken_or_looping_link"}
 
 
 def passed_over(dropped: Mapping[str, int]) -> str:
@@ -73,6 +72,6 @@ def not_read_whole(dropped: Mapping[str, int]) -> str:
     return f"{total:,} {'file was' if total == 1 else 'files were'} not read whole ({reasons})"
 
 
-def input_unread(dropped: Mapping[str, int]) -> bool:
-    """Whether the gate must fail closed: input it could not read, or not read whole."""
-    return any(dropped.get(why) for why in UNREAD_INPUT | NOT_READ_WHOLE)
+def input_unread(dropped: Mapping[str, int], kinds: frozenset[str] = UNREAD_INPUT) -> bool:
+    """Whether input of one of `kinds` went unread (the gate asks of `GATE_UNREAD`)."""
+    return any(dropped.get(why) for why in kinds)

@@ -311,7 +311,6 @@ async def _fetch(
     deadline: float,
     timeout: float,
 ) -> _Answer:
-    error = "no answer"
     url = base + paths[0]
     for index, path in enumerate(paths):
         url = base + path
@@ -350,7 +349,7 @@ async def _fetch(
             tried = ", ".join(base + p for p in paths[: index + 1]) if status == 404 else url
             return _Answer(endpoint, url, None, f"HTTP {status} (GET {tried})", status)
         return _Answer(endpoint, url, body, None, status)
-    return _Answer(endpoint, url, None, error)
+    return _Answer(endpoint, url, None, "no answer")
 
 
 async def _get(

@@ -118,7 +118,7 @@ class NodeResult:
             # A warning on a failing or unknown line says it is one: an unknown check says so
             # in its own words.
             picked = [
-                f"WARN: {c.reason}" if c.status == "WARN" != self.status else c.reason
+                f"WARN: {c.reason}" if c.status == "WARN" and self.status != "WARN" else c.reason
                 for c in failing
             ]
         return picked + list(self.notes)

@@ -12,7 +12,7 @@ from typing import Any
 
 from collector.audit.facts import Deployment
 from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeResult, Status, worst
-from collector.passed_over import input_unread, not_read_whole, passed_over
+from collector.passed_over import GATE_UNREAD, input_unread, not_read_whole, passed_over
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -44,7 +44,7 @@ class AuditReport:
         """A file or folder given could not be read: a node whose logs it held is checked by
         nothing, so the gate fails closed whatever `allow_unknown` says (that lifts what the
         nodes it did read leave unknown, not nodes it never saw)."""
-        return input_unread(self._dropped)
+        return input_unread(self._dropped, GATE_UNREAD)
 
     @property
     def status(self) -> Status:

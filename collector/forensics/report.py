@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 from collector.events import REQUEST_LINE_KINDS, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
-from collector.passed_over import input_unread, passed_over
+from collector.passed_over import NOT_READ_WHOLE, input_unread, passed_over
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, version_verdict
 from detectors.over_length_answered import NO_PREFILL_NAMED
@@ -398,23 +398,16 @@ def unread_line(summary: dict[str, Any]) -> str:
 # of answers after the cut, and a line longer than the reader keeps (64 MiB), one cut in two, or
 # one journald left out of its JSON export (over 4,096 bytes without `--all`), is one count and
 # may be the one request line that names an exposure; so may one cut by a run of NULs (a crash).
-WHOLE_FILE_LOSSES: Final = frozenset(
+# Archives cut, corrupt or not read, and read errors, are the gate's own (`NOT_READ_WHOLE`).
+WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
     {
-        "compressed_not_read",
         "cut_by_nul_run",
-        "corrupt_bz2",
-        "corrupt_gzip",
-        "corrupt_xz",
         "file_shrank",
         "journal_message_left_out",
         "line_too_long",
-        "read_error",
         "trailing_garbage_after_bz2",
         "trailing_garbage_after_gzip",
         "trailing_garbage_after_xz",
-        "truncated_bz2",
-        "truncated_gzip",
-        "truncated_xz",
         "truncated_request_line",
         "log_export_entry_without_text",
         "log_export_not_json",
