@@ -222,6 +222,20 @@ def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> Non
     assert "Findings: 4 critical, 0 warning, 0 info." in _headline(_summary(*RACE))
 
 
+def test_the_count_of_info_findings_says_which_detectors_raised_them() -> None:
+    """ "579 info" alone left the demo's reader wondering what they were (review)."""
+    summary = _summary(
+        ("telemetry_anomaly", "info"),
+        ("checksum_unverified", "info"),
+        ("telemetry_anomaly", "info"),
+        ("pool_below_context", "critical"),
+    )
+    assert (
+        "Findings: 1 critical, 0 warning, 3 info (2 telemetry_anomaly, 1 checksum_unverified)."
+        in _headline(summary)
+    )
+
+
 def test_an_all_clear_says_how_much_it_covers() -> None:
     """Audit R: a healthy fleet's all-clear never said it judged 17,724 requests on 5 nodes."""
     assert (

@@ -38,6 +38,7 @@ from collector.forensics.report import (
     client_lines_line,
     config_gaps,
     csv_files_line,
+    info_kinds,
     judged_line,
     late_lines_line,
     log_zones_line,
@@ -941,7 +942,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             out.write(f"no exposed responses found ({judged_line(summary)})\n")
     out.write(
         f"findings: {severities.get('critical', 0):,} critical{per_response(summary)}, "
-        f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info\n"
+        f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info"
+        f"{info_kinds(summary)}\n"
     )
     possible = exposure.get("possible") or {}
     if possible.get("groups"):

@@ -959,6 +959,15 @@ def per_response(summary: dict[str, Any]) -> str:
     )
 
 
+def info_kinds(summary: dict[str, Any]) -> str:
+    """Which detectors the info findings come from, most first ("" when none): "579 info" alone
+    left a reader of the demo wondering what they were (review)."""
+    kinds = Counter(f["detector"] for f in summary["findings"] if f["severity"] == "info")
+    if not kinds:
+        return ""
+    return " (" + ", ".join(f"{n:,} {name}" for name, n in kinds.most_common()) + ")"
+
+
 def _responses(count: int) -> str:
     return "response" if count == 1 else "responses"
 
@@ -1072,7 +1081,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             lines.append(line)
     lines.append(
         f"Findings: {counts.get('critical', 0):,} critical{per_response(summary)}, "
-        f"{counts.get('warning', 0):,} warning, {counts.get('info', 0):,} info."
+        f"{counts.get('warning', 0):,} warning, {counts.get('info', 0):,} info"
+        f"{info_kinds(summary)}."
     )
     for gap in config_gaps(summary):
         lines.append(
