@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
@@ -466,7 +466,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             summary=summary,
             subject=f"episode:{episode.start}:{severity}",
             evidence={
-                "window_start": start,
+                "window_start": iso_time(start),
                 "window_seconds": cfg.window_seconds,
                 "timeouts": timeouts,
                 "errors": errors,

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from pydantic import Field
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
@@ -313,7 +313,7 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
                     ),
                     evidence={
                         **pending.evidence,
-                        "violation_time": pending.time,
+                        "violation_time": iso_time(pending.time),
                         "in_flight": 1,
                         "prompt_tokens": hit.prompt_tokens,
                         "cached_tokens": hit.cached_tokens,

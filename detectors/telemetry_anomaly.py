@@ -39,7 +39,7 @@ from pydantic import Field
 if TYPE_CHECKING:
     from sklearn.neighbors import LocalOutlierFactor
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.node_windows import NODE_WINDOW, SOURCE_KINDS, NodeWindow
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
@@ -533,7 +533,7 @@ class TelemetryAnomaly(Detector[TelemetryAnomalyConfig]):
             ),
             subject=f"{node}:{start}",
             evidence={
-                "window_start": start,
+                "window_start": iso_time(start),
                 **{k: round(v, 6) for k, v in named.items()},
                 "score": round(score, 6),
                 "threshold": self.config.threshold,

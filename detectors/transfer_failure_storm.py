@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
@@ -231,7 +231,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             summary=summary,
             subject=f"storm:{start}",
             evidence={
-                "window_start": start,
+                "window_start": iso_time(start),
                 "window_seconds": cfg.window_seconds,
                 "failures": failures,
                 "baseline": base,

@@ -217,7 +217,10 @@ def test_a_canary_violation_names_the_only_request_in_flight_on_its_node():
     assert page.severity == "critical" and page.bootstrap_room is None and page.time == T + 50
     assert named.severity == "critical" and named.exposure
     assert (named.bootstrap_room, named.rid, named.node) == ("1", "d1", "decode-0")
-    assert named.evidence["violation_time"] == T + 50 and named.evidence["prompt_tokens"] == 4000
+    assert (
+        named.evidence["violation_time"] == "2026-11-02T10:17:30.000Z"
+        and named.evidence["prompt_tokens"] == 4000
+    )
 
 
 def test_a_canary_violation_with_several_requests_in_flight_lists_them_without_naming_one():

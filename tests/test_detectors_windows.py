@@ -617,7 +617,7 @@ def test_telemetry_anomaly_is_info_only_and_flags_the_odd_window():
     assert run(TelemetryAnomaly(), telemetry_stream(anomaly=False)) == []
     (finding,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
     assert finding.severity == "info" and finding.runbook == "KVWatchTelemetryAnomaly"
-    assert finding.evidence["window_start"] == T + 300 * 60
+    assert finding.evidence["window_start"] == "2026-11-02T11:15:00.000Z"  # T + 300 min
     # The storm window: 50 finishes, all aborted, queue 60, usage 0.99, ttft 9 s.
     assert finding.evidence["score"] >= 3.0 and finding.evidence["aborted"] > 3.9
 
@@ -691,7 +691,7 @@ def test_telemetry_anomaly_on_node_windows_flags_the_same_window():
     assert not any(e.kind in BATCH_KINDS for e in shipped)
     (finding,) = run(TelemetryAnomaly(input="node_windows"), shipped)
     (expected,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
-    assert finding.evidence["window_start"] == T + 300 * 60
+    assert finding.evidence["window_start"] == "2026-11-02T11:15:00.000Z"  # T + 300 min
     assert finding.to_json_dict() == expected.to_json_dict()
 
 
@@ -701,7 +701,7 @@ def test_each_input_reads_only_its_own_kinds():
     # Handed both, each input counts every window once: the other input's events are ignored.
     for mode in ("events", "node_windows"):
         (finding,) = run(TelemetryAnomaly(input=mode), both)
-        assert finding.evidence["window_start"] == T + 300 * 60
+        assert finding.evidence["window_start"] == "2026-11-02T11:15:00.000Z"  # T + 300 min
         # The window as it holds them (counts), not as the model scores them (log1p).
         assert finding.evidence["finished"] == pytest.approx(50)
         assert finding.evidence["batches"] == pytest.approx(10)
@@ -840,4 +840,4 @@ def test_a_sliver_of_a_window_at_the_end_of_the_input_is_not_judged():
     sliver = [e for e in telemetry_stream(anomaly=True) if e.time < T + 300 * 60 + 60]
     assert run(TelemetryAnomaly(), sliver) == []
     (finding,) = run(TelemetryAnomaly(), telemetry_stream(anomaly=True))
-    assert finding.evidence["window_start"] == T + 300 * 60
+    assert finding.evidence["window_start"] == "2026-11-02T11:15:00.000Z"  # T + 300 min
