@@ -549,6 +549,27 @@ def test_live_incident_node_fails_and_hanging_node_is_unreachable(
     assert 0.5 <= elapsed < 1.8
 
 
+def test_files_of_a_node_whose_endpoint_hangs_are_still_judged_and_said(hanging_url: str) -> None:
+    """An endpoint that timed out dropped the node's logs given beside it: the line said only
+    "unreachable", and what the logs showed (a pool below context) was lost (review)."""
+    logs = sorted((DATA / "incident").glob("*.log"))
+    code, out, _ = run(
+        "--timeout", "0.5", "--endpoint", f"prefill-0={hanging_url}", *map(str, logs)
+    )
+    (prefill,) = [line for line in lines(out) if line.startswith("prefill-0")]
+    assert prefill.startswith(
+        f"prefill-0  prefill  FAIL     unreachable: no answer within 0.5 s (GET {hanging_url}"
+        "/server_info); its files say: FAIL pool 681,280 < context 1,048,576 (35% of the "
+        "window cannot fit); "
+    )
+    assert code == 1
+    report = audit(logs, [parse_target(f"prefill-0={hanging_url}")], timeout=0.5)
+    (node,) = [n for n in report.to_json_dict()["nodes"] if n["node"] == "prefill-0"]
+    assert [c["check"] for c in node["checks"]] == ["reachable"]
+    (files,) = node["earlier"]
+    assert files["status"] == "FAIL" and files["checks"][0]["evidence"]["pool_tokens"] == 681_280
+
+
 def test_live_refused_connection_is_unreachable() -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
     report = audit(targets=[Target("decode-0", url)], timeout=2.0)

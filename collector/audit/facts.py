@@ -253,7 +253,8 @@ class Deployment:
 
     @classmethod
     def of(cls, nodes: list[NodeFacts]) -> Deployment:
-        reachable = [n for n in nodes if n.unreachable is None]
+        # An engine that did not answer still counts by its files, when they were given.
+        reachable = [n for n in nodes if n.unreachable is None or not n.live]
         pd = any(n.role in ("prefill", "decode") for n in reachable)
         best: NodeFacts | None = None
         for facts in sorted((n.checked() for n in reachable), key=lambda n: n.node):

@@ -14,7 +14,7 @@ parsing and ordering are the detector's (`detectors.engine_version`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -139,7 +139,18 @@ def judge_node(
     if facts.unreachable is not None:
         what = "unusable" if facts.answered else "unreachable"
         check = CheckResult("reachable", "FAIL", f"{what}: {facts.unreachable}")
-        return NodeResult(facts.node, facts.role, "FAIL", (check,), (), facts)
+        if not facts.sources or facts.live:
+            return NodeResult(facts.node, facts.role, "FAIL", (check,), (), facts)
+        # Its files were given too (`run.overlay`): what they show is judged and said, as the
+        # configuration it ran then, though not necessarily the one running now.
+        then = judge_node(
+            replace(facts, unreachable=None, answered=False),
+            deployment,
+            policy,
+            earlier,
+        )
+        note = f"its files say: {then.status} {'; '.join(then.reasons)}"
+        return NodeResult(facts.node, facts.role, "FAIL", (check,), (note,), facts, (then,))
     facts = facts.checked()
     checks = _checks(facts, deployment, policy)
     judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))

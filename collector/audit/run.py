@@ -70,8 +70,17 @@ def audit(
 def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
     """Live facts over the same node's facts from files (live wins where it states a value;
     where it states one that cannot be right, the field is unknown, not the files' value)."""
-    if base is None or live.unreachable is not None:
+    if base is None:
         return live
+    if live.unreachable is not None:
+        # The engine did not answer: its files still say what it ran, if not what runs now
+        # (review: they were dropped, and the line said only "unreachable").
+        return dataclasses.replace(
+            base,
+            unreachable=live.unreachable,
+            answered=live.answered,
+            endpoint_errors=dict(live.endpoint_errors),
+        )
     merged = dataclasses.replace(
         base,
         live=True,
