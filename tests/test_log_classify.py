@@ -229,3 +229,40 @@ def test_a_context_check_that_truncates_is_served_not_refused(
         # The tokenizer's limit is the context, not the engine's prompt limit: the timeline
         # must not take it for `max_req_input_len`.
         assert event.fields["limit_kind"] == "context_length"
+
+
+_RAISED_CANARY = (
+    "RuntimeError: kv_canary violation: launch_tag=TAIL_K_FULL fail_reason=verify_chain_hash "
+    "slot_idx=466732 position=494 stored_token=1024 expected_token=1024 "
+    "stored_chain_hash=0x87171dc732993eeb expected_aux=0x411ba4a2f461b119"
+)
+
+
+def test_a_canary_violation_raised_as_the_schedulers_crash_is_a_violation_at_its_time() -> None:
+    """`--kv-canary raise` ends the scheduler's traceback with the violation's summary, unstamped:
+    it was filed as traceback noise, and the stricter mode detected nothing (review)."""
+    parser = LineParser("decode-0")
+    lines = [
+        "[2026-09-03 06:09:59 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 3021, in run_scheduler',
+        "    raise RuntimeError(msg)",
+        _RAISED_CANARY,
+        "KV cache canary violation detected (kernel_kind=TAIL_K_FULL, slot_idx=466732, "
+        "position=494)",
+    ]
+    parsed = [parser.parse(line, f"decode-0.log:{n}") for n, line in enumerate(lines, 1)]
+    violations = [event for kind, event in parsed if kind == "kv_canary_violation"]
+    assert len(violations) == 1 and violations[0] is not None
+    assert violations[0].time == 1788415799.0  # 2026-09-03T06:09:59Z, the crash line's
+    assert violations[0].fields["slot_idx"] == 466732
+
+
+def test_a_raised_canary_line_outside_a_crash_is_not_a_violation() -> None:
+    """Only the scheduler's traceback makes the unstamped line the engine's: after any other
+    stamped line (a request's, a batch's) it stays a traceback's line."""
+    parser = LineParser("decode-0")
+    parser.parse("[2026-09-03 06:09:58 TP0] Decode batch, #running-req: 1, #token: 9", "d:1")
+    assert parser.parse(_RAISED_CANARY, "d:2") == ("noise:traceback", None)
+    parser.parse("[2026-09-03 06:09:59 TP0] Scheduler hit an exception: Traceback", "d:3")
+    parser.parse("[2026-09-03 06:09:59 TP0] Decode batch, #running-req: 1, #token: 9", "d:4")
+    assert parser.parse(_RAISED_CANARY, "d:5") == ("noise:traceback", None)

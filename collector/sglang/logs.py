@@ -41,6 +41,8 @@ StaticOutcome = tuple[str, FieldParser]
 BatchSink = Callable[[str, float, str, str, int], bool]
 
 UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
+# How the scheduler's traceback ends when `--kv-canary raise` turns a violation into its crash.
+_RAISED: Final = "RuntimeError: "
 UNCLASSIFIED_OTHER: Final = "unclassified_other"
 NOISE_PREFIX: Final = "noise:"
 # A piece of a line a container runtime split, kept until its last piece brings the line.
@@ -167,6 +169,10 @@ RULES: Final[tuple[Rule, ...]] = (
     ),
     Rule("Lost connection with prefill", _event(ev.LOST_CONNECTION, pd.parse_lost_connection)),
     Rule("kv_canary violation:", _event(ev.KV_CANARY_VIOLATION, pd.parse_kv_canary)),
+    # `--kv-canary raise`: the same summary ends the scheduler's traceback as the exception it
+    # raised (the server dies); filed as traceback noise, the one proof of an overwritten slot
+    # was lost exactly where the operator had asked for the stricter mode (review).
+    Rule(_RAISED + "kv_canary violation:", _event(ev.KV_CANARY_VIOLATION, pd.parse_kv_canary)),
     Rule("KV cache canary violation detected", _noise("kv_canary_detail")),
     Rule("canary_kind:", _noise("kv_canary_detail")),
     Rule("[canary] step=", _event(ev.KV_CANARY_STATS, pd.parse_canary_stats)),
@@ -398,6 +404,10 @@ class _RidLines:
         self.next = 1
 
 
+# The scheduler's crash: the traceback that follows holds a `--kv-canary raise` violation.
+_CRASH: Final = "Scheduler hit an exception"
+
+
 class LineParser:
     """Parses one stream of lines (one file, in order) for one node.
 
@@ -417,6 +427,7 @@ class LineParser:
         "_broken_rids",
         "_rid_lines",
         "_lost_rid_break",
+        "_crashed_at",
     )
 
     def __init__(
@@ -448,6 +459,9 @@ class LineParser:
         # Time stats lines cut by a rid whose lines did not follow (dropped; the lines that did
         # are counted as noise, `RID_LINE`).
         self._lost_rid_break = 0
+        # When the scheduler's traceback being read began (`Scheduler hit an exception`); None
+        # once a stamped line ends it. Its unstamped lines take that time.
+        self._crashed_at: float | None = None
 
     def close(self) -> dict[str, int]:
         """End of the stream: lines lost in a runtime's pieces or cut by a client's rid, by
@@ -478,6 +492,7 @@ class LineParser:
             clock = self.clock
             if clock is not None:
                 when -= clock.shift
+            self._crashed_at = when if line.startswith(_CRASH, start) else None
             head = _HEADS.match(line, start)
             if head is not None:
                 static = head[1]
@@ -593,6 +608,17 @@ class LineParser:
                 dates.day += 86400  # midnight passed
             dates.last_tod = tod
             when = dates.day + tod
+        if envelope.time is not None or tod is not None:
+            self._crashed_at = None
+            if when is not None and envelope.message.startswith(_CRASH):
+                shift = self.clock.shift if envelope.engine and self.clock is not None else 0.0
+                self._crashed_at = when - shift
+        elif kind == ev.KV_CANARY_VIOLATION and envelope.message.startswith(_RAISED):
+            # `--kv-canary raise`: the summary ends the scheduler's traceback, unstamped. Only
+            # there is it the engine's; elsewhere it stays what it was, a traceback's line.
+            if self._crashed_at is None:
+                return NOISE_PREFIX + "traceback", None
+            when = self._crashed_at
         if payload is None:
             return kind, None
         if when is not None and envelope.engine and self.clock is not None:
