@@ -16,6 +16,7 @@ from collector.forensics.report import (
     _verdict_shade,
     abort_signals_line,
     caught_line,
+    config_gaps,
     next_steps,
     status_line,
 )
@@ -161,6 +162,30 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
         "aborted transfers could still land on pages re-let to other requests."
     )
     assert status_line(_summary(pools=GAP)) == ""  # nothing exposed, nothing to say
+
+
+def test_a_gap_left_open_on_a_release_that_refuses_what_it_cannot_hold_is_not_still_leaking() -> (
+    None
+):
+    """A restart onto 0.5.22 with the same small pool read as "Not over" (blind review): from
+    0.5.20 the prefill refuses such a prompt for good and decode answers nothing."""
+    summary = _summary(exposed=3, pools=(*GAP, ("2026-11-02T10:00:00.000Z", 200_000)))
+    summary["nodes"]["prefill-0"]["config"][0]["version"] = "0.5.19"
+    summary["nodes"]["prefill-0"]["config"][1]["version"] = "0.5.22"
+    assert status_line(summary) == (
+        "Stopped within these logs: the last exposed response came 33 s before the logs end; "
+        "prefill-0 still ran a pool below the context, but refused the prompts that pool "
+        "cannot hold."
+    )
+    (_, still) = config_gaps(summary)
+    assert still.period() == (
+        "from 2026-11-02T10:00:00.000Z, still in force when the logs end (on 0.5.22: such "
+        "prompts are refused, not answered)"
+    )
+    summary["nodes"]["prefill-0"]["config"][1]["version"] = "0.5.19"  # the leak still open
+    assert status_line(summary).startswith("Not over when the logs end")
+    summary["nodes"]["prefill-0"]["config"][1]["version"] = None  # not known: not taken as fixed
+    assert status_line(summary).startswith("Not over when the logs end")
 
 
 def test_next_steps_follow_what_was_found() -> None:
