@@ -267,3 +267,26 @@ def test_an_all_clear_says_how_much_it_covers() -> None:
         "No client response was found to carry another request's data (40 requests judged "
         "on 1 node)." in _headline(_summary())
     )
+
+
+def test_the_abort_signals_say_failed_releases_and_what_only_the_counters_counted() -> None:
+    """Logs at ERROR show no timeout (a WARNING): "0 deferred KV releases timed out" sat beside
+    a storm found in decode's counters, and 40 failed releases were not said (blind review)."""
+    summary = _summary(("deferred_release_timeouts", "warning"))
+    signals = summary["abort_signals"]
+    signals.update(
+        deferred_release_outcomes={"error": 40},
+        transfer_failure_lines=0,
+        timeouts_between=None,
+        deferred_release_counted={"timeout": 150, "error": 12},
+    )
+    assert abort_signals_line(summary).startswith(
+        "Abort-race signals: 0 deferred KV releases timed out, 40 failed, decode's /metrics "
+        "counters counted 150 timeouts, and 0 transfer-failure lines were logged (1 "
+        "deferred-release timeout storm finding raised)."
+    )
+    signals["deferred_release_counted"] = {"timeout": 0, "error": 40}  # no more than logged
+    assert abort_signals_line(summary).startswith(
+        "Abort-race signals: 0 deferred KV releases timed out, 40 failed and 0 transfer-failure "
+        "lines were logged (1 "
+    )

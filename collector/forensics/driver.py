@@ -80,6 +80,7 @@ from detectors.over_length_answered import NO_PREFILL_NAMED
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
+from detectors.windows import CounterDeltas
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_TIMING_POINTS = 20_000
@@ -137,6 +138,11 @@ class _Evidence:
         self._recent_releases: dict[tuple[str, str, str], None] = {}
         # The first and last deferred release that timed out, as logged (not their bins).
         self.timeout_span: tuple[float, float] | None = None
+        # What decode's release counters counted (`sglang:decode_deferred_kv_release_total`):
+        # series -> its increases so far, and the increases' reader (resets are restarts).
+        self._release_counts: dict[tuple[str, str, str, str], float] = {}
+        self._release_deltas = CounterDeltas()
+        self._release_seen: dict[str, float | None] = {}  # node -> its first sample's time
         self.parquet = parquet
         self.records = 0
         # Nodes some request was judged on (a side of its record): from any source.
@@ -270,6 +276,43 @@ class _Evidence:
             # Halve the honest sample and take every other point from now on: bounded, even.
             self._timing_stride *= 2
             self.timing = [p for i, p in enumerate(self.timing) if p.exposed or i % 2 == 0]
+
+    def release_counter(self, event: Event) -> None:
+        """A sample of decode's deferred-release counter: its increase since the series' last.
+        Logs at ERROR show no timeout (a WARNING): the counters are then all there is (blind
+        review: "0 timed out" beside a storm found in them)."""
+        labels = event.get("labels") or {}
+        value = event.get("value")
+        if not isinstance(labels, dict) or not isinstance(value, int | float):
+            return
+        series = f"{event.node}|{sorted(labels.items())}"
+        new = series not in self._release_deltas.last
+        increase = self._release_deltas.delta(series, float(value), event.time)
+        first = self._release_seen.setdefault(event.node, event.time)
+        if new and first is not None and event.time is not None and event.time > first:
+            # A series the node's earlier samples lacked: labelled series appear at their first
+            # increment, so it counted from 0 since.
+            increase = float(value)
+        if increase > 0:
+            # Ranks of one DP group count the same releases: each counted once, as the detector
+            # does (the largest of them), summed over DP groups.
+            key = (
+                event.node,
+                str(labels.get("outcome", "")),
+                str(labels.get("dp_rank", "")),
+                series,
+            )
+            self._release_counts[key] = self._release_counts.get(key, 0.0) + increase
+
+    def release_counted(self) -> dict[str, int]:
+        """Outcome -> releases decode's counters counted, each DP group once."""
+        groups: dict[tuple[str, str, str], float] = {}
+        for (node, outcome, dp, _), total in self._release_counts.items():
+            groups[(node, outcome, dp)] = max(groups.get((node, outcome, dp), 0.0), total)
+        counted: Counter[str] = Counter()
+        for (_, outcome, _), total in groups.items():
+            counted[outcome] += round(total)
+        return dict(sorted((k, v) for k, v in counted.items() if v))
 
     def deferred_release(self, event: Event) -> None:
         when = event.time
@@ -492,6 +535,8 @@ def run_forensics(
                 last_time = when if last_time is None else max(last_time, when)
             if event.kind == "deferred_release":
                 evidence.deferred_release(event)
+            elif event.kind == "metric" and event.get("signal") == "deferred_release_total":
+                evidence.release_counter(event)
             for finding in process(event):
                 note_finding(finding)
         for finding in pipeline.finish():
@@ -525,6 +570,7 @@ def run_forensics(
         "timeouts_between": (
             [iso_time(timeouts[0]), iso_time(timeouts[1])] if timeouts is not None else None
         ),
+        "deferred_release_counted": evidence.release_counted(),
     }
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)

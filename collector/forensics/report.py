@@ -122,9 +122,21 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
     """The abort race's telemetry in one line, said even when no storm was raised: a responder
     weighs 56 timeouts under the paging floor differently from none ("" when there is none)."""
     signals = summary.get("abort_signals") or {}
-    timeouts = (signals.get("deferred_release_outcomes") or {}).get("timeout", 0)
+    logged = signals.get("deferred_release_outcomes") or {}
+    timeouts, errors = logged.get("timeout", 0), logged.get("error", 0)
+    counted = signals.get("deferred_release_counted") or {}
     failures = signals.get("transfer_failure_lines", 0)
-    if not timeouts and not failures:
+    # What the counters saw beyond the lines: logs at ERROR show no timeout (a WARNING), and a
+    # storm found in the counters sat beside "0 timed out" (blind review).
+    more = [
+        f"{counted[outcome]:,} {said}"
+        for outcome, said, lines in (
+            ("timeout", "timeouts", timeouts),
+            ("error", "failures", errors),
+        )
+        if counted.get(outcome, 0) > lines
+    ]
+    if not timeouts and not errors and not failures and not more:
         return ""
     storms = [
         f
@@ -144,12 +156,23 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
         else "below the floors that raise a storm finding"
     )
     between = signals.get("timeouts_between")
-    when = f" between {between[0]} and {between[1]}" if between and timeouts else ""
-    said = (
-        f"Abort-race signals: {timeouts:,} deferred KV releases timed out{when} and "
-        f"{failures:,} transfer-failure lines were logged ({verdict})."
-    )
-    if timeouts and not _canary_on(summary):
+    when = ""
+    if between and timeouts:
+        when = (
+            f" at {between[0]}"
+            if between[0] == between[1]
+            else f" between {between[0]} and {between[1]}"
+        )
+    failed = f", {errors:,} failed" if errors else ""
+    clauses = [f"{timeouts:,} deferred KV releases timed out{when}{failed}"]
+    if more:
+        clauses.append(f"decode's /metrics counters counted {' and '.join(more)}")
+    clauses.append(f"{failures:,} transfer-failure lines were logged")
+    listed = " and ".join(clauses) if len(clauses) == 2 else ", ".join(clauses[:-1]) + ", and "
+    if len(clauses) > 2:
+        listed += clauses[-1]
+    said = f"Abort-race signals: {listed} ({verdict})."
+    if (timeouts or counted.get("timeout")) and not _canary_on(summary):
         # What no detector can show: the write that lands after the release timed out, on
         # pages decode has already let to another request (incident.md, the abort race).
         said += (
