@@ -310,6 +310,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
     # -- judging one window --------------------------------------------------------------------
 
+    def _level(self, windows: list[tuple[float, _Window]], ctx: DetectionContext) -> float:
+        counts = [_Counts(window) for _, window in windows]
+        return normal_level([c.timeouts + c.errors for c in counts])
+
     def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
         cfg = self.config
         counts = [_Counts(window) for _, window in held]

@@ -15,8 +15,12 @@ median of their first or last third when that is less than a quarter of it). A s
 from the first line (lost drain acks make timeouts routine on some deployments) is then the
 normal it is, not a storm against a prior that knows nothing; a storm that begins after the
 logs do, or ends before the hour does, is still a storm. One that lasts through the whole hour
-cannot be told from a normal, and starts the baselines high: as one value, which the windows
-after it soon outweigh.
+cannot be told from a normal then, and starts the baselines high: as one value, which the
+windows after it soon outweigh. So the warm-up is looked at again once `hindsight_windows`
+more have closed (`_look_back`): when their normal is under a quarter of the warm-up's, the
+warm-up was a storm, and its windows and those since are judged against the normal that
+followed (a finding raised then, dated at its windows). A responder's logs often begin just
+before the page; a storm running from them for over an hour went unseen (blind review).
 Findings of a fresh detector's first hour come when the hour is over (their times are still
 their windows'); an input shorter than the warm-up is judged against the priors.
 
@@ -66,6 +70,9 @@ class StormConfig(DetectorConfig):
     # likely by chance: at a normal of 1.5 timeouts a window, 6 in one happens about once a
     # day (ratio and floor alone fired on it); at 1e-5, about once in 350 days.
     chance: float = Field(default=1e-5, gt=0, lt=1)
+    # Windows after the warm-up whose normal tells whether the warm-up was a storm (see the
+    # module docstring); 0 never looks back.
+    hindsight_windows: int = Field(default=12, ge=0)
 
 
 class Episode:
@@ -178,6 +185,10 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.warm_end_: float | None = None
         self.nodes_: set[str] = set()
         self.late_: dict[str, list[tuple[float, W]]] = {}
+        # The warm-up's windows and those closed since, until the warm-up is looked at again
+        # (`_look_back`; None: not begun or done), and whether any of them fired.
+        self.hindsight_: list[tuple[float, W]] | None = None
+        self.hindsight_fired_ = False
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -198,6 +209,12 @@ class StormDetector(Detector[S], Generic[S, W]):
                 node: [[start, window.to_state()] for start, window in held]
                 for node, held in self.late_.items()
             },
+            "hindsight": (
+                None
+                if self.hindsight_ is None
+                else [[start, window.to_state()] for start, window in self.hindsight_]
+            ),
+            "hindsight_fired": self.hindsight_fired_,
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -226,6 +243,13 @@ class StormDetector(Detector[S], Generic[S, W]):
             ]
             for node, held in (state.get("late") or {}).items()
         }
+        looked = state.get("hindsight")
+        self.hindsight_ = (
+            None
+            if looked is None
+            else [(float(start), self.window_class.from_state(window)) for start, window in looked]
+        )
+        self.hindsight_fired_ = bool(state.get("hindsight_fired", False))
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -281,12 +305,50 @@ class StormDetector(Detector[S], Generic[S, W]):
             finding = self._close(window, start, ctx)
             if finding is not None:
                 findings.append(finding)
+            looked = self.hindsight_
+            if looked is not None:
+                looked.append((start, window))
+                self.hindsight_fired_ |= finding is not None
+                if len(looked) >= self.config.warmup_windows + self.config.hindsight_windows:
+                    findings.extend(self._look_back(ctx))
         if math.isinf(now):
             if not self.warm_:
                 findings.extend(self._end_warmup(ctx))
+            looked = self.hindsight_
+            # The input ended first: half the hindsight still tells a normal.
+            if looked is not None and 2 * (len(looked) - self.config.warmup_windows) >= max(
+                self.config.hindsight_windows, 1
+            ):
+                findings.extend(self._look_back(ctx, final=True))
+            self.hindsight_ = None
             for node in sorted(self.late_):
                 findings.extend(self._join(node, ctx))
         return findings
+
+    def _look_back(self, ctx: DetectionContext, *, final: bool = False) -> list[Finding]:
+        """The warm-up again, against the normal of the last `hindsight_windows` after it:
+        when theirs is under a quarter of the warm-up's, the warm-up was a storm its own
+        normal hid, and its windows and those since are judged by a fresh detector seeded from
+        those last ones. Else it looks again at each window's close, until the baselines'
+        span has gone by. Nothing when a window fired meanwhile (the storm was told then)."""
+        cfg = self.config
+        looked = self.hindsight_ or []
+        early, later = looked[: cfg.warmup_windows], looked[cfg.warmup_windows :]
+        recent = later[-cfg.hindsight_windows :] if cfg.hindsight_windows else later
+        if self.hindsight_fired_ or not recent:
+            self.hindsight_ = None
+            return []
+        if 4 * self._level(recent, ctx) >= self._level(early, ctx):
+            if final or len(later) >= cfg.baseline_windows:
+                self.hindsight_ = None  # the warm-up's normal held: it was the normal
+            return []
+        self.hindsight_ = None
+        probe = self.clone()
+        probe.reset()
+        probe._seed(recent, ctx)
+        probe.warm_ = probe.seeded_ = True
+        findings = [probe._close(window, start, ctx) for start, window in looked]
+        return [finding for finding in findings if finding is not None]
 
     def _hold_late(
         self,
@@ -359,6 +421,8 @@ class StormDetector(Detector[S], Generic[S, W]):
         if len(held) < self.config.warmup_windows:
             findings = [self._close(window, start, ctx) for start, window in held]
         else:
+            if self.config.hindsight_windows:
+                self.hindsight_ = list(held)
             findings = []
             for index, (start, window) in enumerate(held):
                 self._seed(held, ctx)
@@ -367,6 +431,7 @@ class StormDetector(Detector[S], Generic[S, W]):
                 self.seeded_ = index == len(held) - 1
                 findings.append(self._close(window, start, ctx))
             self._seed(held, ctx)
+        self.hindsight_fired_ = any(finding is not None for finding in findings)
         return [finding for finding in findings if finding is not None]
 
     def _burst(
@@ -432,6 +497,10 @@ class StormDetector(Detector[S], Generic[S, W]):
     def _seed(self, held: list[tuple[float, W]], ctx: DetectionContext) -> None:
         """Set each baseline to one value: the `settled_level` of its count over the warm-up's
         windows, under the bar their `normal_level` sets."""
+        raise NotImplementedError
+
+    def _level(self, windows: list[tuple[float, W]], ctx: DetectionContext) -> float:
+        """The `normal_level` of what the detector counts over `windows` (`_look_back`)."""
         raise NotImplementedError
 
     def _absorb(self, other: Self) -> None:

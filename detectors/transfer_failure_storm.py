@@ -190,6 +190,9 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
     def _has_data(self) -> bool:
         return bool(self.window_.nodes())
 
+    def _level(self, windows: list[tuple[float, _Window]], ctx: DetectionContext) -> float:
+        return normal_level([_failures(window, start, ctx) for start, window in windows])
+
     def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
         cfg = self.config
         values = [_failures(window, start, ctx) for start, window in held]
