@@ -153,7 +153,7 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
         )
         + " raised"
         if storms
-        else "below the floors that raise a storm finding"
+        else "no storm finding: within the deployment's own normal, or below the floors"
     )
     between = signals.get("timeouts_between")
     when = ""
