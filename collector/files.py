@@ -470,7 +470,8 @@ def _renamed(files: list[TelemetryFile], renamed: dict[str, str]) -> list[Teleme
 
 def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     """A log named a little otherwise than the snapshots' node (the pod `sglang-prefill-1`, the
-    snapshots' `prefill-1`) is that node's, when no other log would be, or when the others that
+    snapshots' `prefill-1`), or kept in a folder named as they name it, is that node's, when
+    no other log would be, or when the others that
     would ran one after another (a rollout's pods, `sglang-prefill-1-7d9f8c6b5-f7hkr` then
     `sglang-prefill-1-6c4b8f9d7-ql99q`), read in that order: its configuration and version then
     judge its lines, and its pool is not said twice."""
@@ -479,6 +480,13 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     claims: dict[str, list[str]] = {}
     for node in logs:
         to = known_as(node, known)
+        if to is None:
+            # One node's log kept in a folder of its own name (`decode-0/sglang.log` beside
+            # `decode-0@….prom`): read as the node `sglang`, apart from its snapshots, it was
+            # said never to have been read (blind review).
+            folders = {f.path.parent.name for f in files if f.node == node and f.kind == "log"}
+            folder = folders.pop() if len(folders) == 1 else None
+            to = folder if folder in known else None
         if to is not None:
             claims.setdefault(to, []).append(node)
     renamed: dict[str, tuple[str, int]] = {}

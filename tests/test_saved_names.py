@@ -177,6 +177,17 @@ def test_a_log_named_by_its_pod_is_the_snapshots_node_when_only_it_would_be(
     assert logs == ["a-decode-0", "b-decode-0", "prefill-1"]
 
 
+def test_one_nodes_log_in_a_folder_of_its_name_is_the_snapshots_node(tmp_path: Path) -> None:
+    """`logs/decode-0/sglang.log` beside `snapshots/decode-0@….prom`: with no other folder
+    holding a `sglang.log`, the file named the node `sglang`, apart from its snapshots, and
+    decode-0's log was said not to have been read (blind review)."""
+    _touch(tmp_path / "logs" / "decode-0" / "sglang.log")
+    _touch(tmp_path / "logs" / "misc" / "sglang-router.log")  # a folder no snapshot names
+    _touch(tmp_path / "snapshots" / "decode-0@20260906T000000Z.prom", "# none\n")
+    logs = sorted(f.node for f in discover([tmp_path]) if f.kind == "log")
+    assert logs == ["decode-0", "sglang-router"]
+
+
 def test_a_server_info_saved_by_hand_beside_dated_snapshots_is_the_same_node(
     tmp_path: Path,
 ) -> None:
