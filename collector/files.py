@@ -85,6 +85,10 @@ _EXTENSIONS: Final[tuple[tuple[str, FileKind], ...]] = (
     (".get_server_info.json", "json"),
     (".v1_models.json", "json"),
     (".v1_loads.json", "json"),
+    # Saved under the endpoint's last word (`decode-0@….loads.json`): a node of its own
+    # named `decode-0@….loads`, dated by its file, before (blind review).
+    (".loads.json", "json"),
+    (".models.json", "json"),
     (".metrics.prom", "prom"),
     (".prom", "prom"),
     (".metrics", "prom"),

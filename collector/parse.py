@@ -355,7 +355,13 @@ def _parse_document(
         return result.events, dict(result.dropped), result.stats.get(SAMPLES_NOT_KEPT, 0)
     from collector.sglang.server_info import parse_server_info
 
-    info = parse_server_info("\n".join(lines), node=tf.node, source=source, time=when)
+    info = parse_server_info(
+        "\n".join(lines),
+        node=tf.node,
+        source=source,
+        time=when,
+        file_dated=tf.snapshot_time is None,
+    )
     return info.events, dict(info.dropped), 0
 
 

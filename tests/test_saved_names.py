@@ -188,6 +188,15 @@ def test_one_nodes_log_in_a_folder_of_its_name_is_the_snapshots_node(tmp_path: P
     assert logs == ["decode-0", "sglang-router"]
 
 
+def test_documents_saved_under_the_endpoints_last_word_are_dated_snapshots(tmp_path: Path) -> None:
+    """`decode-0@….loads.json` was a node of its own, `decode-0@….loads` (blind review)."""
+    for name in ("decode-0@20260909T080500Z.loads.json", "decode-0@20260909T080500Z.models.json"):
+        (described,) = discover([_touch(tmp_path / name, "{}")])
+        assert (described.node, described.kind) == ("decode-0", "json"), name
+        assert described.snapshot_time == 1_788_941_100.0, name
+        (tmp_path / name).unlink()
+
+
 def test_a_server_info_saved_by_hand_beside_dated_snapshots_is_the_same_node(
     tmp_path: Path,
 ) -> None:

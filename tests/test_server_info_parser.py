@@ -348,3 +348,19 @@ def test_the_deferred_release_setting_is_read_from_each_rank_s_env_vars() -> Non
     }
     fields = parse_server_info(document, node="decode-0", source="s.json", time=None).events[0]
     assert (fields.get("deferred_release"), fields.get("deferred_release_timeout")) == (False, 45.0)
+
+
+def test_a_saved_v1_loads_is_dated_by_its_own_timestamp_not_its_file() -> None:
+    """A copy's modification time (the day of the inquiry, months on) dated the engine's figures
+    and stretched what the logs cover to that day (blind review)."""
+    doc = json.dumps(
+        {"timestamp": "2026-09-09T08:05:00+00:00", "version": "0.5.19", "loads": [{"dp_rank": 0}]}
+    )
+    mtime = 1_796_000_000.0  # 2026-12-01, when the file was copied
+    (event,) = parse_server_info(
+        doc, node="d", source="d/v1_loads.json", time=mtime, file_dated=True
+    ).events
+    assert event.time == 1_788_941_100.0  # 2026-09-09T08:05:00Z
+    # A time from the saved name (`@20260909T080600Z`) is the saver's, and stays.
+    (named,) = parse_server_info(doc, node="d", source="d@x.json", time=1_788_941_160.0).events
+    assert named.time == 1_788_941_160.0

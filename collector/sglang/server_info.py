@@ -68,8 +68,11 @@ def parse_server_info(
     source: str,
     time: float | None,
     endpoint: str | None = None,
+    file_dated: bool = False,
 ) -> ParseOutcome:
     """Read one saved or fetched document; `endpoint` (name or URL path) skips auto-detection.
+    `file_dated`: `time` is only the saved file's modification time, and the time a document
+    states itself (`/v1/loads`' `timestamp`) is the better one.
 
     Drops (never raises): `not_json`, `not_json_object`, `unknown_endpoint`,
     `unrecognised_document` (auto-detection failed), `missing_field` (the endpoint's defining
@@ -97,8 +100,9 @@ def parse_server_info(
     record: dict[str, Any] = dict.fromkeys(FIELDS)
     record.update(fields)
     record["endpoint"] = kind
-    if time is None and kind == V1_LOADS:
-        time = _timestamp(data.get("timestamp"))
+    if (time is None or file_dated) and kind == V1_LOADS:
+        # A copy made days later (or months, at the inquiry) dated the engine's figures then.
+        time = _timestamp(data.get("timestamp")) or time
     out.events.append(Event(SERVER_INFO, node, time, source, record))
     return out
 
