@@ -35,7 +35,7 @@ from collector.files import (
     settled,
 )
 from collector.repeated_lines import RepeatedLines, in_reading_order
-from collector.sglang.log_clock import LogClock, borrowed_day, log_day, log_zone
+from collector.sglang.log_clock import LogClock, borrowed_day, log_day, read_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -71,6 +71,8 @@ class ParseStats:
     # Nodes whose log stamps were read in a zone other than UTC: the zones in force, in order
     # (seconds ahead of UTC).
     log_zones: dict[str, list[float]] = field(default_factory=dict)
+    # Nodes whose prefixed log lines carried no stamp that told their zone: read as UTC.
+    zone_unknown: set[str] = field(default_factory=set)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
@@ -121,6 +123,7 @@ class ParseStats:
         self.unclassified_heads.update(other.unclassified_heads)
         self.dropped.update(other.dropped)
         self.log_zones.update(other.log_zones)
+        self.zone_unknown |= other.zone_unknown
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
         for path in other.newest_first_logs:
@@ -500,15 +503,18 @@ def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock |
     streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    zone = log_zone(key[0], files)
+    zone, voted, prefixed = read_zone(key[0], files)
     day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
-    return LogClock(zone, day=None if day is None else day + zone)
+    return LogClock(zone, day=None if day is None else day + zone, voted=voted, prefixed=prefixed)
 
 
 def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) -> None:
-    """At the end of a stream: its zones in `stats` when any was not UTC."""
+    """At the end of a stream: its zones in `stats` when any was not UTC, or that it was UTC
+    by assumption (prefixed lines, and no stamp that told the zone)."""
     if clock is not None and any(clock.zones):
         stats.log_zones[key[0]] = list(clock.zones)
+    elif clock is not None and clock.prefixed and not clock.voted:
+        stats.zone_unknown.add(key[0])
 
 
 def stream_events(

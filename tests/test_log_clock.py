@@ -188,6 +188,25 @@ def test_kvwatch_parse_gives_the_events_of_a_local_time_log_in_utc(tmp_path: Pat
     assert stats.log_zones == {"decode-0": [7200.0]}
 
 
+def test_a_log_whose_stamps_tell_no_zone_is_said_to_be_read_as_utc_by_assumption(
+    tmp_path: Path,
+) -> None:
+    """SGLang's prefix has no zone: without time stats or metrics stamps, UTC is assumed, and
+    the report said nothing of it while every time from a host on local time was off by its
+    offset (blind review)."""
+    unstamped = tmp_path / "decode-0.log"
+    unstamped.write_text("[2026-11-02 12:15:09 TP0] Decode batch, #running-req: 1, #token: 9\n")
+    stamped = tmp_path / "decode-1.log"
+    lines = [
+        TIME_STATS.format(prefix="2026-11-02 10:15:09"),
+        FINISH.format(prefix="2026-11-02 10:15:09"),
+    ]
+    stamped.write_text("\n".join(lines * 4) + "\n")  # in UTC, as its stamps say
+    stats = ParseStats()
+    assert len(list(events_by_node([unstamped, stamped], stats))) == 9
+    assert stats.zone_unknown == {"decode-0"} and stats.log_zones == {}
+
+
 def _zoned(minutes: int) -> Any:
     data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
     for role in ("prefill", "decode"):

@@ -17,6 +17,7 @@ from collector.forensics.report import (
     abort_signals_line,
     caught_line,
     config_gaps,
+    log_zones_line,
     next_steps,
     status_line,
 )
@@ -289,4 +290,15 @@ def test_the_abort_signals_say_failed_releases_and_what_only_the_counters_counte
     assert abort_signals_line(summary).startswith(
         "Abort-race signals: 0 deferred KV releases timed out, 40 failed and 0 transfer-failure "
         "lines were logged (1 "
+    )
+
+
+def test_a_zone_read_as_utc_by_assumption_is_said() -> None:
+    summary = _summary()
+    assert log_zones_line(summary) == ""
+    summary["input"]["log_zone_unknown"] = ["decode-0", "prefill-0"]
+    assert log_zones_line(summary) == (
+        "The log stamps of decode-0 and prefill-0 carry no zone, and no UTC stamp in their lines "
+        "(time stats, metrics stamps) tells it: they were read as UTC; on hosts set to another "
+        "zone every time from them is off by its offset."
     )

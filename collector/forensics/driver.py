@@ -694,6 +694,7 @@ def build_summary(
                 node: [zone_name(zone) for zone in zones]
                 for node, zones in sorted(stats.log_zones.items())
             },
+            "log_zone_unknown": sorted(stats.zone_unknown),
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "newest_first_logs": list(stats.newest_first_logs),
             "repeated_lines": {

@@ -247,8 +247,18 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     """Nodes whose log stamps were in a zone other than UTC, and were moved to UTC: said, since
     every time in the report then differs from the one printed in those logs."""
     offsets: dict[str, list[str]] = summary["input"].get("log_utc_offsets") or {}
+    unknown: list[str] = summary["input"].get("log_zone_unknown") or []
+    # SGLang's prefix has no zone: without a stamp that tells it, UTC is an assumption, and a
+    # host on local time puts every time off by its offset (blind review: said as fact).
+    assumed = (
+        f"The log stamps of {_listed(unknown)} carry no zone, and no UTC stamp in their lines "
+        "(time stats, metrics stamps) tells it: they were read as UTC; on hosts set to "
+        "another zone every time from them is off by its offset."
+        if unknown
+        else ""
+    )
     if not offsets:
-        return ""
+        return assumed
     by_zones: dict[str, list[str]] = {}
     for node, zones in sorted(offsets.items()):
         # A zone that changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`.
@@ -256,8 +266,15 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
     return (
         f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
-        "were converted to UTC, as every time here is."
+        "were converted to UTC, as every time here is." + (f" {assumed}" if assumed else "")
     )
+
+
+def _listed(nodes: list[str], shown: int = 4) -> str:
+    """`a, b, c and 2 more`: a list of nodes that stays one line."""
+    if len(nodes) > shown:
+        return ", ".join(nodes[:shown]) + f" and {len(nodes) - shown:,} more"
+    return " and ".join(filter(None, [", ".join(nodes[:-1]), nodes[-1]])) if nodes else ""
 
 
 def merged_logs_line(summary: dict[str, Any]) -> str:

@@ -96,7 +96,22 @@ def agreed_zone(votes: Iterable[float]) -> float:
     return zone if 3 * count >= 2 * total else 0.0
 
 
+class ZoneReading(NamedTuple):
+    """What a node's first lines say of its zone: the offset, whether any line voted for one
+    (else it is UTC by assumption), and whether its lines carry the engine's zoneless prefix."""
+
+    zone: float
+    voted: bool
+    prefixed: bool
+
+
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
+    """Seconds a node's log stamps run ahead of UTC (its zone's offset), from its first lines
+    (`read_zone`)."""
+    return read_zone(node, files).zone
+
+
+def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     """Seconds a node's log stamps run ahead of UTC (its zone's offset), from its first lines.
 
     Lines whose time is the engine's own prefix vote by their stamps. A request record in
@@ -108,11 +123,13 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
     """
     parser = LineParser(node)
     votes: list[float] = []
+    prefixed = False
     before: float | None = None  # the last prefixed line's time (local)
     records: list[float] = []  # JSON records' times (UTC) since it
     for line in _first_lines(files):
         head = cached_head(line)
         if head is not None:
+            prefixed = True
             after = head[0]
             if records and before is not None and after - before <= _BRACKET_SECONDS:
                 votes.extend(
@@ -135,7 +152,7 @@ def log_zone(node: str, files: list[TelemetryFile]) -> float:
                     votes.append(zone)
         if len(votes) >= MAX_VOTES:
             break
-    return agreed_zone(votes)
+    return ZoneReading(agreed_zone(votes), bool(votes), prefixed)
 
 
 def _first_lines(files: list[TelemetryFile]) -> Iterator[str]:
@@ -252,7 +269,17 @@ class LogClock(StreamDate):
     change and its confirmation keep the old zone: a dozen requests' lines, not the hours after.
     """
 
-    __slots__ = ("shift", "zones", "sample_every", "confirm", "_seen", "_pending", "_run")
+    __slots__ = (
+        "shift",
+        "zones",
+        "sample_every",
+        "confirm",
+        "voted",
+        "prefixed",
+        "_seen",
+        "_pending",
+        "_run",
+    )
 
     def __init__(
         self,
@@ -261,6 +288,8 @@ class LogClock(StreamDate):
         sample_every: int = 4,
         confirm: int = 3,
         day: float | None = None,
+        voted: bool = False,
+        prefixed: bool = False,
     ) -> None:
         # The date of lines printing the time of day alone starts at `day` (`log_day`).
         super().__init__(day)
@@ -269,6 +298,10 @@ class LogClock(StreamDate):
         self.zones = [shift]
         self.sample_every = sample_every
         self.confirm = confirm
+        # Whether a stamped line told the zone (else it is UTC by assumption), and whether the
+        # stream's lines carry the engine's zoneless prefix at all.
+        self.voted = voted
+        self.prefixed = prefixed
         self._seen: dict[str, int] = {}
         self._pending = 0.0
         self._run = 0
@@ -282,6 +315,7 @@ class LogClock(StreamDate):
         off = vote(event)
         if off is None:
             return
+        self.voted = True
         if not off:
             self._run = 0
             return
