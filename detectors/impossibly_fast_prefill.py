@@ -30,7 +30,13 @@ attempt's alone. Two floors:
   line keeps its slope and drops a positive intercept: the queue is a cost per request, so
   hours of backlog must not raise the floor of the quiet hour after. A node learns one floor
   per model and tensor-parallel size it ran: after a restart onto a smaller model or more
-  GPUs, the old speed is not its history.
+  GPUs, the old speed is not its history. And it learns per *context band*: each uncached
+  token attends to the cached prefix and the tokens before it, so a token costs more the
+  longer the context it attends (`cached + uncached / 2`, in powers of two). A floor learned
+  from agentic turns extending 900k-token conversations is ten times what a fresh 60k-token
+  prompt needs (blind review: two such prompts were called exposures), so a request is judged
+  by a floor learned only from contexts no longer than its band's: band `b`'s floor learns
+  from every sample of band `b` or below.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
@@ -111,23 +117,38 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
 
 
 class Timing(NamedTuple):
-    """One timing of one request: `seconds` spent on `uncached_tokens`, reported by `node`."""
+    """One timing of one request: `seconds` spent on `uncached_tokens` (beyond a prefix of
+    `cached_tokens`), reported by `node`."""
 
     source: str
     node: str
     seconds: float
     uncached_tokens: int
     gpus: int
+    cached_tokens: int = 0
+
+    @property
+    def context_band(self) -> int:
+        return context_band(self.uncached_tokens, self.cached_tokens)
+
+
+def context_band(uncached_tokens: int, cached_tokens: int) -> int:
+    """The power of two just above the context an uncached token attends on average (the
+    cached prefix and half the uncached part): band `b` holds `[2**(b-1), 2**b)`."""
+    return int(cached_tokens + uncached_tokens // 2).bit_length()
 
 
 class FloorModel:
     """Low-quantile regression of seconds on uncached tokens over a sliding window of samples."""
 
-    __slots__ = ("samples", "coef", "since_fit", "last_fit", "fits")
+    __slots__ = ("samples", "coef", "rate", "since_fit", "last_fit", "fits")
 
     def __init__(self, max_history: int) -> None:
         self.samples: deque[tuple[float, float]] = deque(maxlen=max_history)
         self.coef: tuple[float, float] | None = None
+        # The same low quantile of seconds per token: no token is asked to cost more than the
+        # cheap ones did (`floor`).
+        self.rate = math.inf
         self.since_fit = 0
         self.last_fit: float | None = None
         self.fits = 0
@@ -147,11 +168,14 @@ class FloorModel:
         return (min(intercept, 0.0) if queued else intercept), slope
 
     def floor(self, tokens: float, safety_factor: float, queued: bool = False) -> float | None:
+        """The line at `tokens`, capped by the low-quantile rate: a line fitted across regimes
+        (hours of queue, then a quiet minute) can run steeper than any one token ever cost,
+        and its slope carried to 400k tokens asked an honest answer for 70 s."""
         line = self.judged_line(queued)
         if line is None:
             return None
         intercept, slope = line
-        return max(intercept + slope * tokens, 0.0) / safety_factor
+        return min(max(intercept + slope * tokens, 0.0), self.rate * tokens) / safety_factor
 
     def add(self, tokens: float, seconds: float, now: float | None, cfg: Any) -> None:
         self.samples.append((float(tokens), float(seconds)))
@@ -182,6 +206,7 @@ class FloorModel:
             self.coef = (float(model.intercept_), float(model.coef_[0]))
         else:
             self.coef = quantile_line(data[:, 0], data[:, 1], quantile)
+        self.rate = _low_quantile(data[:, 1] / data[:, 0], quantile)
         self.since_fit = 0
         self.last_fit = now
         self.fits += 1
@@ -190,6 +215,7 @@ class FloorModel:
         return {
             "samples": [list(s) for s in self.samples],
             "coef": list(self.coef) if self.coef is not None else None,
+            "rate": self.rate if math.isfinite(self.rate) else None,
             "since_fit": self.since_fit,
             "last_fit": self.last_fit,
             "fits": self.fits,
@@ -201,6 +227,8 @@ class FloorModel:
         model.samples.extend((float(a), float(b)) for a, b in state["samples"])
         coef = state.get("coef")
         model.coef = (float(coef[0]), float(coef[1])) if coef is not None else None
+        rate = state.get("rate")
+        model.rate = float(rate) if rate is not None else math.inf
         model.since_fit = int(state.get("since_fit", 0))
         model.last_fit = state.get("last_fit")
         model.fits = int(state.get("fits", 0))
@@ -245,16 +273,37 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         }
 
     def _init_learned(self) -> None:
-        self.models_: dict[str, FloorModel] = {}
+        # `node|source[|model|tp]` -> context band -> the floor learned there.
+        self.models_: dict[str, dict[int, FloorModel]] = {}
 
     def _learned_state(self) -> dict[str, Any]:
-        return {"models_": {k: m.to_state() for k, m in sorted(self.models_.items())}}
+        return {
+            "models_": {
+                key: {str(band): m.to_state() for band, m in sorted(bands.items())}
+                for key, bands in sorted(self.models_.items())
+            }
+        }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
-        raw = state.get("models_") or {}
+        raw: dict[str, dict[str, Any]] = state.get("models_") or {}
+        max_history = self.config.max_history
+        # A state saved before context bands (`{key: model}`) holds floors learned across
+        # all contexts, the ones that called fresh prompts too fast: dropped, learned anew.
         self.models_ = {
-            key: FloorModel.from_state(value, self.config.max_history) for key, value in raw.items()
+            key: {int(band): FloorModel.from_state(m, max_history) for band, m in bands.items()}
+            for key, bands in raw.items()
+            if "samples" not in bands
         }
+
+    def judging_model(self, key: str, band: int, fitted: bool = True) -> FloorModel | None:
+        """The floor a timing of context band `band` is judged by: its own band's, else the
+        nearest band's below (learned from shorter contexts alone), never above."""
+        best: FloorModel | None = None
+        best_band = -1
+        for model_band, model in self.models_.get(key, {}).items():
+            if best_band < model_band <= band and (model.coef is not None or not fitted):
+                best, best_band = model, model_band
+        return best
 
     # -- floors and scores ---------------------------------------------------------------------
 
@@ -264,7 +313,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         return flops / (cfg.gpu_peak_flops * gpus * cfg.max_mfu)
 
     def learned_floor(self, timing: Timing) -> float | None:
-        model = self.models_.get(f"{timing.node}|{timing.source}")
+        model = self.judging_model(f"{timing.node}|{timing.source}", timing.context_band)
         if model is None:
             return None
         queued = timing.source in QUEUED_SOURCES
@@ -293,14 +342,24 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
 
     def _learn(self, timing: Timing, now: float | None, key: str | None = None) -> None:
         cfg = self.config
-        if timing.source not in cfg.learn_sources:
+        if timing.source not in cfg.learn_sources or timing.uncached_tokens < 1:
             return
         if key is None:
             key = f"{timing.node}|{timing.source}"
-        model = self.models_.get(key)
-        if model is None:
-            model = self.models_[key] = FloorModel(cfg.max_history)
-        model.add(timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS), now, cfg)
+        band = timing.context_band
+        bands = self.models_.setdefault(key, {})
+        if band not in bands:
+            # A band's floor learns from every shorter context too: it starts from what the
+            # nearest band below holds (all of that band's and below).
+            model = FloorModel(cfg.max_history)
+            below = self.judging_model(key, band, fitted=False)
+            if below is not None:
+                model.samples.extend(below.samples)
+            bands[band] = model
+        tokens, seconds = timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS)
+        for model_band, model in bands.items():
+            if model_band >= band:
+                model.add(tokens, seconds, now, cfg)
 
     # -- the request hook ----------------------------------------------------------------------
 
@@ -327,10 +386,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             if timing.node not in regimes:
                 regimes[timing.node] = self._regime(timing.node, record, ctx)
         keys = [f"{t.node}|{t.source}{regimes[t.node]}" for t in timings]
-        models = self.models_
+        band = timings[0].context_band
+        judging = [self.judging_model(key, band) if judge_learned else None for key in keys]
         floors: list[float | None] = []
-        for key, timing in zip(keys, timings, strict=True):
-            model = models.get(key) if judge_learned else None
+        for model, timing in zip(judging, timings, strict=True):
             floors.append(
                 model.floor(uncached, cfg.safety_factor, timing.source in QUEUED_SOURCES)
                 if model is not None
@@ -380,7 +439,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             f"{worst.seconds:.3f}s of {worst.source} on {worst.node}, below the {kind} floor "
             f"of {floor:.3f}s ({score:.1f}x too fast): {consequence}"
         )
-        model = self.models_.get(keys[timings.index(worst)])
+        model = judging[timings.index(worst)]
         return [
             self._request_finding(
                 severity,
@@ -428,8 +487,9 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             found.append(("trace_ttft", node, serving.trace_ttft))
             found.append(("first_token_latency", node, serving.first_token_latency))
             found.append(("e2e_latency", node, serving.e2e_latency))
+        cached = max((record.prompt_tokens or uncached) - uncached, 0)
         return [
-            Timing(source, node, seconds, uncached, gpus)
+            Timing(source, node, seconds, uncached, gpus, cached)
             for source, node, seconds in found
             if seconds is not None and source in wanted and math.isfinite(seconds)
         ]
@@ -461,6 +521,12 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         return pool is None or prompt is None or prompt <= pool.longest_accepted
 
 
+def _low_quantile(values: np.ndarray, quantile: float) -> float:
+    """The `quantile` of `values` as a lower order statistic (one of the values)."""
+    rank = max(math.ceil(quantile * len(values)) - 1, 0)
+    return float(np.partition(values, rank)[rank])
+
+
 def _timing_from(x: dict[str, Any], default_gpus: int) -> Timing:
     return Timing(
         source=str(x["source"]),
@@ -468,4 +534,5 @@ def _timing_from(x: dict[str, Any], default_gpus: int) -> Timing:
         seconds=float(x["seconds"]),
         uncached_tokens=int(x["uncached_tokens"]),
         gpus=int(x.get("gpus") or default_gpus),
+        cached_tokens=int(x.get("cached_tokens") or 0),
     )

@@ -869,11 +869,16 @@ def test_requests_that_cannot_be_honest_do_not_teach_the_floor():
         prefill_ok(2, T + 200, 5_000, seconds=0.2),
         decode_answer(2, T + 200, 5_000, ttft=0.4),
     )
-    learned = {key: len(model.samples) for key, model in detector.models_.items()}
-    # Only the honest request taught the floor; e2e latency is never learned.
+    learned = {
+        (key, band): len(model.samples)
+        for key, bands in detector.models_.items()
+        for band, model in bands.items()
+    }
+    # Only the honest request taught the floor, in its context band (2,500 tokens attended);
+    # e2e latency is never learned.
     assert learned == {
-        "prefill-0|prefill_forward||8": 1,
-        "decode-0|first_token_latency||8": 1,
+        ("prefill-0|prefill_forward||8", 12): 1,
+        ("decode-0|first_token_latency||8", 12): 1,
     }
 
 
@@ -1082,3 +1087,86 @@ def test_parallel_sampling_told_by_time_stats_alone_names_each_sample_not_the_wa
     alone = [e for e in events if e.fields.get("rid") in (None, f"p{room}-0", f"d{room}-0")]
     (finding,) = [f for f in run(RejectedThenServed(), alone) if f.exposure]
     assert finding.rid == f"d{room}-0"
+
+
+def _agentic_turn(room: int, t: float, context: int, new: int) -> list[Event]:
+    """One turn extending a long conversation: `new` tokens prefilled after `context` cached
+    ones, each attending the whole context (the generator's model: 5e-5 s a token, and 1e-9 s
+    a token for every token it attends)."""
+    seconds = 0.04 + new * 5e-5 + 1e-9 * new * (context + new / 2)
+    prompt = context + new
+    return prefill_ok(room, t, prompt, cached=context, seconds=seconds) + decode_answer(
+        room, t, prompt, cached=context, ttft=seconds + 0.05
+    )
+
+
+def test_a_floor_learned_over_long_contexts_does_not_judge_a_fresh_prompt():
+    """Blind review (agentic coding, 99.5% of turns extend 700k-1M-token conversations): each
+    of their new tokens attends to the whole conversation, about 1e-3 s a token, and the one
+    floor learned from them called two fresh 40-60k-token prompts, honestly computed at 8e-5 s
+    a token, exposures. A floor learned only from contexts as long as theirs judges them: none
+    here, so only physics does."""
+    history = []
+    for k in range(120):
+        history += _agentic_turn(100 + k, T + 100 + 60 * k, 700_000 + 2_500 * k, 2_000 + 250 * k)
+    fresh = _agentic_turn(9, T + 8_000, 2_816, 58_348)
+    detector = ImpossiblyFastPrefill(min_history=20, refit_every=10)
+    findings = run(detector, boot("prefill-0", "prefill", T, 4_000_000), history, fresh)
+    assert findings == []
+    # The long conversations did teach a floor, for contexts as long as theirs.
+    model = detector.judging_model("prefill-0|prefill_forward||8", 20)
+    assert model is not None and model.coef is not None
+    # ... which the fresh prompt would have broken (the defect): 58k tokens in 2.9 s.
+    assert model.floor(58_348, 8.0) > fresh[1].fields["forward_duration"]
+
+
+def test_a_longer_context_is_judged_by_the_floor_of_shorter_ones():
+    """A context longer than any the node has seen is judged by the nearest shorter band's
+    floor: its tokens cost at least as much, so a 600k-token prompt answered in 0.3 s after a
+    history of 40-100k-token prompts is still caught."""
+    history = []
+    for k in range(60):
+        history += _agentic_turn(100 + k, T + 100 + 60 * k, 0, 40_000 + 1_000 * k)
+    stub = prefill_ok(9, T + 8_000, 600_000, seconds=0.3)
+    findings = run(
+        ImpossiblyFastPrefill(min_history=20, refit_every=10),
+        boot("prefill-0", "prefill", T, 4_000_000),
+        history,
+        stub,
+        decode_answer(9, T + 8_000, 600_000, ttft=0.35),
+    )
+    assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+    assert findings[0].evidence["learned_floor_seconds"] > 0.3
+
+
+def test_a_state_saved_before_context_bands_is_learned_anew():
+    """Floors saved as one per node and source were learned across all contexts (the ones that
+    called fresh prompts exposures): a restarted collector drops them rather than judge by
+    them, and keeps the banded ones."""
+    fitted = ImpossiblyFastPrefill(min_history=5, refit_every=5)
+    for k in range(10):
+        fitted.learn_one(
+            {
+                "node": "n",
+                "source": "prefill_forward",
+                "uncached_tokens": 50_000 + k,
+                "seconds": 3.0 + k * 1e-3,
+            }
+        )
+    state = fitted.to_state()
+    restored = ImpossiblyFastPrefill.from_state(state)
+    assert restored.models_.keys() == fitted.models_.keys() == {"n|prefill_forward"}
+    assert (
+        restored.models_["n|prefill_forward"][15].coef
+        == fitted.models_["n|prefill_forward"][15].coef
+    )
+    old = dict(
+        state,
+        learned={
+            "n_seen_": 10,
+            "models_": {
+                "n|prefill_forward": state["learned"]["models_"]["n|prefill_forward"]["15"]
+            },
+        },
+    )
+    assert ImpossiblyFastPrefill.from_state(old).models_ == {}

@@ -3,6 +3,7 @@ what they show (a storm's shape, a gap still open at the end, the floors fast re
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -334,6 +335,32 @@ def test_the_learned_floor_is_drawn_where_it_judges(monkeypatch) -> None:
     assert "learned floor (node history, decode-0)" in legend
 
 
+def test_a_floor_learned_per_context_band_is_drawn_band_after_band(monkeypatch) -> None:
+    """Longer prompts are judged by their own band's line: drawn so, not the first line
+    carried on to a million tokens."""
+    floor = LearnedFloor(
+        "prefill-0",
+        "prefill_forward",
+        0.0,
+        4e-6,
+        32768,
+        from_tokens=65536.0,
+        longer=((262144.0, 0.1, 2e-5, 1.0),),
+    )
+    axes = _axes_of(plots.timing_plot, _timing_with([floor]), monkeypatch)
+    (learned,) = [line for line in axes.get_lines() if "learned" in str(line.get_label())]
+    x, y = (np.asarray(v, dtype=float) for v in learned.get_data())
+    shown = np.isfinite(y)
+    assert x[shown].min() >= 65536 and not np.isfinite(y[x < 65536]).any()
+    short = shown & (x < 262144)
+    long = shown & (x >= 262144)
+    assert short.any() and long.any()
+    assert y[short] == pytest.approx(4e-6)
+    assert y[long] == pytest.approx((0.1 + 2e-5 * x[long]) / x[long])
+    assert floor.seconds_per_token(100_000) == pytest.approx(4e-6)
+    assert math.isnan(floor.seconds_per_token(1000))
+
+
 def test_many_learned_floors_are_one_band_not_a_line_each(monkeypatch) -> None:
     floors = [
         LearnedFloor(f"decode-{i}", "first_token_latency", 0.0, (i + 1) * 1e-6, 32768)
@@ -390,12 +417,15 @@ def test_floors_learned_per_model_and_tp_are_drawn_the_last_one_run() -> None:
     det = _fitted_detector()
     models = det.models_
     old, new = models.pop("prefill-0|prefill_forward"), models.pop("decode-0|first_token_latency")
-    old.last_fit, new.last_fit = T0, T0 + 60
+    for bands, fitted_at in ((old, T0), (new, T0 + 60)):
+        for model in bands.values():
+            model.last_fit = fitted_at
     models["prefill-0|prefill_forward|zai-org/GLM-5.3|8"] = old
     models["prefill-0|prefill_forward|Qwen/Qwen3-0.6B|8"] = new
     floors = {f.node: f for f in driver._learned_floors(det)}
     assert sorted(floors) == ["decode-1", "prefill-0"]
-    judged = new.floor(100_000, 8.0)
+    # A fresh 100k-token prompt attends 50k tokens on average: context band 16.
+    judged = new[16].floor(100_000, 8.0)
     assert floors["prefill-0"].seconds_per_token(100_000) * 100_000 == pytest.approx(judged)
 
 

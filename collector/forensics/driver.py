@@ -906,37 +906,49 @@ _PLOTTED_SOURCES = ("prefill_forward", "trace_prefill", "first_token_latency", "
 def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
     """The floors `det` learned from the nodes' own timings, as they stand at the end of the
     run (the safety factor applied): the lines the fast replies were judged by, one a node
-    (`_PLOTTED_SOURCES`). Drawn whether or not `learn` is on: floors loaded from a saved state
-    judge just the same."""
+    (`_PLOTTED_SOURCES`), as a prompt with nothing cached meets them band after band. Drawn
+    whether or not `learn` is on: floors loaded from a saved state judge just the same."""
     cfg = det.config
     if not det.is_fitted:
         return []
-    fitted: dict[str, dict[str, tuple[float, float]]] = {}
+    fitted: dict[str, dict[str, list[tuple[float, float, float, float]]]] = {}
     latest: dict[tuple[str, str], float] = {}
-    for key, model in det.models_.items():
+    for key, bands in det.models_.items():
         # `node|source`, then `|model|tp` when the node's regime is known (before, such keys
         # were read as a source named after the TP size, and no learned floor was drawn).
         node, _, rest = key.partition("|")
         source = rest.partition("|")[0]
-        line = model.judged_line(source in QUEUED_SOURCES)
-        if line is None or source not in _PLOTTED_SOURCES:
+        if source not in _PLOTTED_SOURCES:
+            continue
+        lines = []
+        for band, model in sorted(bands.items()):
+            line = model.judged_line(source in QUEUED_SOURCES)
+            if line is not None:
+                # Band `b` holds contexts from 2**(b-1): an uncached prompt of 2**b tokens on.
+                lines.append((float(2**band if band else 0), *line, model.rate))
+        if not lines:
             continue
         # A node that ran several models keeps the floor of the one it ran last.
-        fitted_at = model.last_fit if model.last_fit is not None else -math.inf
+        fits = [m.last_fit for m in bands.values() if m.last_fit is not None]
+        fitted_at = max(fits, default=-math.inf)
         if fitted_at >= latest.get((node, source), -math.inf):
             latest[(node, source)] = fitted_at
-            fitted.setdefault(node, {})[source] = line
+            fitted.setdefault(node, {})[source] = lines
     floors = []
+    scale = cfg.safety_factor
     for node, by_source in sorted(fitted.items()):
         source = next(s for s in _PLOTTED_SOURCES if s in by_source)
-        intercept, slope = by_source[source]
+        (start, intercept, slope, rate), *longer = by_source[source]
         floors.append(
             LearnedFloor(
                 node,
                 source,
-                intercept / cfg.safety_factor,
-                slope / cfg.safety_factor,
+                intercept / scale,
+                slope / scale,
                 cfg.learned_min_uncached_tokens,
+                from_tokens=start,
+                rate=rate / scale,
+                longer=tuple((s, i / scale, k / scale, r / scale) for s, i, k, r in longer),
             )
         )
     return floors

@@ -18,6 +18,7 @@ from __future__ import annotations
 # lock still held from the fork and the child hangs until `CHILD_SECONDS`.
 import concurrent.futures.thread  # noqa: F401
 import io
+import math
 import os
 import select
 import signal
@@ -50,18 +51,32 @@ class TimingPoint:
 
 @dataclass(frozen=True)
 class LearnedFloor:
-    """One node's learned floor at the end of the run: a prefill of `u` uncached tokens takes
-    at least `max(intercept + slope * u, 0)` seconds (the safety factor already applied), judged
-    only from `min_uncached_tokens` on."""
+    """One node's learned floor at the end of the run, for prompts with nothing cached: a
+    prefill of `u` uncached tokens takes at least `max(intercept + slope * u, 0)` seconds (the
+    safety factor already applied) and at most `rate * u`, from `from_tokens` on, judged only
+    from `min_uncached_tokens` on. A node learns a floor per context band, so longer prompts may
+    be judged by other lines: `longer` holds each as `(from_tokens, intercept, slope, rate)`."""
 
     node: str
     source: str
     intercept: float
     slope: float
     min_uncached_tokens: int
+    from_tokens: float = 0.0
+    rate: float = math.inf
+    longer: tuple[tuple[float, float, float, float], ...] = ()
+
+    def seconds(self, tokens: np.ndarray) -> np.ndarray:
+        """The floor at each prompt length (NaN below the first line's `from_tokens`)."""
+        lines = ((self.from_tokens, self.intercept, self.slope, self.rate), *self.longer)
+        out = np.full(tokens.shape, np.nan)
+        for start, intercept, slope, rate in lines:
+            line = np.minimum(np.maximum(intercept + slope * tokens, 0.0), rate * tokens)
+            out = np.where(tokens >= start, line, out)
+        return out
 
     def seconds_per_token(self, uncached: float) -> float:
-        return max(self.intercept + self.slope * uncached, 0.0) / uncached
+        return float(self.seconds(np.array([float(uncached)]))[0]) / uncached
 
 
 @dataclass
@@ -180,7 +195,7 @@ def _learned_floor_lines(ax: Axes, floors: Sequence[LearnedFloor], low: float, h
     tokens = np.geomspace(start, high, 96)
     curves = []
     for floor in judged:
-        per_token = np.maximum(floor.intercept + floor.slope * tokens, 0.0) / tokens
+        per_token = floor.seconds(tokens) / tokens
         # Not drawn where the floor does not judge (short prompts) or says nothing (zero).
         per_token[(tokens < floor.min_uncached_tokens) | (per_token <= 0)] = np.nan
         if np.isfinite(per_token).any():
