@@ -26,6 +26,7 @@ unknown, still count.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -67,53 +68,91 @@ class TransferFailureStormConfig(StormConfig):
     threshold: float = Field(default=1.0, gt=0)
 
 
+# Whether `node`'s engine held an aborted transfer's pages at a time (`_holds_aborted_pages`).
+Holds = Callable[[str, float], bool]
+
+
 class _Window:
-    __slots__ = ("rooms", "metric")
+    """A window's failed requests. A client's abort, and a counter sample, count or not by
+    whether the node's engine holds aborted pages, asked when the window is judged: a
+    generation's version is often told only by a later `/server_info` snapshot, and asked as
+    each line arrived, every abort before the first snapshot was a failure (blind review: the
+    first five minutes of a healthy 0.5.22 fleet were a storm)."""
+
+    __slots__ = ("rooms", "aborts", "metric", "metric_at")
 
     def __init__(self) -> None:
         self.rooms: dict[str, set[str]] = {}
+        # node -> room -> when: clients' aborts (`Aborted by AbortReq.`).
+        self.aborts: dict[str, dict[str, float]] = {}
         # node -> (signal, dp_rank) -> largest increase across the other labels
         self.metric: dict[str, dict[tuple[str, str], float]] = {}
+        # node -> time of its latest counter sample in the window
+        self.metric_at: dict[str, float] = {}
 
-    def node_failures(self, node: str) -> float:
-        return max(float(len(self.rooms.get(node, ()))), sum(self.metric.get(node, {}).values()))
+    def node_rooms(self, node: str, holds: Holds) -> set[str]:
+        aborted = self.aborts.get(node, {})
+        return self.rooms.get(node, set()) | {r for r, t in aborted.items() if not holds(node, t)}
 
-    def failures(self, role_of: Callable[[str], str | None]) -> float:
-        rooms: set[str] = set().union(*self.rooms.values()) if self.rooms else set()
+    def node_metric(self, node: str, holds: Holds) -> float:
+        per = self.metric.get(node)
+        if not per or holds(node, self.metric_at[node]):
+            return 0.0
+        return sum(per.values())
+
+    def node_failures(self, node: str, holds: Holds) -> float:
+        return max(float(len(self.node_rooms(node, holds))), self.node_metric(node, holds))
+
+    def failures(self, role_of: Callable[[str], str | None], holds: Holds) -> float:
+        rooms: set[str] = set()
+        for node in set(self.rooms) | set(self.aborts):
+            rooms |= self.node_rooms(node, holds)
         by_role: dict[str, float] = {}
-        for node, per in self.metric.items():
+        for node in self.metric:
             group = role_of(node) or node
-            by_role[group] = by_role.get(group, 0.0) + sum(per.values())
+            by_role[group] = by_role.get(group, 0.0) + self.node_metric(node, holds)
         return max(float(len(rooms)), max(by_role.values(), default=0.0))
 
     def nodes(self) -> set[str]:
-        return set(self.rooms) | set(self.metric)
+        return set(self.rooms) | set(self.aborts) | set(self.metric)
 
     def take(self, node: str) -> _Window:
         part = _Window()
         if node in self.rooms:
             part.rooms[node] = self.rooms.pop(node)
+        if node in self.aborts:
+            part.aborts[node] = self.aborts.pop(node)
         if node in self.metric:
             part.metric[node] = self.metric.pop(node)
+            part.metric_at[node] = self.metric_at.pop(node)
         return part
 
     def to_state(self) -> dict[str, Any]:
         return {
             "rooms": {k: sorted(v) for k, v in self.rooms.items()},
+            "aborts": {k: sorted(v.items()) for k, v in self.aborts.items()},
             "metric": {
                 node: [[signal, dp, value] for (signal, dp), value in sorted(per.items())]
                 for node, per in self.metric.items()
             },
+            "metric_at": dict(self.metric_at),
         }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> _Window:
         window = cls()
         window.rooms = {k: set(v) for k, v in state["rooms"].items()}
+        window.aborts = {
+            node: {str(room): float(t) for room, t in rows}
+            for node, rows in (state.get("aborts") or {}).items()
+        }
         window.metric = {
             node: {(str(signal), str(dp)): float(value) for signal, dp, value in rows}
             for node, rows in state["metric"].items()
         }
+        # A window saved before: its counters were kept only where the engine did not hold.
+        saved_at = state.get("metric_at") or {}
+        window.metric_at = {node: float(saved_at.get(node, -math.inf)) for node in window.metric}
         return window
 
 
@@ -161,13 +200,21 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
 
     def _fold(self, event: Event, ctx: DetectionContext) -> None:
         if event.kind == "transfer_failed":
-            if event.get("reason") == "aborted" and _holds_aborted_pages(event, ctx):
-                return  # a client's abort, its pages held until drained
             room = str(event.get("bootstrap_room") or f"{event.get('rid')}")
-            rooms = self.window_.rooms.setdefault(event.node, set())
+            window = self.window_
+            if event.get("reason") == "aborted":
+                # A client's abort: no failure where its pages are held until drained, which
+                # is asked when the window is judged (`_Window`).
+                aborts = window.aborts.setdefault(event.node, {})
+                if room not in aborts and room not in window.rooms.get(event.node, ()):
+                    aborts[room] = event.time if event.time is not None else -math.inf
+                    self._log_shows(event.node)
+                return
+            rooms = window.rooms.setdefault(event.node, set())
             if room not in rooms:
                 rooms.add(room)
-                self._log_shows(event.node)
+                if window.aborts.get(event.node, {}).pop(room, None) is None:
+                    self._log_shows(event.node)
             return
         fields = event.fields
         signal = metric_signal(fields, _NAME_SIGNAL)
@@ -177,15 +224,15 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         if value is None:
             return
         delta = self._increase(event, value, ctx, scope=event.node)
-        if _holds_aborted_pages(event, ctx):
-            # Where every failed transfer's pages are held until drained, the counter (which
-            # counts clients' aborts with the rest) says nothing of the race: the holds'
-            # outcomes do (`deferred_release_timeouts`), and the lines tell aborts apart.
-            return
+        # Where every failed transfer's pages are held until drained, the counter (which counts
+        # clients' aborts with the rest) says nothing of the race: the holds' outcomes do
+        # (`deferred_release_timeouts`), and the lines tell aborts apart. Asked when judged.
         labels = event.get("labels") or {}
         key = (str(signal), str(labels.get("dp_rank", "")))
         per_node = self.window_.metric.setdefault(event.node, {})
         per_node[key] = max(per_node.get(key, 0.0), delta)
+        when = event.time if event.time is not None else -math.inf
+        self.window_.metric_at[event.node] = max(self.window_.metric_at.get(event.node, when), when)
 
     def _has_data(self) -> bool:
         return bool(self.window_.nodes())
@@ -220,7 +267,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             return None
         if not self.storm_.fire(start, 0):
             return None
-        worst = max(nodes, key=window.node_failures, default=None)
+        holds = _holds(ctx)
+        worst = max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
         summary = (
             f"KV transfer failure storm: {failures:.0f} failed requests in "
             f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across {len(nodes)} "
@@ -245,17 +293,42 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         )
 
 
-def _holds_aborted_pages(event: Event, ctx: DetectionContext) -> bool:
+def _holds(ctx: DetectionContext) -> Holds:
+    """`_holds_aborted_pages` as the timeline knows it now, asked once per node and time."""
+    asked: dict[tuple[str, float], bool] = {}
+
+    def holds(node: str, time: float) -> bool:
+        key = (node, time)
+        if key not in asked:
+            asked[key] = _holds_aborted_pages(node, None if math.isinf(time) else time, ctx)
+        return asked[key]
+
+    return holds
+
+
+def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -> bool:
     """Whether the node's engine holds an aborted transfer's pages until prefill's drain ack:
     deferred release stated on, else on by default from 0.5.21 (MORI from 0.5.22)."""
-    config = ctx.config_at(event.node, event.time)
+    config = ctx.config_at(node, time)
     if config is None:
         return False
     if config.deferred_release is not None:
         return config.deferred_release
-    return holds_aborted_pages(config.version, backend=config.transfer_backend) is True
+    held = holds_aborted_pages(config.version, backend=config.transfer_backend)
+    if held is None:
+        # A restarted engine's release is not known until a snapshot of it says so (the next
+        # may be an hour off), and an upgrade keeps deferred release: the release it ran
+        # before answers. Not asked, a restart's clients' aborts were all failures, against a
+        # baseline without them, and a rolling restart of a healthy 0.5.22 fleet was a storm
+        # (blind review).
+        for earlier in reversed(ctx.timeline.history(node)):
+            if earlier.generation < config.generation:
+                held = holds_aborted_pages(earlier.version, backend=config.transfer_backend)
+                if held is not None:
+                    break
+    return held is True
 
 
 def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:
     """The window's failed requests, each node's side as its role was at the window's start."""
-    return window.failures(lambda node: ctx.timeline.role_at(node, start))
+    return window.failures(lambda node: ctx.timeline.role_at(node, start), _holds(ctx))

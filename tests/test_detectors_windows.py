@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.node_windows import BATCH_KINDS, with_node_windows
 from detectors.base import Detector
 from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
@@ -454,6 +454,48 @@ def test_the_failure_counter_of_an_engine_that_holds_their_pages_is_left_to_the_
     counters = [failures_counter(T + 300 * k, 1.0 * k) for k in range(12)]
     counters.append(failures_counter(T + 3_900, 60.0))
     assert bool(run(TransferFailureStorm(), config + counters)) is storm
+
+
+@pytest.mark.parametrize(("version", "storm"), [("0.5.22", False), ("0.5.19", True)])
+def test_aborts_before_the_first_snapshot_tells_the_version_are_judged_by_it(
+    version: str, storm: bool
+) -> None:
+    """Blind review: SGLang's start-up lines do not state its version; the fleet's first
+    `/server_info` snapshot, five minutes in, did. Asked as each line arrived, the clients'
+    aborts of those five minutes (and the counter's first sample, which counts them) were
+    failures on an engine not known to hold their pages: a storm at the logs' first window of
+    a healthy 0.5.22 fleet. The window is judged after the warm-up, by what is known then."""
+    start = [ev("server_args", "decode-0", T - 120, disaggregation_mode="decode", tp_size=8)]
+    snapshot = [
+        failures_counter(T + 300, 24.0),
+        ev("server_info", "decode-0", T + 300, version=version, disaggregation_mode="decode"),
+    ]
+    busy = [failed(T + 12 * k, k) for k in range(24)]  # the first window: 24 aborts
+    steady = [failed(T + 300 + 100 * k, 1000 + k) for k in range(3 * 36)]  # 3 a window, 3 h
+    for event in busy + steady:
+        event.fields["reason"] = "aborted"
+    findings = run(TransferFailureStorm(), start + snapshot + busy + steady)
+    assert [f.evidence["window_start"] for f in findings] == ([iso_time(T)] if storm else [])
+
+
+@pytest.mark.parametrize(("after", "storm"), [(None, False), ("0.5.23", False), ("0.5.19", True)])
+def test_a_restarted_engine_of_unknown_release_holds_pages_as_its_release_before_did(
+    after: str | None, storm: bool
+) -> None:
+    """Blind review (a rolling restart of a healthy 0.5.22 fleet, snapshots hourly): after the
+    restart, the node's release was unknown until the next snapshot, and its clients' aborts,
+    twenty a window, were failures against a baseline without them: a storm. The release it
+    ran before answers until a snapshot says otherwise; a rollback below deferred release
+    (0.5.19) does open the race, and its aborts then count."""
+    first = ev("server_args", "decode-0", T - 120, disaggregation_mode="decode", tp_size=8)
+    known = ev("server_info", "decode-0", T, version="0.5.22")
+    restart = ev("server_args", "decode-0", T + 7_200, disaggregation_mode="decode", tp_size=8)
+    told = [ev("server_info", "decode-0", T + 7_260, version=after)] if after else []
+    aborts = [failed(T + 15 * k, k) for k in range(4 * 240)]  # 20 a window for 4 h
+    for event in aborts:
+        event.fields["reason"] = "aborted"
+    findings = run(TransferFailureStorm(), [first, known, restart, *told, *aborts])
+    assert bool(findings) is storm
 
 
 def test_a_failed_request_logged_by_both_sides_counts_once():
