@@ -55,7 +55,7 @@ from detectors.storm import (
     shifted,
     unlikely,
 )
-from detectors.windows import Baseline
+from detectors.windows import Baseline, series_key
 
 _RELEASE_SIGNALS = frozenset({"deferred_release_total"})
 _HELD_SIGNALS = frozenset({"deferred_release_held"})
@@ -86,7 +86,16 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
 
 
 class _Window:
-    __slots__ = ("timeout_rooms", "error_rooms", "metric", "held", "mismatches", "canary_slots")
+    __slots__ = (
+        "timeout_rooms",
+        "error_rooms",
+        "metric",
+        "held",
+        "mismatches",
+        "canary_slots",
+        "spread_from",
+        "spread_to",
+    )
 
     def __init__(self) -> None:
         self.timeout_rooms: dict[str, set[str]] = {}
@@ -98,6 +107,10 @@ class _Window:
         # violations, each slot once (every TP rank may report it: `canary_slots`).
         self.mismatches = 0
         self.canary_slots: set[str] = set()
+        # The earliest /metrics sample before one whose increase was spread into this window:
+        # what it counts happened somewhere from then on (`_span`).
+        self.spread_from: float | None = None
+        self.spread_to: float | None = None
 
     def outcome_count(self, node: str, outcome: str) -> float:
         rooms = (self.timeout_rooms if outcome == "timeout" else self.error_rooms).get(node, ())
@@ -133,6 +146,8 @@ class _Window:
             "held": self.held,
             "mismatches": self.mismatches,
             "canary_slots": sorted(self.canary_slots),
+            "spread_from": self.spread_from,
+            "spread_to": self.spread_to,
         }
 
     @classmethod
@@ -147,6 +162,10 @@ class _Window:
         window.held = dict(state["held"])
         window.mismatches = int(state["mismatches"])
         window.canary_slots = set(state.get("canary_slots", ()))
+        spread_from = state.get("spread_from")
+        window.spread_from = None if spread_from is None else float(spread_from)
+        spread_to = state.get("spread_to")
+        window.spread_to = None if spread_to is None else float(spread_to)
         return window
 
 
@@ -223,6 +242,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # node -> its own timeouts per window
         self.node_timeouts_: dict[str, Baseline] = {}
         self.recent_mismatches_: deque[int] = deque(maxlen=cfg.mismatch_lookback_windows)
+        # (start, mismatches) of the windows judged, over the baselines' span: the signs of
+        # corrupt KV during a storm counted only between two far-apart /metrics samples.
+        self.mismatch_history_: deque[tuple[float, int]] = deque(maxlen=cfg.baseline_windows)
         self.episode_ = Episode()
 
     def _learned_state(self) -> dict[str, Any]:
@@ -235,6 +257,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_held": self.baseline_held_.to_list(),
             "node_timeouts": {k: b.to_list() for k, b in sorted(self.node_timeouts_.items())},
             "recent_mismatches": list(self.recent_mismatches_),
+            "mismatch_history": [list(pair) for pair in self.mismatch_history_],
             "episode": self.episode_.to_state(),
         }
 
@@ -252,6 +275,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         }
         self.recent_mismatches_ = deque(
             state.get("recent_mismatches", []), maxlen=cfg.mismatch_lookback_windows
+        )
+        self.mismatch_history_ = deque(
+            ((float(start), int(count)) for start, count in state.get("mismatch_history", [])),
+            maxlen=cfg.baseline_windows,
         )
         self.episode_ = Episode.from_state(state.get("episode"))
 
@@ -291,7 +318,19 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             return
         if signal in _RELEASE_SIGNALS:
             outcome = str(labels.get("outcome", ""))
+            before = self.counters_.last.get(series_key(event.node, fields))
+            since = before[1] if before is not None else None
+            if before is None:
+                since = ctx.timeline.scraped_before(event.node, event.time)
             delta = self._increase(event, value, ctx, scope=f"{event.node}|{outcome}")
+            width = self.config.window_seconds
+            if delta > 0 and since is not None and event.time is not None:
+                if event.time - since > width:
+                    window = self.window_
+                    earlier = window.spread_from
+                    window.spread_from = since if earlier is None else min(earlier, since)
+                    later = window.spread_to
+                    window.spread_to = event.time if later is None else max(later, event.time)
             dp = str(labels.get("dp_rank", ""))
             by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
             by_dp[dp] = max(by_dp.get(dp, 0.0), delta)
@@ -363,6 +402,23 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if self.config.mismatch_lookback_windows:
             self.recent_mismatches_.append(0)
 
+    def _span(self, window: _Window, start: float) -> float:
+        """Where a window's storm may have begun: at the window, or, when its counts are the
+        share of an increase between far-apart /metrics samples, at the first window since the
+        earlier sample (one judged here: not before the logs), unless the window's own lines
+        show a storm. Dated after the later sample, a
+        storm seen only in half-hourly snapshots lay in a window where nothing was observed,
+        and the mismatches in its span did not make it critical (blind review)."""
+        spread_from = window.spread_from
+        if spread_from is None or spread_from >= start or not self.mismatch_history_:
+            return start
+        cfg = self.config
+        timeouts = sum(map(len, window.timeout_rooms.values()))
+        errors = sum(map(len, window.error_rooms.values()))
+        if timeouts >= cfg.min_timeouts or errors >= cfg.min_errors:
+            return start  # the window's own lines show a storm: it is where they are
+        return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
+
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
         nodes = window.nodes()
@@ -403,6 +459,15 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         mismatches = window.mismatches + sum(self.recent_mismatches_)
         if cfg.mismatch_lookback_windows:
             self.recent_mismatches_.append(window.mismatches)
+        span_start = self._span(window, start) if score >= cfg.threshold else start
+        if span_start < start:
+            mismatches = window.mismatches + sum(
+                count
+                for begun, count in self.mismatch_history_
+                if begun >= start - cfg.mismatch_lookback_windows * cfg.window_seconds
+                or begun >= span_start
+            )
+        self.mismatch_history_.append((start, window.mismatches))
 
         episode = self.episode_
         if score < cfg.threshold:
@@ -459,19 +524,26 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f" in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}"
             )
         spread = f" across {len(nodes)} nodes (most on {worst})" if len(nodes) > 1 else ""
+        span = (
+            f" (seen in /metrics alone: a window's share of the increase between the samples "
+            f"at {iso_time(window.spread_from)} and {iso_time(window.spread_to)}; the storm "
+            f"lies somewhere between them)"
+            if span_start < start and window.spread_from is not None
+            else ""
+        )
         summary = (
-            f"{head}{spread}{extra}: late RDMA writes can corrupt re-let pages; raise the "
-            f"release timeout and find the aborts"
+            f"{head}{spread}{span}{extra}: late RDMA writes can corrupt re-let pages; raise "
+            f"the release timeout and find the aborts"
         )
         return self._finding(
             severity,
-            time=start + cfg.window_seconds,
+            time=span_start + cfg.window_seconds,
             node=worst,
             summary=summary,
             subject=f"episode:{episode.start}:{severity}",
             evidence={
-                "window_start": iso_time(start),
-                "window_seconds": cfg.window_seconds,
+                "window_start": iso_time(span_start),
+                "window_seconds": start + cfg.window_seconds - span_start,
                 "timeouts": timeouts,
                 "errors": errors,
                 "drained": drained,

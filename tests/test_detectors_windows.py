@@ -932,3 +932,25 @@ def test_a_transfer_failure_storm_from_the_first_line_lasting_over_an_hour_is_fo
     scattered = [failed(T + 75 * 60 + 700 * k, 10_000 + k) for k in range(20)]
     findings = run(TransferFailureStorm(), storm + scattered)
     assert [(f.severity, f.time) for f in findings] == [("warning", T + 300)]
+
+
+def test_a_storm_seen_only_between_far_apart_samples_is_dated_in_their_span():
+    """Blind review (D3): /metrics saved every 30 minutes, the logs at ERROR (no timeout
+    line). 150 timeouts between the 06:00 and 06:30 samples were judged in the window after
+    06:30, where nothing was observed, as a warning, though a checksum mismatch at 06:10 lay
+    inside them. The storm lies somewhere in the span: dated from its start, and the
+    mismatches in the span make it critical."""
+    start = T - T % 1800  # samples on the half hour
+    samples = [counter(start + 1800 * k, 1.0, "timeout") for k in range(13)]  # 6 h quiet
+    storm_at = start + 1800 * 13
+    samples.append(counter(storm_at, 151.0, "timeout"))
+    mismatch = ev("checksum_mismatch", "decode-0", storm_at - 1200, bootstrap_room="7")
+    after = [counter(storm_at + 1800 * k, 151.0, "timeout") for k in range(1, 3)]
+    (finding,) = run(DeferredReleaseTimeouts(), samples + [mismatch] + after)
+    assert finding.severity == "critical" and finding.evidence["mismatches"] == 1
+    assert finding.evidence["window_start"] == iso_time(storm_at - 1800)
+    assert finding.time == storm_at - 1800 + 300
+    assert "somewhere between them" in finding.summary
+    # Without the mismatch, a warning, still dated in the span.
+    (finding,) = run(DeferredReleaseTimeouts(), samples + after)
+    assert finding.severity == "warning" and finding.time == storm_at - 1800 + 300
