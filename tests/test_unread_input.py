@@ -488,3 +488,37 @@ def test_a_second_run_with_out_inside_the_logs_reads_the_logs_not_the_first_answ
     assert again["input"]["lines"] == summary["input"]["lines"]
     assert again["input"]["dropped_by_reason"] == {}
     assert again["exposure"] == summary["exposure"]
+
+
+@pytest.mark.parametrize(
+    ("late_by_node", "zoneless", "named"),
+    [
+        ({"decode-0": 12}, ["decode-0", "prefill-0"], True),
+        ({"decode-0": 12}, [], False),  # its zone was told: not a zone's doing
+        ({}, ["decode-0"], False),  # nothing came late
+        ({"decode-1": 3}, ["decode-0"], False),  # the late lines are another node's
+    ],
+)
+def test_a_refusal_whose_decode_lines_came_hours_late_names_the_clock(
+    late_by_node: dict[str, int], zoneless: list[str], named: bool
+) -> None:
+    """Blind review: decode hosts printing UTC+2 and no time stats. Every refused request's
+    decode lines came two hours after it had been judged, and the run blamed decode logs left
+    out. With late lines from a node whose stamps carry no zone, the clock is named too."""
+    from collector.forensics.report import refused_without_decode_line, too_late_line
+
+    summary = {
+        "requests": {
+            "refused_without_decode": {"count": 1, "rooms": ["42"]},
+            "late_lines": sum(late_by_node.values()) * 100,
+            "late_lines_by_node": late_by_node,
+        },
+        "input": {"log_zone_unknown": zoneless, "events_by_kind": {"request_received": 2_000}},
+    }
+    line = refused_without_decode_line(summary)
+    assert line.startswith("1 request prefill refused") and line.endswith("other requests' KV.")
+    clock = "12 request lines of decode-0 came after their requests had been judged"
+    assert (clock in line) is named
+    assert ("another time zone" in line) is named
+    if late_by_node:
+        assert (clock in too_late_line(summary)) is named

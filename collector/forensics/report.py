@@ -524,12 +524,36 @@ def refused_without_decode_line(summary: dict[str, Any]) -> str:
     if not count:
         return ""
     noun, it = _request_it(count)
+    # A decode host on another zone's clock sends its lines of them hours after they were
+    # judged (blind review: said to be missing logs, when they were there, 2 h late).
+    late = _late_zoneless(summary)
+    why = (
+        f": a decode node's logs were left out or rotated away, or {late}. If it answered {it}"
+        if late
+        else f" (a decode node's logs left out, or rotated away); if it answered {it}"
+    )
     return (
         f"{count:,} {noun} prefill refused or ran as one-token stubs reached no decode node in "
         f"the input ({_some_rooms(missing.get('rooms') or [], count)}): decode receives every "
-        "PD request, so its lines of "
-        f"{it} are missing (a decode node's logs left out, or rotated away); if it answered "
-        f"{it}, the answers came from other requests' KV."
+        f"PD request, so its lines of {it} are missing{why}, the answers came from other "
+        "requests' KV."
+    )
+
+
+def _late_zoneless(summary: dict[str, Any]) -> str:
+    """The nodes whose request lines came late (LATE LINES) and whose stamps carry no zone, as
+    a cause: a host in another time zone ("" when there are none)."""
+    late: dict[str, int] = summary["requests"].get("late_lines_by_node") or {}
+    zoneless = set(summary["input"].get("log_zone_unknown") or [])
+    nodes = sorted(node for node in late if node in zoneless)
+    if not nodes:
+        return ""
+    lines = sum(late[node] for node in nodes)
+    return (
+        f"they are there, hours off: {lines:,} request lines of {_listed(nodes)} came after "
+        "their requests had been judged (LATE LINES), and stamps without a zone put a host "
+        "set to another time zone hours off the others (the UTC stamps of "
+        "--enable-request-time-stats-logging settle it)"
     )
 
 
@@ -735,9 +759,11 @@ def too_late_line(summary: dict[str, Any]) -> str:
     floor, share = _LATE_NOT_JUDGED
     if late < max(floor, share * lines):
         return ""
+    cause = _late_zoneless(summary)
     return (
         f"{late:,} of {lines:,} request lines came after their requests had been judged and "
-        "were not used (LATE LINES), so what they held was not judged."
+        "were not used (LATE LINES), so what they held was not judged"
+        + (f"; {cause}." if cause else ".")
     )
 
 
