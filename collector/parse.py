@@ -35,7 +35,8 @@ from collector.files import (
     settled,
 )
 from collector.repeated_lines import RepeatedLines, in_reading_order
-from collector.sglang.log_clock import LogClock, borrowed_day, log_day, read_zone
+from collector.sglang.clock_join import align, sample
+from collector.sglang.log_clock import LogClock, ZoneReading, borrowed_day, log_day, read_zone
 from collector.sglang.logs import (
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -73,6 +74,9 @@ class ParseStats:
     log_zones: dict[str, list[float]] = field(default_factory=dict)
     # Nodes whose prefixed log lines carried no stamp that told their zone: read as UTC.
     zone_unknown: set[str] = field(default_factory=set)
+    # Nodes whose zone was set against other nodes' clocks by the rooms they shared
+    # (`collector.sglang.clock_join`): (offset, those nodes, whether their zone was told).
+    zone_aligned: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
@@ -124,6 +128,7 @@ class ParseStats:
         self.dropped.update(other.dropped)
         self.log_zones.update(other.log_zones)
         self.zone_unknown |= other.zone_unknown
+        self.zone_aligned.update(other.zone_aligned)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
         for path in other.newest_first_logs:
@@ -370,8 +375,10 @@ def _parse_document(
 
 def events_by_node(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events, node after node, each node's files oldest first."""
-    for key, files in streams_of(paths, stats.dropped).items():
-        yield from stream_events(key, files, stats)
+    streams = streams_of(paths, stats.dropped)
+    zones = stream_zones(streams, stats)
+    for key, files in streams.items():
+        yield from stream_events(key, files, stats, zones.get(key))
 
 
 def streams_of(
@@ -498,12 +505,40 @@ def stream_repeats(key: tuple[str, str], files: list[TelemetryFile]) -> Repeated
     return RepeatedLines(files) if is_log_stream(key[1]) and len(files) > 1 else None
 
 
-def stream_clock(key: tuple[str, str], files: list[TelemetryFile]) -> LogClock | None:
-    """The zone of a node's log stream, as its first stamped lines tell it (None for other
-    streams: exports and snapshots are UTC)."""
+def stream_zones(
+    streams: dict[tuple[str, str], list[TelemetryFile]], stats: ParseStats
+) -> dict[tuple[str, str], ZoneReading]:
+    """Each log stream's zone, as its first stamped lines tell it, or as the rooms it shares
+    with other nodes set it against theirs when no stamp does (`clock_join`, noted in
+    `stats.zone_aligned`)."""
+    readings = {
+        key: read_zone(key[0], settled(files))
+        for key, files in streams.items()
+        if is_log_stream(key[1])
+    }
+    if len(readings) < 2 or all(r.voted or not r.prefixed for r in readings.values()):
+        return readings
+    samples = {key: sample(key[0], settled(streams[key])) for key in readings}
+    snapshots: dict[str, float] = {}
+    for (node, _), files in streams.items():
+        for tf in files:
+            if tf.snapshot_time is not None:
+                snapshots[node] = min(snapshots.get(node, tf.snapshot_time), tf.snapshot_time)
+    for key, aligned in align(readings, samples, snapshots).items():
+        readings[key] = ZoneReading(aligned.zone, aligned.known, True)
+        against = sorted({other[0] for other in aligned.against})
+        stats.zone_aligned[key[0]] = (aligned.zone, against, aligned.known)
+    return readings
+
+
+def stream_clock(
+    key: tuple[str, str], files: list[TelemetryFile], reading: ZoneReading | None = None
+) -> LogClock | None:
+    """The zone of a node's log stream, as its first stamped lines tell it or `reading` (from
+    `stream_zones`) says (None for other streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    zone, voted, prefixed = read_zone(key[0], files)
+    zone, voted, prefixed = reading if reading is not None else read_zone(key[0], files)
     day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
     return LogClock(zone, day=None if day is None else day + zone, voted=voted, prefixed=prefixed)
 
@@ -518,10 +553,13 @@ def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) 
 
 
 def stream_events(
-    key: tuple[str, str], files: list[TelemetryFile], stats: ParseStats
+    key: tuple[str, str],
+    files: list[TelemetryFile],
+    stats: ParseStats,
+    reading: ZoneReading | None = None,
 ) -> Iterator[Event]:
     files = settled(files)
-    clock = stream_clock(key, files)
+    clock = stream_clock(key, files, reading)
     repeats = stream_repeats(key, files)
     for tf in files:
         yield from file_events(tf, stats, clock=clock, repeats=repeats)
@@ -531,4 +569,7 @@ def stream_events(
 def events_in_time_order(paths: Iterable[str | Path], stats: ParseStats) -> Iterator[Event]:
     """All events merged across nodes into one timeline (see `streams_of`, `merge_by_time`)."""
     streams = streams_of(paths, stats.dropped)
-    return merge_by_time(stream_events(key, files, stats) for key, files in streams.items())
+    zones = stream_zones(streams, stats)
+    return merge_by_time(
+        stream_events(key, files, stats, zones.get(key)) for key, files in streams.items()
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from multiprocessing import get_context
@@ -36,9 +36,11 @@ from collector.parse import (
     placed,
     stream_clock,
     stream_repeats,
+    stream_zones,
     streams_of,
 )
 from collector.sglang.batch import BatchSample, BatchSampler
+from collector.sglang.log_clock import ZoneReading
 from collector.state.node_windows import BATCH_PICKS
 
 BATCH = 2048
@@ -52,6 +54,8 @@ Wanted = Callable[[Event], bool]
 # An event as a worker ships it, with its stream's place (`merge_placed`) last.
 Row = tuple[str, str, float | None, str, dict[str, Any], dict[str, int], int]
 StreamKey = tuple[str, str]  # (node, file kind)
+# Each log stream's zone (`parse.stream_zones`).
+Zones = Mapping[StreamKey, ZoneReading]
 
 
 class Stage(Protocol):
@@ -176,6 +180,7 @@ def _stream(
     stats: ParseStats,
     wanted: Wanted,
     stage_factory: StageFactory | None,
+    reading: ZoneReading | None = None,
 ) -> Iterator[Event]:
     stage = stage_factory(key) if stage_factory is not None else None
     observe = stage.observe if stage is not None else None
@@ -187,7 +192,7 @@ def _stream(
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
     files = settled(files)
-    clock = stream_clock(key, files)
+    clock = stream_clock(key, files, reading)
     repeats = stream_repeats(key, files)
     for tf in files:
         for event in file_events(
@@ -215,9 +220,10 @@ def _merged(
     stats: ParseStats,
     wanted: Wanted,
     stage_factory: StageFactory | None,
+    zones: Zones,
 ) -> Iterator[Event]:
     places = range(len(streams))
-    for _, event in _merged_placed(streams, places, stats, wanted, stage_factory):
+    for _, event in _merged_placed(streams, places, stats, wanted, stage_factory, zones):
         yield event
 
 
@@ -227,10 +233,16 @@ def _merged_placed(
     stats: ParseStats,
     wanted: Wanted,
     stage_factory: StageFactory | None,
+    zones: Zones,
 ) -> Iterator[tuple[int, Event]]:
     """(place, event) of `streams`, each at its place among the run's streams (increasing)."""
     return merge_placed(
-        placed(place, _in_chunks(_stream(key, files, stats, wanted, stage_factory), STREAM_CHUNK))
+        placed(
+            place,
+            _in_chunks(
+                _stream(key, files, stats, wanted, stage_factory, zones.get(key)), STREAM_CHUNK
+            ),
+        )
         for place, (key, files) in zip(places, streams.items(), strict=True)
     )
 
@@ -281,6 +293,7 @@ def _worker_process(
     places: list[int],
     wanted: Wanted,
     stage_factory: StageFactory | None,
+    zones: Zones,
     inherited: tuple[Connection, ...],
 ) -> None:
     """A parsing worker's process: it closes the pipes' read ends it inherited (holding one,
@@ -290,7 +303,7 @@ def _worker_process(
         end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _worker(conn, share, places, wanted, stage_factory)
+    _worker(conn, share, places, wanted, stage_factory, zones)
 
 
 def _worker(
@@ -299,6 +312,7 @@ def _worker(
     places: list[int],
     wanted: Wanted,
     stage_factory: StageFactory | None,
+    zones: Zones,
 ) -> None:
     """Runs in a forked process: stream the share's wanted events down the pipe, then stats."""
     stats = ParseStats()
@@ -310,7 +324,7 @@ def _worker(
     stats.progress = progressed
     batch: list[Row] = []
     try:
-        for place, event in _merged_placed(share, places, stats, wanted, stage_factory):
+        for place, event in _merged_placed(share, places, stats, wanted, stage_factory, zones):
             batch.append(
                 (event.kind, event.node, event.time, event.source, event.fields, event.ranks, place)
             )
@@ -368,12 +382,15 @@ def parallel_events_in_time_order(
     emit), parsed on every core. Unwanted events are still read and counted in `stats`.
     `log_date`: see `parse.streams_of`."""
     streams = streams_of(paths, stats.dropped, log_date)
+    # Every stream's zone before any is read: a node's may be set by the others' (forked
+    # workers inherit them).
+    zones = stream_zones(streams, stats)
     workers = workers or os.cpu_count() or 1
     total = sum(_size(files) for files in streams.values())
     if workers <= 1 or len(streams) <= 1 or total < PARALLEL_MIN_BYTES:
         if progress is not None:
             stats.progress = progress
-        yield from _merged(streams, stats, wanted, stage_factory)
+        yield from _merged(streams, stats, wanted, stage_factory, zones)
         return
     context = get_context("fork")
     readers: list[Iterator[tuple[int, Event]]] = []
@@ -387,7 +404,7 @@ def parallel_events_in_time_order(
             places = [place_of[key] for key in share]
             process = context.Process(
                 target=_worker_process,
-                args=(send, share, places, wanted, stage_factory, tuple(inherited)),
+                args=(send, share, places, wanted, stage_factory, zones, tuple(inherited)),
                 daemon=True,
             )
             process.start()

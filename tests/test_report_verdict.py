@@ -302,3 +302,27 @@ def test_a_zone_read_as_utc_by_assumption_is_said() -> None:
         "(time stats, metrics stamps) tells it: they were read as UTC; on hosts set to another "
         "zone every time from them is off by its offset."
     )
+
+
+def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
+    summary = _summary()
+    summary["input"]["log_utc_offsets"] = {"decode-0": ["+02:00"], "decode-1": ["+03:00"]}
+    summary["input"]["log_zone_aligned"] = {
+        "decode-0": {"offset": "+02:00", "against": ["prefill-0"], "against_known": False}
+    }
+    summary["input"]["log_zone_unknown"] = ["prefill-0"]
+    line = log_zones_line(summary)
+    # decode-1's zone was told by its own stamps; decode-0's by prefill-0's clock, itself
+    # assumed UTC: three different claims, each said once.
+    assert line.startswith(
+        "Log stamps of decode-1 in UTC+03:00 (the UTC stamps in their own request lines say so)"
+    )
+    assert (
+        "The log stamps of decode-0 carry no zone; for the same requests (the Receive lines of "
+        "the rooms both logged) they read +02:00 from those of prefill-0 (read as UTC), and "
+        "were moved by that." in line
+    )
+    assert line.endswith("every time from them is off by its offset.")
+    assert line.count("decode-0") == 1
+    summary["input"]["log_zone_aligned"]["decode-0"]["against_known"] = True
+    assert "from those of prefill-0 (UTC)" in log_zones_line(summary)

@@ -79,7 +79,7 @@ def test_batch_lines_read_by_the_lane_give_what_their_events_give(
         stages = WorkerStages(config.ledger, _anomaly_window(config))
         rows = [
             (e.kind, e.node, e.time, e.source, repr(e.fields), e.ranks)
-            for e in spill._merged(streams, stats, wanted, stages)
+            for e in spill._merged(streams, stats, wanted, stages, {})
         ]
         return rows, stats
 
@@ -125,7 +125,7 @@ def test_chunked_streams_merge_exactly_as_one_event_at_a_time(
 
     def merged(chunk: int) -> list[tuple]:
         monkeypatch.setattr(spill, "STREAM_CHUNK", chunk)
-        return _rows(spill._merged(streams, ParseStats(), wanted, None))
+        return _rows(spill._merged(streams, ParseStats(), wanted, None, {}))
 
     one_at_a_time = merged(1)
     assert len(one_at_a_time) > 1000
@@ -147,7 +147,7 @@ def test_a_worker_stopped_by_ctrl_c_leaves_quietly(tmp_path: Path) -> None:
         raise KeyboardInterrupt
 
     receive, send = multiprocessing.Pipe(duplex=False)
-    spill._worker(send, streams, list(range(len(streams))), interrupted, None)  # no raise
+    spill._worker(send, streams, list(range(len(streams))), interrupted, None, {})  # no raise
     with pytest.raises(EOFError):  # it sent nothing more and closed its end
         receive.recv_bytes()
 

@@ -695,6 +695,10 @@ def build_summary(
                 for node, zones in sorted(stats.log_zones.items())
             },
             "log_zone_unknown": sorted(stats.zone_unknown),
+            "log_zone_aligned": {
+                node: {"offset": zone_name(zone), "against": against, "against_known": known}
+                for node, (zone, against, known) in sorted(stats.zone_aligned.items())
+            },
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "newest_first_logs": list(stats.newest_first_logs),
             "repeated_lines": {

@@ -257,17 +257,37 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         if unknown
         else ""
     )
-    if not offsets:
-        return assumed
+    aligned: dict[str, dict[str, Any]] = summary["input"].get("log_zone_aligned") or {}
+    told = {node: zones for node, zones in offsets.items() if node not in aligned}
     by_zones: dict[str, list[str]] = {}
-    for node, zones in sorted(offsets.items()):
+    for node, zones in sorted(told.items()):
         # A zone that changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`.
         by_zones.setdefault("UTC" + ", then ".join(zones), []).append(node)
     parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
-    return (
+    said = (
         f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
-        "were converted to UTC, as every time here is." + (f" {assumed}" if assumed else "")
+        "were converted to UTC, as every time here is."
+        if parts
+        else ""
     )
+    return " ".join(filter(None, [said, _aligned_zones(aligned), assumed]))
+
+
+def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
+    """Nodes whose clock was set against others' by the requests both logged: by how much,
+    against whom, and whether those others' zone was itself known."""
+    by_move: dict[tuple[str, tuple[str, ...], bool], list[str]] = {}
+    for node, how in sorted(aligned.items()):
+        key = (how["offset"], tuple(how["against"]), bool(how["against_known"]))
+        by_move.setdefault(key, []).append(node)
+    parts = [
+        f"The log stamps of {_listed(nodes)} carry no zone; for the same requests (the Receive "
+        f"lines of the rooms both logged) they read {offset} from those of "
+        f"{_listed(list(against))} ({'UTC' if known else 'read as UTC'}), and were moved by "
+        "that."
+        for (offset, against, known), nodes in sorted(by_move.items())
+    ]
+    return " ".join(parts)
 
 
 def _listed(nodes: list[str], shown: int = 4) -> str:

@@ -126,7 +126,7 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     prefixed = False
     before: float | None = None  # the last prefixed line's time (local)
     records: list[float] = []  # JSON records' times (UTC) since it
-    for line in _first_lines(files):
+    for line in first_lines(files):
         head = cached_head(line)
         if head is not None:
             prefixed = True
@@ -155,7 +155,7 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     return ZoneReading(agreed_zone(votes), bool(votes), prefixed)
 
 
-def _first_lines(files: list[TelemetryFile]) -> Iterator[str]:
+def first_lines(files: list[TelemetryFile]) -> Iterator[str]:
     """The lines of a node's logs a look at its start reads: at most `MAX_SCAN_LINES` lines
     and `MAX_SCAN_BYTES` bytes, across its files. A file that cannot be read has no say: its
     reading proper will report it."""
@@ -220,7 +220,7 @@ def log_day(node: str, files: list[TelemetryFile]) -> TimeOfDay | None:
     midnights = 0
     last_tod: float | None = None
     first_tod: float | None = None
-    for line in _first_lines(files):
+    for line in first_lines(files):
         envelope = peel(line)
         if envelope.time is not None and envelope.time_of_day is None:
             # Dated: the parser dates the lines after it.

@@ -1,0 +1,144 @@
+"""Nodes whose stamps tell no zone are set against each other by the requests both logged.
+
+Blind review D4: decode hosts at UTC+2, prefill on UTC, no time stats and no metrics stamps.
+Every decode line came two hours after the prefill lines of its request, nothing joined, and
+all 31 over-length answers were missed ("decode's logs left out").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from collector.events import parse_iso_time
+from collector.forensics.driver import SCHEMA_PATH, run_forensics
+from collector.sglang.clock_join import Sample, align, offset
+from collector.sglang.log_clock import ZoneReading
+from simulator.offline import run_offline
+from simulator.scenario import scenario_from_dict
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+HOUR = 3600.0
+
+
+def _rooms(start: float, count: int = 10, *, drift: float = 0.0) -> dict[str, float]:
+    """`count` rooms received a minute apart from `start`, each `drift` seconds later."""
+    return {str(1000 + i): start + 60.0 * i + drift for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    ("shift", "expected"),
+    [
+        (2 * HOUR + 3.0, 2 * HOUR),  # clocks seconds apart: the zone is whole quarter hours
+        (5.5 * HOUR - 40.0, 5.5 * HOUR),  # India
+        (5.75 * HOUR, 5.75 * HOUR),  # Nepal
+        (-5 * HOUR + 90.0, -5 * HOUR),
+        (0.5, 0.0),
+        (HOUR / 8, None),  # half way between two zones: no zone says so
+        (20 * HOUR, None),  # no zone is that far ahead
+    ],
+)
+def test_the_offset_is_the_zone_the_shared_rooms_agree_on(
+    shift: float, expected: float | None
+) -> None:
+    theirs = _rooms(1_790_000_000.0)
+    assert offset(_rooms(1_790_000_000.0, drift=shift), theirs) == expected
+
+
+def test_rooms_that_disagree_or_are_too_few_set_no_clock() -> None:
+    theirs = _rooms(1_790_000_000.0)
+    mine = _rooms(1_790_000_000.0, drift=2 * HOUR)
+    for room in list(mine)[:3]:  # three of ten received an hour apart: 70% agree
+        mine[room] += HOUR
+    assert offset(mine, theirs) is None
+    assert offset(dict(list(mine.items())[5:7]), theirs) is None  # two shared rooms
+    assert offset(_rooms(0.0, 10), {"9": 1.0}) is None  # none shared
+
+
+def _reading(voted: bool, zone: float = 0.0) -> ZoneReading:
+    return ZoneReading(zone, voted, True)
+
+
+def test_zoneless_streams_are_set_against_streams_whose_zone_is_told() -> None:
+    prefill, decode, lone = ("prefill-0", "log"), ("decode-0", "log"), ("decode-1", "log")
+    start = 1_790_000_000.0
+    readings = {prefill: _reading(True, HOUR), decode: _reading(False), lone: _reading(False)}
+    samples = {
+        prefill: Sample(_rooms(start + HOUR), None),  # UTC+01:00, told by its stamps
+        decode: Sample(_rooms(start + 3 * HOUR + 2.0), None),  # UTC+03:00, told by nothing
+        lone: Sample({"77": start}, None),
+    }
+    aligned = align(readings, samples)
+    assert set(aligned) == {decode}  # decode-1 shares no room: it keeps its UTC reading
+    assert aligned[decode].zone == 3 * HOUR
+    assert aligned[decode].against == (prefill,) and aligned[decode].known
+
+
+def test_without_a_told_zone_the_clock_no_snapshot_contradicts_is_the_reference() -> None:
+    """Decode's stamps two hours ahead of prefill's, neither zone told: which one is UTC? The
+    `/server_info` snapshots (UTC) of servers running before decode's log says it started,
+    read as UTC, settle it; without them the first stream by name is the reference, and UTC
+    stays an assumption either way."""
+    prefill, decode = ("prefill-0", "log"), ("decode-0", "log")
+    start = 1_790_000_000.0
+    readings = {prefill: _reading(False), decode: _reading(False)}
+    samples = {
+        prefill: Sample(_rooms(start), start - 600.0),
+        decode: Sample(_rooms(start + 2 * HOUR), start + 2 * HOUR - 600.0),
+    }
+    by_name = align(readings, samples)
+    assert set(by_name) == {prefill} and by_name[prefill].zone == -2 * HOUR
+    assert not by_name[prefill].known
+    snapshots = {"decode-0": start - 300.0, "prefill-0": start - 300.0}
+    settled = align(readings, samples, snapshots)
+    assert set(settled) == {decode} and settled[decode].zone == 2 * HOUR
+    assert settled[decode].against == (prefill,) and not settled[decode].known
+
+
+def _split_zones(*, prefill_tells: bool) -> Any:
+    """The small incident replay with decode hosts two hours ahead of prefill's, decode's
+    stamps telling no zone. Prefill's tell theirs (UTC+01:00) when `prefill_tells`; else it is
+    on UTC, which only the UTC-named snapshots can tell."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    prefill, decode = data["deployment"]["prefill"], data["deployment"]["decode"]
+    prefill["log_utc_offset_minutes"] = 60 if prefill_tells else 0
+    decode["log_utc_offset_minutes"] = prefill["log_utc_offset_minutes"] + 120
+    for role, tells in ((prefill, prefill_tells), (decode, False)):
+        role["request_time_stats"] = tells
+        role["enable_metrics"] = tells
+    return scenario_from_dict(data, "split-zones")
+
+
+@pytest.mark.parametrize("prefill_tells", [True, False], ids=["prefill-told", "none-told"])
+def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
+    tmp_path: Path, prefill_tells: bool
+) -> None:
+    folder = tmp_path / "sim"
+    run_offline(_split_zones(prefill_tells=prefill_tells), folder)
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert len(rooms) >= 10
+    inputs = [str(folder / "logs"), str(folder / "snapshots")]
+    summary = run_forensics(inputs, tmp_path / "out", write_parquet=False, workers=2).summary
+    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    # Stamped to the second (no time stats, no metrics stamps): right to the second.
+    for end, pick in (("first", min), ("last", max)):
+        said = parse_iso_time(summary["exposure"][end]) or 0.0
+        assert 0.0 <= pick(parse_iso_time(r["time"]) or 0.0 for r in truth) - said < 1.0
+    if prefill_tells:  # decode set against prefill's UTC: +03:00
+        assert summary["input"]["log_zone_aligned"] == {
+            "decode-0": {"offset": "+03:00", "against": ["prefill-0"], "against_known": True}
+        }
+    else:  # prefill read as UTC, the snapshots say so: decode +02:00 of it
+        assert summary["input"]["log_zone_aligned"] == {
+            "decode-0": {"offset": "+02:00", "against": ["prefill-0"], "against_known": False}
+        }
+        assert summary["input"]["log_zone_unknown"] == ["prefill-0"]
+    said = (tmp_path / "out" / "report.md").read_text()
+    assert "The log stamps of decode-0 carry no zone; for the same requests" in said
