@@ -119,6 +119,28 @@ def test_prefill_request_lines_apart_from_its_stdout_are_never_a_decode_answer(
     assert missing["refused_rooms"] == [EXPOSED_ROOM]
 
 
+def test_request_logs_in_each_node_s_folder_join_its_engine(tmp_path: Path) -> None:
+    """`--log-requests-target /var/log/sglang` on every node, each node's folder holding its
+    stdout and the request-log directory's `<host>_<rank>.log` (hourly rotated, the live file
+    last): the host names are no node's, and the refused request must still be found answered
+    by decode."""
+    case = tmp_path / "case"
+    for node, host in (("prefill-0", "gpu-host-3"), ("decode-0", "gpu-host-7")):
+        (case / node).mkdir(parents=True)
+        lines = (REFERENCE / f"{node}.log").read_text().splitlines(keepends=True)
+        request_lines = [line for line in lines if re.search(r"\] (Receive|Finish): ", line)]
+        assert request_lines
+        (case / node / f"{node}.log").write_text(
+            "".join(line for line in lines if line not in request_lines)
+        )
+        half = len(request_lines) // 2
+        (case / node / f"{host}_0.log.2026-08-27_09").write_text("".join(request_lines[:half]))
+        (case / node / f"{host}_0.log").write_text("".join(request_lines[half:]))
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert [str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]] == [EXPOSED_ROOM]
+    assert summary["requests"]["pd_role_missing"] is None
+
+
 def _line(kind: str, node: str, time: float, **fields: object) -> Event:
     return Event(kind, node, time, f"{node}.log:1", dict(fields))
 
