@@ -16,9 +16,11 @@ import pytest
 import yaml
 
 from collector.events import parse_iso_time
+from collector.files import TelemetryFile
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
-from collector.sglang.clock_join import Sample, align, offset
+from collector.sglang.clock_join import Sample, align, offset, sample
 from collector.sglang.log_clock import ZoneReading
+from collector.state.ledger import FAKE_BOOTSTRAP_HOST
 from simulator.offline import run_offline
 from simulator.scenario import scenario_from_dict
 
@@ -142,3 +144,31 @@ def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
         assert summary["input"]["log_zone_unknown"] == ["prefill-0"]
     said = (tmp_path / "out" / "report.md").read_text()
     assert "The log stamps of decode-0 carry no zone; for the same requests" in said
+
+
+def _receive(stamp: str, room: int, host: str = "10.0.1.10") -> str:
+    return (
+        f"[{stamp}] Receive: obj=GenerateReqInput(rid='r{room}', stream=False, "
+        f"bootstrap_host='{host}', bootstrap_port=8998, bootstrap_room={room})\n"
+    )
+
+
+def test_warmups_and_health_checks_are_no_shared_request(tmp_path: Path) -> None:
+    """Every node's warmups take its DP ranks as rooms and its health checks room 0, at its
+    own start-up: logs two hours apart that share only those must not set one clock by the
+    other (the real rooms, four a node here, are not shared)."""
+    files = {}
+    for node, hour in (("prefill-0", 10), ("decode-0", 12)):
+        lines = [_receive(f"2026-11-02 {hour}:00:0{rank}", rank) for rank in range(8)]
+        lines += [_receive(f"2026-11-02 {hour}:01:00", 0, FAKE_BOOTSTRAP_HOST)]
+        lines += [
+            _receive(f"2026-11-02 {hour}:05:0{i}", 7_000_000_000_000 + hour * 100 + i)
+            for i in range(4)
+        ]
+        path = tmp_path / f"{node}.log"
+        path.write_text("".join(lines))
+        files[(node, "log")] = Sample(
+            sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms, None
+        )
+    assert all(len(s.rooms) == 4 for s in files.values())
+    assert align({key: _reading(False) for key in files}, files) == {}

@@ -23,6 +23,7 @@ from typing import Final, NamedTuple
 from collector.files import TelemetryFile
 from collector.sglang.log_clock import ZONE_RANGE, ZONE_STEP, ZoneReading, first_lines
 from collector.sglang.logs import LineParser
+from collector.state.ledger import FAKE_BOOTSTRAP_HOST, WARMUP_ROOMS
 
 # Rooms whose `Receive:` stamps are collected from a node's first lines.
 MAX_ROOMS: Final = 4096
@@ -76,8 +77,10 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
         if event is None or event.time is None or event.kind != "request_received":
             continue
         room = event.fields.get("bootstrap_room")
-        if room is None or str(room) in ("", "0", "None"):
-            continue  # health checks share room 0
+        if room is None or str(room) in WARMUP_ROOMS or str(room) in ("", "None"):
+            continue  # every node's warmups (room = DP rank) and health checks (room 0)
+        if event.fields.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST:
+            continue
         stamps.setdefault(str(room), event.time)
         if len(stamps) >= MAX_ROOMS:
             break
