@@ -519,11 +519,12 @@ def stream_zones(
     if len(readings) < 2 or all(r.voted or not r.prefixed for r in readings.values()):
         return readings
     samples = {key: sample(key[0], settled(streams[key])) for key in readings}
-    snapshots: dict[str, float] = {}
+    taken: dict[str, list[float]] = {}
     for (node, _), files in streams.items():
-        for tf in files:
-            if tf.snapshot_time is not None:
-                snapshots[node] = min(snapshots.get(node, tf.snapshot_time), tf.snapshot_time)
+        taken.setdefault(node, []).extend(
+            tf.snapshot_time for tf in files if tf.snapshot_time is not None
+        )
+    snapshots = {node: (min(times), max(times)) for node, times in taken.items() if times}
     for key, aligned in align(readings, samples, snapshots).items():
         readings[key] = ZoneReading(aligned.zone, aligned.known, True)
         against = sorted({other[0] for other in aligned.against})

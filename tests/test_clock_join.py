@@ -96,32 +96,46 @@ def test_without_a_told_zone_the_clock_no_snapshot_contradicts_is_the_reference(
     by_name = align(readings, samples)
     assert set(by_name) == {prefill} and by_name[prefill].zone == -2 * HOUR
     assert not by_name[prefill].known
-    snapshots = {"decode-0": start - 300.0, "prefill-0": start - 300.0}
+    snapshots = {"decode-0": (start - 300.0, start), "prefill-0": (start - 300.0, start)}
     settled = align(readings, samples, snapshots)
     assert set(settled) == {decode} and settled[decode].zone == 2 * HOUR
     assert settled[decode].against == (prefill,) and not settled[decode].known
 
 
-def _split_zones(*, prefill_tells: bool) -> Any:
-    """The small incident replay with decode hosts two hours ahead of prefill's, decode's
-    stamps telling no zone. Prefill's tell theirs (UTC+01:00) when `prefill_tells`; else it is
-    on UTC, which only the UTC-named snapshots can tell."""
+# (prefill's zone, decode's, nodes of each role, whether prefill's stamps tell its zone): the
+# zones `input.log_zone_aligned` must say, and whether they were set against a told zone.
+SPLIT_ZONES = {
+    "prefill-told": ((60, 180, 1, True), {"decode-0": "+03:00"}, True),
+    # Neither told: the snapshots say decode's clock is not UTC (its server answered them
+    # before its log says it started).
+    "none-told": ((0, 120, 1, False), {"decode-0": "+02:00"}, False),
+    # Decode behind, two of each: each decode node shares rooms with one prefill node only,
+    # and decode's clocks, read as UTC, end hours before the last snapshots were saved.
+    "two-each-behind": ((0, -300, 2, False), {"decode-0": "-05:00", "decode-1": "-05:00"}, False),
+}
+
+
+def _split_zones(prefill: int, decode: int, count: int, prefill_tells: bool) -> Any:
+    """The small incident replay with prefill's and decode's hosts at the given zones
+    (minutes), `count` nodes each; decode's stamps tell no zone, prefill's when told to."""
     data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
-    prefill, decode = data["deployment"]["prefill"], data["deployment"]["decode"]
-    prefill["log_utc_offset_minutes"] = 60 if prefill_tells else 0
-    decode["log_utc_offset_minutes"] = prefill["log_utc_offset_minutes"] + 120
-    for role, tells in ((prefill, prefill_tells), (decode, False)):
-        role["request_time_stats"] = tells
-        role["enable_metrics"] = tells
+    for role, minutes, tells in (("prefill", prefill, prefill_tells), ("decode", decode, False)):
+        data["deployment"][role].update(
+            log_utc_offset_minutes=minutes,
+            request_time_stats=tells,
+            enable_metrics=tells,
+            count=count,
+        )
     return scenario_from_dict(data, "split-zones")
 
 
-@pytest.mark.parametrize("prefill_tells", [True, False], ids=["prefill-told", "none-told"])
+@pytest.mark.parametrize("case", list(SPLIT_ZONES))
 def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
-    tmp_path: Path, prefill_tells: bool
+    tmp_path: Path, case: str
 ) -> None:
+    deployment, zones, known = SPLIT_ZONES[case]
     folder = tmp_path / "sim"
-    run_offline(_split_zones(prefill_tells=prefill_tells), folder)
+    run_offline(_split_zones(*deployment), folder)
     truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
     rooms = {str(r["bootstrap_room"]) for r in truth}
     assert len(rooms) >= 10
@@ -133,17 +147,14 @@ def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
     for end, pick in (("first", min), ("last", max)):
         said = parse_iso_time(summary["exposure"][end]) or 0.0
         assert 0.0 <= pick(parse_iso_time(r["time"]) or 0.0 for r in truth) - said < 1.0
-    if prefill_tells:  # decode set against prefill's UTC: +03:00
-        assert summary["input"]["log_zone_aligned"] == {
-            "decode-0": {"offset": "+03:00", "against": ["prefill-0"], "against_known": True}
-        }
-    else:  # prefill read as UTC, the snapshots say so: decode +02:00 of it
-        assert summary["input"]["log_zone_aligned"] == {
-            "decode-0": {"offset": "+02:00", "against": ["prefill-0"], "against_known": False}
-        }
-        assert summary["input"]["log_zone_unknown"] == ["prefill-0"]
+    aligned = summary["input"]["log_zone_aligned"]
+    assert {node: how["offset"] for node, how in aligned.items()} == zones
+    assert {how["against_known"] for how in aligned.values()} == {known}
+    assert {node: how["against"] for node, how in aligned.items()} == {
+        f"decode-{i}": [f"prefill-{i}"] for i in range(len(zones))
+    }
     said = (tmp_path / "out" / "report.md").read_text()
-    assert "The log stamps of decode-0 carry no zone; for the same requests" in said
+    assert "The log stamps of decode-0" in said and "carry no zone; for the same requests" in said
 
 
 def _receive(stamp: str, room: int, host: str = "10.0.1.10") -> str:
@@ -172,3 +183,38 @@ def test_warmups_and_health_checks_are_no_shared_request(tmp_path: Path) -> None
         )
     assert all(len(s.rooms) == 4 for s in files.values())
     assert align({key: _reading(False) for key in files}, files) == {}
+
+
+def test_clocks_are_set_in_turn_through_the_nodes_each_shares_rooms_with() -> None:
+    """Each request goes to one prefill and one decode node: decode-1 shares no room with the
+    prefill node whose zone is told, only with prefill-1, which shares rooms with decode-0."""
+    p0, p1, d0, d1 = (("prefill-0", "log"), ("prefill-1", "log"), ("decode-0", "log"),
+                      ("decode-1", "log"))  # fmt: skip
+    t = 1_790_000_000.0
+
+    def rooms(first: int, start: float) -> dict[str, float]:
+        return {str(first + i): start + 60.0 * i for i in range(5)}
+
+    samples = {  # p0 UTC, told; d0 +05:30; p1 -03:00; d1 +00:00
+        p0: Sample(rooms(100, t), None),
+        d0: Sample({**rooms(100, t + 5.5 * HOUR), **rooms(200, t + 600 + 5.5 * HOUR)}, None),
+        p1: Sample({**rooms(200, t + 600 - 3 * HOUR), **rooms(300, t + 900 - 3 * HOUR)}, None),
+        d1: Sample(rooms(300, t + 900), None),
+    }
+    readings = {p0: _reading(True), d0: _reading(False), p1: _reading(False), d1: _reading(False)}
+    aligned = align(readings, samples)
+    assert {stream: a.zone for stream, a in aligned.items()} == {
+        d0: 5.5 * HOUR,
+        p1: -3 * HOUR,
+        d1: 0.0,  # UTC, and now known to be
+    }
+    assert aligned[d1].against == (p1,) and aligned[p1].against == (d0, d1)
+    assert all(a.known for a in aligned.values())
+    # None told: the same clocks set against each other, UTC the zone most of them share, and
+    # an assumption; a stream that shares nothing keeps its reading.
+    lone = ("decode-9", "log")
+    samples[lone] = Sample(rooms(900, t), None)
+    readings = {stream: _reading(False) for stream in samples}
+    assumed = align(readings, samples)
+    assert {stream: a.zone for stream, a in assumed.items()} == {d0: 5.5 * HOUR, p1: -3 * HOUR}
+    assert not any(a.known for a in assumed.values())

@@ -326,3 +326,10 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
     assert line.count("decode-0") == 1
     summary["input"]["log_zone_aligned"]["decode-0"]["against_known"] = True
     assert "from those of prefill-0 (UTC)" in log_zones_line(summary)
+    summary["input"]["log_zone_aligned"]["decode-2"] = {
+        "offset": "+00:00", "against": ["prefill-0"], "against_known": True
+    }  # fmt: skip
+    assert (
+        "The log stamps of decode-2 carry no zone; for the same requests (the Receive lines of "
+        "the rooms both logged) they agree with those of prefill-0 (UTC), and are UTC."
+    ) in log_zones_line(summary)

@@ -21,6 +21,7 @@ from collector.events import REQUEST_LINE_KINDS, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plots import PlotData, render_all
 from collector.passed_over import NOT_READ_WHOLE, input_unread, passed_over
+from collector.sglang.log_clock import zone_name
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
 from detectors.over_length_answered import NO_PREFILL_NAMED
@@ -280,13 +281,18 @@ def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
     for node, how in sorted(aligned.items()):
         key = (how["offset"], tuple(how["against"]), bool(how["against_known"]))
         by_move.setdefault(key, []).append(node)
-    parts = [
-        f"The log stamps of {_listed(nodes)} carry no zone; for the same requests (the Receive "
-        f"lines of the rooms both logged) they read {offset} from those of "
-        f"{_listed(list(against))} ({'UTC' if known else 'read as UTC'}), and were moved by "
-        "that."
-        for (offset, against, known), nodes in sorted(by_move.items())
-    ]
+    parts = []
+    for (offset, against, known), nodes in sorted(by_move.items()):
+        theirs = f"those of {_listed(list(against))} ({'UTC' if known else 'read as UTC'})"
+        moved = (
+            f"they agree with {theirs}, and are UTC"
+            if offset == zone_name(0.0)
+            else f"they read {offset} from {theirs}, and were moved by that"
+        )
+        parts.append(
+            f"The log stamps of {_listed(nodes)} carry no zone; for the same requests (the "
+            f"Receive lines of the rooms both logged) {moved}."
+        )
     return " ".join(parts)
 
 

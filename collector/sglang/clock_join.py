@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 from collector.files import TelemetryFile
+from collector.line_order import end_lines, first_line_time
 from collector.sglang.log_clock import ZONE_RANGE, ZONE_STEP, ZoneReading, first_lines
 from collector.sglang.logs import LineParser
 from collector.state.ledger import FAKE_BOOTSTRAP_HOST, WARMUP_ROOMS
@@ -52,11 +53,13 @@ class Alignment(NamedTuple):
 
 
 class Sample(NamedTuple):
-    """What a stream's first lines say of its clock: each room's first `Receive:` stamp, and
-    its first start-up line's (`server_args`; None without one), both read as UTC."""
+    """What a stream's lines say of its clock, read as UTC: each room's first `Receive:` stamp
+    and the first start-up line's (`server_args`) in its first lines, and its last line's
+    (None for either when there is none)."""
 
     rooms: dict[str, float]
     started: float | None
+    ended: float | None = None
 
 
 def sample(node: str, files: list[TelemetryFile]) -> Sample:
@@ -84,7 +87,8 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
         stamps.setdefault(str(room), event.time)
         if len(stamps) >= MAX_ROOMS:
             break
-    return Sample(stamps, started)
+    ended = first_line_time(reversed(end_lines(files[-1].path))) if files else None
+    return Sample(stamps, started, ended)
 
 
 def offset(mine: Mapping[str, float], theirs: Mapping[str, float]) -> float | None:
@@ -110,85 +114,104 @@ def offset(mine: Mapping[str, float], theirs: Mapping[str, float]) -> float | No
 def align(
     readings: Mapping[Stream, ZoneReading],
     samples: Mapping[Stream, Sample],
-    snapshots: Mapping[str, float] | None = None,
+    snapshots: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[Stream, Alignment]:
-    """The zones of the streams whose stamps tell none, set against the others.
+    """The zones of the streams whose stamps tell none, set against the others'.
 
-    Streams whose zone was told are the reference, their stamps moved to UTC. Without any, the
-    reference is a group of zoneless streams whose clocks agree, and UTC stays an assumption:
-    the one whose clock contradicts the fewest saved snapshots (`snapshots`: each node's
-    earliest, in UTC by its name, of a server running then, so not before the start-up its log
-    begins with), then the largest, then the one of the stream named first. Only offsets other
-    than zero are returned.
+    Streams whose zone was told are the reference, their stamps moved to UTC, and a zoneless
+    stream set against them is set against the streams it shared rooms with, in turn (decode-1
+    by prefill-1, set by decode-0): every one reached is known, zero offsets included. The
+    streams no told one reaches are set against each other, and which of their clocks is UTC
+    stays an assumption: the one that puts the fewest saved snapshots (`snapshots`: each
+    node's earliest and latest, in UTC by their names) before the start-up their node's log
+    begins with (a server answered before it started), then the fewest after their node's
+    log ends (weaker: snapshots may be saved later), then the one the most streams share, then
+    the first stream's by name. Only their offsets other than zero are returned.
     """
-    told = sorted(node for node, r in readings.items() if r.voted)
-    zoneless = sorted(node for node, r in readings.items() if r.prefixed and not r.voted)
-    if not zoneless:
-        return {}
-    if told:
-        return _against(told, zoneless, readings, samples, known=True)
-    best: dict[Stream, Alignment] = {}
-    best_rank: tuple[int, int] | None = None
-    for group in _agreeing_groups(zoneless, samples):
-        aligned = _against(group, zoneless, readings, samples, known=False)
-        rank = (_contradictions(zoneless, aligned, samples, snapshots or {}), -len(group))
-        if best_rank is None or rank < best_rank:
-            best, best_rank = aligned, rank
-    return best
-
-
-def _against(
-    reference: list[Stream],
-    zoneless: list[Stream],
-    readings: Mapping[Stream, ZoneReading],
-    samples: Mapping[Stream, Sample],
-    *,
-    known: bool,
-) -> dict[Stream, Alignment]:
-    utc: dict[str, float] = {}
-    for stream in reference:
-        zone = readings[stream].zone
-        for room, stamp in samples[stream].rooms.items():
-            utc.setdefault(room, stamp - zone)
+    told = {stream: r.zone for stream, r in readings.items() if r.voted}
+    zoneless = sorted(stream for stream, r in readings.items() if r.prefixed and not r.voted)
     aligned: dict[Stream, Alignment] = {}
-    for stream in zoneless:
-        if stream in reference:
-            continue
-        shift = offset(samples[stream].rooms, utc)
-        if shift:
-            aligned[stream] = Alignment(shift, tuple(reference), known)
+    if told and zoneless:
+        for stream, (zone, against) in _spread(told, zoneless, samples).items():
+            if stream not in told:
+                aligned[stream] = Alignment(zone, against, True)
+    rest = [stream for stream in zoneless if stream not in aligned]
+    while rest:
+        component = _spread({rest[0]: 0.0}, rest, samples)
+        utc = _utc_zone(component, samples, snapshots or {})
+        for stream, (zone, against) in component.items():
+            if zone != utc:
+                aligned[stream] = Alignment(zone - utc, against, False)
+        rest = [stream for stream in rest if stream not in component]
     return aligned
 
 
-def _agreeing_groups(streams: list[Stream], samples: Mapping[Stream, Sample]) -> list[list[Stream]]:
-    """For each stream in name order, it and the streams whose clocks agree with its own."""
-    groups: list[list[Stream]] = []
-    for first in streams:
-        group = [first] + [
-            other
-            for other in streams
-            if other != first and offset(samples[other].rooms, samples[first].rooms) == 0.0
-        ]
-        if sorted(group) not in groups:
-            groups.append(sorted(group))
-    return groups
+def _spread(
+    reference: Mapping[Stream, float], candidates: list[Stream], samples: Mapping[Stream, Sample]
+) -> dict[Stream, tuple[float, tuple[Stream, ...]]]:
+    """Each stream `reference`'s clocks reach through shared rooms, with its zone on their
+    clock and the streams it shared rooms with."""
+    zones: dict[Stream, float] = {}
+    times: dict[str, float] = {}  # each room's first Receive, on the reference clock
+
+    def place(stream: Stream, zone: float) -> None:
+        zones[stream] = zone
+        for room, stamp in samples[stream].rooms.items():
+            times.setdefault(room, stamp - zone)
+
+    for stream, zone in sorted(reference.items()):
+        place(stream, zone)
+    pending = [stream for stream in candidates if stream not in zones]
+    while pending:
+        for stream in pending:
+            shift = offset(samples[stream].rooms, times)
+            if shift is not None:
+                place(stream, shift)
+        unreached = [stream for stream in pending if stream not in zones]
+        if len(unreached) == len(pending):
+            break
+        pending = unreached
+    holders: dict[str, list[Stream]] = {}
+    for stream in zones:
+        for room in samples[stream].rooms:
+            holders.setdefault(room, []).append(stream)
+    placed: dict[Stream, tuple[float, tuple[Stream, ...]]] = {}
+    for stream, zone in zones.items():
+        shared = {other for room in samples[stream].rooms for other in holders[room]}
+        placed[stream] = (zone, tuple(sorted(shared - {stream})))
+    return placed
+
+
+def _utc_zone(
+    component: Mapping[Stream, tuple[float, tuple[Stream, ...]]],
+    samples: Mapping[Stream, Sample],
+    snapshots: Mapping[str, tuple[float, float]],
+) -> float:
+    """Which of a component's zones (set against its first stream) to take as UTC."""
+    zones = [zone for zone, _ in component.values()]  # the first stream's first
+    return min(
+        dict.fromkeys(zones),
+        key=lambda utc: (*_contradictions(component, utc, samples, snapshots), -zones.count(utc)),
+    )
 
 
 def _contradictions(
-    streams: list[Stream],
-    aligned: Mapping[Stream, Alignment],
+    component: Mapping[Stream, tuple[float, tuple[Stream, ...]]],
+    utc: float,
     samples: Mapping[Stream, Sample],
-    snapshots: Mapping[str, float],
-) -> int:
-    """Streams whose start-up, on the clock `aligned` sets, comes after a snapshot of their
-    node answered (a server running before it started)."""
-    count = 0
-    for stream in streams:
-        started = samples[stream].started
+    snapshots: Mapping[str, tuple[float, float]],
+) -> tuple[int, int]:
+    """With `utc` taken as UTC: the streams whose start-up comes after a snapshot of their
+    node answered, and those whose last line comes before one did."""
+    before = after = 0
+    for stream, (zone, _) in component.items():
         taken = snapshots.get(stream[0])
-        if started is None or taken is None:
+        if taken is None:
             continue
-        shift = aligned[stream].zone if stream in aligned else 0.0
-        if taken < started - shift - MAX_SKEW:
-            count += 1
-    return count
+        shift = zone - utc
+        started, ended = samples[stream].started, samples[stream].ended
+        if started is not None and taken[0] < started - shift - MAX_SKEW:
+            before += 1
+        if ended is not None and taken[1] > ended - shift + MAX_SKEW:
+            after += 1
+    return before, after
