@@ -20,8 +20,9 @@ race: each such hold ends drained, or timed out and said so, which `deferred_rel
 judges. Those aborts are no storm here; a load test cancelled on a healthy fleet paged as one
 (audit H2, 0.5.23 `decode.py` `resolve_deferred_releases`). On such an engine the failure
 counters, which count aborts with the rest, are left to the holds' outcomes too. Transport and
-bootstrap failure lines, and everything on older engines or where deferred release is off or
-unknown, still count.
+bootstrap failure lines, and everything on older engines or where deferred release is off, still
+count. Where the release is unknown they count too, but a storm only with them is `info`: a
+question a `/server_info` snapshot answers, not a page.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.engine_version import holds_aborted_pages
-from detectors.finding import Finding
+from detectors.finding import Finding, Severity
 from detectors.storm import (
     Episode,
     StormConfig,
@@ -275,8 +276,29 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             f"nodes (most on {worst}): aborts mid-transfer widen the KV corruption window; "
             f"check prefill health and load-balancer aborts"
         )
+        # Clients' aborts on engines whose release no input tells (SGLang logs none; only
+        # `/server_info` does) may be held until drained (0.5.21 on): a storm only with them is
+        # a question, not a page (a cancelled load test on a healthy 0.5.23 fleet, logs only,
+        # warned).
+        told = window.failures(lambda node: ctx.timeline.role_at(node, start), _holds(ctx, True))
+        unsure = failures - told
+        severity: Severity = "warning"
+        lower = self.baseline_.level(0.0)
+        if (
+            unsure > 0
+            and self._burst(told, cfg.min_failures, cfg.ratio, base, lower) < cfg.threshold
+        ):
+            severity = "info"
+            summary = (
+                f"Possible KV transfer failure storm: {failures:.0f} failed requests in "
+                f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, {unsure:.0f} of "
+                f"them clients' aborts on engines whose release no input tells (most on "
+                f"{worst}): from 0.5.21 (MORI 0.5.22) their pages are held until drained and "
+                f"open no race; before, they are the abort race's condition. A /server_info "
+                f"snapshot of the nodes tells which"
+            )
         return self._finding(
-            "warning",
+            severity,
             time=start + cfg.window_seconds,
             node=worst,
             summary=summary,
@@ -289,29 +311,33 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
                 "nodes": len(nodes),
                 "score": round(score, 6),
                 "threshold": cfg.threshold,
+                "aborts_on_unknown_release": unsure,
             },
         )
 
 
-def _holds(ctx: DetectionContext) -> Holds:
-    """`_holds_aborted_pages` as the timeline knows it now, asked once per node and time."""
+def _holds(ctx: DetectionContext, unknown: bool = False) -> Holds:
+    """`_holds_aborted_pages` as the timeline knows it now, asked once per node and time; an
+    engine whose release is unknown holds them when `unknown`."""
     asked: dict[tuple[str, float], bool] = {}
 
     def holds(node: str, time: float) -> bool:
         key = (node, time)
         if key not in asked:
-            asked[key] = _holds_aborted_pages(node, None if math.isinf(time) else time, ctx)
+            held = _holds_aborted_pages(node, None if math.isinf(time) else time, ctx)
+            asked[key] = unknown if held is None else held
         return asked[key]
 
     return holds
 
 
-def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -> bool:
+def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -> bool | None:
     """Whether the node's engine holds an aborted transfer's pages until prefill's drain ack:
-    deferred release stated on, else on by default from 0.5.21 (MORI from 0.5.22)."""
+    deferred release stated on, else on by default from 0.5.21 (MORI from 0.5.22); None when
+    neither its release nor an earlier one of the node is known."""
     config = ctx.config_at(node, time)
     if config is None:
-        return False
+        return None
     if config.deferred_release is not None:
         return config.deferred_release
     held = holds_aborted_pages(config.version, backend=config.transfer_backend)
@@ -326,7 +352,7 @@ def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -
                 held = holds_aborted_pages(earlier.version, backend=config.transfer_backend)
                 if held is not None:
                     break
-    return held is True
+    return held
 
 
 def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:

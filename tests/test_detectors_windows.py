@@ -478,6 +478,29 @@ def test_aborts_before_the_first_snapshot_tells_the_version_are_judged_by_it(
     assert [f.evidence["window_start"] for f in findings] == ([iso_time(T)] if storm else [])
 
 
+@pytest.mark.parametrize(("version", "reason", "severity"), [
+    (None, "aborted", "info"), ("0.5.19", "aborted", "warning"), (None, "transport", "warning"),
+])  # fmt: skip
+def test_aborts_on_an_engine_whose_release_nothing_tells_are_a_question_not_a_page(
+    version: str | None, reason: str, severity: str
+) -> None:
+    """Logs alone tell no release (SGLang logs none): a cancelled load test on a healthy
+    0.5.23 fleet, read without snapshots, was a storm warning. Its clients' aborts are held
+    until drained from 0.5.21, and are the race's condition before: said at info, with how
+    many they were; transport failures, or aborts on a release known to predate the fix,
+    still warn."""
+    start = [ev("server_args", "decode-0", T - 120, disaggregation_mode="decode", tp_size=8)]
+    told = [ev("server_info", "decode-0", T - 60, version=version)] if version else []
+    steady = [failed(T + 100 * k, k) for k in range(3 * 36)]  # 3 a window, 3 h
+    burst = [failed(T + 3 * 3600 + 5 * k, 1000 + k) for k in range(40)]  # 40 in one window
+    for event in burst:
+        event.fields["reason"] = reason
+    (finding,) = run(TransferFailureStorm(), start + told + steady + burst)
+    assert finding.severity == severity
+    unsure = finding.evidence["aborts_on_unknown_release"]
+    assert unsure == (40 if severity == "info" else 0)
+
+
 @pytest.mark.parametrize(("after", "storm"), [(None, False), ("0.5.23", False), ("0.5.19", True)])
 def test_a_restarted_engine_of_unknown_release_holds_pages_as_its_release_before_did(
     after: str | None, storm: bool
