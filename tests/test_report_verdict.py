@@ -333,3 +333,12 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
         "The log stamps of decode-2 carry no zone; for the same requests (the Receive lines of "
         "the rooms both logged) they agree with those of prefill-0 (UTC), and are UTC."
     ) in log_zones_line(summary)
+    summary["input"]["log_zone_aligned"] = {
+        f"decode-{i}": {"offset": "-05:00", "against": [f"prefill-{i}"], "against_known": False}
+        for i in range(2)
+    }  # each met its own prefill node: one sentence for the move
+    assert (
+        "The log stamps of decode-0 and decode-1 carry no zone; for the same requests (the "
+        "Receive lines of the rooms both logged) they read -05:00 from those of prefill-0 and "
+        "prefill-1 (read as UTC), and were moved by that."
+    ) in log_zones_line(summary)

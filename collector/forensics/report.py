@@ -277,13 +277,17 @@ def log_zones_line(summary: dict[str, Any]) -> str:
 def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
     """Nodes whose clock was set against others' by the requests both logged: by how much,
     against whom, and whether those others' zone was itself known."""
-    by_move: dict[tuple[str, tuple[str, ...], bool], list[str]] = {}
+    # One sentence per move, whoever each node met (`input.log_zone_aligned` says who).
+    by_move: dict[tuple[str, bool], list[str]] = {}
+    met: dict[tuple[str, bool], set[str]] = {}
     for node, how in sorted(aligned.items()):
-        key = (how["offset"], tuple(how["against"]), bool(how["against_known"]))
+        key = (how["offset"], bool(how["against_known"]))
         by_move.setdefault(key, []).append(node)
+        met.setdefault(key, set()).update(how["against"])
     parts = []
-    for (offset, against, known), nodes in sorted(by_move.items()):
-        theirs = f"those of {_listed(list(against))} ({'UTC' if known else 'read as UTC'})"
+    for (offset, known), nodes in sorted(by_move.items()):
+        against = sorted(met[(offset, known)])
+        theirs = f"those of {_listed(against)} ({'UTC' if known else 'read as UTC'})"
         moved = (
             f"they agree with {theirs}, and are UTC"
             if offset == zone_name(0.0)
