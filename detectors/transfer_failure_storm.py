@@ -266,8 +266,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None
-        if not self.storm_.fire(start, 0):
-            return None
+        new = self.storm_.fire(start, 0)
         holds = _holds(ctx)
         worst = max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
         summary = (
@@ -297,6 +296,12 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
                 f"open no race; before, they are the abort race's condition. A /server_info "
                 f"snapshot of the nodes tells which"
             )
+        # One finding a storm, and one more when it turns from a question into a page (a storm
+        # saved before severities were kept fired as a warning).
+        fired = self.storm_.severity or "warning"
+        if not new and (fired == "warning" or severity == fired):
+            return None
+        self.storm_.severity = severity
         return self._finding(
             severity,
             time=start + cfg.window_seconds,

@@ -501,6 +501,24 @@ def test_aborts_on_an_engine_whose_release_nothing_tells_are_a_question_not_a_pa
     assert unsure == (40 if severity == "info" else 0)
 
 
+def test_a_storm_of_aborts_on_an_unknown_release_turns_into_a_page_when_transport_fails() -> None:
+    """The question (clients' aborts, release unknown) is asked once a storm; when transport
+    failures then carry the same storm over the bar, it pages once, and not again."""
+    start = [ev("server_args", "decode-0", T - 120, disaggregation_mode="decode", tp_size=8)]
+    steady = [failed(T + 100 * k, k) for k in range(3 * 36)]  # 3 a window, 3 h
+    storm_at = T + 3 * 3600
+    aborts = [failed(storm_at + 5 * k, 1000 + k) for k in range(40)]
+    for event in aborts:
+        event.fields["reason"] = "aborted"
+    transport = [failed(storm_at + 300 + 5 * k, 2000 + k) for k in range(40)]  # next window
+    more = [failed(storm_at + 600 + 5 * k, 3000 + k) for k in range(40)]  # and the one after
+    findings = run(TransferFailureStorm(), start + steady + aborts + transport + more)
+    assert [(f.severity, f.evidence["window_start"]) for f in findings] == [
+        ("info", iso_time(storm_at)),
+        ("warning", iso_time(storm_at + 300)),
+    ]
+
+
 @pytest.mark.parametrize(("after", "storm"), [(None, False), ("0.5.23", False), ("0.5.19", True)])
 def test_a_restarted_engine_of_unknown_release_holds_pages_as_its_release_before_did(
     after: str | None, storm: bool
