@@ -511,14 +511,11 @@ def stream_zones(
     """Each log stream's zone, as its first stamped lines tell it, or as the rooms it shares
     with other nodes set it against theirs when no stamp does (`clock_join`, noted in
     `stats.zone_aligned`)."""
-    readings = {
-        key: read_zone(key[0], settled(files))
-        for key, files in streams.items()
-        if is_log_stream(key[1])
-    }
+    logs = {key: settled(files) for key, files in streams.items() if is_log_stream(key[1])}
+    readings = {key: read_zone(key[0], files) for key, files in logs.items()}
     if len(readings) < 2 or all(r.voted or not r.prefixed for r in readings.values()):
         return readings
-    samples = {key: sample(key[0], settled(streams[key])) for key in readings}
+    samples = {key: sample(key[0], files) for key, files in logs.items()}
     taken: dict[str, list[float]] = {}
     for (node, _), files in streams.items():
         taken.setdefault(node, []).extend(

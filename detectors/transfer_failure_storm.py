@@ -279,7 +279,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         # `/server_info` does) may be held until drained (0.5.21 on): a storm only with them is
         # a question, not a page (a cancelled load test on a healthy 0.5.23 fleet, logs only,
         # warned).
-        told = window.failures(lambda node: ctx.timeline.role_at(node, start), _holds(ctx, True))
+        told = _failures(window, start, ctx, unknown_holds=True)
         unsure = failures - told
         severity: Severity = "warning"
         lower = self.baseline_.level(0.0)
@@ -360,6 +360,11 @@ def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -
     return held
 
 
-def _failures(window: _Window, start: float, ctx: DetectionContext) -> float:
-    """The window's failed requests, each node's side as its role was at the window's start."""
-    return window.failures(lambda node: ctx.timeline.role_at(node, start), _holds(ctx))
+def _failures(
+    window: _Window, start: float, ctx: DetectionContext, unknown_holds: bool = False
+) -> float:
+    """The window's failed requests, each node's side as its role was at the window's start
+    (engines of unknown release taken to hold aborted pages when `unknown_holds`)."""
+    return window.failures(
+        lambda node: ctx.timeline.role_at(node, start), _holds(ctx, unknown_holds)
+    )

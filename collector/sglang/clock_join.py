@@ -8,10 +8,11 @@ request looks as if decode never received it (blind review: 31 of 31 exposures m
 
 The router hands a PD request to a prefill and a decode node at the same moment, and both log
 its `Receive:` with its `bootstrap_room`. So a node whose zone no stamp tells is set against
-nodes whose zone is known (else against the most nodes that agree with each other): its
-`Receive:` stamps, less theirs, for the rooms both logged, give its offset when they agree on a
-whole number of quarter hours (hosts' clocks may differ by seconds, zones do not). Nodes that
-share no room, or disagree, keep their own reading.
+the nodes it shares rooms with: its `Receive:` stamps, less theirs, for the rooms both logged,
+give its offset when they agree on a whole number of quarter hours (hosts' clocks may differ by
+seconds, zones do not). Clocks are set from the nodes whose zone is known, in turn through the
+nodes each reaches; where no known zone reaches, which clock is UTC stays an assumption
+(`align`). Nodes that share no room, or disagree, keep their own reading.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Sample(NamedTuple):
 
 
 def sample(node: str, files: list[TelemetryFile]) -> Sample:
-    """The `Sample` of a node's first lines (`log_clock.first_lines`)."""
+    """The `Sample` of a node's first lines (`log_clock.first_lines`) and its last file's end."""
     parser = LineParser(node)
     stamps: dict[str, float] = {}
     started: float | None = None
