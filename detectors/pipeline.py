@@ -155,7 +155,7 @@ class DetectionPipeline:
         )
         self.timeline = ConfigTimeline()
         self.ledger = RequestLedger(
-            self.config.ledger, role_of=self.timeline.role_at, refusal_final=self._refusal_final
+            self.config.ledger, role_of=self.timeline.role_at, refusal_final=self.refusal_final
         )
         self.context = DetectionContext(self.timeline)
         self.stats = PipelineStats()
@@ -189,7 +189,7 @@ class DetectionPipeline:
             return cls(data, **kwargs)
         return cls(PipelineConfig.model_validate(dict(data)), **kwargs)
 
-    def _refusal_final(self, node: str, time: float | None) -> bool:
+    def refusal_final(self, node: str, time: float | None) -> bool:
         """The node's release refuses an over-length prompt for good (decode answers nothing
         it refused): its refusals are no decode answer's (`RequestLedger._claim_refusal`)."""
         config = self.timeline.config_at(node, time)
@@ -367,7 +367,7 @@ class DetectionPipeline:
             state["ledger"],
             config.ledger,
             role_of=pipeline.timeline.role_at,
-            refusal_final=pipeline._refusal_final,
+            refusal_final=pipeline.refusal_final,
         )
         pipeline._dedup = OrderedDict((key, None) for key in state.get("dedup", []))
         pipeline.stats = PipelineStats(**state.get("stats", {}))

@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from collector.events import Event
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
 from collector.state.ledger import FAKE_BOOTSTRAP_HOST, LedgerConfig, RequestLedger
+from collector.state.request_record import RequestRecord
 
 REFERENCE = Path(__file__).parent / "testdata" / "reference_incident"
 EXPOSED_ROOM = "5523401987766512300"
@@ -59,6 +61,7 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
         "requests": 2,
         "refused": 0,
         "refused_rooms": [],
+        "refused_rids": [],
     }
     done = _forensics(case, tmp_path / "cli")
     assert done.returncode == 2
@@ -225,13 +228,92 @@ def test_a_refusal_no_decode_node_logged_is_no_all_clear(tmp_path: Path) -> None
     _valid(summary)
     assert summary["exposure"]["count"] == 0
     assert summary["requests"]["pd_role_missing"] is None
-    assert summary["requests"]["refused_without_decode"] == {"count": 1, "rooms": [EXPOSED_ROOM]}
+    missing = summary["requests"]["refused_without_decode"]
+    assert (missing["count"], missing["rooms"], missing["rids"]) == (1, [EXPOSED_ROOM], [])
+    assert missing["without_room"] == 0 and missing["first"] == missing["last"] is not None
     done = _forensics(case, tmp_path / "cli")
     assert done.returncode == 2
     assert (
         f"NOT JUDGED: 1 request prefill refused or ran as one-token stubs reached no decode node "
-        f"in the input (room {EXPOSED_ROOM})" in done.stdout
+        f"in the input (room {EXPOSED_ROOM}, {missing['first']}): decode receives every PD "
+        "request" in done.stdout
     )
     # The whole reference: its decode half is there.
     whole = run_forensics([str(REFERENCE)], tmp_path / "whole", write_parquet=False).summary
     assert whole["requests"]["refused_without_decode"]["count"] == 0
+
+
+def _default_logging(line: str) -> bool:
+    """What SGLang logs without `--log-requests` or time stats: no request line, but the
+    scheduler's refusal (an error, logged whatever the flags)."""
+    return "Receive:" not in line and "Finish:" not in line and "ReqTimeStats(" not in line
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_refusals_of_default_logging_are_said_with_their_rids_and_times(
+    tmp_path: Path, named: bool
+) -> None:
+    """Blind review F1: neither node logs its requests, and prefill's refusal names the rid
+    alone (2025 builds not even that). The refusal was read and then dropped, and the run said
+    "no SGLang request line recognised": the one over-length prompt, on a release that hands
+    it to decode, said nowhere. It is a request of its own now, said with its time."""
+    case = tmp_path / "case"
+    case.mkdir()
+    for node in ("prefill-0", "decode-0"):
+        lines = (REFERENCE / f"{node}.log").read_text().splitlines(keepends=True)
+        kept = "".join(line for line in lines if _default_logging(line))
+        if not named:
+            kept = re.sub(r", self\.rid='[0-9a-f]+'", "", kept)
+        (case / f"{node}.log").write_text(kept)
+    assert ("self.rid=" in (case / "prefill-0.log").read_text()) is named
+    done = _forensics(case, tmp_path / "cli")
+    summary = json.loads((tmp_path / "cli" / "forensics.json").read_text())
+    _valid(summary)
+    assert done.returncode == 2
+    missing = summary["requests"]["refused_without_decode"]
+    assert missing == {
+        "count": 1,
+        "rooms": [],
+        "rids": [PREFILL_STUB_RID] if named else [],
+        "without_room": 1,
+        "first": "2026-08-27T10:14:40.000Z",
+        "last": "2026-08-27T10:14:40.000Z",
+    }
+    assert summary["requests"]["total"] == 1
+    said = done.stderr.replace("\n", " ")
+    assert "NOT JUDGED: 1 request prefill refused" in said
+    assert (f"rid {PREFILL_STUB_RID}" in said) is named
+    assert "only a refusal line names it" in said and "decode-0 logs no requests" in said
+    assert "prefill-0 (prefill) ran requests" in done.stdout
+    assert "logged only its 1 refusal" in done.stdout
+
+
+def test_a_refusal_alone_on_a_release_that_refuses_for_good_reaches_no_decode():
+    """From 0.5.20 a refused prompt never reaches decode: its refusal alone is no sign of a
+    missing answer (a healthy fleet's refusals, with default logging, are not NOT JUDGED
+    for them)."""
+    from collector.forensics.driver import _Evidence
+    from collector.state.request_record import SideRecord
+
+    def refusal_alone(node: str) -> RequestRecord:
+        ledger = RequestLedger(role_of=lambda n, t: n.split("-")[0])
+        ledger.add(
+            Event(
+                "request_rejected",
+                node,
+                100.0,
+                f"{node}.log:9",
+                {"rid": "p1", "input_tokens": 900_000, "limit_tokens": 681_274},
+            )
+        )
+        (record,) = ledger.drain()
+        assert isinstance(record.sides[0], SideRecord) and record.bootstrap_room is None
+        return record
+
+    for final, counted in ((lambda node, t: True, 0), (lambda node, t: False, 1), (None, 1)):
+        evidence = _Evidence(None)
+        evidence.refusal_final = final
+        evidence.record(refusal_alone("prefill-0"), [])
+        evidence.record(refusal_alone("router-0"), [])  # a role no PD prefill has
+        assert evidence.refused_without_decode == counted
+        assert evidence.refused_without_decode_rids == ["p1"] * counted

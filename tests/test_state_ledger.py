@@ -198,6 +198,18 @@ def _judged(events: list[Event]) -> list[RequestRecord]:
     return ledger.drain()
 
 
+def _answers(records: list[RequestRecord]) -> list[RequestRecord]:
+    """The rooms' records, without the refusals no answer took (`_alone`)."""
+    return [r for r in records if r.bootstrap_room is not None]
+
+
+def _alone(records: list[RequestRecord]) -> list[str | None]:
+    """The rids of the refusals no answer took: each a record of its own, refused, unanswered."""
+    alone = [r for r in records if r.bootstrap_room is None]
+    assert all(r.prefill_refused and not r.served and len(r.sides) == 1 for r in alone)
+    return [r.sides[0].rid for r in alone]
+
+
 def test_a_prefill_refusal_no_line_names_is_the_refusal_of_the_decode_of_its_length():
     """A prefill logging no request lines names its refusal by rid alone; decode's time stats
     name the room alone. The one refusal of that prompt length, seconds from decode's start,
@@ -212,7 +224,8 @@ def test_a_prefill_refusal_no_line_names_is_the_refusal_of_the_decode_of_its_len
         _decode_stats(T + 120, "d3", "44", 900_000),
     ):
         records = _judged([_refusal(T, "p1", 900_000), decode])
-        assert [r.prefill_refused for r in records] == [False]
+        assert [r.prefill_refused for r in _answers(records)] == [False]
+        assert _alone(records) == ["p1"]  # said, not dropped (blind review F1)
 
 
 def test_the_room_s_own_prefill_side_joined_later_wins_over_a_refusal_of_its_length():
@@ -258,10 +271,11 @@ def test_a_refusal_two_answers_could_be_joins_neither(honest_first: bool):
     leaked = _decode_stats(T, "d1", "42", 900_000)
     answers = [honest, leaked] if honest_first else [leaked, honest]
     records = _judged([_refusal(T, "p1", 900_000), *answers])
-    assert sorted((r.bootstrap_room, r.prefill_refused) for r in records) == [
+    assert sorted((r.bootstrap_room, r.prefill_refused) for r in _answers(records)) == [
         ("41", False),
         ("42", False),
     ]
+    assert _alone(records) == ["p1"]
 
 
 def test_a_refusal_of_a_release_that_refuses_for_good_is_no_answer_s():
@@ -270,8 +284,10 @@ def test_a_refusal_of_a_release_that_refuses_for_good_is_no_answer_s():
     ledger = RequestLedger(role_of=role_of, refusal_final=lambda node, t: node == "prefill-0")
     for event in (_refusal(T, "p1", 900_000), _decode_stats(T + 3, "d1", "42", 900_000)):
         ledger.add(event)
-    (record,) = ledger.drain()
+    records = ledger.drain()
+    (record,) = _answers(records)
     assert not record.prefill_refused
+    assert _alone(records) == ["p1"]
 
 
 def test_two_refusals_that_could_be_a_decode_s_join_neither():
@@ -282,7 +298,8 @@ def test_two_refusals_that_could_be_a_decode_s_join_neither():
             _decode_stats(T, "d1", "42", 900_000),
         ]
     )
-    assert [r.prefill_refused for r in records] == [False]
+    assert [r.prefill_refused for r in _answers(records)] == [False]
+    assert sorted(_alone(records)) == ["p1", "p2"]
 
 
 def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():

@@ -201,10 +201,19 @@ def test_a_prefill_that_logged_no_request_is_said_but_decode_still_judges(tmp_pa
     done, summary = _forensics(case, tmp_path / "out")
     assert done.returncode == 0, done.stderr
     assert summary["exposure"]["count"] == 1  # over-length answered, from decode's lines
+    # Its refusal line is read whatever the flags: said as read, not as missing.
+    refusals = unlogged.count("exceeds the maximum allowed length")
+    assert refusals == 1
     assert summary["requests"]["nodes_not_judged"] == [
-        {"node": "prefill-0", "role": "prefill", "batch_lines": unlogged.count("Prefill batch")}
+        {
+            "node": "prefill-0",
+            "role": "prefill",
+            "batch_lines": unlogged.count("Prefill batch"),
+            "refusals": refusals,
+        }
     ]
     assert "prefill-0 (prefill) ran requests" in done.stdout
+    assert "logged only its 1 refusal, so prefill times are missing" in done.stdout
     assert "NOT JUDGED:" not in done.stderr
 
 

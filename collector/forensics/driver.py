@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +168,14 @@ class _Evidence:
         self.pd_nodes: dict[str, set[str]] = {"prefill": set(), "decode": set()}
         self.refused_without_decode = 0
         self.refused_without_decode_rooms: list[str] = []
+        # Of those, the ones no line named by room (a prefill refusal by rid alone: SGLang's
+        # default logging), a few rids named; and when the refusals of both kinds came.
+        self.refused_without_decode_rids: list[str] = []
+        self.refused_without_room = 0
+        self.refused_without_decode_times: list[float] = []
+        # `(node, time) -> bool`: the node's release refuses for good (set by `run_forensics`
+        # from the pipeline): its refusals by rid alone reach no decode node.
+        self.refusal_final: Callable[[str, float | None], bool] | None = None
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -217,6 +225,10 @@ class _Evidence:
         room = record.bootstrap_room
         if room is not None:
             self._pd_request(record, room)
+        elif self._refused_alone(record):
+            self.pd_requests += 1
+            self.pd_nodes["prefill"].add(record.sides[0].node)
+            self._refused_without_decode(record, rid=record.sides[0].rid)
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -251,9 +263,38 @@ class _Evidence:
             or (record.prefill_refused and prefill.reject_reason not in _TOKENIZER_REFUSALS)
         )
         if refused and not decode_seen:
-            self.refused_without_decode += 1
-            if len(self.refused_without_decode_rooms) < 3:
-                self.refused_without_decode_rooms.append(room)
+            self._refused_without_decode(record, room=room)
+
+    def _refused_alone(self, record: RequestRecord) -> bool:
+        """A PD prefill's refusal no line joined to a room (`RequestLedger._refusal_alone`), on a
+        release that may still hand it to decode (before 0.5.20, or one no input tells)."""
+        if len(record.sides) != 1:
+            return False
+        side = record.sides[0]
+        if side.role != "prefill" or not side.refusal_only:
+            return False
+        if side.reject_reason in _TOKENIZER_REFUSALS:
+            return False
+        final = self.refusal_final
+        return final is None or not final(side.node, side.last_time)
+
+    def _refused_without_decode(
+        self, record: RequestRecord, *, room: str | None = None, rid: str | None = None
+    ) -> None:
+        self.refused_without_decode += 1
+        if room is not None and len(self.refused_without_decode_rooms) < 3:
+            self.refused_without_decode_rooms.append(room)
+        if room is None:
+            self.refused_without_room += 1
+            if rid is not None and len(self.refused_without_decode_rids) < 3:
+                self.refused_without_decode_rids.append(rid)
+        when = record.start_time if record.start_time is not None else record.time
+        if when is not None:
+            times = self.refused_without_decode_times
+            if not times:
+                times.extend((when, when))
+            else:
+                times[0], times[1] = min(times[0], when), max(times[1], when)
 
     def _sample_timing(self, record: RequestRecord, exposed: bool) -> None:
         prompt = record.prompt_tokens
@@ -481,6 +522,7 @@ def run_forensics(
     config = _for_workers(config or PipelineConfig())
     window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
+    evidence.refusal_final = pipeline.refusal_final
     stats = ParseStats()
     progress = Progress(_total_bytes(paths), progress_stream)
     stats.progress = progress.advance
@@ -666,6 +708,7 @@ def build_summary(
             ],
         }
     read = stats.to_json_dict()
+    refused_times = evidence.refused_without_decode_times
     return {
         "schema_version": 1,
         "generated_by": f"kvwatch {__version__} forensics",
@@ -722,6 +765,10 @@ def build_summary(
             "refused_without_decode": {
                 "count": evidence.refused_without_decode,
                 "rooms": list(evidence.refused_without_decode_rooms),
+                "rids": list(evidence.refused_without_decode_rids),
+                "without_room": evidence.refused_without_room,
+                "first": iso_time(refused_times[0]) if refused_times else None,
+                "last": iso_time(refused_times[1]) if refused_times else None,
             },
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
@@ -760,6 +807,7 @@ def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any
         "requests": evidence.pd_requests,
         "refused": evidence.refused_without_decode,
         "refused_rooms": list(evidence.refused_without_decode_rooms),
+        "refused_rids": list(evidence.refused_without_decode_rids),
     }
 
 
@@ -810,7 +858,11 @@ def nodes_not_judged(
         serving = {kind: kinds[kind] for kind in _SERVING_KINDS if kinds[kind]}
         if not serving or node in judged or any(kinds[kind] for kind in _REQUEST_LINE_KINDS):
             continue
-        out.append({"node": node, "role": role, "batch_lines": sum(serving.values())})
+        row = {"node": node, "role": role, "batch_lines": sum(serving.values())}
+        if kinds["request_rejected"]:
+            # Its refusals were read and judged (SGLang logs them whatever the flags).
+            row["refusals"] = kinds["request_rejected"]
+        out.append(row)
     return out
 
 

@@ -534,9 +534,10 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     if not refused:
         return said + "."
     noun, it = _request_it(refused)
+    named = _some_named(missing["refused_rooms"], missing.get("refused_rids") or [], refused)
     return (
-        f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs "
-        f"({_some_rooms(missing['refused_rooms'], refused)}): whether decode answered {it} "
+        f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs"
+        f"{f' ({named})' if named else ''}: whether decode answered {it} "
         f"(before {LEAK_FIXED} it did, from other requests' KV) is not in this input."
     )
 
@@ -554,19 +555,54 @@ def refused_without_decode_line(summary: dict[str, Any]) -> str:
     if not count:
         return ""
     noun, it = _request_it(count)
-    # A decode host on another zone's clock sends its lines of them hours after they were
-    # judged (blind review: said to be missing logs, when they were there, 2 h late).
-    late = _late_zoneless(summary)
-    why = (
-        f": a decode node's logs were left out or rotated away, or {late}. If it answered {it}"
-        if late
-        else f" (a decode node's logs left out, or rotated away); if it answered {it}"
-    )
+    rooms, rids = missing.get("rooms") or [], missing.get("rids") or []
+    first, last = missing.get("first"), missing.get("last")
+    when = "" if first is None else first if first == last else f"{first} to {last}"
+    details = ", ".join(part for part in (_some_named(rooms, rids, count), when) if part)
+    whys = []
+    alone = missing.get("without_room", 0)
+    if count > alone:
+        # A decode host on another zone's clock sends its lines of them hours after they were
+        # judged (blind review: said to be missing logs, when they were there, 2 h late).
+        late = _late_zoneless(summary)
+        whys.append(
+            "decode receives every PD request, so its lines of "
+            + ("those named by room" if alone else it)
+            + " are missing: "
+            + (
+                f"a decode node's logs were left out or rotated away, or {late}"
+                if late
+                else "a decode node's logs were left out, or rotated away"
+            )
+        )
+    if alone:
+        # SGLang's default logging: prefill's refusal lines name the rid alone, and decode
+        # logs no request (blind review F1: 11 refusals on 0.5.19, said nowhere).
+        silent = [
+            row["node"]
+            for row in summary["requests"].get("nodes_not_judged") or []
+            if row.get("role") == "decode" and not row.get("snapshots_only")
+        ]
+        whys.append(
+            (
+                "those only a refusal line names (by rid at most, never by room) cannot be "
+                "joined to a decode answer"
+                if count > alone
+                else f"only a refusal line names {it} (by rid at most, never by room), so no "
+                f"decode answer can be joined to {it}"
+            )
+            + (
+                f", and {_listed(silent)} {'logs' if len(silent) == 1 else 'log'} no requests"
+                " (SGLang logs them with --log-requests)"
+                if silent
+                else ""
+            )
+        )
+    reached = "were joined to no decode answer" if alone else "reached no decode node"
     return (
-        f"{count:,} {noun} prefill refused or ran as one-token stubs reached no decode node in "
-        f"the input ({_some_rooms(missing.get('rooms') or [], count)}): decode receives every "
-        f"PD request, so its lines of {it} are missing{why}, the answers came from other "
-        "requests' KV."
+        f"{count:,} {noun} prefill refused or ran as one-token stubs {reached} in the input"
+        f"{f' ({details})' if details else ''}: {'; '.join(whys)}. If decode answered {it} "
+        f"(releases before {LEAK_FIXED} do), the answers came from other requests' KV."
     )
 
 
@@ -587,11 +623,18 @@ def _late_zoneless(summary: dict[str, Any]) -> str:
     )
 
 
+def _some_named(rooms: list[str], rids: list[str], count: int) -> str:
+    """`room A, rid b and 9 more`: the first three of `count` requests, by room, else by rid."""
+    shown = ([f"room {room}" for room in rooms] + [f"rid {rid}" for rid in rids])[:3]
+    if not shown:
+        return ""  # refusals that name no request (2025 builds)
+    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
+    return ", ".join(shown) + more
+
+
 def _some_rooms(rooms: list[str], count: int) -> str:
     """`room A, room B, room C and 9 more`: the first three of `count` rooms, named."""
-    shown = rooms[:3]
-    more = f" and {count - len(shown):,} more" if count > len(shown) else ""
-    return ", ".join(f"room {room}" for room in shown) + more
+    return _some_named(rooms, [], count)
 
 
 def _rooms_where(summary: dict[str, Any], key: str, value: str) -> list[str]:
@@ -684,11 +727,21 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
             f"{_node_names(answering)} ran requests ({_batch_lines(answering)}) but logged none "
             "of them, so no response they served was judged"
         )
-    if prefill:
+    refusing = [row for row in prefill if row.get("refusals")]
+    silent = [row for row in prefill if not row.get("refusals")]
+    if silent:
         parts.append(
-            f"{_node_names(prefill)} (prefill) ran requests ({_batch_lines(prefill)}) but logged "
+            f"{_node_names(silent)} (prefill) ran requests ({_batch_lines(silent)}) but logged "
             "none of them, so their side of each request (refusals, prefill times) is missing "
             "from the verdicts"
+        )
+    if refusing:
+        refusals = sum(row["refusals"] for row in refusing)
+        parts.append(
+            f"{_node_names(refusing)} (prefill) ran requests ({_batch_lines(refusing)}) and "
+            f"logged only {'its' if len(refusing) == 1 else 'their'} {refusals:,} "
+            f"{'refusal' if refusals == 1 else 'refusals'}, so "
+            "prefill times are missing from the verdicts"
         )
     said = "; ".join(parts) + "."
     return said + (" SGLang logs each request with --log-requests." if rows else "")

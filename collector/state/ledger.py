@@ -320,6 +320,14 @@ class RequestLedger:
                     if twin is not None and twin[0] != room and twin[1].room is None:
                         self._merge_rid_entry(twin[2], rid, room)
                 self._by_rid.setdefault(rid, key)
+        elif rid is None and (kind == "request_rejected" or _only_refusal(part)):
+            # A refusal naming no request (2025 builds printed no `self.rid=`): held like the
+            # others, for a decode answer to take by its length (`_claim_refusal`).
+            if part is None:
+                part = SideRecord(node=node, rid=None)
+                _apply_rejection(part, fields, time, event.source)
+            self._hold(refusal_key(part), part)
+            return True
         elif rid is not None:
             known = self._rid_index.get(node_rid)
             if known is None and (kind == "request_rejected" or _only_refusal(part)):
@@ -456,6 +464,19 @@ class RequestLedger:
                     del self._pending_by_length[refusal.reject_input_tokens]
         return refusal
 
+    def _refusal_alone(self, refusal: SideRecord) -> RequestRecord:
+        """A refusal no line joined within the long window: a request of its own, its answer
+        (if any) not in the input. Its prefill named it by rid alone, and no room or length
+        tied it to a decode answer (SGLang's default logging: no request lines, only the
+        refusal). Dropped, it was said nowhere: 11 prompts refused on 0.5.19 made "no request
+        line recognised" (blind review F1)."""
+        self.stats.unjoined_rejections += 1
+        self.stats.emitted += 1
+        self.stats.emitted_partial += 1
+        self._resolve_roles(None, [refusal])
+        key = request_key(None, refusal.node, refusal.rid or refusal_key(refusal)[1])
+        return RequestRecord(key, None, [refusal], False)
+
     def _has_prefill(self, entry: _Entry) -> bool:
         return any(self._role(s) == "prefill" for s in entry.sides.values())
 
@@ -505,7 +526,7 @@ class RequestLedger:
             claimed = node_rid in self._claimed
             self._release(node_rid, revoke=False)
             if not claimed:
-                self.stats.unjoined_rejections += 1
+                out.append(self._refusal_alone(refusal))
         return out
 
     def drain(self) -> list[RequestRecord]:
@@ -514,7 +535,7 @@ class RequestLedger:
         self._forced = []
         for entry in sorted(self._entries.values(), key=lambda e: e.deadline):
             out += self._emit(entry)
-        self.stats.unjoined_rejections += len(self._pending)
+        out += (self._refusal_alone(refusal) for refusal in self._pending.values())
         self._pending.clear()
         self._pending_by_length.clear()
         self._claimed.clear()
@@ -705,7 +726,7 @@ class RequestLedger:
         self._entries.pop(entry.key, None)
         refusal = entry.refusal
         if refusal is not None:
-            node_rid = (refusal.node, refusal.rid or "")
+            node_rid = refusal_key(refusal)
             self._release(node_rid, revoke=False)
             # The room's own prefill side, joined since (a span, a late line), says more.
             if self._has_prefill(entry):
@@ -893,10 +914,10 @@ class RequestLedger:
                 _apply_rejection(side, dict(fields), time, source)
             else:
                 side = SideRecord.from_json_dict(dict(raw))
-            ledger._hold((side.node, side.rid or ""), side)
+            ledger._hold(refusal_key(side), side)
         for entry in ledger._entries.values():
             if entry.refusal is not None:
-                node_rid = (entry.refusal.node, entry.refusal.rid or "")
+                node_rid = refusal_key(entry.refusal)
                 if node_rid in ledger._pending:
                     ledger._claimed[node_rid] = entry.key
         for key in state.get("recent", []):
@@ -906,6 +927,14 @@ class RequestLedger:
 
 
 # -- applying one event to one side ------------------------------------------------------------
+
+
+def refusal_key(side: SideRecord) -> tuple[str, str]:
+    """What a held refusal is kept under: its node and rid, or for a refusal that names no
+    request, the line it was read from (`@file:line`)."""
+    if side.rid:
+        return side.node, side.rid
+    return side.node, "@" + (side.sources[0] if side.sources else "")
 
 
 def request_key(room: str | None, node: str | None, rid: str | None) -> str:

@@ -199,6 +199,10 @@ class RequestSideAssembler:
             # was shipped a minute after its request was judged (audit R's rerun: 7,586 "late
             # lines", from the OpenAI record, which now names no request at all).
             key = self._room_keys.get(room) or "\x00" + room
+        elif event.kind == "request_rejected":
+            # A refusal naming no request (2025 builds): a side of its own, for the ledger to
+            # hold and a decode answer of its length to take.
+            key = "\x01" + event.source
         else:
             self.unkeyed += 1
             return
