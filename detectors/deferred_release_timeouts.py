@@ -18,6 +18,11 @@ volume to mean it. Per window (event time) the score is the largest of
 * timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
   the `outcome` counter, which also counts `drained`);
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
+* the timeouts of the last `sustained_windows` windows / (`ratio` x what the baseline's rate
+  made of as many windows when they began), when they reach `sustained_min_timeouts`: a rise
+  step by step (12, then 60, then 104 an hour) enters the baseline window by window and never
+  stands out of its last hour's, yet the hour is far above what was normal before it (blind
+  review F2: 176 timeouts, 12% to 83% of the aborts, and no finding);
 
 a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
 timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
@@ -81,6 +86,10 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     min_held: float = Field(default=8.0, gt=0)
     # Score at or above which a window fires.
     threshold: float = Field(default=1.0, gt=0)
+    # A rise held over this many windows (an hour at 300 s) is judged against the rate before
+    # them, with its own volume floor (`_sustained`).
+    sustained_windows: int = Field(default=12, ge=2)
+    sustained_min_timeouts: int = Field(default=24, ge=1)
     # Mismatches in this many previous windows (plus the current one) make it critical.
     mismatch_lookback_windows: int = Field(default=1, ge=0)
 
@@ -246,6 +255,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # corrupt KV during a storm counted only between two far-apart /metrics samples.
         self.mismatch_history_: deque[tuple[float, int]] = deque(maxlen=cfg.baseline_windows)
         self.episode_ = Episode()
+        # The timeouts of the windows judged lately, and the baseline's rate as each began.
+        self.recent_timeouts_: deque[float] = deque(maxlen=cfg.sustained_windows)
+        self.recent_rates_: deque[float] = deque(maxlen=cfg.sustained_windows)
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -259,6 +271,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "recent_mismatches": list(self.recent_mismatches_),
             "mismatch_history": [list(pair) for pair in self.mismatch_history_],
             "episode": self.episode_.to_state(),
+            "recent_timeouts": list(self.recent_timeouts_),
+            "recent_rates": list(self.recent_rates_),
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -281,6 +295,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             maxlen=cfg.baseline_windows,
         )
         self.episode_ = Episode.from_state(state.get("episode"))
+        size = cfg.sustained_windows
+        self.recent_timeouts_ = deque(map(float, state.get("recent_timeouts", [])), maxlen=size)
+        self.recent_rates_ = deque(map(float, state.get("recent_rates", [])), maxlen=size)
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -395,6 +412,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
         for node, own in other.node_timeouts_.items():
             self.node_timeouts_[node] = Baseline(size, own.to_list())
+        # The rates a rise is judged against count the new node's normal too: six routine
+        # timeouts a window from a node that joined are no rise of the deployment's.
+        joined = other.baseline_timeouts_.level(0.0)
+        self.recent_rates_ = deque(
+            (rate + joined for rate in self.recent_rates_), maxlen=self.config.sustained_windows
+        )
 
     def _unobserved(self) -> None:
         super()._unobserved()
@@ -418,6 +441,23 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if timeouts >= cfg.min_timeouts or errors >= cfg.min_errors:
             return start  # the window's own lines show a storm: it is where they are
         return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
+
+    def _sustained(self, timeouts: float, rate: float) -> tuple[float, float, float]:
+        """The score of the last `sustained_windows` windows' timeouts (this one's included)
+        against `ratio` x what the baseline's rate, as it stood before the first of them, makes
+        of as many windows (`chance` as for one window); with the count and that expectation.
+        Judged once that many windows were seen; their rates are those before each entered."""
+        cfg = self.config
+        self.recent_timeouts_.append(timeouts)
+        self.recent_rates_.append(rate)
+        if len(self.recent_timeouts_) < cfg.sustained_windows:
+            return 0.0, 0.0, 0.0
+        count = sum(self.recent_timeouts_)
+        expected = self.recent_rates_[0] * cfg.sustained_windows
+        if count < cfg.sustained_min_timeouts or not unlikely(count, expected, cfg.chance):
+            return 0.0, count, expected
+        bar = cfg.ratio * max(expected, cfg.prior_timeouts * cfg.sustained_windows)
+        return count / bar, count, expected
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
@@ -450,6 +490,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 rate = own.level(0.0) if own is not None else 0.0
                 if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
                     scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
+        scores["sustained"], sustained, before = self._sustained(timeouts, timeouts_rate)
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -483,6 +524,11 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             return None
 
+        if rule != "sustained":
+            # A burst found on its own is no part of a rise judged later: an hour holding a
+            # storm that already fired (and ended) fired again as "more and more".
+            self.recent_timeouts_.clear()
+            self.recent_rates_.clear()
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
         mismatches = episode.mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
@@ -511,6 +557,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f"drain ack against a baseline of {base_held:.1f}, {timeouts:.0f} timeouts"
                 f"{share_text} in {cfg.window_seconds:.0f}s"
             )
+        elif rule == "sustained":
+            hours = cfg.sustained_windows * cfg.window_seconds / 3600
+            head = (
+                f"Deferred KV releases timing out more and more: {sustained:.0f} timeouts in the "
+                f"last {hours:g} h against {before:.1f} at the rate before them, "
+                f"{timeouts:.0f}{share_text} in the last {cfg.window_seconds:.0f}s{held_text}"
+            )
         elif worst is not None and rule.startswith("node_timeouts:"):
             head = (
                 f"Deferred KV releases timing out on {worst}: {node_counts[worst]:.0f} timeouts "
@@ -535,9 +588,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             f"{head}{spread}{span}{extra}: late RDMA writes can corrupt re-let pages; raise "
             f"the release timeout and find the aborts"
         )
+        time = span_start + cfg.window_seconds
+        if rule == "sustained":
+            # What it judged: the windows of the rise, this one the last.
+            span_start = min(span_start, start - (cfg.sustained_windows - 1) * cfg.window_seconds)
         return self._finding(
             severity,
-            time=span_start + cfg.window_seconds,
+            time=time,
             node=worst,
             summary=summary,
             subject=f"episode:{episode.start}:{severity}",

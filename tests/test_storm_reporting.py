@@ -164,3 +164,44 @@ def test_forensics_counts_no_window_before_the_first_log_line(tmp_path: Path) ->
     assert summary["input"]["events_by_kind"]["deferred_release"] == len(lines) // 2
     assert summary["nodes"]["decode-0"]["config"][0]["max_total_num_tokens"] == 400_000
     assert [f["detector"] for f in summary["findings"] if f["severity"] != "info"] == []
+
+
+def _ramp(levels: list[int]) -> list[Event]:
+    """decode-0 reporting for `len(levels)` hours, `levels[h]` timeouts a window in hour h."""
+    events = [
+        *startup("decode-0", "decode", T, pool=400_000, version="0.5.23"),
+        *reporting("decode-0", T, T + len(levels) * HOUR),
+    ]
+    for hour, level in enumerate(levels):
+        begin = T + hour * HOUR
+        events += steady("decode-0", begin, begin + HOUR, level, 10_000 * (hour + 1))
+    return events
+
+
+def test_a_rise_hour_by_hour_is_found_though_no_window_stands_out_of_the_last():
+    """Blind review F2: 12, then 60, then 104 timeouts an hour. Each window enters the baseline
+    before the next, so none stands out of the windows just before it, and 176 timeouts (12%
+    to 83% of the aborts) raised nothing. The hour is judged against the rate before it."""
+    (finding,) = run(DeferredReleaseTimeouts(), _ramp([1, 5, 9]))
+    assert (finding.severity, finding.evidence["rule"]) == ("warning", "sustained")
+    assert "more and more" in finding.summary
+    assert finding.evidence["window_seconds"] == HOUR  # the hour it judged
+    assert T + HOUR < finding.time <= T + 2 * HOUR  # within the second hour
+    # The same numbers with no rise (the deployment's normal from its first line), or a rise
+    # under the bar (twice the rate), are no finding.
+    assert run(DeferredReleaseTimeouts(), _ramp([5, 5, 5])) == []
+    assert run(DeferredReleaseTimeouts(), _ramp([2, 3, 4])) == []
+
+
+def test_a_rise_survives_a_save_and_load():
+    events = sorted(_ramp([1, 5, 9]), key=lambda e: e.time or 0.0)
+    first = DeferredReleaseTimeouts()
+    pipeline = DetectionPipeline(detectors=[first], raise_errors=True)
+    cut = next(i for i, e in enumerate(events) if (e.time or 0.0) > T + 1.5 * HOUR)
+    assert [f for e in events[:cut] for f in pipeline.process(e)] == []
+    second = DeferredReleaseTimeouts.from_state(json.loads(json.dumps(first.to_state())))
+    assert list(second.recent_timeouts_) == list(first.recent_timeouts_)
+    resumed = DetectionPipeline(detectors=[second], raise_errors=True)
+    resumed.context.now = pipeline.context.now
+    findings = [f for e in events[cut:] for f in resumed.process(e)] + resumed.finish()
+    assert [f.evidence["rule"] for f in findings] == ["sustained"]
