@@ -448,8 +448,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         of as many windows (`chance` as for one window); with the count and that expectation.
         Judged once that many windows were seen; their rates are those before each entered."""
         cfg = self.config
-        self.recent_timeouts_.append(timeouts)
-        self.recent_rates_.append(rate)
+        self.recent_timeouts_.append(float(timeouts))
+        self.recent_rates_.append(float(rate))
         if len(self.recent_timeouts_) < cfg.sustained_windows:
             return 0.0, 0.0, 0.0
         count = sum(self.recent_timeouts_)

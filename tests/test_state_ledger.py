@@ -868,3 +868,33 @@ def test_time_to_first_token_from_meta_info_stamps_when_not_given(
         if first_token
         else (side.first_token_latency is None)
     )
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_refusal_whose_rid_another_node_s_request_holds_is_joined_there(restart: bool):
+    """A trace span names its server `service@host`, the log `prefill-0`: the span's side of
+    the request carries the refusal, and the log's refusal line is not a request of its own (a
+    third record, said as refused with no decode, beside the exposure it was part of)."""
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(_refusal(T, "p1", 900_000))
+    ledger.add(
+        ev(
+            "request_finished",
+            "sglang-prefill@gpu-7",
+            T + 1,
+            rid="p1",
+            bootstrap_room="42",
+            prompt_tokens=1,
+            finish_type="abort",
+        )
+    )
+    if restart:
+        ledger = RequestLedger.from_state(
+            json.loads(json.dumps(ledger.to_state())), role_of=role_of
+        )
+    records = ledger.drain()
+    assert [r.bootstrap_room for r in records] == ["42"]
+    assert ledger.stats.unjoined_rejections == 1
+    # Named by no other node's request, it is one of its own.
+    alone = _judged([_refusal(T, "p1", 900_000)])
+    assert _alone(alone) == ["p1"]

@@ -217,6 +217,10 @@ class RequestLedger:
         self._pending: OrderedDict[tuple[str, str], SideRecord] = OrderedDict()
         # The same, by the prompt length refused (`_claim_refusal` looks them up so).
         self._pending_by_length: dict[int, set[tuple[str, str]]] = {}
+        # The same, by rid; and those whose rid another node's side named (a trace span under
+        # its service's name, the same request): joined there, never a request of their own.
+        self._pending_by_rid: dict[str, set[tuple[str, str]]] = {}
+        self._named_elsewhere: set[tuple[str, str]] = set()
         # Held refusals an open room has taken (`_Entry.refusal`), by the room's key; and those
         # two decode sides could be, which no room takes.
         self._claimed: dict[tuple[str, str], str] = {}
@@ -381,6 +385,10 @@ class RequestLedger:
             apply_event(side, event, fields, time)
         if rid is not None:
             self._rid_index[node_rid] = key
+            if rid in self._pending_by_rid:
+                self._named_elsewhere.update(
+                    held for held in self._pending_by_rid[rid] if held[0] != node
+                )
             if self._pending:
                 pending = self._release(node_rid)
                 if pending is not None:
@@ -445,6 +453,10 @@ class RequestLedger:
         self._pending[node_rid] = refusal
         if refusal.reject_input_tokens is not None:
             self._pending_by_length.setdefault(refusal.reject_input_tokens, set()).add(node_rid)
+        if refusal.rid:
+            self._pending_by_rid.setdefault(refusal.rid, set()).add(node_rid)
+            if refusal.rid in self._by_rid:  # an open request of another node holds it
+                self._named_elsewhere.add(node_rid)
 
     def _release(self, node_rid: tuple[str, str], *, revoke: bool = True) -> SideRecord | None:
         """Take a held refusal out (None when none is held under `node_rid`); a room that had
@@ -455,6 +467,7 @@ class RequestLedger:
         else:
             self._claimed.pop(node_rid, None)
         self._ambiguous.discard(node_rid)
+        self._named_elsewhere.discard(node_rid)
         refusal = self._pending.pop(node_rid, None)
         if refusal is not None and refusal.reject_input_tokens is not None:
             same = self._pending_by_length.get(refusal.reject_input_tokens)
@@ -462,7 +475,21 @@ class RequestLedger:
                 same.discard(node_rid)
                 if not same:
                     del self._pending_by_length[refusal.reject_input_tokens]
+        if refusal is not None and refusal.rid:
+            same = self._pending_by_rid.get(refusal.rid)
+            if same is not None:
+                same.discard(node_rid)
+                if not same:
+                    del self._pending_by_rid[refusal.rid]
         return refusal
+
+    def _unjoined(self, refusal: SideRecord, elsewhere: bool, out: list[RequestRecord]) -> None:
+        """A held refusal no room took: a request of its own (`_refusal_alone`), unless its rid
+        is another node's request's (`elsewhere`: a trace span names its server otherwise, and
+        the span's side of the request carries what the refusal says)."""
+        self.stats.unjoined_rejections += 1
+        if not elsewhere:
+            out.append(self._refusal_alone(refusal))
 
     def _refusal_alone(self, refusal: SideRecord) -> RequestRecord:
         """A refusal no line joined within the long window: a request of its own, its answer
@@ -470,7 +497,6 @@ class RequestLedger:
         tied it to a decode answer (SGLang's default logging: no request lines, only the
         refusal). Dropped, it was said nowhere: 11 prompts refused on 0.5.19 made "no request
         line recognised" (blind review F1)."""
-        self.stats.unjoined_rejections += 1
         self.stats.emitted += 1
         self.stats.emitted_partial += 1
         self._resolve_roles(None, [refusal])
@@ -524,9 +550,10 @@ class RequestLedger:
             if time is not None and time > horizon:
                 break
             claimed = node_rid in self._claimed
+            elsewhere = node_rid in self._named_elsewhere
             self._release(node_rid, revoke=False)
             if not claimed:
-                out.append(self._refusal_alone(refusal))
+                self._unjoined(refusal, elsewhere, out)
         return out
 
     def drain(self) -> list[RequestRecord]:
@@ -535,9 +562,12 @@ class RequestLedger:
         self._forced = []
         for entry in sorted(self._entries.values(), key=lambda e: e.deadline):
             out += self._emit(entry)
-        out += (self._refusal_alone(refusal) for refusal in self._pending.values())
+        for node_rid, refusal in self._pending.items():
+            self._unjoined(refusal, node_rid in self._named_elsewhere, out)
         self._pending.clear()
         self._pending_by_length.clear()
+        self._pending_by_rid.clear()
+        self._named_elsewhere.clear()
         self._claimed.clear()
         self._ambiguous.clear()
         self._heap.clear()
@@ -877,6 +907,7 @@ class RequestLedger:
                 for e in self._entries.values()
             ],
             "pending": [asdict(side) for side in self._pending.values()],
+            "named_elsewhere": [list(node_rid) for node_rid in sorted(self._named_elsewhere)],
             "recent": list(self._recent),
             "stats": asdict(self.stats),
         }
@@ -915,6 +946,9 @@ class RequestLedger:
             else:
                 side = SideRecord.from_json_dict(dict(raw))
             ledger._hold(refusal_key(side), side)
+        for node, rid in state.get("named_elsewhere", []):
+            if (node, rid) in ledger._pending:
+                ledger._named_elsewhere.add((node, rid))
         for entry in ledger._entries.values():
             if entry.refusal is not None:
                 node_rid = refusal_key(entry.refusal)
