@@ -177,6 +177,23 @@ class FloorModel:
         intercept, slope = line
         return min(max(intercept + slope * tokens, 0.0), self.rate * tokens) / safety_factor
 
+    def add(self, tokens: float, seconds: float, now: float | None, cfg: Any) -> None:
+        self.samples.append((float(tokens), float(seconds)))
+        self.since_fit += 1
+        if len(self.samples) < cfg.min_history:
+            return
+        due = self.coef is None or (
+            self.since_fit >= cfg.refit_every
+            and (
+                self.fits < 4
+                or now is None
+                or self.last_fit is None
+                or now - self.last_fit >= cfg.refit_interval_seconds
+            )
+        )
+        if due:
+            self.refit(cfg.quantile, now, cfg.solver)
+
     def refit(self, quantile: float, now: float | None, solver: str = "exact") -> None:
         # `np.asarray(self.samples)`, without numpy inspecting each pair as a sequence.
         pairs = self.samples
@@ -339,28 +356,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             if below is not None:
                 model.samples.extend(below.samples)
             bands[band] = model
-        # The sample joins every band from this one up: made once, appended in line, and a band
-        # refits when it has enough samples and, after its first few fits, enough event time
-        # passed. A long-context fleet keeps a dozen bands; a method call per band cost the
-        # judging process seconds (1.02 M of them on the forensics bench).
-        sample = (float(timing.uncached_tokens), float(max(timing.seconds, _MIN_SECONDS)))
-        refit_every, interval = cfg.refit_every, cfg.refit_interval_seconds
+        tokens, seconds = timing.uncached_tokens, max(timing.seconds, _MIN_SECONDS)
         for model_band, model in bands.items():
-            if model_band < band:
-                continue
-            model.samples.append(sample)
-            model.since_fit += 1
-            due = model.coef is None or (
-                model.since_fit >= refit_every
-                and (
-                    model.fits < 4
-                    or now is None
-                    or model.last_fit is None
-                    or now - model.last_fit >= interval
-                )
-            )
-            if due and len(model.samples) >= cfg.min_history:
-                model.refit(cfg.quantile, now, cfg.solver)
+            if model_band >= band:
+                model.add(tokens, seconds, now, cfg)
 
     # -- the request hook ----------------------------------------------------------------------
 
