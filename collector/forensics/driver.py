@@ -172,7 +172,8 @@ class _Evidence:
         # default logging), a few rids named; and when the refusals of both kinds came.
         self.refused_without_decode_rids: list[str] = []
         self.refused_without_room = 0
-        self.refused_without_decode_times: list[float] = []
+        self.refused_first: float | None = None
+        self.refused_last: float | None = None
         # `(node, time) -> bool`: the node's release refuses for good (set by `run_forensics`
         # from the pipeline): its refusals by rid alone reach no decode node.
         self.refusal_final: Callable[[str, float | None], bool] | None = None
@@ -290,11 +291,9 @@ class _Evidence:
                 self.refused_without_decode_rids.append(rid)
         when = record.start_time if record.start_time is not None else record.time
         if when is not None:
-            times = self.refused_without_decode_times
-            if not times:
-                times.extend((when, when))
-            else:
-                times[0], times[1] = min(times[0], when), max(times[1], when)
+            first, last = self.refused_first, self.refused_last
+            self.refused_first = when if first is None else min(first, when)
+            self.refused_last = when if last is None else max(last, when)
 
     def _sample_timing(self, record: RequestRecord, exposed: bool) -> None:
         prompt = record.prompt_tokens
@@ -708,7 +707,6 @@ def build_summary(
             ],
         }
     read = stats.to_json_dict()
-    refused_times = evidence.refused_without_decode_times
     return {
         "schema_version": 1,
         "generated_by": f"kvwatch {__version__} forensics",
@@ -767,8 +765,8 @@ def build_summary(
                 "rooms": list(evidence.refused_without_decode_rooms),
                 "rids": list(evidence.refused_without_decode_rids),
                 "without_room": evidence.refused_without_room,
-                "first": iso_time(refused_times[0]) if refused_times else None,
-                "last": iso_time(refused_times[1]) if refused_times else None,
+                "first": iso_time(evidence.refused_first),
+                "last": iso_time(evidence.refused_last),
             },
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
