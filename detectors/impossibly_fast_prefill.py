@@ -139,19 +139,58 @@ def context_band(uncached_tokens: int, cached_tokens: int) -> int:
 
 
 class FloorModel:
-    """Low-quantile regression of seconds on uncached tokens over a sliding window of samples."""
+    """Low-quantile regression of seconds on uncached tokens over a sliding window of samples.
 
-    __slots__ = ("samples", "coef", "rate", "since_fit", "last_fit", "fits")
+    A fit falls due by the samples' count and time (`add`) but is solved only when its line is
+    read: every sample feeds its own context band and all above, and most bands are seldom or
+    never asked for a floor, so most fits would be superseded unread (2,875 fits solved for 286
+    read on the forensics bench). A due fit keeps the window as it was, so the line read is the
+    one an eager fit would have made.
+    """
+
+    __slots__ = (
+        "samples",
+        "_coef",
+        "_rate",
+        "_due_window",
+        "_quantile",
+        "_solver",
+        "since_fit",
+        "last_fit",
+        "fits",
+    )
 
     def __init__(self, max_history: int) -> None:
         self.samples: deque[tuple[float, float]] = deque(maxlen=max_history)
-        self.coef: tuple[float, float] | None = None
+        self._coef: tuple[float, float] | None = None
         # The same low quantile of seconds per token: no token is asked to cost more than the
         # cheap ones did (`floor`).
-        self.rate = math.inf
+        self._rate = math.inf
+        # The window of the last fit that fell due and is not solved yet (`_solve`).
+        self._due_window: tuple[tuple[float, float], ...] | None = None
+        self._quantile = 0.0
+        self._solver = "exact"
         self.since_fit = 0
         self.last_fit: float | None = None
         self.fits = 0
+
+    @property
+    def fitted(self) -> bool:
+        """Whether a fit has fallen due (solved or not): the model has a line."""
+        return self._coef is not None or self._due_window is not None
+
+    @property
+    def coef(self) -> tuple[float, float] | None:
+        """(intercept, slope) of the last fit."""
+        if self._due_window is not None:
+            self._solve()
+        return self._coef
+
+    @property
+    def rate(self) -> float:
+        if self._due_window is not None:
+            self._solve()
+        return self._rate
 
     def judged_line(self, queued: bool) -> tuple[float, float] | None:
         """(intercept, slope) of the line timings are judged by, before the safety factor.
@@ -162,9 +201,10 @@ class FloorModel:
         made every honest answer of the quiet hour after an exposure). A stub answers in the
         same short time whatever the prompt, so the slope alone still finds it.
         """
-        if self.coef is None:
+        coef = self.coef
+        if coef is None:
             return None
-        intercept, slope = self.coef
+        intercept, slope = coef
         return (min(intercept, 0.0) if queued else intercept), slope
 
     def floor(self, tokens: float, safety_factor: float, queued: bool = False) -> float | None:
@@ -182,7 +222,7 @@ class FloorModel:
         self.since_fit += 1
         if len(self.samples) < cfg.min_history:
             return
-        due = self.coef is None or (
+        due = (self._coef is None and self._due_window is None) or (
             self.since_fit >= cfg.refit_every
             and (
                 self.fits < 4
@@ -192,24 +232,37 @@ class FloorModel:
             )
         )
         if due:
-            self.refit(cfg.quantile, now, cfg.solver)
+            self._due_window = tuple(self.samples)
+            self._quantile, self._solver = cfg.quantile, cfg.solver
+            self._fitted_at(now)
 
     def refit(self, quantile: float, now: float | None, solver: str = "exact") -> None:
-        # `np.asarray(self.samples)`, without numpy inspecting each pair as a sequence.
-        pairs = self.samples
-        data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
-        if solver == "sklearn":
-            from sklearn.linear_model import QuantileRegressor  # a second to import: when chosen
+        """Fit the window now."""
+        self._due_window = tuple(self.samples)
+        self._quantile, self._solver = quantile, solver
+        self._solve()
+        self._fitted_at(now)
 
-            model = QuantileRegressor(quantile=quantile, alpha=0.0, solver="highs")
-            model.fit(data[:, :1], data[:, 1])
-            self.coef = (float(model.intercept_), float(model.coef_[0]))
-        else:
-            self.coef = quantile_line(data[:, 0], data[:, 1], quantile)
-        self.rate = _low_quantile(data[:, 1] / data[:, 0], quantile)
+    def _fitted_at(self, now: float | None) -> None:
         self.since_fit = 0
         self.last_fit = now
         self.fits += 1
+
+    def _solve(self) -> None:
+        pairs = self._due_window
+        assert pairs is not None
+        self._due_window = None
+        # `np.asarray(pairs)`, without numpy inspecting each pair as a sequence.
+        data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
+        if self._solver == "sklearn":
+            from sklearn.linear_model import QuantileRegressor  # a second to import: when chosen
+
+            model = QuantileRegressor(quantile=self._quantile, alpha=0.0, solver="highs")
+            model.fit(data[:, :1], data[:, 1])
+            self._coef = (float(model.intercept_), float(model.coef_[0]))
+        else:
+            self._coef = quantile_line(data[:, 0], data[:, 1], self._quantile)
+        self._rate = _low_quantile(data[:, 1] / data[:, 0], self._quantile)
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -226,9 +279,9 @@ class FloorModel:
         model = cls(max_history)
         model.samples.extend((float(a), float(b)) for a, b in state["samples"])
         coef = state.get("coef")
-        model.coef = (float(coef[0]), float(coef[1])) if coef is not None else None
+        model._coef = (float(coef[0]), float(coef[1])) if coef is not None else None
         rate = state.get("rate")
-        model.rate = float(rate) if rate is not None else math.inf
+        model._rate = float(rate) if rate is not None else math.inf
         model.since_fit = int(state.get("since_fit", 0))
         model.last_fit = state.get("last_fit")
         model.fits = int(state.get("fits", 0))
@@ -301,7 +354,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         best: FloorModel | None = None
         best_band = -1
         for model_band, model in self.models_.get(key, {}).items():
-            if best_band < model_band <= band and (model.coef is not None or not fitted):
+            if best_band < model_band <= band and (model.fitted or not fitted):
                 best, best_band = model, model_band
         return best
 

@@ -6,13 +6,19 @@ restart with a ~2.04M pool.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from collector.events import Event
 from detectors.base import Detector
-from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill
+from detectors.impossibly_fast_prefill import (
+    FloorModel,
+    ImpossiblyFastPrefill,
+    ImpossiblyFastPrefillConfig,
+)
 from detectors.over_length_answered import OverLengthAnswered
 from detectors.pipeline import DetectionPipeline
+from detectors.quantile_line import quantile_line
 from detectors.rejected_then_served import RejectedThenServed
 
 T = 1_788_500_000.0
@@ -1137,6 +1143,25 @@ def test_a_longer_context_is_judged_by_the_floor_of_shorter_ones():
     )
     assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
     assert findings[0].evidence["learned_floor_seconds"] > 0.3
+
+
+def test_a_fit_read_later_is_the_line_of_the_window_when_it_fell_due():
+    """Fits are solved when a floor is first read (most context bands are seldom judged), yet
+    the line read must be the one of the samples when the fit fell due, not of those since."""
+    cfg = ImpossiblyFastPrefillConfig(min_history=5, refit_every=5, quantile=0.2)
+    model = FloorModel(max_history=10)
+    due = [(10_000.0 * k, 0.5 + 1e-4 * k * 10_000) for k in range(1, 6)]
+    since = [(10_000.0 * k, 0.1 + 1e-6 * k * 10_000) for k in range(6, 9)]
+    for tokens, seconds in due + since:
+        model.add(tokens, seconds, None, cfg)
+    assert model.fits == 1 and model.since_fit == len(since)
+    x, y = np.array(due).T
+    everything = np.array(due + since).T
+    assert quantile_line(x, y, 0.2) != quantile_line(*everything, 0.2)  # the test can tell
+    assert model.coef == quantile_line(x, y, 0.2)
+    assert model.rate == sorted(y / x)[0]
+    # A saved state holds the same line.
+    assert FloorModel.from_state(model.to_state(), 10).coef == model.coef
 
 
 def test_a_state_saved_before_context_bands_is_learned_anew():
