@@ -459,3 +459,16 @@ def test_reports_write_token_counts_as_the_summaries_do(tmp_path: Path) -> None:
         text = (tmp_path / name).read_text()
         assert "912,384" in text and "681,280" in text, name  # the exposed prompt, the pool
         assert "912384" not in text and ">681280<" not in text, name
+
+
+def test_the_parsing_workers_are_forked_without_the_plotting_and_parquet_libraries():
+    """matplotlib and pyarrow take half a second to import and no parsing worker uses them: the
+    driver imports them when the report and the first rows need them, after the fork."""
+    probe = (
+        "import sys, collector.forensics.driver; "
+        "print(sorted({'matplotlib', 'pyarrow'} & {m.split('.')[0] for m in sys.modules}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

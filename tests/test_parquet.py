@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from collector.forensics.parquet import SCHEMA, RequestParquetWriter
+from collector.forensics.parquet import RequestParquetWriter, schema
 from collector.state.request_record import RequestRecord, SideRecord
 
 
@@ -37,7 +37,7 @@ def test_rows_are_written_a_batch_at_a_time_and_read_back_in_order(tmp_path: Pat
     file = pq.ParquetFile(tmp_path / "requests.parquet")
     assert file.metadata.num_row_groups == 3  # 4 + 4 + 2
     table = file.read()
-    assert table.schema.equals(SCHEMA)
+    assert table.schema.equals(schema())
     assert table.column("key").to_pylist() == [f"room:{i}" for i in range(10)]
     assert table.column("prompt_tokens").to_pylist() == [1000 + i for i in range(10)]
     assert table.column("serving_rid").to_pylist() == [f"d{i}" for i in range(10)]
@@ -59,7 +59,7 @@ def test_requests_exposed_after_their_row_was_written_are_marked_when_the_file_c
     later = {"room:2": {"kv_canary_violation"}, "room:6": {"kv_canary_violation"}}
     writer.close(exposed_later={**later, "room:99": {"kv_canary_violation"}})
     table = pq.read_table(path)
-    assert table.schema.equals(SCHEMA) and table.num_rows == 10
+    assert table.schema.equals(schema()) and table.num_rows == 10
     assert table.column("key").to_pylist() == [f"room:{i}" for i in range(10)]
     exposed = table.column("exposed_by").to_pylist()
     assert exposed[2] == ["kv_canary_violation"]
@@ -73,7 +73,7 @@ def test_no_requests_still_make_a_valid_empty_file(tmp_path: Path) -> None:
     writer = RequestParquetWriter(tmp_path / "requests.parquet")
     writer.close()
     table = pq.read_table(tmp_path / "requests.parquet")
-    assert table.num_rows == 0 and table.schema.equals(SCHEMA)
+    assert table.num_rows == 0 and table.schema.equals(schema())
 
 
 def test_a_batch_must_hold_a_row(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time
 from collector.files import EXPORT_NAME, dated_by_file_time, regular_files
 from collector.forensics.parquet import RequestParquetWriter
-from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
+from collector.forensics.plot_data import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
 from collector.forensics.report import (
     Sayer,

@@ -8,46 +8,56 @@ only: no text ever reaches a `RequestRecord`.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Mapping, Set
+from functools import cache
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any
 
 from collector.state.request_record import RequestRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 # Rows buffered as Python lists before they become one row group: about 1.2 KB of objects a row,
 # so 10,000 rows keep the judging process's peak near 195 MiB where 50,000 took it to 240 MiB
 # (1.37 GB of incident logs), at the price of a few more row groups.
 BATCH_ROWS = 10_000
 
-SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("bootstrap_room", pa.string()),
-        ("serving_node", pa.string()),
-        ("serving_rid", pa.string()),
-        ("prefill_node", pa.string()),
-        ("prefill_rid", pa.string()),
-        ("start", pa.timestamp("ms", tz="UTC")),
-        ("end", pa.timestamp("ms", tz="UTC")),
-        # When the serving node sent the answer (meta_info's stamp, to the millisecond): the
-        # time the reports give an exposed response; `end` is its last line's, to the second.
-        ("sent", pa.timestamp("ms", tz="UTC")),
-        ("prompt_tokens", pa.int64()),
-        ("cached_tokens", pa.int64()),
-        ("completion_tokens", pa.int64()),
-        ("finish_type", pa.string()),
-        ("status_code", pa.int64()),
-        ("e2e_latency", pa.float64()),
-        ("first_token_latency", pa.float64()),
-        ("prefill_forward_seconds", pa.float64()),
-        ("prefill_refused", pa.bool_()),
-        ("served", pa.bool_()),
-        ("exposed_by", pa.list_(pa.string())),
-    ]
-)
+
+@cache
+def schema() -> pa.Schema:
+    """The table's columns. pyarrow is imported here, at the first rows: forensics forks its
+    parsing workers before, and they never write Parquet."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("key", pa.string()),
+            ("bootstrap_room", pa.string()),
+            ("serving_node", pa.string()),
+            ("serving_rid", pa.string()),
+            ("prefill_node", pa.string()),
+            ("prefill_rid", pa.string()),
+            ("start", pa.timestamp("ms", tz="UTC")),
+            ("end", pa.timestamp("ms", tz="UTC")),
+            # When the serving node sent the answer (meta_info's stamp, to the millisecond): the
+            # time the reports give an exposed response; `end` is its last line's, to the second.
+            ("sent", pa.timestamp("ms", tz="UTC")),
+            ("prompt_tokens", pa.int64()),
+            ("cached_tokens", pa.int64()),
+            ("completion_tokens", pa.int64()),
+            ("finish_type", pa.string()),
+            ("status_code", pa.int64()),
+            ("e2e_latency", pa.float64()),
+            ("first_token_latency", pa.float64()),
+            ("prefill_forward_seconds", pa.float64()),
+            ("prefill_refused", pa.bool_()),
+            ("served", pa.bool_()),
+            ("exposed_by", pa.list_(pa.string())),
+        ]
+    )
 
 
 _INT64 = range(-(2**63), 2**63)
@@ -79,7 +89,8 @@ class RequestParquetWriter:
         # one's staying (one shared file had the two runs' row groups interleaved, unreadable).
         self._partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
         self.batch_rows = batch_rows
-        self._rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+        # column -> its values, by `add` (which fills every column)
+        self._rows: defaultdict[str, list[Any]] = defaultdict(list)
         self._writer: pq.ParquetWriter | None = None
         self.rows = 0
 
@@ -118,20 +129,25 @@ class RequestParquetWriter:
     def _flush(self) -> None:
         if not self._rows["key"]:
             return
-        table = pa.Table.from_pydict(self._rows, schema=SCHEMA)
+        import pyarrow as pa
+
+        table = pa.Table.from_pydict(self._rows, schema=schema())
+        self._open().write_table(table)
+        self._rows = defaultdict(list)
+
+    def _open(self) -> pq.ParquetWriter:
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self._partial, SCHEMA, compression="zstd")
-        self._writer.write_table(table)
-        self._rows = {name: [] for name in SCHEMA.names}
+            import pyarrow.parquet as pq
+
+            self._writer = pq.ParquetWriter(self._partial, schema(), compression="zstd")
+        return self._writer
 
     def close(self, exposed_later: Mapping[str, Set[str]] | None = None) -> None:
         """Finish the file. `exposed_later` (row `key` -> detectors) names requests that a
         finding exposed after their row was written: their `exposed_by` gains those detectors,
         in a second pass over the file a batch at a time (taken only when there are any)."""
         self._flush()
-        if self._writer is None:  # no requests at all: still an empty, valid file
-            self._writer = pq.ParquetWriter(self._partial, SCHEMA, compression="zstd")
-        self._writer.close()
+        self._open().close()  # with no requests at all, still an empty, valid file
         if exposed_later:
             self._add_exposures(exposed_later)
         os.replace(self._partial, self.path)
@@ -143,11 +159,15 @@ class RequestParquetWriter:
         self._partial.unlink(missing_ok=True)
 
     def _add_exposures(self, exposed_later: Mapping[str, Set[str]]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
         rewritten = self._partial.with_name(self._partial.name + ".tmp")
-        column = SCHEMA.get_field_index("exposed_by")
+        table_schema = schema()
+        column = table_schema.get_field_index("exposed_by")
         with (
             pq.ParquetFile(self._partial) as source,
-            pq.ParquetWriter(rewritten, SCHEMA, compression="zstd") as writer,
+            pq.ParquetWriter(rewritten, table_schema, compression="zstd") as writer,
         ):
             for batch in source.iter_batches(batch_size=self.batch_rows):
                 keys = batch.column("key").to_pylist()
@@ -159,6 +179,6 @@ class RequestParquetWriter:
                     for key, before in zip(keys, batch.column(column).to_pylist(), strict=True)
                 ]
                 columns = list(batch.columns)
-                columns[column] = pa.array(exposed_by, type=SCHEMA.field(column).type)
-                writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=SCHEMA))
+                columns[column] = pa.array(exposed_by, type=table_schema.field(column).type)
+                writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=table_schema))
         os.replace(rewritten, self._partial)

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_LINE_KINDS, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
-from collector.forensics.plots import PlotData, render_all
+from collector.forensics.plot_data import PlotData
 from collector.passed_over import NOT_READ_WHOLE, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
 from collector.shown_text import printable_lines
@@ -1402,6 +1402,9 @@ def _verdict_shade(summary: dict[str, Any]) -> str:
 
 
 def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None:
+    # matplotlib is imported here, once the parsing is done (`plot_data`).
+    from collector.forensics.plots import render_all
+
     images = render_all(plot_data)
     exposure = summary["exposure"]
     verdict_class = "verdict " + _verdict_shade(summary)
