@@ -29,10 +29,13 @@ from detectors.pool_in_force import (
     PoolInForce,
     pool_in_force,
     strictest_prefill_pool,
+    unread_prefill_host,
 )
 
 # The `pool_basis` of the warning given where no line names the prefill node a prompt met.
 NO_PREFILL_NAMED: Final = "no prefill node named"
+# ... and of the one given where decode names a prefill host whose logs are not here.
+PREFILL_HOST_UNREAD: Final = "prefill host not read"
 
 
 class OverLengthAnsweredConfig(DetectorConfig):
@@ -69,7 +72,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             return []
         pool = pool_in_force(record, ctx)
         if pool is None:
-            return []
+            return self._prefill_host_unread(record, serving, prompt, ctx)
         if prompt <= pool.longest_accepted + self.config.margin_tokens:
             return self._perhaps_over_length(record, serving, prompt, pool, ctx)
         prefill = record.prefill
@@ -174,6 +177,70 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "strictest_pool_tokens": strictest.tokens,
                     "strictest_longest_accepted": strictest.longest_accepted,
                     "largest_pool_node": pool.node,
+                    "largest_pool_tokens": pool.tokens,
+                    "largest_longest_accepted": pool.longest_accepted,
+                    "finish_type": serving.finish_type,
+                },
+                exposure=False,
+            )
+        ]
+
+    def _prefill_host_unread(
+        self, record: RequestRecord, serving: SideRecord, prompt: int, ctx: DetectionContext
+    ) -> list[Finding]:
+        """A warning where decode's answer names a prefill host no log read announced, and the
+        prompt is longer than every prefill pool read would take.
+
+        Why: that node's pool is unknown, so its requests are judged by no pool (another
+        node's says nothing of it); with its log missing, the answers it handed decode from
+        other requests' KV were said nowhere, and a run whose only exposures went through it
+        read as an all-clear (blind review 4b: 0 of 4 found, exit 0). Not an exposure: the
+        unread node may have had a larger pool."""
+        if serving.role != "decode":
+            return []
+        host = unread_prefill_host(record, ctx)
+        if host is None:
+            return []
+        when = record.start_time if record.start_time is not None else record.time
+        model = None
+        config = ctx.config_at(serving.node, when)
+        if config is not None:
+            model = config.model
+        largest = ctx.timeline.largest_prefill_pool(when, model)
+        if largest is None:
+            return []
+        node, tokens = largest
+        node_config = ctx.config_at(node, when)
+        pool = (
+            PoolInForce.of(node_config, "largest prefill pool read", tokens)
+            if node_config is not None
+            else None
+        )
+        if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
+            return []
+        if refuses_for_good(
+            node_config.version if node_config else None, self.config.leak_fixed_version
+        ):
+            return []
+        summary = (
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} prefilled on "
+            f"{host}, which no log read announced: its pool is not known, and every prefill "
+            f"pool read takes prompts of up to {pool.longest_accepted:,} tokens ({node}). If "
+            f"{host}'s was no larger, the answer was generated from other requests' KV: read "
+            f"that node's logs to tell"
+        )
+        return [
+            self._request_finding(
+                "warning",
+                record,
+                serving,
+                summary=summary,
+                evidence={
+                    "prompt_tokens": prompt,
+                    "completion_tokens": serving.completion_tokens,
+                    "pool_basis": PREFILL_HOST_UNREAD,
+                    "bootstrap_host": host,
+                    "largest_pool_node": node,
                     "largest_pool_tokens": pool.tokens,
                     "largest_longest_accepted": pool.longest_accepted,
                     "finish_type": serving.finish_type,

@@ -147,6 +147,30 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     return None
 
 
+def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | None:
+    """Decode's `bootstrap_host[:port]` when it is why the request's pool is unknown: no line of
+    the room's prefill side was read, no node read announced that host, and every prefill node
+    read announced another (`_ruled_out`): the prompt was prefilled on a node whose logs are
+    not here. None otherwise."""
+    serving = record.serving
+    if record.prefill is not None or serving is None or serving.bootstrap_host is None:
+        return None
+    when = _when(record)
+    host, port = serving.bootstrap_host, serving.bootstrap_port
+    timeline = ctx.timeline
+    if timeline.bootstrap_node(host, port, when) is not None:
+        return None
+    ruled_out = _ruled_out(host, timeline)
+    if ruled_out is None:
+        return None
+    if any(
+        node not in ruled_out and timeline.role_at(node, when) == "prefill"
+        for node in timeline.nodes()
+    ):
+        return None
+    return host if port is None else f"{host}:{port}"
+
+
 def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
     """Of the deployment's prefill nodes in force at the request's time, the one that takes
     the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the

@@ -121,6 +121,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         outcome_unknown_line,
         pd_role_missing_line,
         prefill_unknown_line,
+        prefill_unread_line,
         refused_without_decode_line,
         too_late_line,
         unattributed_exports_line,
@@ -197,6 +198,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         refused_without_decode_line,
         outcome_unknown_line,
         prefill_unknown_line,
+        prefill_unread_line,
         unread_files_line,
         unattributed_exports_line,
     )

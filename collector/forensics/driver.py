@@ -53,6 +53,7 @@ from collector.forensics.report import (
     pool_unknown_line,
     possible_line,
     prefill_unknown_line,
+    prefill_unread_line,
     prompts_answered,
     refused_without_decode_line,
     repeated_lines_line,
@@ -76,7 +77,7 @@ from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.exposure import exposed_response
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import QUEUED_SOURCES, ImpossiblyFastPrefill
-from detectors.over_length_answered import NO_PREFILL_NAMED
+from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
@@ -162,6 +163,8 @@ class _Evidence:
         # Answers of prompts a prefill pool in force could not take, no line naming the
         # prefill node they met (`NO_PREFILL_NAMED`).
         self.prefill_node_unknown = 0
+        # ... and those that met a prefill host no log read announced (`PREFILL_HOST_UNREAD`).
+        self.prefill_host_unread = 0
         # PD requests (a room) judged; the nodes of each role; and the requests prefill refused
         # (or ran as one-token stubs) of which no decode side was read, a few rooms named.
         self.pd_requests = 0
@@ -185,8 +188,11 @@ class _Evidence:
             self.findings_dropped[finding.detector] += 1
         if finding.evidence.get("decode_outcome") == UNKNOWN_OUTCOME:
             self.refused_outcome_unknown += 1
-        if finding.evidence.get("pool_basis") == NO_PREFILL_NAMED:
+        basis = finding.evidence.get("pool_basis")
+        if basis == NO_PREFILL_NAMED:
             self.prefill_node_unknown += 1
+        elif basis == PREFILL_HOST_UNREAD:
+            self.prefill_host_unread += 1
         if finding.exposure:
             self._exposed_entry(finding).evidence.append(finding.detector)
             if id(finding) in self._judged_with_record:
@@ -756,6 +762,7 @@ def build_summary(
             "late_lines_by_node": dict(sorted(pipeline.ledger.stats.late_nodes.items())),
             "refused_outcome_unknown": evidence.refused_outcome_unknown,
             "prefill_node_unknown": evidence.prefill_node_unknown,
+            "prefill_host_unread": evidence.prefill_host_unread,
             "nodes_not_judged": nodes_not_judged(
                 stats, nodes, evidence.judged_nodes, evidence.traced_nodes
             ),
@@ -1072,6 +1079,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("UNDATED: ", _beside_exposures(undated_line)),
         ("OUTCOME UNKNOWN: ", _beside_exposures(outcome_unknown_line)),
         ("PREFILL UNKNOWN: ", _beside_exposures(prefill_unknown_line)),
+        ("PREFILL UNREAD: ", _beside_exposures(prefill_unread_line)),
         ("HALF MISSING: ", _beside_exposures(pd_role_missing_line)),
         ("NO DECODE SIDE: ", _beside_exposures(refused_without_decode_line)),
         ("ARCHIVES: ", archives_line),

@@ -24,7 +24,7 @@ from collector.passed_over import NOT_READ_WHOLE, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
-from detectors.over_length_answered import NO_PREFILL_NAMED
+from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -687,6 +687,29 @@ def prefill_unknown_line(summary: dict[str, Any]) -> str:
         "warnings in the report): those that met the smaller pool were answered from other "
         "requests' KV. Prefill's request lines, or decode's naming the bootstrap host, would "
         "tell which."
+    )
+
+
+def prefill_unread_line(summary: dict[str, Any]) -> str:
+    """Answers of prompts longer than every prefill pool read, prefilled on a host no log read
+    announced: that node's pool is unknown, so nothing judged them, and with its log missing
+    this is all that says they may have been answered from other requests' KV."""
+    count = summary["requests"].get("prefill_host_unread", 0)
+    if not count:
+        return ""
+    found = [
+        f
+        for f in summary["findings"]
+        if (f.get("evidence") or {}).get("pool_basis") == PREFILL_HOST_UNREAD
+    ]
+    hosts = sorted({str(f["evidence"].get("bootstrap_host")) for f in found})
+    rooms = [str(f["bootstrap_room"]) for f in found]
+    noun, _ = _request_it(count)
+    return (
+        f"{count:,} {noun} decode answered had prompts longer than every prefill pool read, "
+        f"and were prefilled on {_names(hosts)}, which no log read announced "
+        f"({_some_rooms(rooms, count)}; warnings in the report): that node's pool is not "
+        "known. If it was no larger, they were answered from other requests' KV: add its logs."
     )
 
 

@@ -1,0 +1,112 @@
+"""A prefill node whose logs are missing, named only by decode's `bootstrap_host`.
+
+Blind review 4b: four prefill nodes, one log not collected; the only exposed answers went
+through it. Its pool is unknown, so another node's pool does not judge its requests (it may
+have been larger), and the run said "no exposed responses found" with exit 0. Here the prompts
+longer than every prefill pool read that met it are warnings naming the host, and the verdict is
+not an all-clear; a prompt within the pools read is not, and once that node's log is read its
+own pool judges.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from collector.forensics.driver import run_forensics
+from detectors.over_length_answered import PREFILL_HOST_UNREAD
+
+READ_HOST, UNREAD_HOST = "10.0.0.11", "10.0.0.14"
+HONEST_ROOM, OVER_ROOM, WITHIN_ROOM = (
+    "5000000000000000001",
+    "5000000000000000002",
+    "5000000000000000003",
+)
+
+
+def _args(role: str) -> str:
+    return (
+        "[2026-09-01 00:00:00] server_args=ServerArgs(model_path='zai-org/GLM-5.3', tp_size=8, "
+        f"context_length=1048576, disaggregation_mode='{role}', "
+        "disaggregation_transfer_backend='mooncake', log_requests=True)\n"
+    )
+
+
+def _prefill_start(host: str, pool: int) -> str:
+    return (
+        f"[2026-09-01 00:00:40 TP0] max_total_num_tokens={pool}, chunked_prefill_size=16384, "
+        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
+        "available_gpu_mem=21.95 GB\n"
+        f"[2026-09-01 00:00:45] CommonKVBootstrapServer started successfully on {host}:8998\n"
+    )
+
+
+def _request(role: str, host: str, room: str, minute: int, prompt: int, seconds: float) -> str:
+    rid = f"{role[0]}{room[-6:]}"
+    ids = f"rid='{rid}', bootstrap_host='{host}', bootstrap_port=8998, bootstrap_room={room}"
+    if role == "prefill":
+        finish, completion = "{'type': 'length', 'length': 0}", 1
+    else:
+        finish, completion = "{'type': 'stop', 'matched': 151336}", 200
+    return (
+        f"[2026-09-01 01:{minute:02d}:00] Receive: obj=GenerateReqInput({ids})\n"
+        f"[2026-09-01 01:{minute:02d}:30] Finish: obj=GenerateReqInput({ids}), out={{'text': '', "
+        f"'meta_info': {{'id': '{rid}', 'finish_reason': {finish}, 'prompt_tokens': {prompt}, "
+        f"'completion_tokens': {completion}, 'cached_tokens': 0, 'e2e_latency': {seconds}}}}}\n"
+    )
+
+
+def _case(folder: Path, *, unread_node_logged: bool) -> Path:
+    folder.mkdir()
+    (folder / "prefill-0.log").write_text(
+        _args("prefill")
+        + _prefill_start(READ_HOST, 681_280)
+        + _request("prefill", READ_HOST, HONEST_ROOM, 1, 400_000, 20.0)
+    )
+    if unread_node_logged:
+        (folder / "prefill-1.log").write_text(
+            _args("prefill") + _prefill_start(UNREAD_HOST, 2_040_000)
+        )
+    (folder / "decode-0.log").write_text(
+        _args("decode")
+        + _request("decode", READ_HOST, HONEST_ROOM, 1, 400_000, 25.0)
+        # Longer than prefill-0 takes, 6 s end to end: no physical floor says anything.
+        + _request("decode", UNREAD_HOST, OVER_ROOM, 2, 874_366, 6.0)
+        + _request("decode", UNREAD_HOST, WITHIN_ROOM, 3, 500_000, 26.0)
+    )
+    return folder
+
+
+def test_an_answer_longer_than_every_pool_read_through_an_unread_prefill_host_is_said(
+    tmp_path: Path,
+) -> None:
+    case = _case(tmp_path / "case", unread_node_logged=False)
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert summary["exposure"]["count"] == 0  # its pool may have been larger: no exposure
+    warned = [
+        f for f in summary["findings"] if f["evidence"].get("pool_basis") == PREFILL_HOST_UNREAD
+    ]
+    assert [(f["bootstrap_room"], f["severity"]) for f in warned] == [(OVER_ROOM, "warning")]
+    assert warned[0]["evidence"]["bootstrap_host"] == f"{UNREAD_HOST}:8998"
+    assert warned[0]["evidence"]["largest_longest_accepted"] < 874_366
+    assert summary["requests"]["prefill_host_unread"] == 1
+
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet"]
+        + [str(case), "--out", str(tmp_path / "cli"), "--fail-on", "exposure"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr  # not an all-clear
+    assert f"prefilled on {UNREAD_HOST}:8998, which no log read announced" in done.stderr
+
+
+def test_once_that_node_s_log_is_read_its_own_pool_judges(tmp_path: Path) -> None:
+    case = _case(tmp_path / "case", unread_node_logged=True)
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert summary["requests"]["prefill_host_unread"] == 0
+    assert summary["exposure"]["count"] == 0
+    # The 874,366-token prompt met a 2,040,000-token pool: nothing to say of it.
+    assert not [f for f in summary["findings"] if f["detector"] == "over_length_answered"]
