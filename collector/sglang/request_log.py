@@ -26,6 +26,7 @@ from typing import Any, Final, NamedTuple
 
 from collector.events import iso_time
 from collector.sglang.envelope import peel
+from collector.sglang.refusals import refusal_in
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
 from collector.sglang.values import WORDS, as_float, as_int
 from collector.shown_text import printable
@@ -546,6 +547,12 @@ def _finished_fields(meta: dict[str, Any], obj_rid: str | None, room: str | None
         "e2e_latency": None,
         "first_token_latency": None,
     }
+    if finish_type == "abort" and message:
+        # The refusal an abort states, as numbers only (the message itself is never kept): the
+        # prompt length ties the request to its node's refusal line when that names no rid.
+        stated = refusal_in(message)
+        if stated is not None and stated.get("input_tokens") is not None:
+            fields["abort_input_tokens"] = stated["input_tokens"]
     get = meta.get
     for key in _META_KEYS_INT:
         value = get(key)

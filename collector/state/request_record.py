@@ -55,6 +55,9 @@ class SideRecord:
     reject_reason: str | None = None
     reject_input_tokens: int | None = None
     reject_limit_tokens: int | None = None
+    # The prompt length the finish's abort says the node refused (its message's numbers): ties
+    # the request to a refusal line of its node that names no rid (2025 builds).
+    abort_input_tokens: int | None = None
     transfer_failures: int = 0
     transfer_reason: str | None = None
     checksum_mismatch: bool = False
