@@ -15,7 +15,7 @@ not leaked) a warning.
 
 from __future__ import annotations
 
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from pydantic import Field
 
@@ -163,27 +163,18 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             f"{strictest.longest_accepted:,}. If it went to {strictest.node}, the answer was "
             f"generated from other requests' KV"
         )
-        return [
-            self._request_finding(
-                "warning",
-                record,
-                serving,
-                summary=summary,
-                evidence={
-                    "prompt_tokens": prompt,
-                    "completion_tokens": serving.completion_tokens,
-                    "pool_basis": NO_PREFILL_NAMED,
-                    "strictest_pool_node": strictest.node,
-                    "strictest_pool_tokens": strictest.tokens,
-                    "strictest_longest_accepted": strictest.longest_accepted,
-                    "largest_pool_node": pool.node,
-                    "largest_pool_tokens": pool.tokens,
-                    "largest_longest_accepted": pool.longest_accepted,
-                    "finish_type": serving.finish_type,
-                },
-                exposure=False,
-            )
-        ]
+        return self._possible(
+            record,
+            serving,
+            summary,
+            NO_PREFILL_NAMED,
+            strictest_pool_node=strictest.node,
+            strictest_pool_tokens=strictest.tokens,
+            strictest_longest_accepted=strictest.longest_accepted,
+            largest_pool_node=pool.node,
+            largest_pool_tokens=pool.tokens,
+            largest_longest_accepted=pool.longest_accepted,
+        )
 
     def _prefill_host_unread(
         self, record: RequestRecord, serving: SideRecord, prompt: int, ctx: DetectionContext
@@ -229,22 +220,36 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             f"{host}'s was no larger, the answer was generated from other requests' KV: read "
             f"that node's logs to tell"
         )
+        return self._possible(
+            record,
+            serving,
+            summary,
+            PREFILL_HOST_UNREAD,
+            bootstrap_host=host,
+            largest_pool_node=node,
+            largest_pool_tokens=pool.tokens,
+            largest_longest_accepted=pool.longest_accepted,
+        )
+
+    def _possible(
+        self,
+        record: RequestRecord,
+        serving: SideRecord,
+        summary: str,
+        basis: str,
+        **pools: Any,
+    ) -> list[Finding]:
+        """A warning, not an exposure: the answer leaked if its prompt met the pool `basis`
+        says no line tells of (`pools`: the pools it may have met)."""
+        evidence: dict[str, Any] = {
+            "prompt_tokens": record.prompt_tokens,
+            "completion_tokens": serving.completion_tokens,
+            "pool_basis": basis,
+            **pools,
+            "finish_type": serving.finish_type,
+        }
         return [
             self._request_finding(
-                "warning",
-                record,
-                serving,
-                summary=summary,
-                evidence={
-                    "prompt_tokens": prompt,
-                    "completion_tokens": serving.completion_tokens,
-                    "pool_basis": PREFILL_HOST_UNREAD,
-                    "bootstrap_host": host,
-                    "largest_pool_node": node,
-                    "largest_pool_tokens": pool.tokens,
-                    "largest_longest_accepted": pool.longest_accepted,
-                    "finish_type": serving.finish_type,
-                },
-                exposure=False,
+                "warning", record, serving, summary=summary, evidence=evidence, exposure=False
             )
         ]
