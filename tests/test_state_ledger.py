@@ -161,7 +161,7 @@ def test_rejection_is_joined_through_the_rid_even_before_the_room_is_known():
     assert ledger.pending_rejections == 0
 
 
-def _refusal(t: float, rid: str, tokens: int, node: str = "prefill-0") -> Event:
+def _refusal(t: float, rid: str | None, tokens: int, node: str = "prefill-0") -> Event:
     return ev(
         "request_rejected",
         node,
@@ -260,6 +260,33 @@ def test_a_refusal_taken_for_a_room_survives_a_restart():
     state = json.loads(json.dumps(ledger.to_state()))
     (record,) = RequestLedger.from_state(state, role_of=role_of).drain()
     assert record.prefill_refused and record.served
+
+
+def test_a_refusal_its_request_s_finish_stated_before_a_restart_is_that_request_s():
+    """A 2025 build's refusal line names no request; its request's finish, an abort stating the
+    same length, came first and was judged before the collector restarted. The line is that
+    request's after the restart too, not a request of its own."""
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(
+        ev(
+            "request_finished",
+            "prefill-0",
+            T,
+            rid="p1",
+            bootstrap_room="42",
+            prompt_tokens=1,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=400,
+            abort_reason="input_too_long",
+            abort_input_tokens=900_000,
+        )
+    )
+    state = json.loads(json.dumps(ledger.to_state()))
+    restored = RequestLedger.from_state(state, role_of=role_of)
+    restored.add(_refusal(T + 1, None, 900_000))
+    assert restored.pending_rejections == 0
+    assert _alone(restored.drain()) == []
 
 
 @pytest.mark.parametrize("honest_first", [True, False])

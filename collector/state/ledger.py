@@ -977,6 +977,7 @@ class RequestLedger:
             ],
             "pending": [asdict(side) for side in self._pending.values()],
             "named_elsewhere": [list(node_rid) for node_rid in sorted(self._named_elsewhere)],
+            "stated_refusals": [[n, node, t] for (n, node), t in self._stated_refusals.items()],
             "recent": list(self._recent),
             "stats": asdict(self.stats),
         }
@@ -1015,6 +1016,9 @@ class RequestLedger:
             else:
                 side = SideRecord.from_json_dict(dict(raw))
             ledger._hold(refusal_key(side), side)
+        for length, node, when in state.get("stated_refusals", []):
+            ledger._stated_refusals[(int(length), str(node))] = float(when)
+            ledger._stated_nodes.setdefault(int(length), set()).add(str(node))
         for node, rid in state.get("named_elsewhere", []):
             if (node, rid) in ledger._pending:
                 ledger._named_elsewhere.add((node, rid))
