@@ -18,18 +18,12 @@ from pathlib import Path
 import pytest
 
 from collector.forensics.driver import run_forensics
+from tests.engine_lines import prefill_start, server_args
 
+DAY = "2026-09-04"
 LIMIT = 681_274
 ANSWERED_ROOM, ABORTED_ROOM = "6100000000000000001", "6100000000000000002"
 ANSWERED_PROMPT, ABORTED_PROMPT = 877_251, 912_004
-
-
-def _args(role: str) -> str:
-    return (
-        "[2026-09-04 00:00:00] server_args=ServerArgs(model_path='zai-org/GLM-5.3', tp_size=8, "
-        f"context_length=1048576, disaggregation_mode='{role}', "
-        "disaggregation_transfer_backend='mooncake', log_requests=True)\n"
-    )
 
 
 def _refusal(stamp: str, prompt: int) -> str:
@@ -73,12 +67,7 @@ def _stub_time_stats(stamp: str, room: str) -> str:
 
 def _case(folder: Path, *, refusal_after_finish: bool, request_log_apart: bool) -> Path:
     folder.mkdir()
-    engine = _args("prefill") + (
-        "[2026-09-04 00:00:40 TP0] max_total_num_tokens=681280, chunked_prefill_size=16384, "
-        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
-        "available_gpu_mem=21.95 GB\n"
-        "[2026-09-04 00:00:45] CommonKVBootstrapServer started successfully on 10.0.0.5:8998\n"
-    )
+    engine = server_args(DAY, "prefill") + prefill_start(DAY, "10.0.0.5", 681_280)
     requests = ""
     for minute, room, prompt in (
         (10, ANSWERED_ROOM, ANSWERED_PROMPT),
@@ -98,7 +87,7 @@ def _case(folder: Path, *, refusal_after_finish: bool, request_log_apart: bool) 
         (folder / "reqlogs").mkdir()
         (folder / "reqlogs" / "glm53-prefill-0-7d9f4_0.log").write_text(requests)
     (folder / "decode-0.log").write_text(
-        _args("decode")
+        server_args(DAY, "decode")
         + _finish("2026-09-04 00:10:09", "decode", ANSWERED_ROOM, ANSWERED_PROMPT, answered=True)
         + _finish("2026-09-04 00:20:02", "decode", ABORTED_ROOM, ABORTED_PROMPT, answered=False)
     )

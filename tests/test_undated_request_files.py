@@ -15,21 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from collector.forensics.driver import run_forensics
+from tests.engine_lines import prefill_start, server_args
 
+DAY = "2026-09-04"
 EXPOSED_ROOM, HONEST_ROOM = "6200000000000000001", "6200000000000000002"
 
 
 def _epoch(stamp: str) -> float:
     return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
-
-
-def _args(role: str) -> str:
-    return (
-        "[2026-09-04 00:00:00] server_args=ServerArgs(model_path='zai-org/GLM-5.3', tp_size=8, "
-        f"context_length=1048576, disaggregation_mode='{role}', "
-        "disaggregation_transfer_backend='mooncake', log_requests=True, "
-        "enable_request_time_stats_logging=True)\n"
-    )
 
 
 def _time_stats(stamp: str, role: str, room: str, prompt: int, forward_ms: float) -> str:
@@ -59,15 +52,12 @@ def test_undated_request_files_join_the_engines_dated_lines(tmp_path: Path) -> N
     case = tmp_path / "case"
     (case / "reqlogs").mkdir(parents=True)
     (case / "prefill-0.log").write_text(
-        _args("prefill")
-        + "[2026-09-04 00:00:40 TP0] max_total_num_tokens=681280, chunked_prefill_size=16384, "
-        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
-        "available_gpu_mem=21.95 GB\n"
-        "[2026-09-04 00:00:45] CommonKVBootstrapServer started successfully on 10.0.0.5:8998\n"
+        server_args(DAY, "prefill", time_stats=True)
+        + prefill_start(DAY, "10.0.0.5", 681_280)
         + _time_stats("2026-09-04 00:20:30", "prefill", HONEST_ROOM, 400_000, 20_000.0)
     )
     (case / "decode-0.log").write_text(
-        _args("decode")
+        server_args(DAY, "decode", time_stats=True)
         + _time_stats("2026-09-04 00:10:09", "decode", EXPOSED_ROOM, 900_000, 8_000.0)
         + _time_stats("2026-09-04 00:20:40", "decode", HONEST_ROOM, 400_000, 9_000.0)
     )

@@ -16,30 +16,15 @@ from pathlib import Path
 
 from collector.forensics.driver import run_forensics
 from detectors.over_length_answered import PREFILL_HOST_UNREAD
+from tests.engine_lines import prefill_start, server_args
 
+DAY = "2026-09-01"
 READ_HOST, UNREAD_HOST = "10.0.0.11", "10.0.0.14"
 HONEST_ROOM, OVER_ROOM, WITHIN_ROOM = (
     "5000000000000000001",
     "5000000000000000002",
     "5000000000000000003",
 )
-
-
-def _args(role: str) -> str:
-    return (
-        "[2026-09-01 00:00:00] server_args=ServerArgs(model_path='zai-org/GLM-5.3', tp_size=8, "
-        f"context_length=1048576, disaggregation_mode='{role}', "
-        "disaggregation_transfer_backend='mooncake', log_requests=True)\n"
-    )
-
-
-def _prefill_start(host: str, pool: int) -> str:
-    return (
-        f"[2026-09-01 00:00:40 TP0] max_total_num_tokens={pool}, chunked_prefill_size=16384, "
-        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
-        "available_gpu_mem=21.95 GB\n"
-        f"[2026-09-01 00:00:45] CommonKVBootstrapServer started successfully on {host}:8998\n"
-    )
 
 
 def _request(role: str, host: str, room: str, minute: int, prompt: int, seconds: float) -> str:
@@ -60,16 +45,16 @@ def _request(role: str, host: str, room: str, minute: int, prompt: int, seconds:
 def _case(folder: Path, *, unread_node_logged: bool) -> Path:
     folder.mkdir()
     (folder / "prefill-0.log").write_text(
-        _args("prefill")
-        + _prefill_start(READ_HOST, 681_280)
+        server_args(DAY, "prefill")
+        + prefill_start(DAY, READ_HOST, 681_280)
         + _request("prefill", READ_HOST, HONEST_ROOM, 1, 400_000, 20.0)
     )
     if unread_node_logged:
         (folder / "prefill-1.log").write_text(
-            _args("prefill") + _prefill_start(UNREAD_HOST, 2_040_000)
+            server_args(DAY, "prefill") + prefill_start(DAY, UNREAD_HOST, 2_040_000)
         )
     (folder / "decode-0.log").write_text(
-        _args("decode")
+        server_args(DAY, "decode")
         + _request("decode", READ_HOST, HONEST_ROOM, 1, 400_000, 25.0)
         # Longer than prefill-0 takes, 6 s end to end: no physical floor says anything.
         + _request("decode", UNREAD_HOST, OVER_ROOM, 2, 874_366, 6.0)
