@@ -234,19 +234,9 @@ class FloorModel:
         if due:
             self._due_window = tuple(self.samples)
             self._quantile, self._solver = cfg.quantile, cfg.solver
-            self._fitted_at(now)
-
-    def refit(self, quantile: float, now: float | None, solver: str = "exact") -> None:
-        """Fit the window now."""
-        self._due_window = tuple(self.samples)
-        self._quantile, self._solver = quantile, solver
-        self._solve()
-        self._fitted_at(now)
-
-    def _fitted_at(self, now: float | None) -> None:
-        self.since_fit = 0
-        self.last_fit = now
-        self.fits += 1
+            self.since_fit = 0
+            self.last_fit = now
+            self.fits += 1
 
     def _solve(self) -> None:
         pairs = self._due_window

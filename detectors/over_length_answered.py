@@ -27,7 +27,9 @@ from detectors.finding import Finding
 from detectors.pool_in_force import (
     LENIENT_BASIS,
     PoolInForce,
+    largest_prefill_pool,
     pool_in_force,
+    serving_model,
     strictest_prefill_pool,
     unread_prefill_host,
 )
@@ -193,25 +195,12 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if host is None:
             return []
         when = record.start_time if record.start_time is not None else record.time
-        model = None
-        config = ctx.config_at(serving.node, when)
-        if config is not None:
-            model = config.model
-        largest = ctx.timeline.largest_prefill_pool(when, model)
-        if largest is None:
-            return []
-        node, tokens = largest
-        node_config = ctx.config_at(node, when)
-        pool = (
-            PoolInForce.of(node_config, "largest prefill pool read", tokens)
-            if node_config is not None
-            else None
-        )
+        pool = largest_prefill_pool(ctx, when, serving_model(record, ctx))
         if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
             return []
-        if refuses_for_good(
-            node_config.version if node_config else None, self.config.leak_fixed_version
-        ):
+        node = pool.node
+        config = ctx.config_at(node, when)
+        if config is None or refuses_for_good(config.version, self.config.leak_fixed_version):
             return []
         summary = (
             f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} prefilled on "

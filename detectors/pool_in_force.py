@@ -135,16 +135,36 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
             return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
     if largest is not None:
-        node, tokens = largest
-        config = ctx.config_at(node, when)
-        if config is None:
-            return PoolInForce(tokens, node, 0, LENIENT_BASIS, tokens - REFUSAL_MARGIN)
-        return PoolInForce.of(config, LENIENT_BASIS, tokens)
+        return _lenient(ctx, when, *largest)
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
             return PoolInForce.of(config, "node pool")
     return None
+
+
+def largest_prefill_pool(
+    ctx: DetectionContext, when: float | None, model: str | None
+) -> PoolInForce | None:
+    """The largest prefill pool of `model`'s deployment in force at `when` (`LENIENT_BASIS`):
+    a prompt longer than it fits no prefill node read. None when there is none, or its
+    capacity is not known."""
+    largest = ctx.timeline.largest_prefill_pool(when, model)
+    return _lenient(ctx, when, *largest) if largest is not None else None
+
+
+def _lenient(
+    ctx: DetectionContext, when: float | None, node: str, tokens: int
+) -> PoolInForce | None:
+    config = ctx.config_at(node, when)
+    if config is None:
+        return PoolInForce(tokens, node, 0, LENIENT_BASIS, tokens - REFUSAL_MARGIN)
+    return PoolInForce.of(config, LENIENT_BASIS, tokens)
+
+
+def serving_model(record: RequestRecord, ctx: DetectionContext) -> str | None:
+    """The model the serving node ran at the request's time: the deployment it belongs to."""
+    return _model(record, ctx, _when(record))
 
 
 def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | None:
