@@ -241,7 +241,7 @@ def test_requests_judged_from_exports_of_no_known_node_name_no_node_unjudged() -
     assert nodes_not_judged(stats, nodes, set()) == [
         {"node": "decode-0", "role": "decode", "batch_lines": 40}
     ]
-    assert nodes_not_judged(stats, nodes, {EXPORT_NAME}) == []
+    assert nodes_not_judged(stats, nodes, {(EXPORT_NAME, "decode")}) == []
 
 
 def test_a_decode_seen_only_in_its_snapshots_turns_no_exposure_into_not_judged(
@@ -289,9 +289,12 @@ def test_a_trace_server_named_like_a_log_s_node_judges_that_node() -> None:
     for node in ("decode-0", "decode-1"):
         stats.node_events[node] = Counter({"decode_batch": 40})
     nodes = {"decode-0@1a2b": {"role": "decode"}, "decode-1": {"role": "decode"}}
-    named = nodes_not_judged(stats, nodes, {"decode-0@1a2b"}, {"decode-0@1a2b"})
+    named = nodes_not_judged(stats, nodes, {("decode-0@1a2b", "decode")}, {"decode-0@1a2b"})
     assert named == [{"node": "decode-1", "role": "decode", "batch_lines": 40}]
-    assert nodes_not_judged(stats, nodes, {"sglang-decode@1a2b"}, {"sglang-decode@1a2b"}) == []
+    assert (
+        nodes_not_judged(stats, nodes, {("sglang-decode@1a2b", "decode")}, {"sglang-decode@1a2b"})
+        == []
+    )
 
 
 def test_a_gzip_cut_short_is_said_however_few_lines_it_lost(tmp_path: Path) -> None:

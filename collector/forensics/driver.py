@@ -38,6 +38,7 @@ from collector.forensics.report import (
     client_lines_line,
     config_gaps,
     csv_files_line,
+    exposure_window,
     info_kinds,
     judged_line,
     late_lines_line,
@@ -57,6 +58,7 @@ from collector.forensics.report import (
     prompts_answered,
     refused_without_decode_line,
     repeated_lines_line,
+    request_logs_apart_line,
     status_line,
     unattributed_exports_line,
     undated_line,
@@ -146,8 +148,8 @@ class _Evidence:
         self._release_seen: dict[str, float | None] = {}  # node -> its first sample's time
         self.parquet = parquet
         self.records = 0
-        # Nodes some request was judged on (a side of its record): from any source.
-        self.judged_nodes: set[str] = set()
+        # (node, role) of the sides some request was judged on: from any source.
+        self.judged_sides: set[tuple[str, str | None]] = set()
         # Of those, the servers known from trace spans alone (`service@host`).
         self.traced_nodes: set[str] = set()
         # Requests known only from request-metric exports no node could be found for.
@@ -227,7 +229,9 @@ class _Evidence:
         if any(side.node == EXPORT_NAME for side in record.sides):
             self.unattributed += 1
         # A refusal alone (`_claim_refusal`) is no sign that its node logs its requests.
-        self.judged_nodes.update(side.node for side in record.sides if not side.refusal_only)
+        self.judged_sides.update(
+            (side.node, side.role) for side in record.sides if not side.refusal_only
+        )
         self.traced_nodes.update(side.node for side in record.sides if side.traced_only)
         room = record.bootstrap_room
         if room is not None:
@@ -721,6 +725,7 @@ def build_summary(
             "first": iso_time(min(times)) if times else None,
             "last": iso_time(max(times)) if times else None,
             "count": len(exposed),
+            "undated": len(exposed) - len(times),
             "possible": _possible(findings, {e.bootstrap_room or e.rid for e in exposed}),
         },
         "findings": [_clean(f.to_json_dict()) for f in findings],
@@ -764,7 +769,7 @@ def build_summary(
             "prefill_node_unknown": evidence.prefill_node_unknown,
             "prefill_host_unread": evidence.prefill_host_unread,
             "nodes_not_judged": nodes_not_judged(
-                stats, nodes, evidence.judged_nodes, evidence.traced_nodes
+                stats, nodes, evidence.judged_sides, evidence.traced_nodes
             ),
             "pd_role_missing": pd_role_missing(evidence, nodes),
             "refused_without_decode": {
@@ -825,7 +830,7 @@ _REQUEST_LINE_KINDS: Final = ("request_received", "request_finished", "request_t
 def nodes_not_judged(
     stats: ParseStats,
     nodes: dict[str, Any],
-    judged: set[str],
+    judged_sides: AbstractSet[tuple[str, str | None]],
     traced: AbstractSet[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Nodes whose logs show them running requests (batch lines) but name none, or engines
@@ -836,10 +841,15 @@ def nodes_not_judged(
     None are named when requests were judged from request-metric exports no node could be found
     for, or from trace spans of servers no log names (a span names its server
     `<service.name>@<host>`; `--otlp-service-name decode-0` names the log's `decode-0`): those
-    may be any node's."""
+    may be any node's.
+
+    A row names, as `request_logs`, the request-log files of its role that were judged under
+    names of their own (`--log-requests-target DIR` names them for the host, not as the engine's
+    log is), when there are as many of those as nodes of the role not judged: the requests they
+    hold are most likely the nodes' own."""
+    judged = {node for node, _ in judged_sides}
     if EXPORT_NAME in judged:
         return []
-    judged = set(judged)
     for server in traced:
         service = server.partition("@")[0]
         if service not in stats.node_events:
@@ -868,7 +878,35 @@ def nodes_not_judged(
             # Its refusals were read and judged (SGLang logs them whatever the flags).
             row["refusals"] = kinds["request_rejected"]
         out.append(row)
-    return out
+    return _with_request_logs(out, stats, nodes, judged_sides)
+
+
+def _with_request_logs(
+    rows: list[dict[str, Any]],
+    stats: ParseStats,
+    nodes: dict[str, Any],
+    judged_sides: AbstractSet[tuple[str, str | None]],
+) -> list[dict[str, Any]]:
+    """`rows`, each naming the request-log files judged in its role (`nodes_not_judged`):
+    nodes with request lines and no engine line of their own (no batch line, no role from a
+    start-up line)."""
+    logs_by_role: dict[str, set[str]] = {}
+    for node, role in judged_sides:
+        kinds = stats.node_events.get(node)
+        if (
+            role is None
+            or kinds is None
+            or (nodes.get(node) or {}).get("role") is not None
+            or any(kinds[kind] for kind in _SERVING_KINDS)
+        ):
+            continue
+        logs_by_role.setdefault(role, set()).add(node)
+    for role, logs in logs_by_role.items():
+        of_role = [row for row in rows if row["role"] == role and not row.get("snapshots_only")]
+        if of_role and len(logs) >= len(of_role):
+            for row in of_role:
+                row["request_logs"] = sorted(logs)
+    return rows
 
 
 _ENGINE_ROLES: Final = frozenset({"prefill", "decode", "unified"})
@@ -1040,12 +1078,13 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         noun = "response" if exposure["count"] == 1 else "responses"
         out.write(
             f"EXPOSED: {exposure['count']:,} {noun}{prompts_answered(exposure)} probably "
-            f"carried another request's data, {exposure['first']} .. {exposure['last']}\n"
+            f"carried another request's data, {exposure_window(exposure, ' .. ')}\n"
         )
         out.write(f"STATUS: {status_line(summary)}\n")
         for req in exposure["requests"][:5]:
             out.write(
-                f"  {req['time']}  {req['node']}  rid={clipped(str(req['rid']))}  "
+                f"  {req['time'] or 'time unknown'}  {req['node']}  "
+                f"rid={clipped(str(req['rid']))}  "
                 f"room={req['bootstrap_room']}  "
                 f"prompt={req['prompt_tokens']}  [{', '.join(req['evidence'])}]\n"
             )
@@ -1089,6 +1128,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("REPEATED LINES: ", repeated_lines_line),
         ("LATE LINES: ", late_lines_line),
         ("NOT JUDGED NODES: ", nodes_not_judged_line),
+        ("REQUEST LOGS APART: ", request_logs_apart_line),
         ("EXPORTS: ", unattributed_exports_line),
         ("POOL UNKNOWN: ", pool_unknown_line),
     ):

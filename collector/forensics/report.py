@@ -718,7 +718,7 @@ def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     or any node whose role is unknown. A prefill node never answers, so the decode side of
     its requests still judges them."""
     rows: list[dict[str, Any]] = summary["requests"].get("nodes_not_judged") or []
-    return [row for row in rows if row["role"] != "prefill"]
+    return [row for row in rows if row["role"] != "prefill" and not row.get("request_logs")]
 
 
 def nodes_not_judged_line(summary: dict[str, Any]) -> str:
@@ -728,7 +728,7 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
     if not every:
         return ""
     unlogged = [row for row in every if row.get("snapshots_only")]
-    rows = [row for row in every if not row.get("snapshots_only")]
+    rows = [row for row in every if not row.get("snapshots_only") and not row.get("request_logs")]
     answering = [row for row in answering_not_judged(summary) if row in rows]
     prefill = [row for row in rows if row["role"] == "prefill"]
     parts = []
@@ -766,8 +766,30 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
             f"{'refusal' if refusals == 1 else 'refusals'}, so "
             "prefill times are missing from the verdicts"
         )
+    if not parts:
+        return ""
     said = "; ".join(parts) + "."
     return said + (" SGLang logs each request with --log-requests." if rows else "")
+
+
+def request_logs_apart_line(summary: dict[str, Any]) -> str:
+    """Nodes that logged no request under their own name, beside request-log files of their
+    role judged under names of their own (`nodes_not_judged` rows with `request_logs`): said,
+    since the run took those files for the nodes' own."""
+    rows = [
+        row for row in summary["requests"].get("nodes_not_judged") or [] if row.get("request_logs")
+    ]
+    parts = []
+    for role in sorted({str(row["role"]) for row in rows}):
+        of_role = [row for row in rows if row["role"] == role]
+        logs = sorted({name for row in of_role for name in row["request_logs"]})
+        parts.append(
+            f"{_node_names(of_role)} ({role}) logged no request under "
+            f"{'its' if len(of_role) == 1 else 'their'} own name; the {role} requests of "
+            f"{_names(logs)} (request logs named for a host) were judged as "
+            f"{'its' if len(of_role) == 1 else 'theirs'}"
+        )
+    return "; ".join(parts) + "." if parts else ""
 
 
 _LISTED_NODES = 8
@@ -988,6 +1010,16 @@ class ConfigGap(NamedTuple):
         return said
 
 
+def exposure_window(exposure: dict[str, Any], joiner: str, opening: str = "") -> str:
+    """When the exposed responses came, first `joiner` last, and how many no line dates (request
+    logs written with no time, no engine line of the request read)."""
+    undated = exposure.get("undated") or 0
+    if exposure.get("first") is None:
+        return "at times no line of the logs states"
+    window = f"{opening}{exposure['first']}{joiner}{exposure['last']}"
+    return window + (f" ({undated:,} of them at times no line states)" if undated else "")
+
+
 def status_line(summary: dict[str, Any]) -> str:
     """Whether it is still happening, as far as the logs tell: the time from the last exposed
     response to the end of the logs, and whether a pool gap was still open then ("" without
@@ -995,8 +1027,13 @@ def status_line(summary: dict[str, Any]) -> str:
     exposure = summary["exposure"]
     last = parse_iso_time(exposure.get("last"))
     end = parse_iso_time(summary["input"].get("last_time"))
-    if not exposure["count"] or last is None or end is None:
+    if not exposure["count"]:
         return ""
+    if last is None or end is None:
+        return (
+            "Not known from these logs: no line of them dates an exposed response (request "
+            "logs written with no time, and no engine line of those requests read)."
+        )
     before = f"the last exposed response came {_duration(max(end - last, 0.0))} before the logs end"
     gaps = list(config_gaps(summary))
     # A gap still open on a release that refuses what it leaves out exposes nothing more (blind
@@ -1226,8 +1263,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     if exposure["count"]:
         lines.append(
             f"{exposure['count']:,} client {_responses(exposure['count'])}"
-            f"{prompts_answered(exposure)} probably carried another request's data, between "
-            f"{exposure['first']} and {exposure['last']}."
+            f"{prompts_answered(exposure)} probably carried another request's data, "
+            f"{exposure_window(exposure, ' and ', 'between ')}."
         )
         lines.append(status_line(summary))
     elif reason := not_judged_reason(summary):
@@ -1272,6 +1309,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         repeated_lines_line,
         late_lines_line,
         nodes_not_judged_line,
+        request_logs_apart_line,
         pool_unknown_line,
     ):
         line = said(summary)

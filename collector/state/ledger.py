@@ -229,6 +229,9 @@ class RequestLedger:
         # refused a prompt of that length (`_own_refusal`); and the nodes by length.
         self._stated_refusals: OrderedDict[tuple[int, str], float] = OrderedDict()
         self._stated_nodes: dict[int, set[str]] = {}
+        # (prompt length, entry key, node) -> an open side whose finish states such a refusal
+        # and that no line has dated yet (`_stated_undated`).
+        self._undated_stating: OrderedDict[tuple[int, str, str], SideRecord] = OrderedDict()
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
@@ -334,7 +337,7 @@ class RequestLedger:
             if part is None:
                 part = SideRecord(node=node, rid=None)
                 _apply_rejection(part, fields, time, event.source)
-            if not self._stated_before(part):
+            if not self._stated_before(part) and not self._stated_undated(part):
                 self._hold(refusal_key(part), part)
             return True
         elif rid is not None:
@@ -343,7 +346,8 @@ class RequestLedger:
                 if part is None:
                     part = SideRecord(node=node, rid=rid)
                     _apply_rejection(part, fields, time, event.source)
-                self._hold(node_rid, part)
+                if not self._stated_by_side(part):
+                    self._hold(node_rid, part)
                 return True
             if known is None and self._spans_seen:
                 twin = self._twin_of(kind, node, rid, fields, part, time)
@@ -391,7 +395,7 @@ class RequestLedger:
         if side.abort_input_tokens is not None and (
             kind == REQUEST_SIDE or kind == "request_finished"
         ):
-            self._own_refusal(side, side.abort_input_tokens)
+            self._own_refusal(key, side, side.abort_input_tokens)
         if rid is not None:
             self._rid_index[node_rid] = key
             if rid in self._pending_by_rid:
@@ -409,7 +413,7 @@ class RequestLedger:
         self._schedule(entry)
         return True
 
-    def _own_refusal(self, side: SideRecord, length: int) -> None:
+    def _own_refusal(self, key: str, side: SideRecord, length: int) -> None:
         """A side whose finish states its node refused a prompt of `length` tokens (its abort's
         message is the refusal's sentence: `abort_input_tokens`) takes that node's refusal line
         of the same length that names no request (2025 builds' form), within
@@ -422,11 +426,14 @@ class RequestLedger:
         is its: blind review 4a's 2025-form logs said "NOT JUDGED: 10 requests prefill refused
         ... joined to no decode answer", and "NO DECODE SIDE: 13" where all 13 had one."""
         when = side.finished_time if side.finished_time is not None else side.last_time
-        if side.rid is None or when is None:
+        if side.rid is None:
             return
-        key = (length, side.node)
-        self._stated_refusals[key] = when
-        self._stated_refusals.move_to_end(key)
+        if when is None:
+            self._note_undated_stating(key, side, length)
+            return
+        stated = (length, side.node)
+        self._stated_refusals[stated] = when
+        self._stated_refusals.move_to_end(stated)
         self._stated_nodes.setdefault(length, set()).add(side.node)
         while len(self._stated_refusals) > _STATED_REFUSALS:
             (old_length, old_node), _ = self._stated_refusals.popitem(last=False)
@@ -450,6 +457,76 @@ class RequestLedger:
             refusal = self._release(node_rid)
             if refusal is not None:
                 merge_side(side, refusal)
+
+    def _stated_by_side(self, refusal: SideRecord) -> bool:
+        """The refusal joins the one open side of its rid, on another node, whose own finish
+        states it (the same prompt length): that node's request lines under a second name.
+
+        Why: request logs written to files of their own are named after the host, not as the
+        engine's log is, and unprefixed and without metrics they carry no time. The refusal was
+        held as another node's (`_named_elsewhere`) and dropped; its time is the only one the
+        refused request has (blind review 4a v27: 10 exposures, none of them dated)."""
+        key = self._by_rid.get(refusal.rid) if refusal.rid else None
+        entry = self._entries.get(key) if key is not None else None
+        length = refusal.reject_input_tokens
+        if entry is None or length is None:
+            return False
+        stating = [
+            side
+            for side in entry.sides.values()
+            if side.rid == refusal.rid
+            and side.node != refusal.node
+            and side.abort_input_tokens == length
+        ]
+        if len(stating) != 1:
+            return False
+        merge_side(stating[0], refusal)
+        time = refusal.last_time
+        if time is not None and (entry.last_time is None or time > entry.last_time):
+            entry.last_time = time
+        self._schedule(entry)
+        return True
+
+    def _note_undated_stating(self, key: str, side: SideRecord, length: int) -> None:
+        self._undated_stating[(length, key, side.node)] = side
+        while len(self._undated_stating) > _STATED_REFUSALS:
+            self._undated_stating.popitem(last=False)
+
+    def _stated_undated(self, refusal: SideRecord) -> bool:
+        """A refusal naming no request (2025 builds) joins the open side, not yet dated, whose
+        finish states it (the same prompt length): its own node's, else the one such side of
+        any node. With no time on the side, the refusal's is the request's only one.
+
+        Why: request logs written undated to files named for the host took no refusal by time
+        (`_own_refusal` needs one); the refusals became requests of their own, "NO DECODE
+        SIDE: 10", and the 10 exposures they stood for were undated."""
+        length = refusal.reject_input_tokens
+        if length is None:
+            return False
+        found = []
+        for (stated, key, node), side in list(self._undated_stating.items()):
+            entry = self._entries.get(key)
+            if (
+                entry is None
+                or side.last_time is not None
+                or entry.sides.get((node, side.rid or "")) is not side
+            ):
+                del self._undated_stating[(stated, key, node)]  # dated, merged or judged since
+            elif stated == length:
+                found.append((key, side))
+        same = [(key, side) for key, side in found if side.node == refusal.node]
+        chosen = same[:1] or (found if len(found) == 1 else [])
+        if not chosen:
+            return False
+        key, side = chosen[0]
+        del self._undated_stating[(length, key, side.node)]
+        entry = self._entries[key]
+        merge_side(side, refusal)
+        time = refusal.last_time
+        if time is not None and (entry.last_time is None or time > entry.last_time):
+            entry.last_time = time
+        self._schedule(entry)
+        return True
 
     def _stated_before(self, refusal: SideRecord) -> bool:
         """Whether a side already finished stating this refusal (`_own_refusal`)."""
@@ -953,6 +1030,14 @@ class RequestLedger:
             first, second = sorted(
                 unknown, key=lambda s: (not s.refused, s.end_time if s.end_time else 0.0)
             )
+            if (
+                (first.end_time is None or second.end_time is None)
+                and _ends_as_prefill(second)
+                and not _ends_as_prefill(first)
+            ):
+                # No time to order them by (request logs written undated, in files named for
+                # the host): the half that ends as only prefill ends is prefill's.
+                first, second = second, first
             first.role, second.role = "prefill", "decode"
         elif not known and len(unknown) == 1 and _ends_as_prefill(unknown[0]):
             # A room's one side, ending as only prefill ends: its request lines apart from the
@@ -1006,6 +1091,8 @@ class RequestLedger:
                     ledger._by_rid.setdefault(side.rid, entry.key)
                 if side.has_trace:
                     ledger._spans_seen = True
+                if side.abort_input_tokens is not None and side.last_time is None:
+                    ledger._note_undated_stating(entry.key, side, side.abort_input_tokens)
             ledger._entries[entry.key] = entry
             ledger._schedule(entry)
         for raw in state.get("pending", []):
@@ -1092,6 +1179,7 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
             sent = get("request_finished_ts")
         side.sent_time = sent if type(sent) is float and 1e9 < sent < 1e11 else None
         side.finished_time = time if time is not None else side.last_time
+        side.has_finish = True
         value = get("prompt_tokens")
         side.prompt_tokens = value if type(value) is int else _int(value, side.prompt_tokens)
         value = get("cached_tokens")
@@ -1112,6 +1200,13 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         message = get("finish_message")
         side.finish_message = str(message)[:_MAX_MESSAGE] if message is not None else None
         side.abort_input_tokens = _int(get("abort_input_tokens"), None)
+        if side.abort_input_tokens is not None and get("abort_reason") == "input_too_long":
+            # The finish states its node's own refusal: the prompt was over the node's limit.
+            # It is one, whether or not the scheduler's refusal line is read beside it (request
+            # logs in files named for the host, the engine's log under another name).
+            side.rejected = True
+            side.reject_reason = "input_too_long"
+            side.reject_input_tokens = side.abort_input_tokens
         # An abort for a corrupt transfer, as the finish record words it: the proof stands when
         # the engine's own error line was not collected (request logs only).
         reason = get("abort_reason")
@@ -1330,8 +1425,10 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.received_time is None or later.received_time < side.received_time
     ):
         side.received_time = later.received_time
-    if later.finished_time is not None:  # a finish overwrites what it names, keeps the rest
-        side.finished_time = later.finished_time
+    if later.finished:  # a finish overwrites what it names, keeps the rest
+        if later.finished_time is not None:
+            side.finished_time = later.finished_time
+        side.has_finish = True
         side.prompt_tokens = _newer(later.prompt_tokens, side.prompt_tokens)
         side.cached_tokens = _newer(later.cached_tokens, side.cached_tokens)
         side.completion_tokens = _newer(later.completion_tokens, side.completion_tokens)
@@ -1364,7 +1461,7 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
         side.transfer_reason = later.transfer_reason
     if later.bootstrap_host is not None:
         side.bootstrap_host, side.bootstrap_port = later.bootstrap_host, later.bootstrap_port
-    if later.finished_time is not None:
+    if later.finished:
         side.sent_time = later.sent_time
     side.checksum_mismatch = side.checksum_mismatch or later.checksum_mismatch
     side.metadata_corruption = side.metadata_corruption or later.metadata_corruption

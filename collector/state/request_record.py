@@ -34,6 +34,9 @@ class SideRecord:
     last_time: float | None = None
     received_time: float | None = None
     finished_time: float | None = None
+    # The node logged the request's finish record. Its time is `finished_time`, unknown when the
+    # line had none (a request logger writing to files of its own, unprefixed, metrics off).
+    has_finish: bool = False
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
@@ -94,7 +97,7 @@ class SideRecord:
 
     @property
     def finished(self) -> bool:
-        return self.finished_time is not None
+        return self.has_finish or self.finished_time is not None
 
     @property
     def time_to_first_token(self) -> float | None:
@@ -117,7 +120,7 @@ class SideRecord:
         """The node is done with the request: it finished, refused it, logged its stats, or hit
         a failure that aborts it (transfer failure, checksum mismatch, metadata corruption)."""
         return (
-            self.finished_time is not None
+            self.finished
             or self.rejected
             or self.has_stats
             or self.has_trace
@@ -136,7 +139,7 @@ class SideRecord:
         if (
             self.trace_status is not None
             and self.trace_status.upper() == "ERROR"
-            and self.finished_time is None
+            and not self.finished
         ):
             # The node's own finish record, where there is one, says what the client got: a span
             # that disagrees must not clear an answer the log shows as given.
@@ -152,7 +155,7 @@ class SideRecord:
             return True
         return (
             self.streamed is True
-            and self.finished_time is not None
+            and self.finished
             and (self.completion_tokens or 0) > 0
             and not (self.rejected or self.checksum_mismatch or self.metadata_corruption)
         )
@@ -162,7 +165,7 @@ class SideRecord:
         """The node answered the client with success (tokens, no error)."""
         if self.failed:
             return False
-        if self.finished_time is not None:
+        if self.finished:
             if self.finish_type in SUCCESS_FINISH:
                 # Finished `length` at no token: a prompt-only pass (`max_new_tokens=0`, as
                 # the warm-up of a parallel-sampling request), whose output nobody receives.
@@ -203,7 +206,7 @@ class SideRecord:
         return (
             self.rejected
             and self.received_time is None
-            and self.finished_time is None
+            and not self.finished
             and not self.has_stats
             and not self.has_trace
             and self.transfer_failures == 0
