@@ -100,10 +100,16 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
             f"{config.node} ({config.role or 'PD'}, {backend}) runs SGLang {config.version}: "
             f"{'; '.join(verdict.reasons)}{mitigation}; upgrade to {want} or later"
         )
+        # The release ran from its engine's start: a `/server_info` saved after the logs (dated
+        # by its file) tells it late, and the finding stood a month past the logs (blind
+        # review 5a). When it was read is the finding's `raised_at`.
+        began = config.since
+        if began is None or (ctx.now is not None and began > ctx.now):
+            began = ctx.now
         return [
             self._finding(
                 verdict.severity,
-                time=ctx.now if ctx.now is not None else config.since,
+                time=began,
                 node=config.node,
                 summary=summary,
                 subject=f"{config.node}:{config.version}:{backend}:{verdict.severity}:since{since}",
