@@ -338,6 +338,8 @@ def _document_events(
     stats.absorb(read)
     when = tf.snapshot_time if tf.snapshot_time is not None else file_time(tf.path)
     produced, dropped, not_kept = _parse_document(tf, lines, when, keep_metric)
+    if tf.from_start:
+        produced = _configuration_first(produced)
     stats.dropped.update(dropped)
     if not_kept:
         stats.events[METRIC] += not_kept
@@ -346,6 +348,24 @@ def _document_events(
     for event in produced:
         stats.events[event.kind] += 1
         yield event
+
+
+def _configuration_first(events: list[Event]) -> list[Event]:
+    """A `from_start` document's events: what it says of the node's configuration undated
+    (read before every dated line), then the rest at the file's time."""
+    from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
+
+    first, rest = [], []
+    for event in events:
+        configures = event.kind in TIMELINE_KINDS or (
+            event.kind == METRIC and event.get("signal") in TIMELINE_METRIC_SIGNALS
+        )
+        if configures:
+            event.time = None
+            first.append(event)
+        else:
+            rest.append(event)
+    return first + rest
 
 
 def _parse_document(
@@ -406,7 +426,29 @@ def streams_of(
         key: in_reading_order(files) if is_log_stream(key[1]) else files
         for key, files in streams.items()
     }
-    return _dated(ordered, log_date)
+    return _dated(_from_start(ordered), log_date)
+
+
+def _from_start(
+    streams: dict[tuple[str, str], list[TelemetryFile]],
+) -> dict[tuple[str, str], list[TelemetryFile]]:
+    """Snapshots dated by their file's time alone, of nodes no log of which is read, marked
+    `from_start`: their configuration is read before every line, and so is in force from the
+    start of the input.
+
+    Why: a pool is set when its engine starts, and with no log of the node no restart is seen;
+    a `/server_info` or `.prom` saved after the logs was read after them, so every decode answer
+    judged before it met a prefill of no known pool (blind review 5b: 1 and 0 of 6 exposures
+    found, the pool gap said to begin after the logs end)."""
+    logged = {node for node, kind in streams if is_log_stream(kind)}
+    return {
+        (node, kind): (
+            [replace(tf, from_start=True) if tf.snapshot_time is None else tf for tf in files]
+            if kind in ("prom", "json") and node not in logged
+            else files
+        )
+        for (node, kind), files in streams.items()
+    }
 
 
 def _dated(

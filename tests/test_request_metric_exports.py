@@ -125,7 +125,9 @@ def test_exports_no_node_could_be_found_for_are_said_not_judged(tmp_path: Path) 
     export.rename(tmp_path / "logs" / export.name)  # beside every node's folder, in none
     result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
     assert result.summary["requests"]["unattributed_exports"] == 2
-    assert result.summary["exposure"]["count"] == 0
+    # Answers with tokens in a room are decode's: judged by the pool of the prefill host each
+    # names, and by timing, whatever node wrote them.
+    assert [r["rid"] for r in result.summary["exposure"]["requests"]] == ["leaked"]
     head = (tmp_path / "out" / "report.md").read_text().split("## ")[0]
     assert "2 requests were read from request-metric exports" in head
 
@@ -151,9 +153,16 @@ def test_records_without_the_metrics_times_are_judged_at_their_file_s_hour(tmp_p
 
 def test_exports_no_node_could_be_found_for_are_no_all_clear(tmp_path: Path) -> None:
     """Audit V: exports alone in a host's folder (no log beside them) were unjudged, and the
-    run said "no exposed responses found", exit 0."""
+    run said "no exposed responses found", exit 0. Their answers are decode's (a room's one
+    side answering with tokens), judged by their timing alone: the leaked one is named; with
+    it left out, the honest one is no all-clear."""
     _deployment(tmp_path / "logs")
     metrics = tmp_path / "logs" / "decode-0" / "metrics"
+    found = run_forensics([str(metrics)], tmp_path / "found", write_parquet=False).summary
+    assert [r["rid"] for r in found["exposure"]["requests"]] == ["leaked"]
+    assert found["requests"]["unattributed_exports"] == 2
+    export = metrics / f"{EXPORT_NAME}-20260906_06.log"
+    export.write_text(export.read_text().splitlines()[0] + "\n")  # the honest record alone
     done = subprocess.run(
         [sys.executable, "-m", "collector.cli", "forensics", str(metrics), "--no-parquet"]
         + ["--out", str(tmp_path / "out"), "--workers", "1"],
@@ -161,12 +170,13 @@ def test_exports_no_node_could_be_found_for_are_no_all_clear(tmp_path: Path) -> 
         text=True,
         timeout=300,
     )
-    said = (
-        "NOT JUDGED: 2 requests were read from request-metric exports "
-        f"({EXPORT_NAME}-*.log) that no node read could be found for"
-    )
     assert done.returncode == 2, done.stderr[-400:]
-    assert said in done.stdout and said in done.stderr
+    assert "NOT JUDGED" in done.stdout and "NOT JUDGED" in done.stderr
+    said = (
+        f"1 requests were read from request-metric exports ({EXPORT_NAME}-*.log) that no node "
+        "read could be found for"
+    )
+    assert said in done.stdout
     assert "no exposed responses found" not in done.stdout
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final, TextIO
 
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
-from collector.events import Event, iso_time
+from collector.events import Event, iso_time, parse_iso_time
 from collector.files import EXPORT_NAME, dated_by_file_time, regular_files
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plot_data import LearnedFloor, PlotData, TimingPoint
@@ -956,12 +956,13 @@ def _plot_data(
                 f"of {cfg.gpu_peak_flops / 1e12:g} TFLOP/s (model_active_params, gpu_peak_flops)"
             )
     pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
+    # A configuration in force from the start (`parse._from_start`) is drawn from the first line.
+    start = parse_iso_time(summary["input"].get("first_time"))
     for node in pipeline.timeline.nodes():
         for config in pipeline.timeline.history(node):
-            if config.since is not None:
-                pools.setdefault(node, []).append(
-                    (config.since, config.pool_tokens, config.context_len)
-                )
+            since = config.since if config.since is not None else start
+            if since is not None:
+                pools.setdefault(node, []).append((since, config.pool_tokens, config.context_len))
     times = [e.time for e in evidence.exposed.values() if e.time is not None]
     return PlotData(
         timing=evidence.timing,

@@ -239,8 +239,9 @@ def unattributed_exports_line(summary: dict[str, Any]) -> str:
         return ""
     return (
         f"{count:,} requests were read from request-metric exports ({EXPORT_NAME}-*.log) that "
-        "no node read could be found for, and were not judged against a prefill pool: put each "
-        "export in its node's folder, beside its log."
+        "no node read could be found for: their answers were judged as a decode's of no known "
+        "configuration (by the pool of the prefill host each names, and by timing), so no "
+        "verdict on them is an all-clear; put each export in its node's folder, beside its log."
     )
 
 
@@ -1001,13 +1002,20 @@ class ConfigGap(NamedTuple):
     def period(self) -> str:
         """'from T' and how it ended: whether it is still open is what a responder asks; and,
         when the node's release refuses the prompts the gap leaves out, that it does."""
+        # No time: a snapshot no name or line dated, of a node whose logs are not here, taken
+        # as in force from the start (`parse._from_start`).
+        since = self.since or "the start of the logs (a snapshot saved with no time)"
         if self.until is None:
-            said = f"from {self.since}, still in force when the logs end"
+            said = f"from {since}, still in force when the logs end"
         else:
-            said = f"from {self.since} until {self.until}"
+            said = f"from {since} until {self.until}"
         if self.refused and self.role != "unified":
             said += f" (on {self.version}: such prompts are refused, not answered)"
         return said
+
+
+# What a finding or a configuration point no time was known for is shown with.
+_UNDATED: Final = "(no time)"
 
 
 def exposure_window(exposure: dict[str, Any], joiner: str, opening: str = "") -> str:
@@ -1387,7 +1395,7 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
     shown, rest = findings_table(summary)
     for finding in shown:
         out.append(
-            f"- **{finding['severity']}** {finding['time']} `{finding['detector']}` "
+            f"- **{finding['severity']}** {finding['time'] or _UNDATED} `{finding['detector']}` "
             f"{finding['node'] or ''}: {finding['summary']}"
         )
     if not shown:
@@ -1399,7 +1407,7 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
         out.append(f"- **{node}** ({info.get('role') or 'role unknown'})")
         for point in info.get("config", []):
             out.append(
-                f"  - {point['time']}: pool {_n(point.get('max_total_num_tokens'))}, "
+                f"  - {point['time'] or _UNDATED}: pool {_n(point.get('max_total_num_tokens'))}, "
                 f"context {_n(point.get('context_len'))}, version {point.get('version') or '?'}, "
                 f"KV checksum {_switch(point.get('kv_checksum'))}, "
                 f"transfer {point.get('transfer_backend') or '?'}"

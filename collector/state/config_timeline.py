@@ -62,6 +62,15 @@ _STRONG: Final = 2
 _WEAK: Final = 1
 
 
+def deployment_model(name: object) -> str:
+    """The model a node serves, as the deployments are told apart by: the name's last path
+    part, case folded. A start-up line states both `model_path` and `served_model_name`, a
+    saved `/server_info` or a scrape perhaps only one (`zai-org/GLM-5.3`, `glm-5.3`); told
+    apart, a prefill known from such a snapshot was of no decode's deployment, and the
+    over-length answers decode gave were judged against no pool (blind review 5b: 1 of 6)."""
+    return str(name).rstrip("/").rsplit("/", 1)[-1].casefold()
+
+
 @dataclass(frozen=True, slots=True)
 class NodeConfig:
     """One generation (startup) of one node: the configuration in force while it ran."""
@@ -751,7 +760,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
     ):
         value = event.get(key)
         if value is not None:
-            changes[field] = str(value)
+            changes[field] = deployment_model(value) if field == "model" else str(value)
     for field, key in (
         ("kv_checksum", "kv_checksum"),
         ("deferred_release", "deferred_release"),
@@ -902,7 +911,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     for field in ("transfer_backend", "model"):
         value = event.get(field)
         if value is not None:
-            changes[field] = str(value)
+            changes[field] = deployment_model(value) if field == "model" else str(value)
     checksum = event.get("kv_checksum")
     if isinstance(checksum, bool):
         changes["kv_checksum"] = checksum
@@ -1077,7 +1086,7 @@ def _facts(event: Event) -> dict[str, Any]:
         )
         facts["role"] = _role_from_mode(get("disaggregation_mode"), mode_present=mode_present)
         model = get("model")
-        facts["model"] = str(model) if model is not None else None
+        facts["model"] = deployment_model(model) if model is not None else None
         backend = get("transfer_backend")
         facts["transfer_backend"] = str(backend) if backend is not None else None
         checksum = get("kv_checksum")

@@ -1043,6 +1043,11 @@ class RequestLedger:
             # A room's one side, ending as only prefill ends: its request lines apart from the
             # node's stdout, where the refusal was (audit R), and no decode log in the input.
             unknown[0].role = "prefill"
+        elif not known and len(unknown) == 1 and _answers_as_decode(unknown[0]):
+            # A room's one side that answered with tokens: in PD only decode does. Its request
+            # lines in files named for its host, no log of the prefill in the input (blind
+            # review 5b: 0 of 6 exposures found, the run NOT JUDGED).
+            unknown[0].role = "decode"
 
     # -- persistence ---------------------------------------------------------------------------
 
@@ -1329,6 +1334,11 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     if side.refused or side.stub:
         return True
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
+
+
+def _answers_as_decode(side: SideRecord) -> bool:
+    """A PD side whose finish gave the client tokens, more than the one prefill makes."""
+    return side.finished and not _ends_as_prefill(side) and (side.completion_tokens or 0) > 1
 
 
 def _one_token_in_stats(side: SideRecord) -> bool:
