@@ -631,3 +631,28 @@ def test_a_target_answering_404_everywhere_is_unusable_naming_each_path(
         f"{nothing.url}/get_server_info)"
     )
     assert code == 1
+
+
+def test_an_address_whose_endpoints_state_two_releases_is_judged_by_the_older(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """A Service in front of a rolling upgrade: `/server_info` from a 0.5.23 engine, `/v1/loads`
+    from a 0.5.19 one. Blind review 6a: PASS on "engine 0.5.23"."""
+    info = {
+        "disaggregation_mode": "decode",
+        "disaggregation_enable_kv_checksum": True,
+        "disaggregation_transfer_backend": "mooncake",
+        "max_total_num_tokens": 2_040_000,
+        "context_length": 1_048_576,
+        "version": "0.5.23",
+    }
+    loads = {"version": "0.5.19", "loads": [{"dp_rank": 0, "num_reqs": 0}]}
+    mixed = serve(_static({"/server_info": info, "/v1/loads": loads}))
+    code, out, _ = run("--endpoint", f"decode-0={mixed.url}")
+    line = out.splitlines()[0]
+    assert "FAIL" in line and "engine 0.5.19" in line
+    assert "the endpoints state 0.5.23 and 0.5.19" in line
+    assert code == 1
+    same = serve(_static({"/server_info": info, "/v1/loads": {**loads, "version": "0.5.23"}}))
+    code, out, _ = run("--endpoint", f"decode-0={same.url}")
+    assert "more than one engine" not in out

@@ -18,7 +18,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,6 +29,7 @@ from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
 from collector.state.config_timeline import shard_count
+from detectors.engine_version import EngineVersion, parse_version
 
 # Endpoint name -> paths tried in order (the deprecated alias only when the first is missing).
 ENDPOINTS: Final[dict[str, tuple[str, ...]]] = {
@@ -250,7 +251,7 @@ def _merge(
     def role(endpoint: str, event: Event | None) -> Any:
         return None if endpoint in mode_doubts else field(event, "role")
 
-    facts.version = _first(field(info, "version"), field(loads, "version"))
+    facts.version = _oldest_version(facts, field(info, "version"), field(loads, "version"))
     facts.model = _first(field(info, "model"), field(models, "model"))
     roles = [role("server_info", info), snap.role if snap else None, role("v1_loads", loads)]
     facts.role = _first(*(r for r in roles if r in _ROLES))
@@ -271,6 +272,25 @@ def _merge(
     facts.max_req_input_len = limit if isinstance(limit, int) else None
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
+
+
+def _oldest_version(facts: NodeFacts, *stated: Any) -> str | None:
+    """The oldest release the endpoints state: one address may answer for several engines (a
+    Service in front of a rolling upgrade: `/server_info` 0.5.23, `/v1/loads` 0.5.19), and the
+    gate judges the weakest. The disagreement goes to `facts.doubts["version"]` (blind review
+    6a: it passed on the newer one)."""
+    versions = [str(v) for v in stated if v is not None]
+    if not versions:
+        return None
+    readable = [v for v in versions if parse_version(v) is not None]
+    if len(set(versions)) > 1:
+        facts.doubts["version"] = (
+            f"the endpoints state {' and '.join(dict.fromkeys(versions))}: more than one engine "
+            "answers at this address"
+        )
+    if not readable:
+        return versions[0]
+    return min(readable, key=lambda v: cast(EngineVersion, parse_version(v)))
 
 
 def _plausible(

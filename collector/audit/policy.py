@@ -315,6 +315,18 @@ def engine_check(facts: NodeFacts, policy: AuditPolicy, *, pd: bool) -> CheckRes
         return CheckResult(
             "engine", "UNKNOWN", f"engine version {version!r} not understood", evidence
         )
+    result = _engine_verdict(facts, policy, version, backend, evidence)
+    doubt = facts.doubts.get("version")
+    if doubt is None:
+        return result
+    # Several engines behind one address: the oldest is judged, and never passes unsaid.
+    status = "WARN" if result.status == "PASS" else result.status
+    return CheckResult(result.check, status, f"{result.reason}; {doubt}", result.evidence)
+
+
+def _engine_verdict(
+    facts: NodeFacts, policy: AuditPolicy, version: str, backend: str, evidence: dict[str, Any]
+) -> CheckResult:
     label = {"mori": "MORI", "nixl": "NIXL"}.get(backend, backend)
     if is_below(version, policy.leak_fixed):
         return CheckResult(
