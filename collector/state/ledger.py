@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
@@ -403,7 +403,12 @@ class RequestLedger:
                     held for held in self._pending_by_rid[rid] if held[0] != node
                 )
             if self._pending:
-                pending = self._release(node_rid)
+                held = self._pending.get(node_rid)
+                pending = (
+                    self._release(node_rid)
+                    if held is not None and _may_have_refused(side, held)
+                    else None
+                )
                 if pending is not None:
                     merge_side(side, pending)
                 elif room is not None:
@@ -1334,6 +1339,27 @@ def _ends_as_prefill(side: SideRecord) -> bool:
     if side.refused or side.stub:
         return True
     return side.finish_type == "length" and (side.completion_tokens or 0) <= 1
+
+
+def _may_have_refused(side: SideRecord, refusal: SideRecord) -> bool:
+    """Whether `refusal`, held under the side's node and rid, can be the side's: the prompt
+    lengths the side states (a stub's one token aside) include the one refused, give or take a
+    percent. A client's rid reused for a retry in a new room, with a shorter prompt, is another
+    request: taking the refusal, the honest retry was named exposed (blind review 6b, 10 of 10
+    retries after a refusal)."""
+    return refused_length_fits(
+        refusal.reject_input_tokens, (side.prompt_tokens, side.input_len, side.trace_prompt_tokens)
+    )
+
+
+def refused_length_fits(refused: int | None, stated: Iterable[object]) -> bool:
+    """Whether prompt lengths a request's lines state (None, or a stub's one token, state
+    nothing) fit a refusal of a `refused`-token prompt, give or take a percent."""
+    if refused is None:
+        return True
+    lengths = [n for n in stated if type(n) is int and n > 1]
+    slack = max(16, refused // 100)
+    return not lengths or any(abs(n - refused) <= slack for n in lengths)
 
 
 def _answers_as_decode(side: SideRecord) -> bool:

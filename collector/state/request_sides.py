@@ -31,6 +31,7 @@ from collector.state.ledger import (
     WARMUP_ROOMS,
     apply_event,
     is_health_check,
+    refused_length_fits,
     text_or_none,
 )
 from collector.state.request_record import SideRecord
@@ -214,11 +215,20 @@ class RequestSideAssembler:
             entry = self._open[key] = _Open(
                 SideRecord(node=event.node, rid=rid), room, self._warming
             )
-        elif entry.room is None:
+        elif entry.room is None and not (
+            room is not None
+            and entry.side.rejected
+            and not refused_length_fits(
+                entry.side.reject_input_tokens,
+                (fields.get("input_len"), fields.get("prompt_tokens")),
+            )
+        ):
             entry.room = room
-        elif room is not None and room != entry.room:
+        elif entry.room is None or (room is not None and room != entry.room):
             # The same rid in another room: a client reusing its own rid for a retry. The
-            # first request's side is complete as it is; the line starts the retry's.
+            # first request's side is complete as it is; the line starts the retry's. So does a
+            # line of a prompt of another length after a refusal naming the rid alone (blind
+            # review 6b: the retry took the refusal, and its honest answer was named exposed).
             self._ship(key, out, self._latest)
             entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
         time = event.time if event.time is not None else self._latest
