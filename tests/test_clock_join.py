@@ -181,7 +181,8 @@ def test_warmups_and_health_checks_are_no_shared_request(tmp_path: Path) -> None
         files[(node, "log")] = Sample(
             sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms, None
         )
-    assert all(len(s.rooms) == 4 for s in files.values())
+    # The four real rooms, and their rids: no warmup's or health check's.
+    assert all(len(s.rooms) == 8 for s in files.values())
     assert align({key: _reading(False) for key in files}, files) == {}
 
 
@@ -218,3 +219,30 @@ def test_clocks_are_set_in_turn_through_the_nodes_each_shares_rooms_with() -> No
     assumed = align(readings, samples)
     assert {stream: a.zone for stream, a in assumed.items()} == {d0: 5.5 * HOUR, p1: -3 * HOUR}
     assert not any(a.known for a in assumed.values())
+
+
+def test_refusals_and_finishes_naming_one_rid_set_a_clock(tmp_path: Path) -> None:
+    """A prefill logging no request lines names its refusals by rid alone; decode logs the same
+    rids' finishes (the router passes the client's rid to both halves). Decode five hours
+    behind, with no room shared, its refusals were "joined to no decode answer" (blind review
+    6b). A finish counts at its receipt: its stamp less its end-to-end latency."""
+    refusals, finishes = [], []
+    for i in range(5):
+        rid = f"{i:032x}"
+        refusals.append(
+            f"[2026-11-02 09:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
+            f"allowed length (681274 tokens). Use a shorter input or enable "
+            f"--allow-auto-truncate., self.rid='{rid}'\n"
+        )
+        finishes.append(
+            f"[2026-11-02 04:0{i}:47] Finish: obj=GenerateReqInput(rid='{rid}', "
+            f"bootstrap_host='10.0.1.10', bootstrap_port=8998, bootstrap_room={7000 + i}), "
+            f"out={{'meta_info': {{'id': '{rid}', 'finish_reason': {{'type': 'abort', "
+            f"'status_code': 400}}, 'prompt_tokens': 1, 'e2e_latency': 2.0}}}}\n"
+        )
+    samples = {}
+    for node, lines in (("prefill-0", refusals), ("decode-0", finishes)):
+        path = tmp_path / f"{node}.log"
+        path.write_text("".join(lines))
+        samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
+    assert offset(samples["decode-0"], samples["prefill-0"]) == -5 * 3600.0

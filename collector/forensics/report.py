@@ -296,7 +296,7 @@ def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
         )
         parts.append(
             f"The log stamps of {_listed(nodes)} carry no zone; for the same requests (the "
-            f"Receive lines of the rooms both logged) {moved}."
+            f"lines both logged of the same rooms or rids: receipts, refusals) {moved}."
         )
     return " ".join(parts)
 

@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
+from collector.events import Event
 from collector.files import TelemetryFile
 from collector.line_order import end_lines, first_line_time
 from collector.sglang.log_clock import ZONE_RANGE, ZONE_STEP, ZoneReading, first_lines
@@ -38,6 +39,10 @@ MIN_AGREEING: Final = 0.8
 
 _RECEIVE: Final = "Receive:"
 _ROOM: Final = "bootstrap_room="
+_REFUSAL_RID: Final = "self.rid="
+_FINISH: Final = "Finish:"
+# Rids are kept beside rooms in a sample, told apart by this prefix.
+_RID: Final = "rid:"
 
 
 # A log stream: (node, file kind).
@@ -75,21 +80,55 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
             if event is not None and event.kind == "server_args" and event.time is not None:
                 started = event.time
             continue
-        if _RECEIVE not in line or _ROOM not in line:
+        if _REFUSAL_RID in line and _RECEIVE not in head:
+            # A prefill's refusal names the request's rid alone; decode's `Receive:` of it,
+            # when the router passes the client's rid to both halves, names the same rid. With
+            # no request lines on prefill, these are the only moments both clocks share (blind
+            # review 6b: a decode five hours behind, its refusals "joined to no decode answer").
+            _, event = parser.parse(line, "")
+            rid = event.fields.get("rid") if event is not None else None
+            if event is not None and event.kind == "request_rejected" and event.time and rid:
+                stamps.setdefault(_RID + str(rid), event.time)
+            continue
+        if _FINISH in head and _RECEIVE not in head:
+            # Its rid, at when it was received (its finish less its end-to-end latency): a
+            # decode logging finishes alone still shares the moments of prefill's refusals.
+            _, event = parser.parse(line, "")
+            if event is None or event.kind != "request_finished" or not event.time:
+                continue
+            if not _shared_request(event):
+                continue
+            rid, e2e = event.fields.get("rid"), event.fields.get("e2e_latency")
+            if rid:
+                latency = e2e if isinstance(e2e, float) and 0 <= e2e < MAX_SKEW else 0.0
+                stamps.setdefault(_RID + str(rid), event.time - latency)
+            continue
+        if _RECEIVE not in line or (_ROOM not in line and "rid=" not in line):
             continue
         _, event = parser.parse(line, "")
         if event is None or event.time is None or event.kind != "request_received":
             continue
-        room = event.fields.get("bootstrap_room")
-        if room is None or str(room) in WARMUP_ROOMS or str(room) in ("", "None"):
-            continue  # every node's warmups (room = DP rank) and health checks (room 0)
-        if event.fields.get("bootstrap_host") == FAKE_BOOTSTRAP_HOST:
+        if not _shared_request(event):
             continue
-        stamps.setdefault(str(room), event.time)
+        rid, room = event.fields.get("rid"), event.fields.get("bootstrap_room")
+        if rid:
+            stamps.setdefault(_RID + str(rid), event.time)
+        if room is not None:
+            stamps.setdefault(str(room), event.time)
         if len(stamps) >= MAX_ROOMS:
             break
     ended = first_line_time(reversed(end_lines(files[-1].path))) if files else None
     return Sample(stamps, started, ended)
+
+
+def _shared_request(event: Event) -> bool:
+    """A request line of a request two nodes may share: not a node's own warmup (room = a DP
+    rank, or the fake bootstrap host) nor a health check (room 0), which every node runs at its
+    own start-up under the same rooms and rids."""
+    room = event.fields.get("bootstrap_room")
+    if room is not None and (str(room) in WARMUP_ROOMS or str(room) in ("", "None")):
+        return False
+    return event.fields.get("bootstrap_host") != FAKE_BOOTSTRAP_HOST
 
 
 def offset(mine: Mapping[str, float], theirs: Mapping[str, float]) -> float | None:
