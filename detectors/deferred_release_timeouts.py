@@ -585,8 +585,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             else ""
         )
         summary = (
-            f"{head}{spread}{span}{extra}: late RDMA writes can corrupt re-let pages; raise "
-            f"the release timeout and find the aborts"
+            f"{head}{spread}{span}{extra}{self._priors_said()}: late RDMA writes can corrupt "
+            "re-let pages; raise the release timeout and find the aborts"
         )
         time = span_start + cfg.window_seconds
         if rule == "sustained":

@@ -189,6 +189,9 @@ class StormDetector(Detector[S], Generic[S, W]):
         # (`_look_back`; None: not begun or done), and whether any of them fired.
         self.hindsight_: list[tuple[float, W]] | None = None
         self.hindsight_fired_ = False
+        # Set while the windows of an input shorter than the warm-up are judged: against the
+        # priors, the deployment's own normal unknown (said in the findings).
+        self._on_priors = False
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -419,7 +422,11 @@ class StormDetector(Detector[S], Generic[S, W]):
         for _, window in held:
             self.nodes_ |= window.nodes()
         if len(held) < self.config.warmup_windows:
-            findings = [self._close(window, start, ctx) for start, window in held]
+            self._on_priors = True
+            try:
+                findings = [self._close(window, start, ctx) for start, window in held]
+            finally:
+                self._on_priors = False
         else:
             if self.config.hindsight_windows:
                 self.hindsight_ = list(held)
@@ -433,6 +440,16 @@ class StormDetector(Detector[S], Generic[S, W]):
             self._seed(held, ctx)
         self.hindsight_fired_ = any(finding is not None for finding in findings)
         return [finding for finding in findings if finding is not None]
+
+    def _priors_said(self) -> str:
+        """What a finding adds when its window was judged against the priors."""
+        if not self._on_priors:
+            return ""
+        minutes = self.config.warmup_windows * self.clock_.width / 60
+        return (
+            f" (the input is shorter than the {minutes:g} min this deployment's normal is "
+            "learned from, so the baseline is the prior: a rate this high may be its normal)"
+        )
 
     def _burst(
         self, count: float, floor: float, ratio: float, base: float, rate: float | None = None

@@ -205,3 +205,27 @@ def test_a_rise_survives_a_save_and_load():
     resumed.context.now = pipeline.context.now
     findings = [f for e in events[cut:] for f in resumed.process(e)] + resumed.finish()
     assert [f.evidence["rule"] for f in findings] == ["sustained"]
+
+
+def test_a_storm_in_an_input_shorter_than_the_warm_up_says_its_baseline_is_the_prior() -> None:
+    """Fifty minutes of timeouts at one steady rate: judged against the priors (the input is
+    too short to learn the deployment's normal), as a short capture of a real storm must be;
+    the finding says so (blind review 6b: read as a cold-start artifact)."""
+    end = T + 3000
+    events = [
+        *startup("decode-0", "decode", T - 60, pool=400_000, version="0.5.23"),
+        *steady("decode-0", T, end, 6, 1000),
+    ]
+    found = run(DeferredReleaseTimeouts(), events + reporting("decode-0", T, end))
+    assert [f.severity for f in found] == ["warning"]
+    assert "shorter than the 60 min" in found[0].summary
+    later = T + 2 * HOUR  # the same after two hours of the same rate: its normal, no storm
+    long_run = run(
+        DeferredReleaseTimeouts(),
+        [
+            *startup("decode-0", "decode", T - 60, pool=400_000, version="0.5.23"),
+            *steady("decode-0", T, later, 6, 1000),
+        ]
+        + reporting("decode-0", T, later),
+    )
+    assert all("shorter than" not in f.summary for f in long_run)
