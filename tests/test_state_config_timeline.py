@@ -725,3 +725,17 @@ def test_a_dcp_size_no_deployment_has_is_not_taken():
         config = tl.config_at("p0", T + 61)
         assert config is not None and config.dcp_size == kept, garbled
         assert config.pool_below_context is (kept is None)
+
+
+def test_a_capacity_line_whose_pool_cannot_be_read_changes_nothing():
+    """`max_total_num_tokens=nan`, or a line cut before its number: taken for a restart, it
+    wiped the pool and release the node ran with, and the exposures' pool evidence with them
+    (blind review 7)."""
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    before = tl.config_at("p0", T + 100)
+    for pool in (float("nan"), None, -1):
+        tl.update(ev("capacity", "p0", T + 600, max_total_num_tokens=pool, context_len=1_048_576))
+    assert len(tl.history("p0")) == 1
+    assert tl.config_at("p0", T + 700) == before
+    assert before is not None and before.pool_tokens == 681_280

@@ -786,6 +786,11 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
 def _on_capacity(history: _NodeHistory, event: Event) -> bool:
     rank = _rank_key(event.ranks)
     pool = _as_int(event.get("max_total_num_tokens"))
+    if pool is None or pool <= 0:
+        # `max_total_num_tokens=nan`, a line cut before its number: what the engine started
+        # with is unread, and taken for a restart it wiped the pool and release the node ran
+        # with (blind review 7: the exposures' pool evidence lost).
+        return False
     current = history.current
     repeat = (
         rank in history.capacity_ranks

@@ -1191,12 +1191,22 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         side.finished_time = time if time is not None else side.last_time
         side.has_finish = True
         value = get("prompt_tokens")
-        side.prompt_tokens = value if type(value) is int else _int(value, side.prompt_tokens)
+        side.prompt_tokens = (
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.prompt_tokens)
+        )
         value = get("cached_tokens")
-        side.cached_tokens = value if type(value) is int else _int(value, side.cached_tokens)
+        side.cached_tokens = (
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.cached_tokens)
+        )
         value = get("completion_tokens")
         side.completion_tokens = (
-            value if type(value) is int else _int(value, side.completion_tokens)
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.completion_tokens)
         )
         finish = get("finish_type")
         side.finish_type = str(finish) if finish is not None else None
@@ -1226,13 +1236,15 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
             side.metadata_corruption = True
         value = get("e2e_latency")
         side.e2e_latency = (
-            value if type(value) is float and value == value else _float(value, side.e2e_latency)
+            value
+            if type(value) is float and 0.0 <= value < _MAX_SECONDS
+            else _seconds(value, side.e2e_latency)
         )
         value = get("first_token_latency")
         side.first_token_latency = (
             value
-            if type(value) is float and value == value
-            else _float(value, side.first_token_latency)
+            if type(value) is float and 0.0 <= value < _MAX_SECONDS
+            else _seconds(value, side.first_token_latency)
         )
         if side.first_token_latency is None:
             side.first_token_latency = _first_token_from_stamps(get)
@@ -1243,11 +1255,23 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         if role in _ROLES:
             side.role_hint = role
         value = get("input_len")
-        side.input_len = value if type(value) is int else _int(value, side.input_len)
+        side.input_len = (
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.input_len)
+        )
         value = get("cached_input_len")
-        side.cached_input_len = value if type(value) is int else _int(value, side.cached_input_len)
+        side.cached_input_len = (
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.cached_input_len)
+        )
         value = get("output_len")
-        side.output_len = value if type(value) is int else _int(value, side.output_len)
+        side.output_len = (
+            value
+            if type(value) is int and 0 <= value < _MAX_TOKENS
+            else _count(value, side.output_len)
+        )
         value = get("entry_time")
         side.entry_time = (
             value if type(value) is float and value == value else _float(value, side.entry_time)
@@ -1553,8 +1577,25 @@ def _int(value: Any, default: int | None) -> int | None:
         return value
     try:
         return int(float(value))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return default
+
+
+# Counts and latencies a request's lines can truly state: a prompt of 1e32 tokens, a count of
+# -7 or an answer in -1 s is a garbled or forged line, and judged it named an exposure "after
+# -1.000s" (blind review 7). Such a value is unknown (the side keeps what it had).
+_MAX_TOKENS: Final = 10**9
+_MAX_SECONDS: Final = 10.0**7
+
+
+def _count(value: Any, default: int | None) -> int | None:
+    number = _int(value, None)
+    return number if number is not None and 0 <= number < _MAX_TOKENS else default
+
+
+def _seconds(value: Any, default: float | None) -> float | None:
+    number = _float(value, None)
+    return number if number is not None and 0.0 <= number < _MAX_SECONDS else default
 
 
 def _float(value: Any, default: float | None) -> float | None:
