@@ -734,8 +734,19 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     names: dict[tuple[tuple[str, str], Path], str] = {}
     periods: dict[tuple[tuple[str, str], Path], int] = {}
     crowded = _CrowdedFolders(files, {key for key, folders in parents.items() if len(folders) > 1})
-    for key, folders in parents.items():
+    # Logs first: a node's documents in the folders its logs were found one node across follow
+    # them (`day1/prefill-0.server_info.json` beside `day1/prefill-0.log`, and so for `day2/`).
+    # Undated, they tell no period, and each became a node of its own that "no log of theirs"
+    # was read for, their releases never reaching the node (blind review 7).
+    for key, folders in sorted(parents.items(), key=lambda item: item[0][1] != "log"):
         if len(folders) < 2:
+            continue
+        logs = (key[0], "log")
+        if (
+            key != logs
+            and folders <= parents.get(logs, set())
+            and not any((logs, folder) in names for folder in parents[logs])
+        ):
             continue
         clusters = _folder_clusters(key, files, sorted(folders))
         if len(clusters) == 1:  # copies of one node's log

@@ -414,3 +414,15 @@ def test_a_file_written_to_while_it_is_read_is_read_as_it_was_when_opened(tmp_pa
         lines += block
     assert lines == [*at_open, _line(0, 30_000)]
     assert read.dropped == {}
+
+
+def test_a_node_s_undated_documents_follow_its_logs_across_day_folders(tmp_path: Path) -> None:
+    """`day1/prefill-0.log` and `day2/prefill-0.log` are one node's two periods; the
+    `prefill-0.server_info.json` beside each was a node of its own per folder, said to have
+    had no log read, its release never reaching the node (blind review 7)."""
+    for day, second in (("day1", 1), ("day2", 30)):
+        (tmp_path / day).mkdir()
+        for node in ("prefill-0", "decode-0"):
+            (tmp_path / day / f"{node}.log").write_text(_line(second, 1) + "\n")
+            (tmp_path / day / f"{node}.server_info.json").write_text('{"version": "0.5.19"}')
+    assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
