@@ -364,3 +364,11 @@ def test_a_saved_v1_loads_is_dated_by_its_own_timestamp_not_its_file() -> None:
     # A time from the saved name (`@20260909T080600Z`) is the saver's, and stays.
     (named,) = parse_server_info(doc, node="d", source="d@x.json", time=1_788_941_160.0).events
     assert named.time == 1_788_941_160.0
+
+
+def test_a_mode_of_the_wrong_type_leaves_the_role_unknown() -> None:
+    """Blind review 7: `"disaggregation_mode": ["decode"]` made a decode node unified."""
+    for mode, role in ((["decode"], None), (5, None), (None, "unified"), ("null", "unified")):
+        document = json.dumps({"version": "0.5.23", "disaggregation_mode": mode})
+        info = parse_server_info(document, node="d0", source="d0.json", time=1.0)
+        assert [e.get("role") for e in info.events] == [role], mode

@@ -294,14 +294,14 @@ def _mode_checked(tf: TelemetryFile, events: list[Event]) -> list[Event]:
     """`events` of one saved document, with a disaggregation mode of the wrong type (`5`,
     `[1]`, `{}`, `true`) made unknown instead of "not disaggregated".
 
-    The parser reads such a mode as unified (the event then has `role: unified` and no
-    `disaggregation_mode`), which would skip a PD node's PD checks. Only then is the document
-    read again (it is small: larger ones give no events) to see what it stated."""
+    The parser reads such a mode as no mode (the event then has no `role` and no
+    `disaggregation_mode`), and the gate must say why. Only then is the document read again
+    (it is small: larger ones give no events) to see what it stated."""
     suspects = [
         i
         for i, e in enumerate(events)
         if e.kind == "server_info"
-        and e.get("role") == "unified"
+        and e.get("role") in ("unified", None)
         and e.get("disaggregation_mode") is None
     ]
     if tf.kind != "json" or not suspects:

@@ -202,7 +202,7 @@ async def _node(
         ):
             event = outcome.events[0]
             events[answer.endpoint] = event
-            if event.get("role") == "unified" and event.get("disaggregation_mode") is None:
+            if event.get("role") in ("unified", None) and event.get("disaggregation_mode") is None:
                 # A mode of the wrong type (5, [1], true) also reads as unified: look again.
                 doubt = mode_doubt(_json(answer.body), answer.endpoint)
                 if doubt is not None:

@@ -166,7 +166,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "version": _str(data.get("version")),
         "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
         "disaggregation_mode": mode,
-        "role": mode if mode is not None else ("unified" if known_mode else None),
+        "role": mode if mode is not None else _unified(known_mode, mode_raw),
         "transfer_backend": _str(data.get("disaggregation_transfer_backend")),
         "kv_checksum": _bool(data.get("disaggregation_enable_kv_checksum")),
         "kv_canary": _str(data.get("kv_canary")),
@@ -225,7 +225,7 @@ def _v1_loads(data: dict[str, Any]) -> dict[str, Any] | None:
     fields: dict[str, Any] = {
         "version": _str(data.get("version")),
         "disaggregation_mode": mode,
-        "role": mode if mode is not None else ("unified" if known_mode else None),
+        "role": mode if mode is not None else _unified(known_mode, mode_raw),
         "max_total_num_tokens": min(by_rank.values()) if by_rank else None,
         "max_total_num_tokens_by_dp_rank": by_rank,
     }
@@ -233,13 +233,12 @@ def _v1_loads(data: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _model_info(data: dict[str, Any]) -> dict[str, Any] | None:
-    mode = _mode(data.get("disaggregation_mode"))
+    raw = data.get("disaggregation_mode")
+    mode = _mode(raw)
     return {
         "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
         "disaggregation_mode": mode,
-        "role": mode
-        if mode is not None
-        else ("unified" if "disaggregation_mode" in data else None),
+        "role": mode if mode is not None else _unified(("disaggregation_mode" in data), raw),
     }
 
 
@@ -266,6 +265,17 @@ def _deferred(data: dict[str, Any]) -> dict[str, Any]:
             if "deferred_release_timeout" not in found and key in container:
                 found["deferred_release_timeout"] = finite_number(container[key])
     return found
+
+
+def _unified(stated: bool, raw: Any) -> str | None:
+    """`unified` when the document states the mode as none (null, `"null"`, `""`); None when it
+    states none at all, or a value of the wrong type (`["decode"]`, 5, true): a decode node
+    whose saved `/server_info` held `["decode"]` was judged unified (blind review 7)."""
+    if not stated:
+        return None
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "null", "none")):
+        return "unified"
+    return None
 
 
 def _mode(value: Any) -> str | None:
