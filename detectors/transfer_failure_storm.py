@@ -238,33 +238,61 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             holds = _holds(ctx)
             nodes = sorted(window.nodes())
             worst = max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
+            summary = (
+                f"KV transfer failure storm: {told:.0f} failed requests in "
+                f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across "
+                f"{len(nodes)} nodes (most on {worst}), told as possible until a snapshot read "
+                "after them said the engines' release leaves aborted transfers' pages free: "
+                "aborts mid-transfer widen the KV corruption window; check prefill health and "
+                "load-balancer aborts"
+            )
             out.append(
-                self._finding(
+                self._storm_finding(
                     "warning",
-                    time=start + cfg.window_seconds,
-                    node=worst,
-                    summary=(
-                        f"KV transfer failure storm: {told:.0f} failed requests in "
-                        f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across "
-                        f"{len(nodes)} nodes (most on {worst}), told as possible until a "
-                        "snapshot read after them said the engines' release leaves aborted "
-                        "transfers' pages free: aborts mid-transfer widen the KV corruption "
-                        "window; check prefill health and load-balancer aborts"
-                    ),
-                    subject=f"storm:{start}:told",
-                    evidence={
-                        "window_start": iso_time(start),
-                        "window_seconds": cfg.window_seconds,
-                        "failures": told,
-                        "baseline": base,
-                        "nodes": len(nodes),
-                        "score": round(score, 6),
-                        "threshold": cfg.threshold,
-                        "aborts_on_unknown_release": 0.0,
-                    },
-                )
+                    start,
+                    worst,
+                    summary,
+                    f"storm:{start}:told",
+                    told,
+                    base,
+                    nodes,
+                    score,
+                    0.0,
+                )  # fmt: skip
             )
         return out
+
+    def _storm_finding(
+        self,
+        severity: Severity,
+        start: float,
+        worst: str | None,
+        summary: str,
+        subject: str,
+        failures: float,
+        base: float,
+        nodes: list[str],
+        score: float,
+        unsure: float,
+    ) -> Finding:
+        cfg = self.config
+        return self._finding(
+            severity,
+            time=start + cfg.window_seconds,
+            node=worst,
+            summary=summary,
+            subject=subject,
+            evidence={
+                "window_start": iso_time(start),
+                "window_seconds": cfg.window_seconds,
+                "failures": failures,
+                "baseline": base,
+                "nodes": len(nodes),
+                "score": round(score, 6),
+                "threshold": cfg.threshold,
+                "aborts_on_unknown_release": unsure,
+            },
+        )
 
     def _fold(self, event: Event, ctx: DetectionContext) -> None:
         if event.kind == "transfer_failed":
@@ -375,22 +403,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             # The storm is paged now: its question is answered.
             begun = self.storm_.start
             self.questions_ = [q for q in self.questions_ if q[0] < begun]
-        return self._finding(
-            severity,
-            time=start + cfg.window_seconds,
-            node=worst,
-            summary=summary,
-            subject=f"storm:{start}",
-            evidence={
-                "window_start": iso_time(start),
-                "window_seconds": cfg.window_seconds,
-                "failures": failures,
-                "baseline": base,
-                "nodes": len(nodes),
-                "score": round(score, 6),
-                "threshold": cfg.threshold,
-                "aborts_on_unknown_release": unsure,
-            },
+        return self._storm_finding(
+            severity, start, worst, summary, f"storm:{start}", failures, base, nodes, score, unsure
         )
 
 
