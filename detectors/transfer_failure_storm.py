@@ -235,9 +235,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             score = self._burst(told, cfg.min_failures, cfg.ratio, base, lower)
             if failures > told or score < cfg.threshold:
                 continue  # still a question, or no storm once the releases are known
-            holds = _holds(ctx)
             nodes = sorted(window.nodes())
-            worst = max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
+            worst = _worst_node(window, nodes, ctx)
             summary = (
                 f"KV transfer failure storm: {told:.0f} failed requests in "
                 f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across "
@@ -362,8 +361,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             self.storm_.quiet_window(cfg.episode_gap_windows)
             return None
         new = self.storm_.fire(start, 0)
-        holds = _holds(ctx)
-        worst = max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
+        worst = _worst_node(window, nodes, ctx)
         summary = (
             f"KV transfer failure storm: {failures:.0f} failed requests in "
             f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across {len(nodes)} "
@@ -406,6 +404,12 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         return self._storm_finding(
             severity, start, worst, summary, f"storm:{start}", failures, base, nodes, score, unsure
         )
+
+
+def _worst_node(window: _Window, nodes: list[str], ctx: DetectionContext) -> str | None:
+    """The node with the most failed requests in the window, as the timeline knows it now."""
+    holds = _holds(ctx)
+    return max(nodes, key=lambda node: window.node_failures(node, holds), default=None)
 
 
 # Storms told as questions kept for the end of the input (`_answered`).

@@ -485,11 +485,7 @@ class RequestLedger:
         ]
         if len(stating) != 1:
             return False
-        merge_side(stating[0], refusal)
-        time = refusal.last_time
-        if time is not None and (entry.last_time is None or time > entry.last_time):
-            entry.last_time = time
-        self._schedule(entry)
+        self._join_refusal(entry, stating[0], refusal)
         return True
 
     def _note_undated_stating(self, key: str, side: SideRecord, length: int) -> None:
@@ -525,13 +521,16 @@ class RequestLedger:
             return False
         key, side = chosen[0]
         del self._undated_stating[(length, key, side.node)]
-        entry = self._entries[key]
+        self._join_refusal(self._entries[key], side, refusal)
+        return True
+
+    def _join_refusal(self, entry: _Entry, side: SideRecord, refusal: SideRecord) -> None:
+        """Fold a refusal line into an open side that states it; its time dates the entry."""
         merge_side(side, refusal)
         time = refusal.last_time
         if time is not None and (entry.last_time is None or time > entry.last_time):
             entry.last_time = time
         self._schedule(entry)
-        return True
 
     def _stated_before(self, refusal: SideRecord) -> bool:
         """Whether a side already finished stating this refusal (`_own_refusal`)."""
