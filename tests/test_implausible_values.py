@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from collector.events import Event
+from collector.sglang.time_stats import parse_time_stats
 from collector.state.ledger import apply_event
 from collector.state.request_record import SideRecord
 
@@ -49,3 +50,23 @@ def test_values_an_engine_states_are_kept() -> None:
         side, Event("request_finished", "decode-0", 100.0, "d.log:1", fields), fields, 100.0
     )
     assert (side.prompt_tokens, side.cached_tokens, side.e2e_latency) == (812_345, 0, 0.35)
+
+
+@pytest.mark.parametrize("room", ["abc", "-5", "12a", "0x1f", "１２", "9" * 21])
+def test_a_room_that_is_no_uint64_is_unknown(room: str) -> None:
+    """Blind review 7: `bootstrap_room=abc` joined sides on "abc"."""
+    line = (
+        f"ReqTimeStats(rid=r1, bootstrap_room={room}, input_len=9, cached_input_len=0, "
+        "output_len=1, attempts=0, type=prefill): queue_duration=1.00ms, entry_time=1.000"
+    )
+    fields = parse_time_stats(line)
+    assert fields["bootstrap_room"] is None
+    assert (fields["rid"], fields["input_len"]) == ("r1", 9)
+
+
+def test_a_uint64_room_is_kept() -> None:
+    line = (
+        "ReqTimeStats(rid=r1, bootstrap_room=18446744073709551615, input_len=9, "
+        "cached_input_len=0, output_len=1, attempts=0, type=prefill): queue_duration=1.00ms"
+    )
+    assert parse_time_stats(line)["bootstrap_room"] == "18446744073709551615"

@@ -39,8 +39,10 @@ def plain(message: str) -> dict[str, Any]:
             continue
         if key == "type":
             fields["role"] = value
-        elif key in ("rid", "bootstrap_room"):
+        elif key == "rid":
             fields[key] = value.strip("'") if value not in ("None", "") else None
+        elif key == "bootstrap_room":  # a uint64, or unknown
+            fields[key] = value if re.fullmatch(r"[0-9]{1,20}", value) else None
         else:
             fields[key] = number(value)
     for key, value, unit in _PAIR.findall(tail):

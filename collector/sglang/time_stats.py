@@ -65,7 +65,7 @@ def read_time_stats(message: str) -> tuple[dict[str, Any], list[Slot]]:
         if key == "type":
             fields["role"] = value  # part of the layout: one per role
             continue
-        convert = _id if key in ("rid", "bootstrap_room") else _number(value)
+        convert = _id if key == "rid" else _room if key == "bootstrap_room" else _number(value)
         fields[key] = convert(value)
         slots.append(Slot(start, start + len(value), key, convert))
     if head_end > 0:
@@ -151,6 +151,12 @@ def _whole_seconds(value: str) -> float:
 
 def _id(value: str) -> str | None:
     return value.strip("'") if value not in ("None", "") else None
+
+
+def _room(value: str) -> str | None:
+    """The engine prints a room as a uint64; anything else is a garbled line's, and joining
+    sides on it could pair two unrelated requests."""
+    return value if value.isascii() and value.isdigit() and len(value) <= 20 else None
 
 
 def _seconds_or_text(value: str) -> Any:
