@@ -392,10 +392,12 @@ def discover(
             described = describe(path)
             if described is not None:
                 found.append(replace(described, found=_identity(path)))
+    described_as = {f.path: f.node for f in found}
     found = _disambiguate_nodes(
         _captures_of_nodes(_copies_by_mark(_kubernetes_nodes(_join_pieces(found, skip))))
     )
     found = _adopt_known_nodes(_mixed_rotations_by_time(found))
+    found = _documents_follow_logs(_logs_apart(found, described_as), described_as)
     found = _mark_newest_first(split_merged(_exports_to_hosts(found)))
     found.sort(key=lambda f: (f.node, f.kind, f.order, str(f.path)))
     return found
@@ -775,6 +777,86 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             f = replace(f, node=names[at])
         if periods.get(at):
             f = _in_period(f, periods[at])
+        out.append(f)
+    return out
+
+
+def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> list[TelemetryFile]:
+    """Logs that only their naming made one node, running at once, kept apart: one named by
+    its folder (`dep-a/prefill-0/sglang.log`) and one by its file elsewhere
+    (`dep-b/prefill-0.log`) are two engines. Each is then named by as much of its path as tells
+    it from the other (`dep-a/prefill-0`, `dep-b/prefill-0`).
+
+    Why: blind review 8a, two deployments saved in the two layouts side by side became one
+    prefill and one decode, whose lines fell out of order and whose 21 exposures went unseen.
+    `described_as`: each file's node as `describe` named it, before any pass renamed it."""
+    origins: dict[str, dict[tuple[str, Path], list[TelemetryFile]]] = {}
+    for f in files:
+        if f.kind == "log":
+            key = (described_as.get(f.path, f.node), f.path.parent)
+            origins.setdefault(f.node, {}).setdefault(key, []).append(f)
+    renamed: dict[tuple[str, str, Path], str] = {}
+    for node, held in origins.items():
+        by_folder = [o for o in held if o[1].name == node != o[0]]
+        by_file = [o for o in held if o[0] == node]
+        if not by_folder or not by_file or len({o[1] for o in by_folder + by_file}) < 2:
+            continue
+        apart = by_folder + by_file
+        if _period_ranks([_time_span(held[o]) for o in apart]) is not None:
+            continue  # one engine's periods, saved apart
+        where = {o: o[1] if o in by_folder else o[1] / o[0] for o in apart}
+        named = _distinct_ends(set(where.values()))
+        for origin in apart:
+            renamed[(node, *origin)] = named[where[origin]]
+    if not renamed:
+        return files
+    return [
+        replace(f, node=renamed[at])
+        if (at := (f.node, described_as.get(f.path, f.node), f.path.parent)) in renamed
+        else f
+        for f in files
+    ]
+
+
+def _distinct_ends(paths: set[Path]) -> dict[Path, str]:
+    """The shortest end of each path that tells it from the others, the last part (the node's
+    own name) always kept: `dep-a/prefill-0`, `dep-b/prefill-0`.
+
+    >>> sorted(_distinct_ends({Path("x/dep-a/n1"), Path("y/dep-b/n1")}).values())
+    ['dep-a/n1', 'dep-b/n1']
+    """
+    for depth in range(1, max(len(p.parts) for p in paths) + 1):
+        named = {path: "/".join(path.parts[-depth:]) for path in paths}
+        if len(set(named.values())) == len(named):
+            return named
+    return {path: str(path) for path in paths}
+
+
+def _documents_follow_logs(
+    files: list[TelemetryFile], described_as: dict[Path, str]
+) -> list[TelemetryFile]:
+    """A saved document in a folder beside its node's log is that log's node: the one of its
+    own name there (`dep-b/prefill-0.json` beside `dep-b/prefill-0.log`), or, named by the
+    folder (`prefill-0/server_info.json`), the one engine whose log the folder holds.
+
+    Why: blind review 8a, `dep-a/prefill-0/{sglang.log,server_info.json}` beside the same for
+    `dep-b`: the documents of both of a deployment's engines became one node named `dep-a`,
+    and its logs' nodes never had a release."""
+    by_name: dict[tuple[Path, str], set[str]] = {}
+    in_folder: dict[Path, set[str]] = {}
+    for f in files:
+        if f.kind == "log":
+            by_name.setdefault((f.path.parent, described_as.get(f.path, f.node)), set()).add(f.node)
+            in_folder.setdefault(f.path.parent, set()).add(f.node)
+    out = []
+    for f in files:
+        if f.kind in ("prom", "json"):
+            folder, name = f.path.parent, described_as.get(f.path, f.node)
+            owners = by_name.get((folder, name))
+            if owners is None and name == folder.name:
+                owners = in_folder.get(folder)
+            if owners is not None and len(owners) == 1 and f.node not in owners:
+                f = replace(f, node=next(iter(owners)))
         out.append(f)
     return out
 

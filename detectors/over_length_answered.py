@@ -15,10 +15,12 @@ not leaked) a warning.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Final
 
 from pydantic import Field
 
+from collector.events import iso_time
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig, answered
 from detectors.context import DetectionContext
@@ -46,6 +48,9 @@ class OverLengthAnsweredConfig(DetectorConfig):
     # From this version a prefill refuses an over-length prompt for good (decode does not
     # answer it): a prompt that might have met such a node is no warning.
     leak_fixed_version: str = LEAK_FIXED
+    # PD answers judged while no prefill pool of their deployment was read yet, held to be
+    # judged again at the end of the input (`_unpriced`); beyond this many, counted only.
+    max_held: int = Field(default=10_000, ge=0)
 
 
 class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
@@ -67,14 +72,38 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
     config_class: ClassVar[type[DetectorConfig]] = OverLengthAnsweredConfig
     wants_requests: ClassVar[bool] = True
 
+    def _init_learned(self) -> None:
+        super()._init_learned()
+        # Decode answers no prefill pool of their deployment was known for when they were
+        # judged, and how many more there were than `max_held` (`_unpriced`). Not kept in the
+        # state: a question of one forensics pass, asked again at its end.
+        self.held_: list[RequestRecord] = []
+        self.not_held_ = 0
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        if not math.isinf(now) or not self.held_:
+            return []
+        held, self.held_ = self.held_, []
+        findings = []
+        for record in held:
+            findings.extend(self._judge(record, ctx, late=True))
+        return findings
+
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        return self._judge(record, ctx, late=False)
+
+    def _judge(self, record: RequestRecord, ctx: DetectionContext, late: bool) -> list[Finding]:
         serving = record.serving
         prompt = record.prompt_tokens
         if serving is None or not serving.delivered or prompt is None:
             return []
         pool = pool_in_force(record, ctx)
         if pool is None:
+            if not late and self._unpriced(record, serving, ctx):
+                return []
             return self._prefill_host_unread(record, serving, prompt, ctx)
+        if late and not self._ran_by_then(record, pool, ctx):
+            return []
         if prompt <= pool.longest_accepted + self.config.margin_tokens:
             return self._perhaps_over_length(record, serving, prompt, pool, ctx)
         prefill = record.prefill
@@ -105,9 +134,16 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                 f"{pool.node} takes prompts of up to {pool.longest_accepted:,} tokens (its "
                 f"engine's stated limit; its pool is not known)"
             )
+        read_later = ""
+        first = self._read_after(record, pool, ctx) if late else None
+        if first is not None:
+            read_later = (
+                f", as first read at {iso_time(first)}, after this answer (the configuration "
+                f"{pool.node} was running with when its logs begin)"
+            )
         summary = (
             f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} although "
-            f"{in_force}: {consequence}"
+            f"{in_force}{read_later}: {consequence}"
         )
         return [
             self._request_finding(
@@ -126,6 +162,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "longest_accepted": pool.longest_accepted,
                     "excess_tokens": prompt - pool.longest_accepted,
                     "finish_type": serving.finish_type,
+                    "pool_read_after_answer": late,
                 },
                 exposure=pd,
             )
@@ -177,6 +214,44 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             largest_pool_tokens=pool.tokens,
             largest_longest_accepted=pool.longest_accepted,
         )
+
+    @staticmethod
+    def _read_after(
+        record: RequestRecord, pool: PoolInForce, ctx: DetectionContext
+    ) -> float | None:
+        """When `pool`'s node was first read, if after the answer `record` judges."""
+        when = record.start_time if record.start_time is not None else record.time
+        generations = ctx.timeline.history(pool.node)
+        first = generations[0].since if generations else None
+        return first if first is not None and when is not None and first > when else None
+
+    def _ran_by_then(self, record: RequestRecord, pool: PoolInForce, ctx: DetectionContext) -> bool:
+        """Whether `pool`'s node ran with it when `record` was answered: read by then, or its
+        logs begin mid-run with it. A node whose logs begin with its start-up after the
+        answer started after it: another prefilled that prompt."""
+        if self._read_after(record, pool, ctx) is None:
+            return True
+        return pool.generation == 0 and ctx.timeline.began_mid_run(pool.node)
+
+    def _unpriced(self, record: RequestRecord, serving: SideRecord, ctx: DetectionContext) -> bool:
+        """Whether a decode answer is held to be judged at the end of the input: no line of its
+        prefill side was read and no prefill pool of its deployment is known yet.
+
+        Why: a prefill's oldest rotation gone, or its capture begun later than decode's, left
+        every answer before its first line judged against no pool, and said nowhere (blind
+        review 8a: 15 of 36 and 9 of 22 exposures unseen). A prefill log that begins mid-run
+        tells the pool its engine had been running with; read at the end, the timeline takes
+        a node's first configuration as in force before its first line."""
+        if serving.role != "decode" or record.prefill is not None:
+            return False
+        when = record.start_time if record.start_time is not None else record.time
+        if largest_prefill_pool(ctx, when, serving_model(record, ctx)) is not None:
+            return False
+        if len(self.held_) < self.config.max_held:
+            self.held_.append(record)
+        else:
+            self.not_held_ += 1
+        return True
 
     def _prefill_host_unread(
         self, record: RequestRecord, serving: SideRecord, prompt: int, ctx: DetectionContext

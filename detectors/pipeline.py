@@ -241,11 +241,12 @@ class DetectionPipeline:
         return out
 
     def finish(self) -> list[Finding]:
-        """End of input: judge every request still held and close every window."""
+        """End of input: judge every request still held, close every window, and ask again
+        what a detector held until the whole input was read (`OverLengthAnswered.held_`)."""
         out: list[Finding] = []
         for record in self.ledger.drain():
             self._dispatch_request(record, out)
-        for det in self._windowed_dets:
+        for det in self.detectors:
             self._call(det, det.flush, out, self.context, math.inf)
         return out
 

@@ -426,3 +426,40 @@ def test_a_node_s_undated_documents_follow_its_logs_across_day_folders(tmp_path:
             (tmp_path / day / f"{node}.log").write_text(_line(second, 1) + "\n")
             (tmp_path / day / f"{node}.server_info.json").write_text('{"version": "0.5.19"}')
     assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
+
+
+def _deployment_files(folder: Path, by_folder: bool) -> None:
+    """One deployment's prefill and decode, each with its log, `/server_info` and scrape: in a
+    folder per node (`prefill-0/sglang.log`), or named by file (`prefill-0.log`)."""
+    for node in ("prefill-0", "decode-0"):
+        if by_folder:
+            (folder / node).mkdir(parents=True)
+            log, info, scrape = (
+                folder / node / n for n in ("sglang.log", "server_info.json", "metrics.prom")
+            )
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            log, info, scrape = (folder / f"{node}{ext}" for ext in (".log", ".json", ".prom"))
+        log.write_text(_line(1, 1) + "\n" + _line(50, 2) + "\n")
+        info.write_text(json.dumps({"disaggregation_mode": node.split("-")[0]}))
+        scrape.write_text('sglang:max_total_num_tokens{engine_type="x",model_name="m"} 681280\n')
+
+
+@pytest.mark.parametrize("b_by_folder", [True, False])
+def test_two_deployments_side_by_side_keep_their_nodes_apart(
+    tmp_path: Path, b_by_folder: bool
+) -> None:
+    """Blind review 8a: `dep-a/prefill-0/sglang.log` beside `dep-b/prefill-0.log` became one
+    node, whose lines fell out of order (21 exposures unseen); with both laid out by folder,
+    each deployment's documents became one node named `dep-a`, apart from its logs."""
+    _deployment_files(tmp_path / "dep-a", by_folder=True)
+    _deployment_files(tmp_path / "dep-b", by_folder=b_by_folder)
+    nodes: dict[str, set[str]] = {}
+    for f in discover([tmp_path]):
+        nodes.setdefault(f.node, set()).add(str(f.path.relative_to(tmp_path)))
+    expected = {f"{dep}/{node}" for dep in ("dep-a", "dep-b") for node in ("prefill-0", "decode-0")}
+    assert set(nodes) == expected
+    for node, paths in nodes.items():
+        assert len(paths) == 3, (node, paths)  # its log, `/server_info` and scrape
+        assert all(p.startswith(node.split("/")[0]) for p in paths)
+        assert all(node.split("/")[1] in p for p in paths)

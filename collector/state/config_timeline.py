@@ -157,6 +157,7 @@ class _NodeHistory:
         "capacity_time",
         "stated",
         "running_since",
+        "began_mid_run",
         "scrapes",
         "metric_ranks",
     )
@@ -175,6 +176,9 @@ class _NodeHistory:
         # When this generation was begun by seeing the node run (traffic, metrics, /server_info)
         # rather than by its start-up lines: logs whose start rotated away begin so.
         self.running_since: float | None = None
+        # Whether the first generation was seen running before any start-up line of it: the
+        # node's logs begin mid-run, so it ran with that configuration before them too.
+        self.began_mid_run = False
         # The times of the node's last two metric scrapes (the later first).
         self.scrapes: tuple[float | None, float | None] = (None, None)
         # This generation's pool and context samples, by field and by the rank labels of the
@@ -202,6 +206,7 @@ class _NodeHistory:
         previous = self.current
         if previous is None:
             config = NodeConfig(node=self.node, generation=0, since=time, source=source)
+            self.began_mid_run = running
         else:
             config = dataclasses.replace(
                 previous,
@@ -527,6 +532,12 @@ class ConfigTimeline:
         history = self._nodes.get(node)
         return list(history.generations) if history else []
 
+    def began_mid_run(self, node: str) -> bool:
+        """Whether `node`'s logs begin with it running, no start-up line of its first
+        generation read: that configuration was in force before its first line too."""
+        history = self._nodes.get(node)
+        return history is not None and history.began_mid_run
+
     def config_at(self, node: str, time: float | None) -> NodeConfig | None:
         """The generation in force at `time` (before the first startup: the first one)."""
         history = self._nodes.get(node)
@@ -657,6 +668,7 @@ class ConfigTimeline:
                 "capacity_time": h.capacity_time,
                 "stated": sorted(h.stated),
                 "running_since": h.running_since,
+                "began_mid_run": h.began_mid_run,
                 "bootstrap": sorted(
                     [host, since, port]
                     for host, entries in self._bootstrap.items()
@@ -693,6 +705,7 @@ class ConfigTimeline:
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
+            history.began_mid_run = bool(data.get("began_mid_run", False))
             latest, before = data.get("scrapes") or (None, None)
             history.scrapes = (latest, before)
             history.metric_ranks = {
@@ -746,6 +759,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
     if restart:
         history.start(event.time, event.source)
     history.has_server_args = True
+    history.began_mid_run &= len(history.generations) > 1
     changes: dict[str, Any] = {"source": event.source}
     role = _role_from_mode(
         event.get("disaggregation_mode"), mode_present="disaggregation_mode" in event.fields
@@ -807,6 +821,7 @@ def _on_capacity(history: _NodeHistory, event: Event) -> bool:
     )
     if restart:
         history.start(event.time, event.source)
+    history.began_mid_run &= len(history.generations) > 1
     history.capacity_ranks.add(rank)
     if event.time is not None:
         history.capacity_time = event.time
