@@ -48,6 +48,7 @@ from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import capture_of, log_clusters
 from collector.sglang.request_log import cut_record
+from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
 from collector.text_encoding import as_utf8
 
@@ -1469,6 +1470,8 @@ def read_lines(path: Path, stats: ReadStats) -> Iterator[tuple[int, str]]:
 def _decode_block(payload: bytes | memoryview, stats: ReadStats) -> list[str]:
     """Lines of a block of whole lines. Dropped lines become `DROPPED` (keeping line numbers)."""
     text = str(payload, "utf-8", "replace")
+    if "\x1b" in text:
+        text = strip_terminal_codes(text)
     lines = text.split("\n")
     if "\r" in text:
         lines = [line[:-1] if line.endswith("\r") else line for line in lines]

@@ -430,3 +430,31 @@ def test_request_lines_printed_without_any_prefix_are_not_taken_for_undated(
     code, out, _ = _forensics_cli(str(case), "--out", str(tmp_path / "out"))
     assert "UNDATED" not in out and "NOT JUDGED" not in out
     assert "rid=" in out and code == 0
+
+
+@pytest.mark.parametrize("hours", [8, -5])
+def test_a_docker_log_s_records_tell_the_engine_s_zone(tmp_path: Path, hours: int) -> None:
+    """Docker writes each line's UTC time beside the engine's local prefix: every line votes.
+    Blind review 8b: a +08:00 engine's Docker log was read as UTC (NOT JUDGED), a -05:00 one's
+    first exposures dated 5 h early."""
+    log = tmp_path / "decode-0.log"
+    utc = datetime(2026, 9, 6, 6, 50, tzinfo=UTC)
+    records = []
+    for second in range(0, 600, 30):
+        written = utc + timedelta(seconds=second, microseconds=400_000)
+        local = (written + timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
+        line = f"[{local} TP0] Decode batch, #running-req: 1, #token: 9, token usage: 0.01\n"
+        records.append(
+            json.dumps(
+                {
+                    "log": line,
+                    "stream": "stderr",
+                    "time": written.isoformat().replace("+00:00", "Z"),
+                }
+            )
+        )
+    log.write_text("\n".join(records) + "\n")
+    tf = TelemetryFile(log, "decode-0", "log", (0, "~"))
+    assert log_zone("decode-0", [tf]) == hours * 3600.0
+    events = list(events_by_node([tmp_path], ParseStats()))
+    assert events and events[0].time == utc.timestamp()

@@ -256,3 +256,39 @@ def test_journald_json_saved_as_json_is_read_as_its_lines(tmp_path: Path) -> Non
     assert kinds == {"decode-0": "log", "prefill-0": "json"}
     events = [e for tf in discover([path]) for e in file_events(tf, stats)]
     assert [e.kind for e in events] == ["decode_batch", "decode_batch"]
+
+
+@pytest.mark.parametrize(
+    "coloured",
+    [
+        "\x1b[2m[2026-08-27 10:14:52]\x1b[0m {line}",  # an engine run on a terminal
+        "2026-08-27T10:14:52Z stdout F \x1b[2m[2026-08-27 10:14:52]\x1b[0m {line}",
+        '{{"log": {json_line}, "stream": "stdout", "time": "2026-08-27T10:14:52Z"}}',
+    ],
+)
+def test_terminal_colours_around_an_engine_line_are_not_its_text(
+    tmp_path: Path, coloured: str
+) -> None:
+    """Blind review 8b: coloured container lines went unread (704 of 712), and the one line
+    read made the run an all-clear."""
+    json_line = json.dumps("\x1b[32m[2026-08-27 10:14:52]\x1b[0m " + FINISH + "\x1b[K\n")
+    events, stats = _events(tmp_path, [BATCH, coloured.format(line=FINISH, json_line=json_line)])
+    fields = _finish_fields(events)
+    assert (fields["time"], fields["prompt_tokens"]) == ("2026-08-27T10:14:52.000Z", 912384)
+    assert not stats.dropped
+
+
+def test_a_request_line_whose_head_is_unread_configures_nothing() -> None:
+    """Blind review 8b: `max_total_num_tokens=1000` in the prompt of a request line that was
+    not read as one became a 1,000-token pool on a healthy node."""
+    parser = LineParser("decode-0")
+    prompt = "max_total_num_tokens=1000, context_len=1048576, KV checksum mismatch"
+    garbled = "[2026-08-27 10:14:52] ~Finish: " + FINISH.replace("{prompt}", prompt)
+    _, event = parser.parse(garbled, "d.log:1")
+    assert event is None or event.kind not in ("capacity", "checksum_mismatch")
+    glued = (
+        "[2026-08-27 10:14:52 TP0] Memory pool end. max_total_num_tokens=681280, "
+        "context_len=1048576"
+    )
+    _, event = parser.parse(glued, "d.log:2")
+    assert event is not None and event.kind == "capacity"

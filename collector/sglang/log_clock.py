@@ -17,6 +17,7 @@ change, stamps that only begin after the start. Without votes the stamps are rea
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple
@@ -25,6 +26,7 @@ from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, file_line_blocks
 from collector.sglang.envelope import cached_head, peel
 from collector.sglang.logs import LineParser, StreamDate
+from collector.sglang.runtime_wrappers import RuntimeLines, record_time
 
 ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter hours
 # A vote further than this from a quarter hour is noise (a stamp whose request's time is not
@@ -126,7 +128,17 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     prefixed = False
     before: float | None = None  # the last prefixed line's time (local)
     records: list[float] = []  # JSON records' times (UTC) since it
+    runtime = RuntimeLines()
     for line in first_lines(files):
+        if line.startswith(_DOCKER_RECORD):
+            wrapped = line
+            unwrapped = runtime.unwrap(wrapped)
+            if not isinstance(unwrapped, str):
+                continue
+            line = unwrapped
+            zone = _docker_vote(wrapped, line)
+            if zone is not None and len(votes) < MAX_VOTES:
+                votes.append(zone)
         head = cached_head(line)
         if head is not None:
             prefixed = True
@@ -153,6 +165,37 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
         if len(votes) >= MAX_VOTES:
             break
     return ZoneReading(agreed_zone(votes), bool(votes), prefixed)
+
+
+# Docker's json-file driver: each record the engine's line and when Docker wrote it (UTC).
+_DOCKER_RECORD: Final = '{"log":'
+
+
+def _docker_vote(record: str, line: str) -> float | None:
+    """The zone the engine's prefix of `line` is in, against the UTC time Docker wrote `record`
+    (its line) at: a vote every line of a Docker log casts, stamps or none.
+
+    Why: blind review 8b, a +08:00 engine's log kept by Docker was read as UTC (nothing looked
+    inside the records), so its prefill refusals came 8 h after decode's answers: NOT JUDGED,
+    and a -05:00 one's first exposures were dated 5 h early."""
+    head = cached_head(line)
+    if head is None:
+        return None
+    try:
+        fields = json.loads(record)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(fields, dict):
+        return None
+    written = record_time(fields)
+    if written is None:
+        return None
+    offset = head[0] - written
+    zone = round(offset / ZONE_STEP) * ZONE_STEP
+    # The prefix is whole seconds; Docker writes within a second of the print.
+    if not -1.0 <= offset - zone <= 2.0 or not ZONE_RANGE[0] <= zone <= ZONE_RANGE[1]:
+        return None
+    return zone
 
 
 def first_lines(files: list[TelemetryFile]) -> Iterator[str]:

@@ -299,6 +299,11 @@ _CONTAINS: Final[tuple[tuple[str, Handler], ...]] = (
     ("metadata buffers but this prefill has", _warning("checksum_one_side")),
     ("KV checksum mismatch", _event(ev.CHECKSUM_MISMATCH, pd.parse_checksum_mismatch)),
 )
+# A request line (`Receive: obj=GenerateReqInput(…)`, `Finish: …`, a JSON request record) whose
+# head was not read: what its text says is a client's prompt, never the engine's configuration
+# or a mismatch (blind review 8b: `max_total_num_tokens=1000` in a prompt became a 1,000-token
+# pool on a healthy node).
+_HOLDS_A_REQUEST: Final = re.compile(r"(?:Generate|Embedding)ReqInput\(|'meta_info': \{|\"rid\": ")
 _GLOG = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]")
 _EXCEPTION_TAIL = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b(?::|$)")
 _PY_WARNING = re.compile(r"\S+\.py:\d+: \w*Warning: ")
@@ -316,7 +321,7 @@ def classify(message: str, engine: bool) -> Outcome:
     # A known-noise head can still carry a glued line (the capacity line after `Memory pool end`).
     # Only in the engine's own lines: a README or a note that quotes "KV checksum mismatch" is
     # not a mismatch.
-    if engine:
+    if engine and not _HOLDS_A_REQUEST.search(message):
         for needle, handler in _CONTAINS:
             if needle in message:
                 return handler(message)

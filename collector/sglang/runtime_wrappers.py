@@ -187,6 +187,8 @@ class RuntimeLines:
                 return HELD
             return None
         text: str = record[key]
+        if "\x1b" in text:
+            text = strip_terminal_codes(text)
         stream = record.get("stream")
         piece = record.get("_p")
         if isinstance(piece, str):
@@ -277,6 +279,22 @@ def _syslog_epoch(m: re.Match[str], last_time: float) -> float:
     year = time.gmtime(last_time).tm_year
     when = epoch_from_parts(year, *parts)
     return epoch_from_parts(year + 1, *parts) if when < last_time - _HALF_YEAR else when
+
+
+# A terminal's control sequence (CSI): colours (`\x1b[2m`), erasing the line (`\x1b[K`). An engine
+# run on a terminal, or through `docker compose`, `script` or a coloured formatter, writes them
+# into its log around the text; a prompt never carries one raw (request lines are reprs, JSON
+# records escape it).
+_TERMINAL_CODE: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_terminal_codes(text: str) -> str:
+    """`text` without terminal control sequences.
+
+    Why: blind review 8b, a container's log whose lines were coloured (`… stdout F
+    \x1b[2m[2026-09-06 06:56:08]\x1b[0m Finish: …`) had 704 of its 712 lines unread, and one
+    line that was read made the run say "no exposed responses" with exit 0."""
+    return _TERMINAL_CODE.sub("", text)
 
 
 def with_prefix(text: str, when: float) -> str:
