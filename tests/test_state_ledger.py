@@ -8,7 +8,7 @@ import json
 import pytest
 
 from collector.events import Event
-from collector.state.ledger import LedgerConfig, RequestLedger
+from collector.state.ledger import REQUEST_SIDE, LedgerConfig, RequestLedger, apply_event
 from collector.state.request_record import RequestRecord, SideRecord
 
 T = 1_790_000_000.0
@@ -925,3 +925,18 @@ def test_a_refusal_whose_rid_another_node_s_request_holds_is_joined_there(restar
     # Named by no other node's request, it is one of its own.
     alone = _judged([_refusal(T, "p1", 900_000)])
     assert _alone(alone) == ["p1"]
+
+
+def test_a_request_log_of_no_role_that_answered_is_not_the_prefill_span_s_side():
+    """Blind review 8c: a decode's request log named for its host (`decode-0_0`, no role)
+    took the prefill span of the rid the router gave both halves; the room then had no
+    decode, and 4 of 8 exposures were lost."""
+    ledger = RequestLedger(LedgerConfig(input="sides"), role_of=role_of)
+    ledger.add(_span("prefill-0@h1", T + 0.4, "shared", "9", "prefill", None))
+    part = SideRecord(node="decode-0_0", rid="shared")
+    for event in decode_events("9", T, prompt=791_978, rid="shared"):
+        apply_event(part, event, event.fields, event.time)
+    ledger.add(Event(REQUEST_SIDE, "decode-0_0", T + 3.0, "d.log", {"side": part, "room": "9"}))
+    (record,) = ledger.drain()
+    assert record.serving is not None and record.serving.node == "decode-0_0"
+    assert record.prefill is not None and record.prefill.node == "prefill-0@h1"

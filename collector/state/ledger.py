@@ -814,6 +814,11 @@ class RequestLedger:
         role = part.role_hint if part is not None else None
         if role is None and self._role_of is not None:
             role = self._role_of(node, time)
+        if role is None and part is not None and _answers_as_decode(part):
+            # A request log named for its host, of no known role, that answered with tokens:
+            # decode's, never the prefill span of the rid a router gave both halves (blind
+            # review 8c: a decode's request log taken for prefill's, 4 of 8 exposures lost).
+            role = "decode"
         fitting = [(key, side) for key, side in traced if _may_be(side, role)]
         return fitting[0] if len(fitting) == 1 else None
 
