@@ -513,3 +513,57 @@ def test_what_spans_alone_cover_begins_at_the_first_span_s_start(
         "2026-08-27T10:12:01.000Z",
         "2026-08-27T10:14:52.000Z",
     )
+
+
+@pytest.mark.parametrize("refused_prompt_tokens", [None, 1])
+def test_spans_a_collector_replays_after_newer_ones_are_put_back_in_time(
+    tmp_path: Path, refused_prompt_tokens: int | None
+) -> None:
+    """A collector's queue sends an outage's spans after newer ones: the exposed answer's decode
+    spans come last in the file, behind a request four hours later. Read in file order, they came
+    after their room was judged, and the exposure went unnamed (blind review 8c)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, refused_prompt_tokens=refused_prompt_tokens)
+    exports = [json.loads(line) for line in traces.read_text().splitlines()]
+    spans = _one_span_a_line(exports)
+    replayed = [span for span in spans if DECODE_RIDS[1] in json.dumps(span)]
+    traced = {_only_span(span)["traceId"] for span in spans if _names_honest(span)}
+    newer = [_renamed(span) for span in spans if _only_span(span)["traceId"] in traced]
+    for span in newer:
+        _shifted(span, 4 * 3600)
+    in_file = [span for span in spans if span not in replayed] + newer + replayed
+    traces.write_text("".join(json.dumps(span) + "\n" for span in in_file))
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}
+    assert exposed[EXPOSED_ROOM]["rid"] == DECODE_RIDS[1]
+    assert summary["requests"]["total"] == 3
+
+
+def _only_span(export: dict[str, Any]) -> dict[str, Any]:
+    span: dict[str, Any] = export["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    return span
+
+
+def _names_honest(export: dict[str, Any]) -> bool:
+    text = json.dumps(export)
+    return PREFILL_RIDS[0] in text or DECODE_RIDS[0] in text
+
+
+def _renamed(export: dict[str, Any]) -> dict[str, Any]:
+    """A span of the honest request as one of another request: its own trace, rids and room."""
+    trace_id = _only_span(export)["traceId"]
+    text = (
+        json.dumps(export)
+        .replace(trace_id, trace_id[::-1])
+        .replace(PREFILL_RIDS[0], "c3" * 16)
+        .replace(DECODE_RIDS[0], "c4" * 16)
+        .replace(hex(int(HONEST_ROOM)), hex(int(HONEST_ROOM) + 1))
+    )
+    renamed: dict[str, Any] = json.loads(text)
+    return renamed
