@@ -262,13 +262,20 @@ def describe(path: Path) -> TelemetryFile | None:
         stamp = _SAVED_AT.search(name)
     if stamp:
         raw = re.sub(r"\D", "", stamp.group(stamp.lastindex or 0))
-        snapshot_time = parse_iso_time(
-            f"{raw[0:4]}-{raw[4:6]}-{raw[6:8]}T{raw[8:10]}:{raw[10:12]}:{raw[12:14]}Z"
-        )
+        snapshot_time = _stamp_time(raw)
         if snapshot_time is not None and stamp.start() > 0:
             name, stamp_key = name[: stamp.start()], raw
         else:
             snapshot_time = None
+    elif (
+        kind in ("prom", "json")
+        and name != path.parent.name  # `20260827T090500Z/server_info.json` names no node
+        and (folder := _FOLDER_STAMP.fullmatch(path.parent.name))
+    ):
+        # `snapshots/20260827T090500Z/decode-0.prom`: a scrape job's folder per round.
+        raw = re.sub(r"\D", "", folder.group(1))
+        snapshot_time = _stamp_time(raw)
+        stamp_key = raw if snapshot_time is not None else ""
     # Higher rotation numbers are older; dated rotations sort by date; the live file is newest;
     # the container's life before its restart comes before all of them.
     order = (-rotation if rotation else 0, date_key or "~")
@@ -290,6 +297,19 @@ def describe(path: Path) -> TelemetryFile | None:
 
 # Older than any rotation number.
 _PREVIOUS_ORDER: Final = 100_000
+# A folder named for the UTC time its documents were saved at, a scrape job's round
+# (`20260827T090500Z`, `2026-08-27T09:05:00Z`). Read as a folder per host, each round's scrapes
+# were nodes of their own (blind review 8c: 129 nodes, a pool warning for each round).
+_FOLDER_STAMP: Final = re.compile(
+    r"(\d{8}T\d{6}Z|\d{4}-\d\d-\d\dT\d\d[-:]?\d\d[-:]?\d\dZ|\d{8}[-_]\d{6}Z?)"
+)
+
+
+def _stamp_time(digits: str) -> float | None:
+    """The UTC time of a stamp's 14 digits (`20260827090500`), None when it is no time."""
+    return parse_iso_time(
+        f"{digits[0:4]}-{digits[4:6]}-{digits[6:8]}T{digits[8:10]}:{digits[10:12]}:{digits[12:14]}Z"
+    )
 
 
 def docker_container_name(folder: Path) -> str:

@@ -463,3 +463,23 @@ def test_two_deployments_side_by_side_keep_their_nodes_apart(
         assert len(paths) == 3, (node, paths)  # its log, `/server_info` and scrape
         assert all(p.startswith(node.split("/")[0]) for p in paths)
         assert all(node.split("/")[1] in p for p in paths)
+
+
+@pytest.mark.parametrize("stamp", ["20260827T090500Z", "2026-08-27T09:05:00Z"])
+def test_a_scrape_job_s_folder_per_round_dates_its_nodes_scrapes(
+    tmp_path: Path, stamp: str
+) -> None:
+    """`snapshots/<UTC time>/<node>.prom`: read as a folder per host, each round's scrapes were
+    nodes of their own (blind review 8c: 129 nodes, a pool warning each round)."""
+    rounds = [stamp, stamp.replace("09", "21", 1) if "-" in stamp else "20260827T210500Z"]
+    for folder in rounds:
+        (tmp_path / "snapshots" / folder).mkdir(parents=True)
+        for node in ("prefill-0", "decode-0"):
+            (tmp_path / "snapshots" / folder / f"{node}.prom").write_text(
+                'sglang:max_total_num_tokens{engine_type="x",model_name="m"} 681280\n'
+            )
+        (tmp_path / "snapshots" / folder / "server_info.json").write_text("{}")
+    found = [f for f in discover([tmp_path]) if f.kind == "prom"]
+    assert {f.node for f in found} == {"prefill-0", "decode-0"}
+    times = sorted({iso_time(f.snapshot_time) for f in found})
+    assert times == ["2026-08-27T09:05:00.000Z", "2026-08-27T21:05:00.000Z"]
