@@ -20,6 +20,7 @@ prefill writing no digest is skipped silently, 0.5.23 `_kv_checksum_comparable`)
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -66,12 +67,16 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
 
     def _init_learned(self) -> None:
         self.check_at_: float | None = None
+        # A change read with no time (a snapshot no name or line dates): checked at the end
+        # of the input unless a dated change sets a time first.
+        self.undated_change_ = False
 
     def _learned_state(self) -> dict[str, Any]:
-        return {"check_at_": self.check_at_}
+        return {"check_at_": self.check_at_, "undated_change_": self.undated_change_}
 
     def _load_learned(self, state: dict[str, Any]) -> None:
         self.check_at_ = state.get("check_at_")
+        self.undated_change_ = bool(state.get("undated_change_", False))
 
     def due_at(self) -> float:
         check_at = self.__dict__.get("check_at_")
@@ -120,8 +125,11 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         if not ({"kv_checksum", "role", "version"} & change.changed) and not change.restart:
             return []
         if self.check_at_ is None:
-            now = ctx.now if ctx.now is not None else change.config.since or 0.0
-            self.check_at_ = now + self.config.one_sided_grace_seconds
+            now = ctx.now if ctx.now is not None else change.config.since
+            if now is None:
+                self.undated_change_ = True  # not at 1970 plus the grace (blind review 8a)
+            else:
+                self.check_at_ = now + self.config.one_sided_grace_seconds
         config = change.config
         if (
             self.config.note_disabled
@@ -160,16 +168,18 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         return []
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        if self.check_at_ is None or now < self.check_at_:
-            return []
         at = self.check_at_
+        if at is None:
+            if not (math.isinf(now) and self.undated_change_):
+                return []
+        elif now < at:
+            return []
         self.check_at_ = None
-        deployments: dict[str | None, list[NodeConfig]] = {}
-        for config in ctx.timeline.configs_at(at):
-            if config.is_pd:
-                deployments.setdefault(config.model, []).append(config)
+        self.undated_change_ = False
         findings = []
-        for model, configs in sorted(deployments.items(), key=lambda kv: str(kv[0])):
+        for (model, _), configs in sorted(
+            _deployments(ctx.timeline.configs_at(at)).items(), key=lambda kv: str(kv[0])
+        ):
             on = sorted(c.node for c in configs if c.kv_checksum is True)
             off = sorted(c.node for c in configs if c.kv_checksum is False)
             if not (on and off):
@@ -193,3 +203,17 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                 )
             )
         return findings
+
+
+def _deployments(configs: Iterable[NodeConfig]) -> dict[tuple[str | None, str], list[NodeConfig]]:
+    """The PD nodes in force by deployment: by model, and by the folder their names say they
+    were saved in (`dep-a/prefill-0`) when every one of them says one. No transfer crosses
+    between two deployments, so a checksum on in one and off in the other is no one-sided
+    pair (blind review 8a: two deployments of one model, each consistent, were warned of)."""
+    pd = [config for config in configs if config.is_pd]
+    foldered = bool(pd) and all("/" in config.node for config in pd)
+    out: dict[tuple[str | None, str], list[NodeConfig]] = {}
+    for config in pd:
+        folder = config.node.rpartition("/")[0] if foldered else ""
+        out.setdefault((config.model, folder), []).append(config)
+    return out

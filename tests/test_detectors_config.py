@@ -363,6 +363,43 @@ def test_checksum_on_one_side_only_is_a_warning_and_off_on_a_capable_engine_is_i
     assert quiet == []
 
 
+def test_two_deployments_each_consistent_are_no_one_sided_checksum():
+    """Blind review 8a: two deployments of one model saved side by side, the checksum off on
+    both sides of one and on on both sides of the other, were warned of as one-sided."""
+    events = []
+    for deployment, on in (("dep-a", False), ("dep-b", True)):
+        for node, role in (("prefill-0", "prefill"), ("decode-0", "decode")):
+            events.append(args(f"{deployment}/{node}", T, role, kv_checksum=on))
+            events.append(info(f"{deployment}/{node}", T + 1, "0.5.22"))
+    warnings = [f for f in run(ChecksumUnverified(), events) if f.severity == "warning"]
+    assert warnings == []
+    events.append(args("dep-b/decode-1", T + 2, "decode", kv_checksum=False))
+    (warning,) = [f for f in run(ChecksumUnverified(), events) if f.severity == "warning"]
+    assert "dep-b/decode-1" in warning.summary and "dep-a" not in warning.summary
+
+
+def test_a_one_sided_checksum_read_with_no_time_is_told_with_none():
+    """Snapshots no name or line dates: the check was timed 1970-01-01T00:05 (blind review 8a)."""
+    events = [
+        Event(
+            "server_info",
+            "prefill-0",
+            None,
+            "p.json",
+            {"disaggregation_mode": "prefill", "kv_checksum": True, "version": "0.5.22"},
+        ),
+        Event(
+            "server_info",
+            "decode-0",
+            None,
+            "d.json",
+            {"disaggregation_mode": "decode", "kv_checksum": False, "version": "0.5.22"},
+        ),
+    ]
+    (warning,) = [f for f in run(ChecksumUnverified(), events) if f.severity == "warning"]
+    assert warning.time is None
+
+
 def test_a_restart_that_turns_the_checksum_off_is_a_warning():
     """Review (abort race): the restart that turned the checksum off on both sides, the moment
     corruptions it had caught as aborts began to be answered, was an info finding the reports
