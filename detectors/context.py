@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collector.state.config_timeline import ConfigTimeline, NodeConfig
+from collector.state.room_pairs import RoomPairs
 
 
 @dataclass(slots=True)
@@ -18,6 +19,9 @@ class DetectionContext:
 
     timeline: ConfigTimeline = field(default_factory=ConfigTimeline)
     now: float | None = None
+    # Which decode nodes' rooms met a prefill side read, fed by the pipeline with every request
+    # it judges. Not kept in a saved state: a restarted sidecar counts again.
+    pairs: RoomPairs = field(default_factory=RoomPairs)
 
     def config_at(self, node: str, time: float | None) -> NodeConfig | None:
         return self.timeline.config_at(node, time if time is not None else self.now)

@@ -30,7 +30,9 @@ from detectors.pool_in_force import (
     LENIENT_BASIS,
     PoolInForce,
     largest_prefill_pool,
+    pairing_undecided,
     pool_in_force,
+    served_elsewhere,
     serving_model,
     strictest_prefill_pool,
     unread_prefill_host,
@@ -40,6 +42,9 @@ from detectors.pool_in_force import (
 NO_PREFILL_NAMED: Final = "no prefill node named"
 # ... and of the one given where decode names a prefill host whose logs are not here.
 PREFILL_HOST_UNREAD: Final = "prefill host not read"
+# ... and of the one given where no room of the decode node met a prefill side read, while
+# other decode nodes' did (`collector.state.room_pairs`).
+PREFILL_NOT_READ: Final = "prefill node not read"
 
 
 class OverLengthAnsweredConfig(DetectorConfig):
@@ -79,18 +84,35 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # state: a question of one forensics pass, asked again at its end.
         self.held_: list[RequestRecord] = []
         self.not_held_ = 0
+        # Decode answers with no prefill side read, by decode node, waiting on the node's next
+        # answers to tell whether its prefill node is one of those read (`pairing_undecided`):
+        # at most `MIN_UNPAIRED` a node.
+        self.pairing_: dict[str, list[RequestRecord]] = {}
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        if not math.isinf(now) or not self.held_:
+        if not math.isinf(now):
             return []
         held, self.held_ = self.held_, []
+        held += [record for waiting in self.pairing_.values() for record in waiting]
+        self.pairing_ = {}
         findings = []
         for record in held:
             findings.extend(self._judge(record, ctx, late=True))
         return findings
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
-        return self._judge(record, ctx, late=False)
+        if pairing_undecided(record, ctx) and record.serving is not None:
+            # Why: blind review 8a, the first answers of a decode node served by a prefill whose
+            # logs were not read were judged against another deployment's pool, before enough
+            # of them told the node apart (`served_elsewhere`).
+            self.pairing_.setdefault(record.serving.node, []).append(record)
+            return []
+        findings = self._judge(record, ctx, late=False)
+        serving = record.serving
+        waiting = self.pairing_.pop(serving.node, None) if serving is not None else None
+        for held in waiting or ():
+            findings.extend(self._judge(held, ctx, late=True))
+        return findings
 
     def _judge(self, record: RequestRecord, ctx: DetectionContext, late: bool) -> list[Finding]:
         serving = record.serving
@@ -266,30 +288,51 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         unread node may have had a larger pool."""
         if serving.role != "decode":
             return []
-        host = unread_prefill_host(record, ctx)
-        if host is None:
-            return []
         when = record.start_time if record.start_time is not None else record.time
-        pool = largest_prefill_pool(ctx, when, serving_model(record, ctx))
+        model = serving_model(record, ctx)
+        host = unread_prefill_host(record, ctx)
+        if host is None and not served_elsewhere(serving.node, when, model, ctx):
+            return []
+        pool = largest_prefill_pool(ctx, when, model)
         if pool is None or prompt <= pool.longest_accepted + self.config.margin_tokens:
             return []
         node = pool.node
         config = ctx.config_at(node, when)
         if config is None or refuses_for_good(config.version, self.config.leak_fixed_version):
             return []
+        if host is not None:
+            summary = (
+                f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} prefilled "
+                f"on {host}, which no log read announced: its pool is not known, and every "
+                f"prefill pool read takes prompts of up to {pool.longest_accepted:,} tokens "
+                f"({node}). If {host}'s was no larger, the answer was generated from other "
+                f"requests' KV: read that node's logs to tell"
+            )
+            return self._possible(
+                record,
+                serving,
+                summary,
+                PREFILL_HOST_UNREAD,
+                bootstrap_host=host,
+                largest_pool_node=node,
+                largest_pool_tokens=pool.tokens,
+                largest_longest_accepted=pool.longest_accepted,
+            )
+        own = ctx.config_at(serving.node, when)
+        if own is not None and refuses_for_good(own.version, self.config.leak_fixed_version):
+            return []  # its deployment's release refuses over-length prompts for good
         summary = (
-            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} prefilled on "
-            f"{host}, which no log read announced: its pool is not known, and every prefill "
-            f"pool read takes prompts of up to {pool.longest_accepted:,} tokens ({node}). If "
-            f"{host}'s was no larger, the answer was generated from other requests' KV: read "
-            f"that node's logs to tell"
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')}; none of its "
+            f"requests met a prefill node read, while those read ({node} the largest, taking "
+            f"prompts of up to {pool.longest_accepted:,} tokens) met other decode nodes': it is "
+            f"served by a prefill node whose logs are not here. If that node's pool was no "
+            f"larger, the answer was generated from other requests' KV: read its logs to tell"
         )
         return self._possible(
             record,
             serving,
             summary,
-            PREFILL_HOST_UNREAD,
-            bootstrap_host=host,
+            PREFILL_NOT_READ,
             largest_pool_node=node,
             largest_pool_tokens=pool.tokens,
             largest_longest_accepted=pool.longest_accepted,

@@ -273,6 +273,7 @@ class DetectionPipeline:
         self.stats.records += 1
         before = len(out)
         ctx = self.context
+        ctx.pairs.note(record)
         clock = self._clock
         seconds = self.stats.seconds
         for det in self._request_dets:

@@ -10,7 +10,9 @@ known to compare: IP addresses, one already matched), and the largest pool of th
 none when no node is left (the request went to a prefill node whose logs are not here).
 Otherwise the largest prefill pool of the serving node's deployment (same model) in force at the
 request's time (the most lenient choice: a prompt longer than every prefill pool cannot have
-fit anywhere); outside PD, the serving node's own pool.
+fit anywhere), unless the prefill nodes read log their rooms and met other decode nodes', never
+this one's (`collector.state.room_pairs`): its prefill node is then one not read, pool unknown;
+outside PD, the serving node's own pool.
 """
 
 from __future__ import annotations
@@ -135,12 +137,42 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
             return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
     if largest is not None:
+        if serving is not None and served_elsewhere(serving.node, when, model, ctx):
+            return None
         return _lenient(ctx, when, *largest)
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
             return PoolInForce.of(config, "node pool")
     return None
+
+
+def served_elsewhere(
+    decode: str, when: float | None, model: str | None, ctx: DetectionContext
+) -> bool:
+    """Whether decode node `decode` is served by a prefill node whose logs are not here: the
+    prefill nodes of its deployment in force at `when` log their rooms and met other decode
+    nodes', never its (`RoomPairs`). Their pools then say nothing of its answers."""
+    prefills = [c.node for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
+    return ctx.pairs.served_elsewhere(decode, prefills)
+
+
+def pairing_undecided(record: RequestRecord, ctx: DetectionContext) -> bool:
+    """Whether `record`, a decode answer with no prefill side read, waits on its decode node's
+    next answers to tell whether its prefill node is one of those read (`RoomPairs.undecided`).
+    """
+    serving = record.serving
+    if (
+        serving is None
+        or serving.role != "decode"
+        or record.prefill is not None
+        or record.bootstrap_room is None
+    ):
+        return False
+    when = _when(record)
+    model = _model(record, ctx, when)
+    prefills = [c.node for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
+    return ctx.pairs.undecided(serving.node, prefills)
 
 
 def largest_prefill_pool(

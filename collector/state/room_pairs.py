@@ -1,0 +1,68 @@
+"""Which decode nodes' answers met a prefill side read: how a decode node is told to be served by
+a prefill node whose logs are not in the input.
+
+A decode answer with no prefill side read is judged against the largest prefill pool of its
+deployment (`detectors.pool_in_force`). That is lenient when its prefill node is one of those
+read; it is wrong when it is not. Two deployments of one model saved side by side, one without
+its prefill's logs, had the other's small pool judge its decode: 51 honest answers named exposed
+(blind review 8a). Rooms tell: where the prefill nodes read log every request's room and other
+decode nodes' rooms meet them, a decode node none of whose rooms ever met one is served
+elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from collector.state.request_record import RequestRecord
+
+# A decode node is said to be served elsewhere once this many of its answers with a room met
+# no prefill side read, and none met one.
+MIN_UNPAIRED: Final = 5
+
+
+class RoomPairs:
+    """Per decode node, its answers (with a room) that met a prefill side read and those that did
+    not; and the prefill nodes some decode answer met. Counts only: bounded by the nodes."""
+
+    __slots__ = ("paired", "unpaired", "met_prefills")
+
+    def __init__(self) -> None:
+        self.paired: dict[str, int] = {}
+        self.unpaired: dict[str, int] = {}
+        self.met_prefills: set[str] = set()
+
+    def note(self, record: RequestRecord) -> None:
+        serving = record.serving
+        if serving is None or serving.role != "decode" or record.bootstrap_room is None:
+            return
+        prefill = record.prefill
+        if prefill is None:
+            self.unpaired[serving.node] = self.unpaired.get(serving.node, 0) + 1
+        elif not prefill.traced_only:
+            self.paired[serving.node] = self.paired.get(serving.node, 0) + 1
+            self.met_prefills.add(prefill.node)
+
+    def undecided(self, decode: str, prefills: Iterable[str]) -> bool:
+        """Whether `decode` would be served elsewhere (`served_elsewhere`) but for too few of its
+        answers read yet: none met a prefill side, fewer than `MIN_UNPAIRED` did not."""
+        read = list(prefills)
+        return (
+            bool(read)
+            and self.paired.get(decode, 0) == 0
+            and self.unpaired.get(decode, 0) < MIN_UNPAIRED
+            and all(node in self.met_prefills for node in read)
+        )
+
+    def served_elsewhere(self, decode: str, prefills: Iterable[str]) -> bool:
+        """Whether `decode` is served by a prefill node none of `prefills` (those read of its
+        deployment): each of them met another decode node's rooms, and none of `decode`'s, of
+        which at least `MIN_UNPAIRED` met no prefill side."""
+        read = list(prefills)
+        return (
+            bool(read)
+            and self.paired.get(decode, 0) == 0
+            and self.unpaired.get(decode, 0) >= MIN_UNPAIRED
+            and all(node in self.met_prefills for node in read)
+        )

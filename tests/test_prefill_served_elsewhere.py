@@ -1,0 +1,104 @@
+"""A decode node served by a prefill node whose logs are not in the input.
+
+Two deployments of one model saved side by side, one without its prefill's logs: a decode answer
+with no prefill side read was judged against the largest prefill pool of its model, the other
+deployment's, and 51 honest long answers were named exposed (blind review 8a v46). The prefill
+read logs every request's room and meets the other decode's; none of this decode's rooms ever
+meets it, so its prefill is one not read: its long answers are warnings, never exposures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from collector.forensics.driver import run_forensics
+from tests.engine_lines import prefill_start, server_args
+
+DAY = "2026-08-27"
+POOL = 681_280
+A_HOST, B_HOST = "prefill-a.gpu.internal", "prefill-b.gpu.internal"
+
+
+def _rid(room: int) -> str:
+    return f"{room:032x}"
+
+
+def _finish(
+    hour: int, minute: int, room: int, prompt: int, tokens: int, kind: str, host: str
+) -> str:
+    rid = _rid(room)
+    reason = "{'type': 'length', 'length': 1}" if tokens == 1 else "{'type': 'stop'}"
+    return (
+        f"[{DAY} {hour:02d}:{minute:02d}:30] Finish: obj=GenerateReqInput(rid='{rid}', "
+        f"bootstrap_host='{host}', bootstrap_port=8998, bootstrap_room={room}), "
+        f"out={{'meta_info': {{'id': '{rid}', 'finish_reason': {reason}, "
+        f"'prompt_tokens': {prompt}, 'completion_tokens': {tokens}, 'cached_tokens': 0, "
+        f"'e2e_latency': {40.0 if kind == 'honest-long' else 2.0}}}}}\n"
+    )
+
+
+def _refusal(hour: int, minute: int, room: int, prompt: int) -> str:
+    return (
+        f"[{DAY} {hour:02d}:{minute:02d}:29 TP0] Input length ({prompt} tokens) exceeds the "
+        f"maximum allowed length ({POOL - 6} tokens). Use a shorter input or enable "
+        f"--allow-auto-truncate., self.rid='{_rid(room)}'\n"
+    )
+
+
+def _case(root: Path) -> tuple[set[str], set[str]]:
+    """dep-a: prefill and decode, two exposed answers among honest ones; dep-b: decode only,
+    its first answer and two more honest 800k-token prompts its own prefill took."""
+    # Hosts by name, as DNS gives them: decode's host names no address to rule nodes out by.
+    a_prefill = [server_args(DAY, "prefill"), prefill_start(DAY, A_HOST, POOL)]
+    a_decode = [server_args(DAY, "decode")]
+    b_decode = [server_args(DAY, "decode")]
+    exposed, b_long = set(), set()
+    for n in range(12):
+        hour, room = 1 + n, 1000 + n
+        if n in (4, 9):
+            a_prefill.append(_refusal(hour, 0, room, 790_000 + n))
+            a_decode.append(_finish(hour, 0, room, 790_000 + n, 300, "exposed", A_HOST))
+            exposed.add(str(room))
+        else:
+            a_prefill.append(_finish(hour, 0, room, 20_000 + n, 1, "stub", A_HOST))
+            a_decode.append(_finish(hour, 0, room, 20_000 + n, 300, "honest", A_HOST))
+        b_room = 2000 + n
+        long = n in (0, 6, 10)
+        b_decode.append(
+            _finish(
+                hour,
+                30,
+                b_room,
+                800_000 + n if long else 20_000 + n,
+                300,
+                "honest-long" if long else "honest",
+                B_HOST,
+            )
+        )
+        if long:
+            b_long.add(str(b_room))
+    for folder, node, lines in (
+        ("dep-a", "prefill-0", a_prefill),
+        ("dep-a", "decode-0", a_decode),
+        ("dep-b", "decode-0", b_decode),
+    ):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        (root / folder / f"{node}.log").write_text("".join(lines))
+    return exposed, b_long
+
+
+def test_a_decode_none_of_whose_rooms_met_the_prefill_read_is_served_elsewhere(
+    tmp_path: Path,
+) -> None:
+    exposed, b_long = _case(tmp_path / "case")
+    summary: dict[str, Any] = run_forensics([str(tmp_path / "case")], tmp_path / "out").summary
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == exposed
+    warned = {
+        f["bootstrap_room"]: f
+        for f in summary["findings"]
+        if f["detector"] == "over_length_answered" and f["bootstrap_room"] in b_long
+    }
+    assert set(warned) == b_long  # the first of them too, before the node was told apart
+    assert all(f["severity"] == "warning" and not f["exposure"] for f in warned.values())
+    assert all(f["evidence"]["pool_basis"] == "prefill node not read" for f in warned.values())
