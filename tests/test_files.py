@@ -483,3 +483,19 @@ def test_a_scrape_job_s_folder_per_round_dates_its_nodes_scrapes(
     assert {f.node for f in found} == {"prefill-0", "decode-0"}
     times = sorted({iso_time(f.snapshot_time) for f in found})
     assert times == ["2026-08-27T09:05:00.000Z", "2026-08-27T21:05:00.000Z"]
+
+
+def test_a_repaired_line_is_not_counted_twice_among_the_unread() -> None:
+    """A line with bytes that are not UTF-8 is repaired and still read; unrecognised, it is
+    counted as such. Counted as a drop too, more lines were said unused than were read (blind
+    review 8c: "11,930 of 11,389")."""
+    summary = {
+        "input": {
+            "lines": 11_389,
+            "dropped_by_reason": {"binary": 1_883, "non_utf8_line_repaired": 1_502},
+            "unclassified_other_lines": 7_661,
+        }
+    }
+    said = unread_line(summary)
+    assert "9,544 of 11,389 lines read could not be used" in said
+    assert "repaired" not in said
