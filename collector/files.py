@@ -1494,7 +1494,7 @@ def _decode_block(payload: bytes | memoryview, stats: ReadStats) -> list[str]:
         text = strip_terminal_codes(text)
     lines = text.split("\n")
     if "\r" in text:
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        lines = [_as_shown(line) if "\r" in line else line for line in lines]
     if "\x00" in text or "\ufffd" in text:
         lines = [_clean(line, stats) for line in lines]
     if len(payload) > MAX_LINE_BYTES and any(len(line) > MAX_LINE_BYTES for line in lines):
@@ -1506,6 +1506,17 @@ def _decode_block(payload: bytes | memoryview, stats: ReadStats) -> list[str]:
             cleaned.append(line)
         lines = cleaned
     return lines
+
+
+def _as_shown(line: str) -> str:
+    """A line with carriage returns as a terminal showed it: a CRLF's return dropped, and of
+    text a progress bar wrote over (`Loading 50%\rLoading 100%\r[2026-…] max_total_num_tokens=…`),
+    what was written last. A prompt's returns are escaped in the request lines (reprs, JSON),
+    so a raw one is a terminal's.
+
+    Why: blind review 8b, a capacity line behind a `tqdm` bar was not read."""
+    line = line[:-1] if line.endswith("\r") else line
+    return line.rpartition("\r")[2] if "\r" in line else line
 
 
 # NUL bytes in a row that are a hole, not junk in a line: logrotate's `copytruncate` under a

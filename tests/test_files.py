@@ -499,3 +499,22 @@ def test_a_repaired_line_is_not_counted_twice_among_the_unread() -> None:
     said = unread_line(summary)
     assert "9,544 of 11,389 lines read could not be used" in said
     assert "repaired" not in said
+
+
+def test_a_line_a_progress_bar_wrote_over_reads_as_the_terminal_showed_it(
+    tmp_path: Path,
+) -> None:
+    """Blind review 8b: a capacity line behind a `tqdm` bar's carriage returns was not read."""
+    capacity = (
+        "[2026-11-02 10:00:05 TP0] max_total_num_tokens=681280, chunked_prefill_size=16384, "
+        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576"
+    )
+    (tmp_path / "prefill-0.log").write_bytes(
+        b"Capturing batches:  50%|#####     | 2/4\rCapturing batches: 100%|##########| 4/4\r"
+        + capacity.encode()
+        + b"\r\n"
+        + (_line(6, 1) + "\r\n").encode()
+    )
+    events = list(events_by_node([tmp_path], ParseStats()))
+    assert [e.kind for e in events] == ["capacity", "decode_batch"]
+    assert events[0].fields["max_total_num_tokens"] == 681280
