@@ -167,6 +167,9 @@ class TelemetryFile:
     day: float | None = None
     # The file as discovery found it: device, inode, size and modification time (`as_found`).
     found: tuple[int, int, int, int] | None = None
+    # On a file of trace exports: the nodes its other files name, so a span's server named as
+    # one of them (`--otlp-service-name prefill-0`, at some host) is that node (`parse`).
+    known_nodes: frozenset[str] = frozenset()
     # A document no name or line dates, of a node no log of which is read: what it says of the
     # node's configuration is taken as in force from the start (`parse.streams_of`).
     from_start: bool = False

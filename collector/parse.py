@@ -297,11 +297,18 @@ def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iter
 
     try:
         exports = read_trace_exports(read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES)
-        yield from in_time_order(
+        for event in in_time_order(
             (event for outcome in exports for event in _trace_outcome(stats, outcome)),
             horizon=SPAN_REORDER_SECONDS,
             max_held=SPAN_REORDER_EVENTS,
-        )
+        ):
+            service, at, _ = event.node.partition("@")
+            if at and service in tf.known_nodes:
+                # `prefill-0@prefill-0.gpu.internal` beside `prefill-0.log`: one server. Apart,
+                # the span's node had no pool and the log's none of its requests (blind review
+                # 8c: "POOL UNKNOWN" for a node whose pool was read).
+                event.node = service
+            yield event
     finally:
         stats.absorb(read)
 
@@ -456,6 +463,11 @@ def streams_of(
     ordered = {
         key: in_reading_order(files) if is_log_stream(key[1]) else files
         for key, files in streams.items()
+    }
+    named = frozenset(node for node, kind in ordered if kind != "otlp")
+    ordered = {
+        key: [replace(tf, known_nodes=named) for tf in files] if key[1] == "otlp" else files
+        for key, files in ordered.items()
     }
     return _dated(_from_start(ordered), log_date)
 

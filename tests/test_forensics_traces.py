@@ -81,6 +81,7 @@ def _trace_the_incident(
     long_prompt_prefill_host: str = "4f1c9a7e11d2",
     long_prompt_prefilled: bool = False,
     refused_prompt_tokens: int | None = None,
+    services: tuple[str, str] = ("sglang", "sglang"),
 ) -> None:
     """The two requests of `reference_incident` as SGLang's root and thread spans, every server
     the default service `sglang` (no `--otlp-service-name`), its machine in the thread spans.
@@ -92,8 +93,8 @@ def _trace_the_incident(
     processors = []
     host_ids: dict[int, str] = {}
 
-    def server(host_id: str) -> trace.Tracer:
-        provider = TracerProvider(resource=Resource({"service.name": "sglang"}))
+    def server(host_id: str, service: str = "sglang") -> trace.Tracer:
+        provider = TracerProvider(resource=Resource({"service.name": service}))
         processor = BatchSpanProcessor(exporter)
         provider.add_span_processor(processor)
         processors.append(processor)
@@ -101,7 +102,7 @@ def _trace_the_incident(
         host_ids[id(tracer)] = host_id
         return tracer
 
-    prefill, decode = server("4f1c9a7e11d2"), server("9b2e6d0c55a8")
+    prefill, decode = server("4f1c9a7e11d2", services[0]), server("9b2e6d0c55a8", services[1])
     long_prefill = (
         prefill if long_prompt_prefill_host == "4f1c9a7e11d2" else server(long_prompt_prefill_host)
     )
@@ -567,3 +568,25 @@ def _renamed(export: dict[str, Any]) -> dict[str, Any]:
     )
     renamed: dict[str, Any] = json.loads(text)
     return renamed
+
+
+def test_spans_of_a_server_named_as_a_node_read_are_that_node_s(tmp_path: Path) -> None:
+    """`--otlp-service-name prefill-0` on each server: its spans, named `prefill-0@<host>`,
+    are the node `prefill-0` whose log is read. Apart, the span's server had no pool ("POOL
+    UNKNOWN") and the log's node none of its requests (blind review 8c)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    traces = tmp_path / "otel" / "otel_trace.json"
+    traces.parent.mkdir()
+    _trace_the_incident(traces, services=("prefill-0", "decode-0"))
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    assert sorted(summary["nodes"]) == ["decode-0", "prefill-0"]
+    exposed = _exposed_rooms(summary)
+    assert set(exposed) == {EXPOSED_ROOM}
+    assert (exposed[EXPOSED_ROOM]["node"], exposed[EXPOSED_ROOM]["prefill_node"]) == (
+        "decode-0",
+        "prefill-0",
+    )
+    assert "over_length_answered" in exposed[EXPOSED_ROOM]["evidence"]
