@@ -198,6 +198,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 self.faults_.mended(config.node)
             return None
         severity: Severity = "warning"
+        told_by_answers = False  # critical since decode answered a refused prompt, not before
         why = "prompts longer than the pool will be refused"
         if config.role == "prefill":
             # Never bounded by how its start-up lines look: 0.5.19 already prints server_args
@@ -218,7 +219,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                     f"decode answers from other requests' KV"
                 )
             elif version is None and self.unretired_.get(config.node, 0) > 0:
-                severity = "critical"
+                severity, told_by_answers = "critical", True
                 why = (
                     "the node refuses over-length prompts, decode did not retire them, and the "
                     "engine version is unknown: on engines < 0.5.20 decode answers them from "
@@ -238,9 +239,16 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
             f"raise the pool or lower --context-length"
         )
+        # The pool and the context are set when the engine starts, and its release is the one
+        # it started with: the gap stood from the generation's start, though a `/server_info`
+        # saved after the logs (dated by its file) may tell it late. Dated then, the finding
+        # stood after the logs' end, at the time the files were copied (blind review 8c).
+        began = config.since
+        if told_by_answers or began is None or (ctx.now is not None and began > ctx.now):
+            began = ctx.now
         return self._finding(
             severity,
-            time=ctx.now if ctx.now is not None else config.since,
+            time=began,
             node=config.node,
             summary=summary,
             subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}:since{since}",

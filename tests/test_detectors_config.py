@@ -509,3 +509,20 @@ def test_kv_cache_sharding_without_a_stated_limit_leaves_the_capacity_unknown():
     stated = info("prefill-0", T + 70, "0.5.23", max_req_input_len=681_274)
     (finding,) = run(PoolBelowContext(), [sharded, capacity("prefill-0", T + 60, 262_144), stated])
     assert "KV max_req_input_len 681,274 + 6 < context 1,048,576" in finding.summary
+
+
+def test_a_pool_gap_told_critical_late_is_dated_from_its_engine_s_start():
+    """The version that makes the gap critical is read from a `/server_info` saved after the
+    logs: the gap stood from the engine's start, not from when the file was copied (blind
+    review 8c: a critical finding stamped with the time the tool ran)."""
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            capacity("prefill-0", T + 40, 681_280),
+            ev("prefill_batch", "prefill-0", T + 3_600, new_seq=1),
+            info("prefill-0", T + 30 * 86_400, "0.5.19"),
+        ],
+    )
+    critical = [f for f in findings if f.severity == "critical"]
+    assert critical and all(f.time == T for f in critical)
