@@ -102,3 +102,28 @@ def test_a_decode_none_of_whose_rooms_met_the_prefill_read_is_served_elsewhere(
     assert set(warned) == b_long  # the first of them too, before the node was told apart
     assert all(f["severity"] == "warning" and not f["exposure"] for f in warned.values())
     assert all(f["evidence"]["pool_basis"] == "prefill node not read" for f in warned.values())
+
+
+def test_a_prefill_that_logs_only_its_refusals_serves_every_decode_node(tmp_path: Path) -> None:
+    """Refusal lines name a rid, never a room: a prefill logging nothing else meets no decode
+    node's rooms, and one decode node whose answers met its refusals says nothing of another's
+    (blind review 8c E12: an exposure judged a warning, "served by a prefill not read")."""
+    # The prefill announces the address it listens on, which decode's host never names.
+    prefill = [server_args(DAY, "prefill"), prefill_start(DAY, "0.0.0.0", POOL)]
+    joined, apart = [server_args(DAY, "decode")], [server_args(DAY, "decode")]
+    exposed = set()
+    for n in range(8):
+        hour = 1 + n
+        prefill.append(_refusal(hour, 0, 1000 + n, 790_000 + n))
+        joined.append(_finish(hour, 0, 1000 + n, 790_000 + n, 300, "exposed", "10.0.0.11"))
+        # Its request lines kept in a file of their own: no refusal joins its rid.
+        apart.append(_finish(hour, 30, 2000 + n, 20_000 + n, 300, "honest", "10.0.0.11"))
+        if n in (5, 7):
+            apart.append(_finish(hour, 40, 3000 + n, 800_000 + n, 300, "exposed", "10.0.0.11"))
+        exposed |= {str(1000 + n)} | ({str(3000 + n)} if n in (5, 7) else set())
+    case = tmp_path / "case"
+    case.mkdir()
+    for node, lines in (("prefill-0", prefill), ("decode-0", joined), ("decode-1", apart)):
+        (case / f"{node}.log").write_text("".join(lines))
+    summary: dict[str, Any] = run_forensics([str(case)], tmp_path / "out").summary
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == exposed

@@ -24,7 +24,8 @@ MIN_UNPAIRED: Final = 5
 
 class RoomPairs:
     """Per decode node, its answers (with a room) that met a prefill side read and those that did
-    not; and the prefill nodes some decode answer met. Counts only: bounded by the nodes."""
+    not; and the prefill nodes whose request lines some decode answer met. Counts only: bounded
+    by the nodes."""
 
     __slots__ = ("paired", "unpaired", "met_prefills")
 
@@ -42,7 +43,11 @@ class RoomPairs:
             self.unpaired[serving.node] = self.unpaired.get(serving.node, 0) + 1
         elif not prefill.traced_only:
             self.paired[serving.node] = self.paired.get(serving.node, 0) + 1
-            self.met_prefills.add(prefill.node)
+            if prefill.has_finish or prefill.has_stats or prefill.received_time is not None:
+                # Its request lines name rooms. A refusal line names a rid at most: a prefill
+                # that logs only its refusals meets no room of the requests it takes, and every
+                # decode node it serves looked served elsewhere (blind review 8c E12).
+                self.met_prefills.add(prefill.node)
 
     def undecided(self, decode: str, prefills: Iterable[str]) -> bool:
         """Whether `decode` would be served elsewhere (`served_elsewhere`) but for too few of its
