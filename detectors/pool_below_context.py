@@ -17,6 +17,7 @@ after it was mended (`detectors.condition_since`).
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from collector.events import Event
@@ -68,6 +69,13 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Per node, refused requests whose decode answer was a success or is unknown: the leak's
         # path may be open. A refused request decode then aborted shows it closed.
         self.unretired_: dict[str, int] = {}
+        # Per node, the time of the first refused request whose decode answer is not in the
+        # input, asked about at the end of it (`_on_flush`): a `/server_info` saved after the
+        # logs may yet tell a release that refuses for good (blind review 9a: 0.5.23 nodes
+        # with a small pool raised a false critical, "the engine version is unknown").
+        self.unanswered_: dict[str, float | None] = {}
+        # Per node, when a refusal first showed the path may be open (the critical's time).
+        self.unretired_since_: dict[str, float | None] = {}
         self.faults_ = ConditionSince()
         self._forget_sync()
 
@@ -82,6 +90,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         return {
             "refusals_": dict(self.refusals_),
             "unretired_": dict(self.unretired_),
+            "unanswered_": dict(self.unanswered_),
+            "unretired_since_": dict(self.unretired_since_),
             "faults_": self.faults_.to_state(),
         }
 
@@ -92,6 +102,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         raw = state.get("unretired_")
         if isinstance(raw, dict):
             self.unretired_ = {str(k): int(v) for k, v in raw.items()}
+        for name in ("unanswered_", "unretired_since_"):
+            raw = state.get(name)
+            if isinstance(raw, dict):
+                setattr(self, name, {str(k): _time_or_none(v) for k, v in raw.items()})
         self.faults_ = ConditionSince.from_state(state.get("faults_"))
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
@@ -144,13 +158,30 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         serving = record.serving
         if serving is not None and not serving.succeeded:
             return []  # decode retired it: on this engine the path is closed
-        return self._note_unretired(node, ctx)
+        when = record.start_time if record.start_time is not None else record.time
+        if serving is None:
+            self.unanswered_.setdefault(node, when)
+            return []
+        return self._note_unretired(node, when, ctx)
 
-    def _note_unretired(self, node: str, ctx: DetectionContext) -> list[Finding]:
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        if not math.isinf(now):
+            return []
+        findings = []
+        for node, when in sorted(self.unanswered_.items()):
+            if node not in self.unretired_:
+                findings.extend(self._note_unretired(node, when, ctx))
+        self.unanswered_ = {}
+        return findings
+
+    def _note_unretired(
+        self, node: str, when: float | None, ctx: DetectionContext
+    ) -> list[Finding]:
         first = node not in self.unretired_
         self.unretired_[node] = self.unretired_.get(node, 0) + 1
         if not first:
             return []
+        self.unretired_since_[node] = when
         # A first refusal can only raise this node's severity.
         if self._in_sync(ctx.timeline, ctx.timeline.changes, ctx.now):
             return self._evaluate_nodes([node], ctx)
@@ -244,7 +275,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # saved after the logs (dated by its file) may tell it late. Dated then, the finding
         # stood after the logs' end, at the time the files were copied (blind review 8c).
         began = config.since
-        if told_by_answers or began is None or (ctx.now is not None and began > ctx.now):
+        if told_by_answers:
+            began = self.unretired_since_.get(config.node, ctx.now)
+        if began is None or (ctx.now is not None and began > ctx.now):
             began = ctx.now
         return self._finding(
             severity,
@@ -265,3 +298,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "refusals": self.refusals_.get(config.node, 0),
             },
         )
+
+
+def _time_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

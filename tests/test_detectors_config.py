@@ -526,3 +526,22 @@ def test_a_pool_gap_told_critical_late_is_dated_from_its_engine_s_start():
     )
     critical = [f for f in findings if f.severity == "critical"]
     assert critical and all(f.time == T for f in critical)
+
+
+def test_a_refusal_whose_decode_answer_is_not_read_waits_for_the_release():
+    """A refused request decode's lines do not show: whether its answer leaked is the release's
+    to say, and a `/server_info` saved after the logs may say it. 0.5.23 refuses for good: no
+    critical (blind review 9a); with no release ever read, critical from that refusal."""
+    fleet = [
+        args("prefill-0", T, "prefill"),
+        capacity("prefill-0", T + 60, 681_280),
+        args("decode-0", T, "decode"),
+        capacity("decode-0", T + 60, 2_000_000),
+    ]
+    hours = [ev("decode_batch", "decode-0", T + 3600 * h, running_req=1) for h in range(1, 5)]
+    late = info("prefill-0", T + 9e5, "0.5.23")  # saved after the logs: read last
+    told = run(PoolBelowContext(), [*fleet, *prefill_refusal(), *hours, late])
+    assert [f.severity for f in told if f.node == "prefill-0"] == ["warning"]
+    untold = run(PoolBelowContext(), [*fleet, *prefill_refusal(), *hours])
+    critical = [f for f in untold if f.severity == "critical"]
+    assert len(critical) == 1 and critical[0].time == T + 100

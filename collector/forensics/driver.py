@@ -88,6 +88,9 @@ from detectors.windows import CounterDeltas
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 MAX_TIMING_POINTS = 20_000
 MAX_FINDINGS_KEPT = 200_000
+# Refusals joined to no room held to be asked again at the end (`settle_refusals`); past this,
+# each is counted when judged.
+MAX_REFUSALS_HELD = 100_000
 # Releases remembered to count a release logged by several TP ranks once (they log it together).
 RECENT_RELEASES = 4096
 # Deferred-release outcomes are counted in bins of the first of these widths (the detectors'
@@ -182,6 +185,10 @@ class _Evidence:
         # `(node, time) -> bool`: the node's release refuses for good (set by `run_forensics`
         # from the pipeline): its refusals by rid alone reach no decode node.
         self.refusal_final: Callable[[str, float | None], bool] | None = None
+        # Refusals no line joined to a room, on a release not known to refuse for good when
+        # judged: (node, time, rid, request time), asked again once the whole input is read
+        # (`settle_refusals`).
+        self._refused_alone_held: list[tuple[str, float | None, str | None, float | None]] = []
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -239,7 +246,12 @@ class _Evidence:
         elif self._refused_alone(record):
             self.pd_requests += 1
             self.pd_nodes["prefill"].add(record.sides[0].node)
-            self._refused_without_decode(record, rid=record.sides[0].rid)
+            side = record.sides[0]
+            if len(self._refused_alone_held) < MAX_REFUSALS_HELD:
+                when = record.start_time if record.start_time is not None else record.time
+                self._refused_alone_held.append((side.node, side.last_time, side.rid, when))
+            else:
+                self._refused_without_decode(record, rid=side.rid)
         exposing = [f for f in findings if f.exposure]
         exposed_by = [f.detector for f in exposing]
         self._judged_with_record.update(id(f) for f in exposing)
@@ -289,8 +301,28 @@ class _Evidence:
         final = self.refusal_final
         return final is None or not final(side.node, side.last_time)
 
+    def settle_refusals(self) -> None:
+        """The refusals held by `record`, asked again at the end of the input: a `/server_info`
+        saved after the logs, dated by its file, tells the release late, and on one that
+        refuses for good they are no request decode may have answered.
+
+        Why: blind review 9a, 0.5.20 to 0.5.23 deployments with a small prefill pool and their
+        `/server_info` saved after the logs: NOT JUDGED, exit 2, over refusals the engine had
+        made for good."""
+        held, self._refused_alone_held = self._refused_alone_held, []
+        final = self.refusal_final
+        for node, at, rid, when in held:
+            if final is None or not final(node, at):
+                self._count_refused_without_decode(when, rid=rid)
+
     def _refused_without_decode(
         self, record: RequestRecord, *, room: str | None = None, rid: str | None = None
+    ) -> None:
+        when = record.start_time if record.start_time is not None else record.time
+        self._count_refused_without_decode(when, room=room, rid=rid)
+
+    def _count_refused_without_decode(
+        self, when: float | None, *, room: str | None = None, rid: str | None = None
     ) -> None:
         self.refused_without_decode += 1
         if room is not None and len(self.refused_without_decode_rooms) < 3:
@@ -299,7 +331,6 @@ class _Evidence:
             self.refused_without_room += 1
             if rid is not None and len(self.refused_without_decode_rids) < 3:
                 self.refused_without_decode_rids.append(rid)
-        when = record.start_time if record.start_time is not None else record.time
         if when is not None:
             first, last = self.refused_first, self.refused_last
             self.refused_first = when if first is None else min(first, when)
@@ -592,6 +623,7 @@ def run_forensics(
                 note_finding(finding)
         for finding in pipeline.finish():
             note_finding(finding)
+        evidence.settle_refusals()
         if stats.line_span is not None:  # lines no detector took still show what is covered
             first, last = stats.line_span
             first_time = first if first_time is None else min(first, first_time)
