@@ -76,6 +76,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self.unanswered_: dict[str, float | None] = {}
         # Per node, when a refusal first showed the path may be open (the critical's time).
         self.unretired_since_: dict[str, float | None] = {}
+        # Nodes a refused request of which decode answered with success.
+        self.answered_: set[str] = set()
         self.faults_ = ConditionSince()
         self._forget_sync()
 
@@ -92,6 +94,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             "unretired_": dict(self.unretired_),
             "unanswered_": dict(self.unanswered_),
             "unretired_since_": dict(self.unretired_since_),
+            "answered_": sorted(self.answered_),
             "faults_": self.faults_.to_state(),
         }
 
@@ -106,6 +109,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             raw = state.get(name)
             if isinstance(raw, dict):
                 setattr(self, name, {str(k): _time_or_none(v) for k, v in raw.items()})
+        raw = state.get("answered_")
+        if isinstance(raw, list):
+            self.answered_ = {str(node) for node in raw}
         self.faults_ = ConditionSince.from_state(state.get("faults_"))
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
@@ -162,6 +168,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if serving is None:
             self.unanswered_.setdefault(node, when)
             return []
+        self.answered_.add(node)
         return self._note_unretired(node, when, ctx)
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
@@ -251,10 +258,17 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 )
             elif version is None and self.unretired_.get(config.node, 0) > 0:
                 severity, told_by_answers = "critical", True
+                # Said as the input shows it: answered, or an answer not read (blind review
+                # 9b: "decode did not retire them" where no decode log was read).
+                retired = (
+                    "decode answered them"
+                    if config.node in self.answered_
+                    else "decode's answers to them are not in the input"
+                )
                 why = (
-                    "the node refuses over-length prompts, decode did not retire them, and the "
-                    "engine version is unknown: on engines < 0.5.20 decode answers them from "
-                    "other requests' KV"
+                    f"the node refuses over-length prompts, {retired}, and the engine version "
+                    "is unknown: on engines < 0.5.20 decode answers them from other requests' "
+                    "KV"
                 )
         since = self.faults_.began(
             config.node, (config.role, pool, reference, severity), config.generation
@@ -276,7 +290,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # stood after the logs' end, at the time the files were copied (blind review 8c).
         began = config.since
         if told_by_answers:
-            began = self.unretired_since_.get(config.node, ctx.now)
+            # From the first such refusal, within this generation: one the node made with an
+            # earlier pool says nothing of this one (blind review 9b: dated before the pool).
+            first = self.unretired_since_.get(config.node, ctx.now)
+            if first is not None and (began is None or first > began):
+                began = first
         if began is None or (ctx.now is not None and began > ctx.now):
             began = ctx.now
         return self._finding(

@@ -545,3 +545,42 @@ def test_a_refusal_whose_decode_answer_is_not_read_waits_for_the_release():
     untold = run(PoolBelowContext(), [*fleet, *prefill_refusal(), *hours])
     critical = [f for f in untold if f.severity == "critical"]
     assert len(critical) == 1 and critical[0].time == T + 100
+    # Said as the input shows it (blind review 9b: "decode did not retire them", no decode log).
+    assert "decode's answers to them are not in the input" in critical[0].summary
+
+
+def test_a_pool_gap_after_a_restart_is_dated_no_earlier_than_the_restart():
+    """Refusals decode answered under the first pool made the gap critical; a restart with
+    another pool, still below the context, is critical from the restart, not from refusals
+    made with the pool before it (blind review 9b)."""
+    answered = [
+        *prefill_refusal(),
+        ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
+        ev(
+            "request_finished",
+            "decode-0",
+            T + 100.2,
+            rid="d1",
+            bootstrap_room="1",
+            prompt_tokens=700_000,
+            completion_tokens=80,
+            finish_type="stop",
+        ),
+    ]
+    findings = run(
+        PoolBelowContext(),
+        [
+            args("prefill-0", T, "prefill"),
+            capacity("prefill-0", T + 60, 681_280),
+            args("decode-0", T, "decode"),
+            capacity("decode-0", T + 60, 2_000_000),
+            *answered,
+            ev("decode_batch", "decode-0", T + 600, running_req=1),
+            args("prefill-0", T + 2_400, "prefill"),
+            capacity("prefill-0", T + 2_460, 900_000),
+        ],
+    )
+    critical = {f.evidence["pool_tokens"]: f for f in findings if f.severity == "critical"}
+    assert critical[681_280].time == T + 100
+    assert critical[900_000].time == T + 2_400
+    assert "decode answered them" in critical[900_000].summary

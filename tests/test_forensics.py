@@ -285,6 +285,9 @@ def test_findings_csv_says_which_findings_are_exposures(incident: Run) -> None:
     assert exposing
     assert {r["dedup_key"] for r in rows if r["exposure"] == "true"} == exposing
     assert {r["exposure"] for r in rows} == {"true", "false"}
+    # Each row has the JSON finding's fields: when it was read too (blind review 9b).
+    raised = {f["dedup_key"]: f["raised_at"] or "" for f in incident.summary["findings"]}
+    assert {r["dedup_key"]: r["raised_at"] for r in rows} == raised
 
 
 def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Run) -> None:

@@ -71,7 +71,11 @@ def add_forensics_arguments(parser: argparse.ArgumentParser) -> None:
         choices=tuple(FAIL_ON),
         default="never",
         help="exit 1 when the run finds an exposed response, a critical finding, or any "
-        "finding above info (default: never; the reports are written either way)",
+        "finding above info (default: never; the reports are written either way). Whatever "
+        "this says, a run that finds no exposure over input it could not judge whole (no "
+        "request read, requests out of time, refusals whose answer is not in the input) is "
+        "NOT JUDGED, exit 2: never an all-clear; bad arguments and unwritable outputs exit 2 "
+        "too",
     )
 
 

@@ -41,6 +41,7 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
         "summary",
         "runbook",
         "dedup_key",
+        "raised_at",
         "exposure",
         "evidence",
     ]
