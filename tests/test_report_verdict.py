@@ -242,10 +242,13 @@ def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> Non
     for finding in summary["findings"][:3]:  # two detectors on one response, one on the other
         finding["exposure"] = True
     assert (
-        "Findings: 4 critical (3 of them name the 2 exposed responses, one for each "
-        "detector), 0 warning, 0 info." in _headline(summary)
+        "Findings: 4 critical (3 of them name the 2 exposed responses, one for each detector "
+        "that names it), 0 warning, 0 info." in _headline(summary)
     )
     assert "Findings: 4 critical, 0 warning, 0 info." in _headline(_summary(*RACE))
+    # One finding each: no detectors to count (blind review 9b).
+    summary["findings"][1]["exposure"] = False
+    assert "(2 of them name the 2 exposed responses, one each)" in _headline(summary)[-1]
 
 
 def test_the_count_of_info_findings_says_which_detectors_raised_them() -> None:

@@ -1197,10 +1197,8 @@ def per_response(summary: dict[str, Any]) -> str:
     naming = sum(1 for f in summary["findings"] if f.get("exposure"))
     if not count or not naming:
         return ""
-    return (
-        f" ({naming:,} of them name the {count:,} exposed {_responses(count)}, one for each "
-        "detector)"
-    )
+    each = "one each" if naming == count else "one for each detector that names it"
+    return f" ({naming:,} of them name the {count:,} exposed {_responses(count)}, {each})"
 
 
 def info_kinds(summary: dict[str, Any]) -> str:
