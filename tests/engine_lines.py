@@ -21,3 +21,34 @@ def prefill_start(day: str, host: str, pool: int) -> str:
         "available_gpu_mem=21.95 GB\n"
         f"[{day} 00:00:45] CommonKVBootstrapServer started successfully on {host}:8998\n"
     )
+
+
+def finish_line(
+    at: str,
+    rid: str,
+    room: object,
+    prompt: int,
+    *,
+    tokens: int = 700,
+    host: str = "10.1.0.11",
+    e2e: float = 21.9,
+    extra: str = "",
+) -> str:
+    """A PD request's `Finish:` line at `at` (`YYYY-MM-DD HH:MM:SS`), stopped after `tokens`
+    tokens (one: prefill's `length` finish); `extra` goes on the end of its meta_info."""
+    reason = "{'type': 'length', 'length': 1}" if tokens == 1 else "{'type': 'stop'}"
+    return (
+        f"[{at}] Finish: obj=GenerateReqInput(rid='{rid}', bootstrap_host='{host}', "
+        f"bootstrap_port=8998, bootstrap_room={room}), out={{'meta_info': {{'id': '{rid}', "
+        f"'finish_reason': {reason}, 'prompt_tokens': {prompt}, 'completion_tokens': {tokens}, "
+        f"'cached_tokens': 0, 'e2e_latency': {e2e}{extra}}}}}\n"
+    )
+
+
+def refusal_line(at: str, rid: str, prompt: int, pool: int) -> str:
+    """A prefill's 0.5.19 refusal of a `prompt`-token request against a `pool`-token pool."""
+    return (
+        f"[{at} TP0] Input length ({prompt} tokens) exceeds the maximum allowed length "
+        f"({pool - 6} tokens). Use a shorter input or enable --allow-auto-truncate., "
+        f"self.rid='{rid}'\n"
+    )

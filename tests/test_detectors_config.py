@@ -50,6 +50,14 @@ def prefill_refusal() -> list[Event]:
     ]
 
 
+def decode_answer(**finish: object) -> list[Event]:
+    """decode-0's lines of room 1 (prefill's `p1`), finished as `finish` says."""
+    return [
+        ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
+        ev("request_finished", "decode-0", T + 100.2, rid="d1", bootstrap_room="1", **finish),
+    ]
+
+
 def run(detector: Detector, events: list[Event]):
     return list(DetectionPipeline(detectors=[detector], raise_errors=True).run(events))
 
@@ -132,17 +140,7 @@ def test_refusals_decode_retired_do_not_make_an_unknown_version_critical():
     # request: the leak's path is closed on this engine, whatever release it is.
     refused = [
         *prefill_refusal(),
-        ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
-        ev(
-            "request_finished",
-            "decode-0",
-            T + 100.2,
-            rid="d1",
-            bootstrap_room="1",
-            prompt_tokens=700_000,
-            finish_type="abort",
-            status_code=400,
-        ),
+        *decode_answer(prompt_tokens=700_000, finish_type="abort", status_code=400),
     ]
     fleet = [
         args("prefill-0", T, "prefill"),
@@ -555,17 +553,7 @@ def test_a_pool_gap_after_a_restart_is_dated_no_earlier_than_the_restart():
     made with the pool before it (blind review 9b)."""
     answered = [
         *prefill_refusal(),
-        ev("request_received", "decode-0", T + 100, rid="d1", bootstrap_room="1"),
-        ev(
-            "request_finished",
-            "decode-0",
-            T + 100.2,
-            rid="d1",
-            bootstrap_room="1",
-            prompt_tokens=700_000,
-            completion_tokens=80,
-            finish_type="stop",
-        ),
+        *decode_answer(prompt_tokens=700_000, completion_tokens=80, finish_type="stop"),
     ]
     findings = run(
         PoolBelowContext(),

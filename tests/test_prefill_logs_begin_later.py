@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.forensics.driver import run_forensics
-from tests.engine_lines import prefill_start, server_args
+from tests.engine_lines import finish_line, prefill_start, refusal_line, server_args
 
 DAY = "2026-08-27"
 POOL = 681_280
@@ -25,23 +25,11 @@ LATE_EXPOSED = {"5504000000000000000": (13, 800_000)}
 
 
 def _finish(hour: int, room: str, prompt: int) -> str:
-    rid = f"{int(room):032x}"
-    return (
-        f"[{DAY} {hour:02d}:20:00] Finish: obj=GenerateReqInput(rid='{rid}', "
-        f"bootstrap_host='10.1.0.11', bootstrap_port=8998, bootstrap_room={room}), "
-        f"out={{'meta_info': {{'id': '{rid}', 'finish_reason': {{'type': 'stop', "
-        f"'matched': 151336}}, 'prompt_tokens': {prompt}, 'completion_tokens': 700, "
-        "'cached_tokens': 0, 'e2e_latency': 21.9}}\n"
-    )
+    return finish_line(f"{DAY} {hour:02d}:20:00", f"{int(room):032x}", room, prompt)
 
 
 def _refusal(hour: int, room: str, prompt: int) -> str:
-    rid = f"{int(room):032x}"
-    return (
-        f"[{DAY} {hour:02d}:19:58 TP0] Input length ({prompt} tokens) exceeds the maximum "
-        f"allowed length ({POOL - 6} tokens). Use a shorter input or enable "
-        f"--allow-auto-truncate., self.rid='{rid}'\n"
-    )
+    return refusal_line(f"{DAY} {hour:02d}:19:58", f"{int(room):032x}", prompt, POOL)
 
 
 def _summary(tmp_path: Path, prefill_begins: str) -> dict[str, Any]:

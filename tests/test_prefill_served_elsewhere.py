@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collector.forensics.driver import run_forensics
-from tests.engine_lines import prefill_start, server_args
+from tests.engine_lines import finish_line, prefill_start, refusal_line, server_args
 
 DAY = "2026-08-27"
 POOL = 681_280
@@ -27,23 +27,13 @@ def _rid(room: int) -> str:
 def _finish(
     hour: int, minute: int, room: int, prompt: int, tokens: int, kind: str, host: str
 ) -> str:
-    rid = _rid(room)
-    reason = "{'type': 'length', 'length': 1}" if tokens == 1 else "{'type': 'stop'}"
-    return (
-        f"[{DAY} {hour:02d}:{minute:02d}:30] Finish: obj=GenerateReqInput(rid='{rid}', "
-        f"bootstrap_host='{host}', bootstrap_port=8998, bootstrap_room={room}), "
-        f"out={{'meta_info': {{'id': '{rid}', 'finish_reason': {reason}, "
-        f"'prompt_tokens': {prompt}, 'completion_tokens': {tokens}, 'cached_tokens': 0, "
-        f"'e2e_latency': {40.0 if kind == 'honest-long' else 2.0}}}}}\n"
-    )
+    e2e = 40.0 if kind == "honest-long" else 2.0
+    at = f"{DAY} {hour:02d}:{minute:02d}:30"
+    return finish_line(at, _rid(room), room, prompt, tokens=tokens, host=host, e2e=e2e)
 
 
 def _refusal(hour: int, minute: int, room: int, prompt: int) -> str:
-    return (
-        f"[{DAY} {hour:02d}:{minute:02d}:29 TP0] Input length ({prompt} tokens) exceeds the "
-        f"maximum allowed length ({POOL - 6} tokens). Use a shorter input or enable "
-        f"--allow-auto-truncate., self.rid='{_rid(room)}'\n"
-    )
+    return refusal_line(f"{DAY} {hour:02d}:{minute:02d}:29", _rid(room), prompt, POOL)
 
 
 def _case(root: Path) -> tuple[set[str], set[str]]:
