@@ -315,5 +315,7 @@ def test_a_refusal_alone_on_a_release_that_refuses_for_good_reaches_no_decode():
         evidence.refusal_final = final
         evidence.record(refusal_alone("prefill-0"), [])
         evidence.record(refusal_alone("router-0"), [])  # a role no PD prefill has
+        # Asked at the end of the input: a release read late may refuse for good (review 9a).
+        evidence.settle_refusals()
         assert evidence.refused_without_decode == counted
         assert evidence.refused_without_decode_rids == ["p1"] * counted
