@@ -246,3 +246,32 @@ def test_refusals_and_finishes_naming_one_rid_set_a_clock(tmp_path: Path) -> Non
         path.write_text("".join(lines))
         samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
     assert offset(samples["decode-0"], samples["prefill-0"]) == -5 * 3600.0
+
+
+def test_time_stats_and_long_finishes_sharing_rooms_set_a_clock(tmp_path: Path) -> None:
+    """A prefill logging time stats alone (no request line) and a decode logging its finishes
+    alone, an hour behind: they share rooms only through the time stats' `entry_time` and the
+    finishes less their end-to-end latency, here over 100 s (blind review 10b: the decode's
+    answers met the prefill's generation an hour earlier, its smaller pool)."""
+    stats, finishes = [], []
+    for i in range(5):
+        room, rid = 9000 + i, f"{i:032x}"
+        entry = 1_788_253_200.0 + 600 * i  # 2026-09-01 09:00 UTC, every 10 minutes
+        stats.append(
+            f"[2026-09-01 09:{i}1:40 TP0] ReqTimeStats(rid={rid}, bootstrap_room={room}, "
+            f"input_len=900000, cached_input_len=0, output_len=1, attempts=0, type=prefill): "
+            f"bootstrap_duration=1.00ms, queue_duration=50.00ms, forward_duration=99949.00ms, "
+            f"entry_time={entry:.3f}\n"
+        )
+        finishes.append(
+            f"[2026-09-01 08:{i}2:10] Finish: obj=GenerateReqInput(rid='{rid}', "
+            f"bootstrap_host='10.0.1.10', bootstrap_port=8998, bootstrap_room={room}), "
+            f"out={{'meta_info': {{'id': '{rid}', 'finish_reason': {{'type': 'stop'}}, "
+            f"'prompt_tokens': 900000, 'completion_tokens': 300, 'e2e_latency': 130.0}}}}\n"
+        )
+    samples = {}
+    for node, lines in (("prefill-0", stats), ("decode-0", finishes)):
+        path = tmp_path / f"{node}.log"
+        path.write_text("".join(lines))
+        samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
+    assert offset(samples["decode-0"], samples["prefill-0"]) == -3600.0

@@ -322,8 +322,8 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
     )
     assert (
         "The log stamps of decode-0 carry no zone; for the same requests (the lines both logged "
-        "of the same rooms or rids: receipts, refusals) they read +02:00 from those of "
-        "prefill-0 (read as UTC), and were moved by that." in line
+        "of the same rooms or rids: receipts, refusals, time stats, finishes) they read +02:00 "
+        "from those of prefill-0 (read as UTC), and were moved by that." in line
     )
     assert line.endswith("every time from them is off by its offset.")
     assert line.count("decode-0") == 1
@@ -334,8 +334,8 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
     }  # fmt: skip
     assert (
         "The log stamps of decode-2 carry no zone; for the same requests (the lines both logged "
-        "of the same rooms or rids: receipts, refusals) they agree with those of prefill-0 "
-        "(UTC), and are UTC."
+        "of the same rooms or rids: receipts, refusals, time stats, finishes) they agree with "
+        "those of prefill-0 (UTC), and are UTC."
     ) in log_zones_line(summary)
     summary["input"]["log_zone_aligned"] = {
         f"decode-{i}": {"offset": "-05:00", "against": [f"prefill-{i}"], "against_known": False}
@@ -343,7 +343,7 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
     }  # each met its own prefill node: one sentence for the move
     assert (
         "The log stamps of decode-0 and decode-1 carry no zone; for the same requests (the "
-        "lines both logged of the same rooms or rids: receipts, refusals) they read -05:00 from "
-        "those of prefill-0 and "
-        "prefill-1 (read as UTC), and were moved by that."
+        "lines both logged of the same rooms or rids: receipts, refusals, time stats, "
+        "finishes) they read -05:00 from those of prefill-0 and prefill-1 (read as UTC), and "
+        "were moved by that."
     ) in log_zones_line(summary)

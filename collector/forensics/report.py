@@ -297,7 +297,8 @@ def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
         )
         parts.append(
             f"The log stamps of {_listed(nodes)} carry no zone; for the same requests (the "
-            f"lines both logged of the same rooms or rids: receipts, refusals) {moved}."
+            "lines both logged of the same rooms or rids: receipts, refusals, time stats, "
+            f"finishes) {moved}."
         )
     return " ".join(parts)
 

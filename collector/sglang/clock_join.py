@@ -24,7 +24,13 @@ from typing import Final, NamedTuple
 from collector.events import Event
 from collector.files import TelemetryFile
 from collector.line_order import end_lines, first_line_time
-from collector.sglang.log_clock import ZONE_RANGE, ZONE_STEP, ZoneReading, first_lines
+from collector.sglang.log_clock import (
+    ZONE_RANGE,
+    ZONE_STEP,
+    ZoneReading,
+    first_lines,
+    printed_at,
+)
 from collector.sglang.logs import LineParser
 from collector.state.ledger import FAKE_BOOTSTRAP_HOST, WARMUP_ROOMS
 
@@ -37,7 +43,11 @@ MAX_SKEW: Final = 120.0
 # The share of shared rooms that must agree on the offset.
 MIN_AGREEING: Final = 0.8
 
+# A measured end-to-end latency longer than this is a garbled one (a request may run an hour).
+MAX_LATENCY: Final = 86_400.0
+
 _RECEIVE: Final = "Receive:"
+_TIME_STATS: Final = "ReqTimeStats("
 _ROOM: Final = "bootstrap_room="
 _REFUSAL_RID: Final = "self.rid="
 _FINISH: Final = "Finish:"
@@ -90,18 +100,40 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
             if event is not None and event.kind == "request_rejected" and event.time and rid:
                 stamps.setdefault(_RID + str(rid), event.time)
             continue
+        if _TIME_STATS in head:
+            # When the request entered, on this clock: its line's stamp less the time since
+            # `entry_time` (a UTC epoch; the durations are that time). A prefill logging time
+            # stats and no request line shares its rooms' moments with decode's finishes.
+            _, event = parser.parse(line, "")
+            if event is None or event.kind != "request_time_stats" or not event.time:
+                continue
+            room, entry = event.fields.get("bootstrap_room"), event.fields.get("entry_time")
+            printed = printed_at(event)
+            if (
+                room is not None
+                and printed is not None
+                and isinstance(entry, float)
+                and _shared_request(event)
+            ):
+                stamps.setdefault(str(room), event.time - (printed - entry))
+            continue
         if _FINISH in head and _RECEIVE not in head:
-            # Its rid, at when it was received (its finish less its end-to-end latency): a
-            # decode logging finishes alone still shares the moments of prefill's refusals.
+            # Its rid and room, at when it was received (its finish less its end-to-end
+            # latency): a decode logging finishes alone still shares the moments of prefill's
+            # refusals and time stats (blind review 10b: a decode an hour behind, its long
+            # answers judged against the pool of the prefill's generation an hour earlier).
             _, event = parser.parse(line, "")
             if event is None or event.kind != "request_finished" or not event.time:
                 continue
             if not _shared_request(event):
                 continue
             rid, e2e = event.fields.get("rid"), event.fields.get("e2e_latency")
+            room = event.fields.get("bootstrap_room")
+            latency = e2e if isinstance(e2e, float) and 0 <= e2e < MAX_LATENCY else 0.0
             if rid:
-                latency = e2e if isinstance(e2e, float) and 0 <= e2e < MAX_SKEW else 0.0
                 stamps.setdefault(_RID + str(rid), event.time - latency)
+            if room is not None:
+                stamps.setdefault(str(room), event.time - latency)
             continue
         if _RECEIVE not in line or (_ROOM not in line and "rid=" not in line):
             continue
