@@ -10,9 +10,12 @@ known to compare: IP addresses, one already matched), and the largest pool of th
 none when no node is left (the request went to a prefill node whose logs are not here).
 Otherwise the largest prefill pool of the serving node's deployment (same model) in force at the
 request's time (the most lenient choice: a prompt longer than every prefill pool cannot have
-fit anywhere), unless the prefill nodes read log their rooms and met other decode nodes', never
-this one's (`collector.state.room_pairs`): its prefill node is then one not read, pool unknown;
-outside PD, the serving node's own pool.
+fit anywhere); outside PD, the serving node's own pool. Rooms come first: where the prefill
+nodes read log their rooms and met other decode nodes', never this one's, its prefill node is
+one not read, pool unknown (`collector.state.room_pairs`), whatever address it names (two
+clusters may reach their prefill nodes at one). Answers that met a prefill node's request lines
+also teach the addresses it is reached at: one naming such an address met that node, one
+naming none of the read nodes' addresses went to a node not read.
 """
 
 from __future__ import annotations
@@ -125,26 +128,39 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         # nodes read (one at least is none of them, its pool unknown).
     serving = record.serving
     host = serving.bootstrap_host if serving is not None else None
+    model = _model(record, ctx, when)
+    if serving is not None and served_elsewhere(serving.node, when, model, ctx):
+        # Before the hosts: two clusters may reach their prefill nodes at the same address.
+        return None
     if serving is not None and host is not None:
-        timeline = ctx.timeline
-        owner = timeline.bootstrap_node(host, serving.bootstrap_port, when)
+        owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
             return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
-    model = _model(record, ctx, when)
+        met = ctx.pairs.prefill_at(host)
+        if met is not None:
+            # Other answers naming this host met that node's request lines: it is reached there.
+            return PoolInForce.known_for(ctx.config_at(met, when), "bootstrap host met")
+        if _met_elsewhere(host, when, model, ctx):
+            return None
     if serving is not None and host is not None:
         ruled_out = _ruled_out(host, ctx.timeline)
         if ruled_out is not None:
             return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
     if largest is not None:
-        if serving is not None and served_elsewhere(serving.node, when, model, ctx):
-            return None
         return _lenient(ctx, when, *largest)
     if serving is not None and serving.role == "unified":
         config = ctx.config_at(serving.node, when)
         if config is not None and config.pool_tokens is not None:
             return PoolInForce.of(config, "node pool")
     return None
+
+
+def _met_elsewhere(host: str, when: float | None, model: str | None, ctx: DetectionContext) -> bool:
+    """Whether `host` is the address of none of the prefill nodes read of the deployment, as
+    the answers that met their request lines name them (`RoomPairs.host_elsewhere`)."""
+    prefills = [c.node for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
+    return ctx.pairs.host_elsewhere(host, prefills)
 
 
 def served_elsewhere(
@@ -212,6 +228,11 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
     timeline = ctx.timeline
     if timeline.bootstrap_node(host, port, when) is not None:
         return None
+    said = host if port is None else f"{host}:{port}"
+    if ctx.pairs.prefill_at(host) is None and _met_elsewhere(
+        host, when, _model(record, ctx, when), ctx
+    ):
+        return said
     ruled_out = _ruled_out(host, timeline)
     if ruled_out is None:
         return None
@@ -220,7 +241,7 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
         for node in timeline.nodes()
     ):
         return None
-    return host if port is None else f"{host}:{port}"
+    return said
 
 
 def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:

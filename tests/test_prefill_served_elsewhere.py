@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from collector.forensics.driver import run_forensics
 from tests.engine_lines import finish_line, prefill_start, refusal_line, server_args
 
@@ -36,7 +38,7 @@ def _refusal(hour: int, minute: int, room: int, prompt: int) -> str:
     return refusal_line(f"{DAY} {hour:02d}:{minute:02d}:29", _rid(room), prompt, POOL)
 
 
-def _case(root: Path) -> tuple[set[str], set[str]]:
+def _case(root: Path, b_host: str) -> tuple[set[str], set[str]]:
     """dep-a: prefill and decode, two exposed answers among honest ones; dep-b: decode only,
     its first answer and two more honest 800k-token prompts its own prefill took."""
     # Hosts by name, as DNS gives them: decode's host names no address to rule nodes out by.
@@ -63,7 +65,7 @@ def _case(root: Path) -> tuple[set[str], set[str]]:
                 800_000 + n if long else 20_000 + n,
                 300,
                 "honest-long" if long else "honest",
-                B_HOST,
+                b_host,
             )
         )
         if long:
@@ -78,10 +80,13 @@ def _case(root: Path) -> tuple[set[str], set[str]]:
     return exposed, b_long
 
 
+@pytest.mark.parametrize("b_host", [A_HOST, B_HOST])
 def test_a_decode_none_of_whose_rooms_met_the_prefill_read_is_served_elsewhere(
-    tmp_path: Path,
+    tmp_path: Path, b_host: str
 ) -> None:
-    exposed, b_long = _case(tmp_path / "case")
+    """`b_host`: the address dep-b's decode reaches its own prefill at; two clusters may reach
+    theirs at the same one (then the rooms alone tell), or at one no answer met dep-a's at."""
+    exposed, b_long = _case(tmp_path / "case", b_host)
     summary: dict[str, Any] = run_forensics([str(tmp_path / "case")], tmp_path / "out").summary
     assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == exposed
     warned = {
@@ -91,7 +96,8 @@ def test_a_decode_none_of_whose_rooms_met_the_prefill_read_is_served_elsewhere(
     }
     assert set(warned) == b_long  # the first of them too, before the node was told apart
     assert all(f["severity"] == "warning" and not f["exposure"] for f in warned.values())
-    assert all(f["evidence"]["pool_basis"] == "prefill node not read" for f in warned.values())
+    basis = "prefill node not read" if b_host == A_HOST else "prefill host not read"
+    assert all(f["evidence"]["pool_basis"] == basis for f in warned.values())
 
 
 def test_a_prefill_that_logs_only_its_refusals_serves_every_decode_node(tmp_path: Path) -> None:
@@ -117,3 +123,41 @@ def test_a_prefill_that_logs_only_its_refusals_serves_every_decode_node(tmp_path
         (case / f"{node}.log").write_text("".join(lines))
     summary: dict[str, Any] = run_forensics([str(case)], tmp_path / "out").summary
     assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == exposed
+
+
+def test_answers_naming_a_host_the_prefill_read_is_not_reached_at_are_not_judged_by_it(
+    tmp_path: Path,
+) -> None:
+    """One decode, served by two prefill nodes, one's logs missing; both announce `0.0.0.0`.
+    The answers that met prefill-0's request lines name 10.0.0.11: those naming 10.0.0.12
+    went elsewhere, and prefill-0's pool says nothing of them (blind review 10b h56: 4 honest
+    answers named exposed)."""
+    prefill = [server_args(DAY, "prefill"), prefill_start(DAY, "0.0.0.0", POOL)]
+    decode = [server_args(DAY, "decode")]
+    exposed, elsewhere = set(), set()
+    for n in range(10):
+        hour, room = 1 + n, 1000 + n
+        if n in (3, 7):
+            prefill.append(_refusal(hour, 0, room, 790_000 + n))
+            decode.append(_finish(hour, 0, room, 790_000 + n, 300, "exposed", "10.0.0.11"))
+            exposed.add(str(room))
+        else:
+            prefill.append(_finish(hour, 0, room, 20_000 + n, 1, "stub", "10.0.0.11"))
+            decode.append(_finish(hour, 0, room, 20_000 + n, 300, "honest", "10.0.0.11"))
+        if n in (5, 8):  # a 900k prompt prefilled on the node whose logs are missing
+            decode.append(_finish(hour, 30, 2000 + n, 900_000, 300, "honest-long", "10.0.0.12"))
+            elsewhere.add(str(2000 + n))
+    case = tmp_path / "case"
+    case.mkdir()
+    for node, lines in (("prefill-0", prefill), ("decode-0", decode)):
+        (case / f"{node}.log").write_text("".join(lines))
+    summary: dict[str, Any] = run_forensics([str(case)], tmp_path / "out").summary
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == exposed
+    warned = [
+        f
+        for f in summary["findings"]
+        if f["bootstrap_room"] in elsewhere and f["detector"] == "over_length_answered"
+    ]
+    assert {f["bootstrap_room"] for f in warned} == elsewhere
+    assert all(f["severity"] == "warning" and not f["exposure"] for f in warned)
+    assert summary["requests"]["prefill_host_unread"] == len(elsewhere)

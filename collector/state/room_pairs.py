@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from collector.state.config_timeline import normal_host
 from collector.state.request_record import RequestRecord
 
 # A decode node is said to be served elsewhere once this many of its answers with a room met
 # no prefill side read, and none met one.
 MIN_UNPAIRED: Final = 5
+# Addresses kept for one prefill node (its NICs, its names).
+MAX_HOSTS: Final = 16
 
 
 class RoomPairs:
@@ -27,12 +30,15 @@ class RoomPairs:
     not; and the prefill nodes whose request lines some decode answer met. Counts only: bounded
     by the nodes."""
 
-    __slots__ = ("paired", "unpaired", "met_prefills")
+    __slots__ = ("paired", "unpaired", "met_prefills", "hosts")
 
     def __init__(self) -> None:
         self.paired: dict[str, int] = {}
         self.unpaired: dict[str, int] = {}
         self.met_prefills: set[str] = set()
+        # The bootstrap hosts decode answers named when they met a prefill node's request
+        # lines, by that node: the addresses it is reached at (at most `MAX_HOSTS` a node).
+        self.hosts: dict[str, set[str]] = {}
 
     def note(self, record: RequestRecord) -> None:
         serving = record.serving
@@ -48,6 +54,28 @@ class RoomPairs:
                 # that logs only its refusals meets no room of the requests it takes, and every
                 # decode node it serves looked served elsewhere (blind review 8c E12).
                 self.met_prefills.add(prefill.node)
+                host = normal_host(serving.bootstrap_host or "")
+                known = self.hosts.setdefault(prefill.node, set())
+                if host is not None and len(known) < MAX_HOSTS:
+                    known.add(host)
+
+    def prefill_at(self, host: str) -> str | None:
+        """The one prefill node decode answers naming `host` met, if exactly one did."""
+        normal = normal_host(host)
+        owners = [node for node, hosts in self.hosts.items() if normal in hosts]
+        return owners[0] if len(owners) == 1 else None
+
+    def host_elsewhere(self, host: str, prefills: Iterable[str]) -> bool:
+        """Whether `host` is none of `prefills`' (those read of a deployment): each of them was
+        met at the hosts answers named, and `host` is none of those.
+
+        Why: blind review 10b, a decode served by two prefill nodes, one's logs missing: the
+        answers naming the missing node's address were judged against the other's pool."""
+        read = list(prefills)
+        normal = normal_host(host)
+        return bool(read) and all(
+            self.hosts.get(node) and normal not in self.hosts[node] for node in read
+        )
 
     def undecided(self, decode: str, prefills: Iterable[str]) -> bool:
         """Whether `decode` would be served elsewhere (`served_elsewhere`) but for too few of its
