@@ -23,6 +23,9 @@ volume to mean it. Per window (event time) the score is the largest of
   step by step (12, then 60, then 104 an hour) enters the baseline window by window and never
   stands out of its last hour's, yet the hour is far above what was normal before it (blind
   review F2: 176 timeouts, 12% to 83% of the aborts, and no finding);
+* the same over the last `steady_windows` windows (six hours), once the baseline is full and
+  with a prior of `steady_prior` a window: a steady storm under the hour's floor, 16 timeouts
+  an hour where one came in ten (blind review 10a: two such storms, one warning);
 
 a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
 timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
@@ -90,6 +93,14 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     # them, with its own volume floor (`_sustained`).
     sustained_windows: int = Field(default=12, ge=2)
     sustained_min_timeouts: int = Field(default=24, ge=1)
+    # A steady storm under the hour's floor (16 timeouts an hour for ten hours where one came
+    # in ten): the last `steady_windows` windows (six hours) against the baseline's rate as
+    # they began, once the baseline is full and the deployment's own normal known, its prior
+    # then `steady_prior` a window (`_steady`). Blind review 10a: two such storms, with
+    # mismatches on the same nodes, one warning between them.
+    steady_windows: int = Field(default=72, ge=2)
+    steady_min_timeouts: int = Field(default=24, ge=1)
+    steady_prior: float = Field(default=0.1, gt=0)
     # Mismatches in this many previous windows (plus the current one) make it critical.
     mismatch_lookback_windows: int = Field(default=1, ge=0)
 
@@ -258,6 +269,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # The timeouts of the windows judged lately, and the baseline's rate as each began.
         self.recent_timeouts_: deque[float] = deque(maxlen=cfg.sustained_windows)
         self.recent_rates_: deque[float] = deque(maxlen=cfg.sustained_windows)
+        # The same over `steady_windows`.
+        self.steady_timeouts_: deque[float] = deque(maxlen=cfg.steady_windows)
+        self.steady_rates_: deque[float] = deque(maxlen=cfg.steady_windows)
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -273,6 +287,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "episode": self.episode_.to_state(),
             "recent_timeouts": list(self.recent_timeouts_),
             "recent_rates": list(self.recent_rates_),
+            "steady_timeouts": list(self.steady_timeouts_),
+            "steady_rates": list(self.steady_rates_),
         }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
@@ -298,6 +314,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         size = cfg.sustained_windows
         self.recent_timeouts_ = deque(map(float, state.get("recent_timeouts", [])), maxlen=size)
         self.recent_rates_ = deque(map(float, state.get("recent_rates", [])), maxlen=size)
+        size = cfg.steady_windows
+        self.steady_timeouts_ = deque(map(float, state.get("steady_timeouts", [])), maxlen=size)
+        self.steady_rates_ = deque(map(float, state.get("steady_rates", [])), maxlen=size)
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -418,6 +437,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.recent_rates_ = deque(
             (rate + joined for rate in self.recent_rates_), maxlen=self.config.sustained_windows
         )
+        self.steady_rates_ = deque(
+            (rate + joined for rate in self.steady_rates_), maxlen=self.config.steady_windows
+        )
 
     def _unobserved(self) -> None:
         super()._unobserved()
@@ -459,6 +481,25 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         bar = cfg.ratio * max(expected, cfg.prior_timeouts * cfg.sustained_windows)
         return count / bar, count, expected
 
+    def _steady(self, timeouts: float, rate: float) -> tuple[float, float, float]:
+        """As `_sustained`, over the last `steady_windows` windows, judged once the baseline
+        holds its full span of windows: against `ratio` x the rate it had before them, or the
+        `steady_prior` a window when that is more."""
+        cfg = self.config
+        self.steady_timeouts_.append(float(timeouts))
+        self.steady_rates_.append(float(rate))
+        if (
+            len(self.steady_timeouts_) < cfg.steady_windows
+            or len(self.baseline_timeouts_) < cfg.baseline_windows
+        ):
+            return 0.0, 0.0, 0.0
+        count = sum(self.steady_timeouts_)
+        expected = self.steady_rates_[0] * cfg.steady_windows
+        if count < cfg.steady_min_timeouts or not unlikely(count, expected, cfg.chance):
+            return 0.0, count, expected
+        bar = cfg.ratio * max(expected, cfg.steady_prior * cfg.steady_windows)
+        return count / bar, count, expected
+
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
         nodes = window.nodes()
@@ -491,6 +532,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
                     scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
         scores["sustained"], sustained, before = self._sustained(timeouts, timeouts_rate)
+        scores["steady"], steady, steady_before = self._steady(timeouts, timeouts_rate)
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -524,9 +566,11 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             return None
 
-        if rule != "sustained":
+        if rule not in ("sustained", "steady"):
             # A burst found on its own is no part of a rise judged later: an hour holding a
-            # storm that already fired (and ended) fired again as "more and more".
+            # storm that already fired (and ended) fired again as "more and more". The steady
+            # hours are kept: judged against the rate before them, they tell a storm that goes
+            # on after its burst (and turn its episode critical when mismatches come).
             self.recent_timeouts_.clear()
             self.recent_rates_.clear()
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
@@ -564,6 +608,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f"last {hours:g} h against {before:.1f} at the rate before them, "
                 f"{timeouts:.0f}{share_text} in the last {cfg.window_seconds:.0f}s{held_text}"
             )
+        elif rule == "steady":
+            hours = cfg.steady_windows * cfg.window_seconds / 3600
+            head = (
+                f"Deferred KV releases timing out steadily: {steady:.0f} timeouts in the last "
+                f"{hours:g} h against {steady_before:.1f} at the rate before them, "
+                f"{timeouts:.0f}{share_text} in the last {cfg.window_seconds:.0f}s{held_text}"
+            )
         elif worst is not None and rule.startswith("node_timeouts:"):
             head = (
                 f"Deferred KV releases timing out on {worst}: {node_counts[worst]:.0f} timeouts "
@@ -589,9 +640,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "re-let pages; raise the release timeout and find the aborts"
         )
         time = span_start + cfg.window_seconds
-        if rule == "sustained":
+        if rule in ("sustained", "steady"):
             # What it judged: the windows of the rise, this one the last.
-            span_start = min(span_start, start - (cfg.sustained_windows - 1) * cfg.window_seconds)
+            judged = cfg.sustained_windows if rule == "sustained" else cfg.steady_windows
+            span_start = min(span_start, start - (judged - 1) * cfg.window_seconds)
         return self._finding(
             severity,
             time=time,

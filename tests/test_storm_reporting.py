@@ -37,6 +37,8 @@ def failed(t: float, room: int, node: str) -> Event:
 
 def steady(node: str, start: float, end: float, per_window: int, room: int) -> list[Event]:
     """`per_window` timeouts (each with its transfer failure) in every 5 minutes."""
+    if per_window == 0:
+        return []
     step = 300.0 / per_window
     times = [start + 11 + step * k for k in range(int((end - start) / step))]
     times = [t for t in times if t + 30 < end]
@@ -229,3 +231,16 @@ def test_a_storm_in_an_input_shorter_than_the_warm_up_says_its_baseline_is_the_p
         + reporting("decode-0", T, later),
     )
     assert all("shorter than" not in f.summary for f in long_run)
+
+
+def test_a_steady_storm_under_the_hour_s_floor_is_found_against_the_deployment_s_normal():
+    """Blind review 10a: a timeout every 5 minutes for hours, where none came for hours before,
+    is under every window's floor and the hour's (24), and raised nothing. Six hours hold 72:
+    judged against the rate before them once the baseline is full, it is a storm; the same
+    rate from the first line is the deployment's normal."""
+    findings = run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 8))
+    assert [(f.severity, f.evidence["rule"]) for f in findings] == [("warning", "steady")]
+    assert "timing out steadily" in findings[0].summary
+    assert T + 6 * HOUR < findings[0].time <= T + 9 * HOUR
+    assert run(DeferredReleaseTimeouts(), _ramp([1] * 14)) == []
+    assert run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 1 + [0] * 7)) == []
