@@ -14,8 +14,8 @@ fit anywhere); outside PD, the serving node's own pool. Rooms come first: where 
 nodes read log their rooms and met other decode nodes', never this one's, its prefill node is
 one not read, pool unknown (`collector.state.room_pairs`), whatever address it names (two
 clusters may reach their prefill nodes at one). Answers that met a prefill node's request lines
-also teach the addresses it is reached at: one naming such an address met that node, one
-naming none of the read nodes' addresses went to a node not read.
+also teach the addresses it is reached at: one naming none of the read nodes' addresses went to
+a node not read.
 """
 
 from __future__ import annotations
@@ -136,10 +136,9 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
             return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
-        met = ctx.pairs.prefill_at(host)
-        if met is not None:
-            # Other answers naming this host met that node's request lines: it is reached there.
-            return PoolInForce.known_for(ctx.config_at(met, when), "bootstrap host met")
+        # An address other answers met a node at says no more than that (two clusters may
+        # reach theirs at one address: blind review 8a's v34 was judged against the other's
+        # pool); one none of the read nodes were met at says they are not its.
         if _met_elsewhere(host, when, model, ctx):
             return None
     if serving is not None and host is not None:
@@ -229,9 +228,7 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
     if timeline.bootstrap_node(host, port, when) is not None:
         return None
     said = host if port is None else f"{host}:{port}"
-    if ctx.pairs.prefill_at(host) is None and _met_elsewhere(
-        host, when, _model(record, ctx, when), ctx
-    ):
+    if _met_elsewhere(host, when, _model(record, ctx, when), ctx):
         return said
     ruled_out = _ruled_out(host, timeline)
     if ruled_out is None:

@@ -59,12 +59,6 @@ class RoomPairs:
                 if host is not None and len(known) < MAX_HOSTS:
                     known.add(host)
 
-    def prefill_at(self, host: str) -> str | None:
-        """The one prefill node decode answers naming `host` met, if exactly one did."""
-        normal = normal_host(host)
-        owners = [node for node, hosts in self.hosts.items() if normal in hosts]
-        return owners[0] if len(owners) == 1 else None
-
     def host_elsewhere(self, host: str, prefills: Iterable[str]) -> bool:
         """Whether `host` is none of `prefills`' (those read of a deployment): each of them was
         met at the hosts answers named, and `host` is none of those.
