@@ -54,7 +54,8 @@ class OverLengthAnsweredConfig(DetectorConfig):
     # answer it): a prompt that might have met such a node is no warning.
     leak_fixed_version: str = LEAK_FIXED
     # PD answers judged while no prefill pool of their deployment was read yet, held to be
-    # judged again at the end of the input (`_unpriced`); beyond this many, counted only.
+    # judged again at the end of the input (`_unpriced`); beyond this many, judged at once
+    # (by no pool: not judged, as without the hold).
     max_held: int = Field(default=10_000, ge=0)
 
 
@@ -80,10 +81,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
     def _init_learned(self) -> None:
         super()._init_learned()
         # Decode answers no prefill pool of their deployment was known for when they were
-        # judged, and how many more there were than `max_held` (`_unpriced`). Not kept in the
-        # state: a question of one forensics pass, asked again at its end.
+        # judged (`_unpriced`). Not kept in the state: a question of one forensics pass, asked
+        # again at its end.
         self.held_: list[RequestRecord] = []
-        self.not_held_ = 0
         # Decode answers with no prefill side read, by decode node, waiting on the node's next
         # answers to tell whether its prefill node is one of those read (`pairing_undecided`):
         # at most `MIN_UNPAIRED` a node.
@@ -111,7 +111,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         serving = record.serving
         waiting = self.pairing_.pop(serving.node, None) if serving is not None else None
         for held in waiting or ():
-            findings.extend(self._judge(held, ctx, late=True))
+            findings.extend(self._judge(held, ctx, late=False))  # judged as it would be now
         return findings
 
     def _judge(self, record: RequestRecord, ctx: DetectionContext, late: bool) -> list[Finding]:
@@ -184,7 +184,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                     "longest_accepted": pool.longest_accepted,
                     "excess_tokens": prompt - pool.longest_accepted,
                     "finish_type": serving.finish_type,
-                    "pool_read_after_answer": late,
+                    "pool_read_after_answer": first is not None,
                 },
                 exposure=pd,
             )
@@ -269,10 +269,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         when = record.start_time if record.start_time is not None else record.time
         if largest_prefill_pool(ctx, when, serving_model(record, ctx)) is not None:
             return False
-        if len(self.held_) < self.config.max_held:
-            self.held_.append(record)
-        else:
-            self.not_held_ += 1
+        if len(self.held_) >= self.config.max_held:
+            return False
+        self.held_.append(record)
         return True
 
     def _prefill_host_unread(
