@@ -159,7 +159,7 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                 self._finding(
                     "warning" if was_on else "info",
                     # Off since the engine started, though a snapshot may tell it late.
-                    time=_began(config, ctx),
+                    time=ctx.since(config.since),
                     node=config.node,
                     summary=f"{config.node} ({config.role}, SGLang {config.version}) {said}",
                     subject=f"off:{config.node}:{config.version}",
@@ -218,11 +218,3 @@ def _deployments(configs: Iterable[NodeConfig]) -> dict[tuple[str | None, str], 
         folder = config.node.rpartition("/")[0] if foldered else ""
         out.setdefault((config.model, folder), []).append(config)
     return out
-
-
-def _began(config: NodeConfig, ctx: DetectionContext) -> float | None:
-    """When `config`'s generation began, or `now` if it is not known or not yet reached."""
-    began = config.since
-    if began is None or (ctx.now is not None and began > ctx.now):
-        return ctx.now
-    return began

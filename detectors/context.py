@@ -25,3 +25,13 @@ class DetectionContext:
 
     def config_at(self, node: str, time: float | None) -> NodeConfig | None:
         return self.timeline.config_at(node, time if time is not None else self.now)
+
+    def since(self, began: float | None) -> float | None:
+        """When a condition of a generation stood from (`began`, its start or later), or `now`
+        when that is not known or not reached yet. What an engine started with (its pool, its
+        release, its checksum) stood from its start, though a `/server_info` saved after the
+        logs (dated by its file) may tell it late: dated then, findings stood after the logs'
+        end, at the time the files were copied (blind reviews 5a, 8c)."""
+        if began is None or (self.now is not None and began > self.now):
+            return self.now
+        return began

@@ -284,10 +284,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
             f"raise the pool or lower --context-length"
         )
-        # The pool and the context are set when the engine starts, and its release is the one
-        # it started with: the gap stood from the generation's start, though a `/server_info`
-        # saved after the logs (dated by its file) may tell it late. Dated then, the finding
-        # stood after the logs' end, at the time the files were copied (blind review 8c).
+        # The gap stood from the generation's start (`DetectionContext.since`).
         began = config.since
         if told_by_answers:
             # From the first such refusal, within this generation: one the node made with an
@@ -295,11 +292,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             first = self.unretired_since_.get(config.node, ctx.now)
             if first is not None and (began is None or first > began):
                 began = first
-        if began is None or (ctx.now is not None and began > ctx.now):
-            began = ctx.now
         return self._finding(
             severity,
-            time=began,
+            time=ctx.since(began),
             node=config.node,
             summary=summary,
             subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}:since{since}",

@@ -103,13 +103,10 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
         # The release ran from its engine's start: a `/server_info` saved after the logs (dated
         # by its file) tells it late, and the finding stood a month past the logs (blind
         # review 5a). When it was read is the finding's `raised_at`.
-        began = config.since
-        if began is None or (ctx.now is not None and began > ctx.now):
-            began = ctx.now
         return [
             self._finding(
                 verdict.severity,
-                time=began,
+                time=ctx.since(config.since),
                 node=config.node,
                 summary=summary,
                 subject=f"{config.node}:{config.version}:{backend}:{verdict.severity}:since{since}",
