@@ -30,7 +30,7 @@ class RoomPairs:
     not; and the prefill nodes whose request lines some decode answer met. Counts only: bounded
     by the nodes."""
 
-    __slots__ = ("paired", "unpaired", "met_prefills", "hosts")
+    __slots__ = ("paired", "unpaired", "met_prefills", "hosts", "spelled")
 
     def __init__(self) -> None:
         self.paired: dict[str, int] = {}
@@ -39,6 +39,8 @@ class RoomPairs:
         # The bootstrap hosts decode answers named when they met a prefill node's request
         # lines, by that node: the addresses it is reached at (at most `MAX_HOSTS` a node).
         self.hosts: dict[str, set[str]] = {}
+        # The same, as the answers spelled them.
+        self.spelled: dict[str, set[str]] = {}
 
     def note(self, record: RequestRecord) -> None:
         serving = record.serving
@@ -54,10 +56,14 @@ class RoomPairs:
                 # that logs only its refusals meets no room of the requests it takes, and every
                 # decode node it serves looked served elsewhere (blind review 8c E12).
                 self.met_prefills.add(prefill.node)
-                host = normal_host(serving.bootstrap_host or "")
-                known = self.hosts.setdefault(prefill.node, set())
-                if host is not None and len(known) < MAX_HOSTS:
-                    known.add(host)
+                host = serving.bootstrap_host
+                spelled = self.spelled.setdefault(prefill.node, set())
+                if host is not None and host not in spelled and len(spelled) < MAX_HOSTS:
+                    # Each spelling once: normalising an address costs more than the rest.
+                    spelled.add(host)
+                    normal = normal_host(host)
+                    if normal is not None:
+                        self.hosts.setdefault(prefill.node, set()).add(normal)
 
     def host_elsewhere(self, host: str, prefills: Iterable[str]) -> bool:
         """Whether `host` is none of `prefills`' (those read of a deployment): each of them was
