@@ -249,6 +249,10 @@ def describe(path: Path) -> TelemetryFile | None:
     if hourly and hourly.start() > 0:  # `sglang-request-metrics-20260827_10.log`: one node
         date_key = re.sub(r"\D", "", hourly.group(1))
         name = name[: hourly.start()]
+        if kind != "log" and name in _ENDPOINT_NAMES:
+            # `prefill-3/metrics-20260903.prom`: the folder's, as `metrics.prom` there is
+            # (blind review 10a: a node named `metrics`).
+            name = path.parent.name
     cloud_export = ""
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if extension == ".json" and _kvwatch_summary(path):

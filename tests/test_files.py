@@ -57,6 +57,8 @@ def test_describe_names_nodes_and_kinds() -> None:
         "decode-1@20260827T100000Z.server_info.json": ("decode-1", "json"),
         "host_0.log.2026-09-01": ("host_0", "log"),
         "sglang-request-metrics-20260827_10.log": ("sglang-request-metrics", "log"),
+        # A dated scrape named by its endpoint is its folder's node (blind review 10a).
+        "prefill-3/metrics-20260903.prom": ("prefill-3", "prom"),
     }
     for name, (node, kind) in cases.items():
         described = describe(Path(name))
