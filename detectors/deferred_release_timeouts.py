@@ -470,35 +470,53 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         of as many windows (`chance` as for one window); with the count and that expectation.
         Judged once that many windows were seen; their rates are those before each entered."""
         cfg = self.config
-        self.recent_timeouts_.append(float(timeouts))
-        self.recent_rates_.append(float(rate))
-        if len(self.recent_timeouts_) < cfg.sustained_windows:
-            return 0.0, 0.0, 0.0
-        count = sum(self.recent_timeouts_)
-        expected = self.recent_rates_[0] * cfg.sustained_windows
-        if count < cfg.sustained_min_timeouts or not unlikely(count, expected, cfg.chance):
-            return 0.0, count, expected
-        bar = cfg.ratio * max(expected, cfg.prior_timeouts * cfg.sustained_windows)
-        return count / bar, count, expected
+        return self._rise(
+            self.recent_timeouts_,
+            self.recent_rates_,
+            (timeouts, rate),
+            cfg.sustained_min_timeouts,
+            cfg.prior_timeouts,
+            judged=True,
+        )
 
     def _steady(self, timeouts: float, rate: float) -> tuple[float, float, float]:
         """As `_sustained`, over the last `steady_windows` windows, judged once the baseline
         holds its full span of windows: against `ratio` x the rate it had before them, or the
         `steady_prior` a window when that is more."""
         cfg = self.config
-        self.steady_timeouts_.append(float(timeouts))
-        self.steady_rates_.append(float(rate))
-        if (
-            len(self.steady_timeouts_) < cfg.steady_windows
-            or len(self.baseline_timeouts_) < cfg.baseline_windows
-        ):
+        return self._rise(
+            self.steady_timeouts_,
+            self.steady_rates_,
+            (timeouts, rate),
+            cfg.steady_min_timeouts,
+            cfg.steady_prior,
+            judged=len(self.baseline_timeouts_) >= cfg.baseline_windows,
+        )
+
+    def _rise(
+        self,
+        counts: deque[float],
+        rates: deque[float],
+        window: tuple[float, float],
+        min_count: int,
+        prior: float,
+        judged: bool,
+    ) -> tuple[float, float, float]:
+        """(score, count, expectation) of the windows `counts` holds once `window` (its
+        timeouts, the baseline's rate before it) joins them, against `ratio` x what the rate
+        before the first of them makes of as many windows, or `prior` a window when that is
+        more; zeros until they are as many as they hold, or while not `judged`."""
+        cfg = self.config
+        counts.append(float(window[0]))
+        rates.append(float(window[1]))
+        size = counts.maxlen or len(counts)
+        if len(counts) < size or not judged:
             return 0.0, 0.0, 0.0
-        count = sum(self.steady_timeouts_)
-        expected = self.steady_rates_[0] * cfg.steady_windows
-        if count < cfg.steady_min_timeouts or not unlikely(count, expected, cfg.chance):
+        count = sum(counts)
+        expected = rates[0] * size
+        if count < min_count or not unlikely(count, expected, cfg.chance):
             return 0.0, count, expected
-        bar = cfg.ratio * max(expected, cfg.steady_prior * cfg.steady_windows)
-        return count / bar, count, expected
+        return count / (cfg.ratio * max(expected, prior * size)), count, expected
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
