@@ -47,6 +47,7 @@ from collector.line_order import (
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import capture_of, log_clusters
+from collector.sglang.otlp_framing import framed_export_head
 from collector.sglang.request_log import cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
@@ -170,6 +171,9 @@ class TelemetryFile:
     # On a file of trace exports: the nodes its other files name, so a span's server named as
     # one of them (`--otlp-service-name prefill-0`, at some host) is that node (`parse`).
     known_nodes: frozenset[str] = frozenset()
+    # On a file of trace exports: a collector's `format: proto` file, each export framed by its
+    # length (`otlp_file.read_framed_exports`), not OTLP/JSON lines.
+    framed_protobuf: bool = False
     # A document no name or line dates, of a node no log of which is read: what it says of the
     # node's configuration is taken as in force from the start (`parse.streams_of`).
     from_start: bool = False
@@ -263,6 +267,9 @@ def describe(path: Path) -> TelemetryFile | None:
             kind, cloud_export = "log", found
         elif extension == ".json" and _holds_json_lines(path):
             kind = "log"
+    framed_protobuf = False
+    if kind in ("log", "json") and not cloud_export and _holds_framed_otlp(path):
+        kind, framed_protobuf = "otlp", True
     snapshot_time, stamp_key = None, ""
     stamp = _SNAPSHOT_TIME.search(name)
     if stamp is None and kind in ("prom", "json"):
@@ -299,6 +306,7 @@ def describe(path: Path) -> TelemetryFile | None:
         channel=channel,
         piece=piece,
         cloud_export=cloud_export,
+        framed_protobuf=framed_protobuf,
     )
 
 
@@ -387,6 +395,13 @@ def _holds_otlp(path: Path) -> bool:
     """Whether a JSON file holds OTLP trace exports (else it is a saved endpoint response)."""
     read = head_bytes(path, 4096)
     return read is not None and _OTLP_OPENING.match(read[0]) is not None
+
+
+def _holds_framed_otlp(path: Path) -> bool:
+    """Whether a file holds a collector's `format: proto` trace exports (binary: read as log
+    lines, every one of them was a drop)."""
+    read = head_bytes(path, 4096)  # a compressed file's first bytes tell too little of it
+    return read is not None and framed_export_head(read[0])
 
 
 def _printable(name: str) -> str:
@@ -1438,6 +1453,12 @@ def read_text_blocks(path: Path, stats: ReadStats) -> Iterator[bytes]:
     """A file's text as UTF-8 blocks (gzip read through), not cut into lines: for a document
     read whole. Damage is counted as for lines (`truncated_gzip`, `read_error`)."""
     return as_utf8(_open_blocks(path, stats, _Ending()))
+
+
+def read_byte_blocks(path: Path, stats: ReadStats) -> Iterator[bytes]:
+    """A file's bytes in blocks (gzip read through), as they are: for a binary file. Damage is
+    counted as for lines (`truncated_gzip`, `read_error`)."""
+    return _open_blocks(path, stats, _Ending())
 
 
 def file_line_blocks(

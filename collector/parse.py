@@ -31,6 +31,7 @@ from collector.files import (
     file_line_blocks,
     file_time,
     is_export,
+    read_byte_blocks,
     read_lines,
     settled,
 )
@@ -291,12 +292,19 @@ def _export_hour(tf: TelemetryFile) -> float | None:
 
 
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
-    """`request_trace` events of a file of OTLP/JSON trace exports. Each span names its own
-    node (`collector.sglang.otlp`): one file holds every server's spans."""
-    from collector.sglang.otlp_file import read_trace_exports
+    """`request_trace` events of a file of OTLP trace exports (JSON, or framed protobuf). Each
+    span names its own node (`collector.sglang.otlp`): one file holds every server's spans."""
+    from collector.sglang.otlp_file import read_framed_exports, read_trace_exports
 
     try:
-        exports = read_trace_exports(read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES)
+        if tf.framed_protobuf:
+            exports = read_framed_exports(
+                read_byte_blocks(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES
+            )
+        else:
+            exports = read_trace_exports(
+                read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES
+            )
         for event in in_time_order(
             (event for outcome in exports for event in _trace_outcome(stats, outcome)),
             horizon=SPAN_REORDER_SECONDS,

@@ -17,6 +17,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -51,6 +52,30 @@ class CollectorFileExporterStandIn(SpanExporter):
 
     def shutdown(self) -> None:
         return None
+
+
+def _as_framed_protobuf(json_lines: str) -> bytes:
+    """OTLP/JSON exports, one a line, as the collector's file exporter writes them with
+    `format: proto`: each export's length (four bytes, big-endian), then its protobuf bytes."""
+    framed = b""
+    for line in json_lines.splitlines():
+        document = json.loads(line)
+        _base64_ids(document)
+        export = json_format.ParseDict(document, ExportTraceServiceRequest()).SerializeToString()
+        framed += len(export).to_bytes(4, "big") + export
+    return framed
+
+
+def _base64_ids(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("traceId", "spanId", "parentSpanId") and isinstance(value, str):
+                node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+            else:
+                _base64_ids(value)
+    elif isinstance(node, list):
+        for item in node:
+            _base64_ids(item)
 
 
 def _hex_ids(node: Any) -> None:
@@ -270,6 +295,8 @@ def _one_span_a_line(exports: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "array",
         "one span a line",
         "request span first",
+        "proto",
+        "proto gzip",
     ],
 )
 def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
@@ -301,6 +328,13 @@ def test_traces_alone_name_the_response_decode_served_past_the_prefill_pool(
         gzip_path = traces.with_name("otel_trace.json.1.gz")
         gzip_path.write_bytes(gzip.compress(traces.read_bytes()))
         traces.unlink()
+    elif form.startswith("proto"):  # the file exporter's `format: proto`, under any name
+        framed = _as_framed_protobuf(traces.read_text())
+        traces.unlink()
+        if form == "proto gzip":
+            traces.with_name("otel_trace.pb.gz").write_bytes(gzip.compress(framed))
+        else:
+            traces.with_name("otel_trace.pb").write_bytes(framed)
     summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
 
     exposed = _exposed_rooms(summary)
@@ -354,6 +388,32 @@ def test_only_json_that_opens_with_resource_spans_is_read_as_traces(
     info.write_text(json.dumps({"version": "0.5.19", "max_total_num_tokens": 681280}))
     described = describe(info)
     assert described is not None and described.kind == "json"
+
+
+def test_a_damaged_framed_trace_file_loses_only_its_damaged_exports_and_counts_them(
+    tmp_path: Path, traces: Path
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    prefill_export, decode_export = (
+        _as_framed_protobuf(line) for line in traces.read_text().splitlines()
+    )
+    junk = b"\x00\x9f binary junk \xff"
+    traces.unlink()
+    (traces.parent / "otel_trace.pb").write_bytes(
+        prefill_export
+        + len(junk).to_bytes(4, "big")
+        + junk  # framed, but no export
+        + decode_export
+        + decode_export[: len(decode_export) // 2]  # cut by a full disk
+    )
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+
+    dropped = summary["input"]["dropped_by_reason"]
+    assert (dropped.get("not_protobuf"), dropped.get("truncated_export")) == (1, 1)
+    assert summary["input"]["events_by_kind"]["request_trace"] == 4
+    assert set(_exposed_rooms(summary)) == {EXPOSED_ROOM}
 
 
 def test_a_damaged_trace_file_loses_only_its_damaged_lines_and_counts_them(
