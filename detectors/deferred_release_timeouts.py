@@ -23,9 +23,10 @@ volume to mean it. Per window (event time) the score is the largest of
   step by step (12, then 60, then 104 an hour) enters the baseline window by window and never
   stands out of its last hour's, yet the hour is far above what was normal before it (blind
   review F2: 176 timeouts, 12% to 83% of the aborts, and no finding);
-* the same over the last `steady_windows` windows (six hours), once the baseline is full and
-  with a prior of `steady_prior` a window: a steady storm under the hour's floor, 16 timeouts
-  an hour where one came in ten (blind review 10a: two such storms, one warning);
+* the same over the last `steady_windows` windows (six hours), once the baseline held an hour
+  as the first began, with a prior of `steady_prior` a window: a steady storm under the hour's
+  floor, 16 timeouts an hour where one came in ten (blind review 10a: two such storms, one
+  warning);
 
 a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
 timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
@@ -43,7 +44,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from pydantic import Field
 
@@ -71,6 +72,10 @@ _NAME_SIGNAL = {
     "sglang:decode_deferred_kv_release_total": "deferred_release_total",
     "sglang:num_decode_deferred_kv_release_reqs": "deferred_release_held",
 }
+
+
+# The baseline's rate as a window began, when the baseline did not yet hold its full span.
+_UNMEASURED: Final = -1.0
 
 
 class DeferredReleaseTimeoutsConfig(StormConfig):
@@ -438,7 +443,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             (rate + joined for rate in self.recent_rates_), maxlen=self.config.sustained_windows
         )
         self.steady_rates_ = deque(
-            (rate + joined for rate in self.steady_rates_), maxlen=self.config.steady_windows
+            (rate if rate == _UNMEASURED else rate + joined for rate in self.steady_rates_),
+            maxlen=self.config.steady_windows,
         )
 
     def _unobserved(self) -> None:
@@ -476,21 +482,25 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             (timeouts, rate),
             cfg.sustained_min_timeouts,
             cfg.prior_timeouts,
-            judged=True,
         )
 
     def _steady(self, timeouts: float, rate: float) -> tuple[float, float, float]:
-        """As `_sustained`, over the last `steady_windows` windows, judged once the baseline
-        holds its full span of windows: against `ratio` x the rate it had before them, or the
-        `steady_prior` a window when that is more."""
+        """As `_sustained`, over the last `steady_windows` windows, judged once the first of
+        them began with the baseline holding an hour of windows (`sustained_windows`): against
+        `ratio` x the rate it had then, or the `steady_prior` a window when that is more.
+
+        Why not before: the rate as the logs' first window began is no measure, none came
+        before it. Judged against it, timeouts as routine from the first /metrics sample as
+        they were six hours on were a steady storm (blind review 11c: 12 an hour, lumpy between
+        samples)."""
         cfg = self.config
+        measured = len(self.baseline_timeouts_) >= min(cfg.sustained_windows, cfg.baseline_windows)
         return self._rise(
             self.steady_timeouts_,
             self.steady_rates_,
-            (timeouts, rate),
+            (timeouts, rate if measured else _UNMEASURED),
             cfg.steady_min_timeouts,
             cfg.steady_prior,
-            judged=len(self.baseline_timeouts_) >= cfg.baseline_windows,
         )
 
     def _rise(
@@ -500,17 +510,16 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         window: tuple[float, float],
         min_count: int,
         prior: float,
-        judged: bool,
     ) -> tuple[float, float, float]:
         """(score, count, expectation) of the windows `counts` holds once `window` (its
         timeouts, the baseline's rate before it) joins them, against `ratio` x what the rate
         before the first of them makes of as many windows, or `prior` a window when that is
-        more; zeros until they are as many as they hold, or while not `judged`."""
+        more; zeros until they are as many as they hold, or while the first was `_UNMEASURED`."""
         cfg = self.config
         counts.append(float(window[0]))
         rates.append(float(window[1]))
         size = counts.maxlen or len(counts)
-        if len(counts) < size or not judged:
+        if len(counts) < size or rates[0] == _UNMEASURED:
             return 0.0, 0.0, 0.0
         count = sum(counts)
         expected = rates[0] * size

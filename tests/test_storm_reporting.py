@@ -244,3 +244,17 @@ def test_a_steady_storm_under_the_hour_s_floor_is_found_against_the_deployment_s
     assert T + 6 * HOUR < findings[0].time <= T + 9 * HOUR
     assert run(DeferredReleaseTimeouts(), _ramp([1] * 14)) == []
     assert run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 1 + [0] * 7)) == []
+
+
+def test_timeouts_as_routine_from_the_first_window_in_bursts_are_no_steady_storm():
+    """Blind review 11c: 4 timeouts in every fourth window from the first sample on, 12 an hour
+    for 8 hours, nothing changing. Six hours in, they were judged against the rate as the
+    logs' first window began, measured over no window at all, and were a steady storm."""
+    events = [
+        *startup("decode-0", "decode", T, pool=400_000, version="0.5.23"),
+        *reporting("decode-0", T, T + 8 * HOUR),
+    ]
+    for window in range(0, 8 * 12, 4):
+        begin = T + window * 300
+        events += [timeout(begin + 20 + k, 1000 * window + k, "decode-0") for k in range(4)]
+    assert run(DeferredReleaseTimeouts(), events) == []
