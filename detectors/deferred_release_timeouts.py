@@ -470,6 +470,37 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             return start  # the window's own lines show a storm: it is where they are
         return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
 
+    def _corrupt_after(self, episode: Episode, mismatches: int, start: float) -> Finding:
+        """A storm reported as a warning turns critical when signs of corrupt KV come within
+        its gap of quiet windows: a late write lands in pages re-let after a timeout, and the
+        request reading them fails its checksum after the storm, not during it (blind review
+        11c: a mismatch five minutes after 60 timeouts left the storm a warning)."""
+        cfg = self.config
+        episode.severity = "critical"
+        since = episode.start if episode.start is not None else start
+        summary = (
+            f"Deferred KV releases timed out in a storm from {iso_time(since)}, and "
+            f"{mismatches} sign{'s' if mismatches != 1 else ''} of corrupt KV (checksum or "
+            "metadata mismatches, KV canary "
+            f"violations) came within {episode.quiet * cfg.window_seconds / 60:g} min of its last "
+            "window: late RDMA writes can corrupt re-let pages; raise the release timeout and "
+            "find the aborts"
+        )
+        return self._finding(
+            "critical",
+            time=start + cfg.window_seconds,
+            node=None,
+            summary=summary,
+            subject=f"episode:{episode.start}:critical",
+            evidence={
+                "window_start": iso_time(since),
+                "window_seconds": start + cfg.window_seconds - since,
+                "mismatches": episode.mismatches,
+                "rule": "corrupt_after",
+                "threshold": cfg.threshold,
+            },
+        )
+
     def _sustained(self, timeouts: float, rate: float) -> tuple[float, float, float]:
         """The score of the last `sustained_windows` windows' timeouts (this one's included)
         against `ratio` x what the baseline's rate, as it stood before the first of them, makes
@@ -590,7 +621,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             for node in set(self.node_timeouts_) | set(node_counts):
                 own = self.node_timeouts_.setdefault(node, Baseline(cfg.baseline_windows))
                 own.add(node_counts.get(node, 0.0))
+            warned = episode.severity == "warning"
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
+            if warned and window.mismatches and episode.start is not None:
+                return self._corrupt_after(episode, window.mismatches, start)
             return None
 
         if rule not in ("sustained", "steady"):

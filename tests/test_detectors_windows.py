@@ -267,6 +267,34 @@ def test_storm_with_checksum_mismatches_is_critical_and_escalation_is_re_raised(
     assert findings[1].evidence["mismatches"] == 1
 
 
+@pytest.mark.parametrize("after_minutes", [4, 12, 40])
+def test_a_mismatch_in_the_quiet_windows_after_a_storm_turns_it_critical(
+    after_minutes: int,
+) -> None:
+    """Blind review 11c: a late write lands in pages re-let after a timeout, and the request
+    reading them fails its checksum after the storm, not in it. A mismatch five minutes after
+    the storm's last timeout left the storm a warning. Within the storm's gap of quiet windows
+    (three) it turns critical; 40 minutes on, the storm is over and the mismatch is its own
+    finding's."""
+    start = T + 6 * 3600
+    storm = [timeout(start + 5 * k, 1000 + k) for k in range(120)]  # 10 minutes
+    at = start + 600 + after_minutes * 60
+    mismatch = ev(
+        "checksum_mismatch", "decode-0", at, rid="m", bootstrap_room="77", expected="0x1", got="0x2"
+    )
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + [mismatch])
+    if after_minutes == 40:
+        assert [f.severity for f in findings] == ["warning"]
+        return
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    turned = findings[1]
+    assert turned.evidence["mismatches"] == 1 and turned.evidence["rule"] == "corrupt_after"
+    assert turned.time == at - at % 300 + 300  # when the window holding it closed
+    assert turned.evidence["window_start"] == iso_time(start)
+    assert "1 sign of corrupt KV" in turned.summary
+    assert turned.dedup_key != findings[0].dedup_key
+
+
 def test_storm_with_kv_canary_violations_is_critical_each_slot_counted_once():
     """Review (abort race): the storm during which the canary caught 19 overwritten pages, and
     most responses were exposed, stayed a warning: only checksum and metadata mismatches
@@ -302,14 +330,15 @@ def test_a_storm_that_dips_under_the_bar_for_a_few_windows_is_still_one_storm():
     assert [f.time for f in findings] == [start + 300, start + 300 * 15]
 
 
-def test_a_mismatch_while_the_storm_dips_makes_the_storm_critical_when_it_fires_again():
+def test_a_mismatch_while_the_storm_dips_makes_the_storm_critical_as_its_window_closes():
+    """Not when the storm fires again (it may not): the quiet window is still the storm's."""
     start = T + 6 * 3600
     storm = _burst(start, 8, 1000) + _burst(start + 900, 8, 1100)  # firing, 2 quiet, firing
     mismatch = ev("metadata_corruption", "decode-0", start + 400, bootstrap_room="5")
     findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + [mismatch])
     assert [(f.severity, f.time) for f in findings] == [
         ("warning", start + 300),
-        ("critical", start + 1200),
+        ("critical", start + 600),
     ]
 
 
