@@ -147,7 +147,8 @@ def what_refusal(refusal: SideRecord) -> str:
         limit = refusal.reject_limit_tokens
         what = f"refused it ({refusal.reject_reason or 'rejected'}"
         return what + (
-            f", {refusal.reject_input_tokens:,} > {limit:,} tokens)"
+            # The limit refuses what reaches it (`>=`): "681,279 > 681,279" read as a slip.
+            f", {refusal.reject_input_tokens:,} tokens against a limit of {limit:,})"
             if (refusal.reject_input_tokens is not None and limit is not None)
             else ")"
         )

@@ -549,6 +549,8 @@ def test_refusal_on_prefill_and_success_on_decode_is_a_critical_exposure():
     assert finding.evidence["reject_input_tokens"] == 700_000
     assert finding.evidence["prefill_rid"] == "p1001"
     assert "refused" in finding.summary and "1001" in finding.summary
+    # The limit refuses what reaches it: said as a limit, not as "n > limit".
+    assert f"700,000 tokens against a limit of {POOL - 6:,}" in finding.summary
 
 
 def test_a_one_token_stub_abort_alone_counts_as_a_refusal():
