@@ -186,6 +186,8 @@ class ReadStats:
     bytes: int = 0
     lines: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    # The files a drop of a whole file's worth (cut, unreadable) was counted for, by reason.
+    dropped_files: dict[str, list[str]] = field(default_factory=dict)
     # Told of every block read (bytes), for progress bars.
     progress: Callable[[int], None] | None = None
 
@@ -196,6 +198,30 @@ class ReadStats:
 
     def drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+    def drop_file(self, reason: str, path: Path) -> None:
+        """A drop that loses the rest of a file: counted, and the file named."""
+        self.drop(reason)
+        name_file(self.dropped_files, reason, str(path))
+
+
+# Files named per reason a file was passed over or cut for: enough to find them, bounded.
+NAMED_FILES_PER_REASON: Final = 20
+
+
+def name_file(named: dict[str, list[str]], reason: str, path: str) -> None:
+    """Name `path` among the files dropped for `reason`, up to `NAMED_FILES_PER_REASON`."""
+    kept = named.setdefault(reason, [])
+    if len(kept) < NAMED_FILES_PER_REASON and path not in kept:
+        kept.append(path)
+
+
+def _pass_over(
+    skip: Counter[str], named: dict[str, list[str]] | None, reason: str, path: str
+) -> None:
+    skip[reason] += 1
+    if named is not None:
+        name_file(named, reason, path)
 
 
 def describe(path: Path) -> TelemetryFile | None:
@@ -414,23 +440,27 @@ def _printable(name: str) -> str:
 
 
 def discover(
-    paths: Iterable[str | Path], skipped: Counter[str] | None = None
+    paths: Iterable[str | Path],
+    skipped: Counter[str] | None = None,
+    named: dict[str, list[str]] | None = None,
 ) -> list[TelemetryFile]:
     """Every telemetry file under the given files and folders, grouped by node, oldest first.
 
-    What is passed over is counted in `skipped` by reason, never silently: folders that cannot
-    be read, links that lead nowhere or in a loop, and what is not a regular file (a FIFO would
-    block the reader forever, a device never end)."""
+    What is passed over is counted in `skipped` by reason, never silently, and named in `named`
+    (`name_file`): folders that cannot be read, links that lead nowhere or in a loop, and what
+    is not a regular file (a FIFO would block the reader forever, a device never end)."""
     found: list[TelemetryFile] = []
     skip: Counter[str] = skipped if skipped is not None else Counter()
     for raw in paths:
         root = Path(raw)
-        for path in regular_files(root, skip) if root.is_dir() else _checked([root], skip):
+        listed = regular_files(root, skip, named) if root.is_dir() else None
+        for path in listed if listed is not None else _checked([root], skip, named):
             if path.name.lower().endswith(ARCHIVE_SUFFIXES):
-                skip["archive_not_read"] += 1
+                _pass_over(skip, named, "archive_not_read", str(path))
                 continue
             if path.suffix.lower() == ".csv" and path.name != OWN_CSV:
-                skip["csv_not_read"] += 1  # a log search's export (CloudWatch, Kibana)
+                # a log search's export (CloudWatch, Kibana)
+                _pass_over(skip, named, "csv_not_read", str(path))
                 continue
             described = describe(path)
             if described is not None:
@@ -644,7 +674,9 @@ def _exports_to_hosts(files: list[TelemetryFile]) -> list[TelemetryFile]:
     return out
 
 
-def regular_files(root: Path, skip: Counter[str]) -> list[Path]:
+def regular_files(
+    root: Path, skip: Counter[str], named: dict[str, list[str]] | None = None
+) -> list[Path]:
     """The regular files under `root`, through links to folders too (a case folder often
     links to where the logs lie), each folder once: a link back up (a loop) or a second way
     to a folder already walked is counted (`folder_reached_twice`) and not walked again; a
@@ -665,7 +697,7 @@ def regular_files(root: Path, skip: Counter[str]) -> list[Path]:
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError:
-            skip["unreadable_folder"] += 1
+            _pass_over(skip, named, "unreadable_folder", folder)
             continue
         for entry in entries:
             try:
@@ -676,22 +708,25 @@ def regular_files(root: Path, skip: Counter[str]) -> list[Path]:
                 folders.append(entry.path)
             else:
                 candidates.append(Path(entry.path))
-    return sorted(_checked(candidates, skip))
+    return sorted(_checked(candidates, skip, named))
 
 
-def _checked(candidates: list[Path], skip: Counter[str]) -> list[Path]:
+def _checked(
+    candidates: list[Path], skip: Counter[str], named: dict[str, list[str]] | None = None
+) -> list[Path]:
     kept = []
     pseudo = _pseudo_file_systems()
     for path in candidates:
         try:
             seen = path.stat()  # through a link, to what it leads to
         except OSError:
-            skip["broken_or_looping_link" if path.is_symlink() else "unreadable_file"] += 1
+            why = "broken_or_looping_link" if path.is_symlink() else "unreadable_file"
+            _pass_over(skip, named, why, str(path))
             continue
         if stat.S_ISREG(seen.st_mode) and seen.st_dev not in pseudo:
             kept.append(path)
         elif not stat.S_ISDIR(seen.st_mode):
-            skip["not_a_regular_file"] += 1
+            _pass_over(skip, named, "not_a_regular_file", str(path))
     return kept
 
 
@@ -1251,8 +1286,8 @@ class _Ending:
     def __init__(self) -> None:
         self.early: str | None = None
 
-    def cut(self, stats: ReadStats, reason: str) -> None:
-        stats.drop(reason)
+    def cut(self, stats: ReadStats, reason: str, path: Path) -> None:
+        stats.drop_file(reason, path)
         self.early = reason
 
 
@@ -1274,7 +1309,7 @@ def _open_blocks(
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed in finally below
     except OSError:
-        stats.drop("unreadable_file")
+        stats.drop_file("unreadable_file", path)
         return
     try:
         magic = handle.read(MAGIC_BYTES)
@@ -1286,12 +1321,12 @@ def _open_blocks(
                     if block.startswith("trailing_garbage"):  # every stream ended: nothing cut
                         stats.drop(block)
                     else:
-                        ending.cut(stats, block)
+                        ending.cut(stats, block, path)
                     break
                 stats.count_bytes(len(block))
                 yield block
         elif unreadable_compression(magic):
-            stats.drop("compressed_not_read")  # zstd, lz4: said, never read as binary lines
+            stats.drop_file("compressed_not_read", path)  # zstd, lz4: never binary lines
         else:
             # Read as it was when opened, and the line it then ended in: a log a busy engine
             # keeps writing was read for as long as the writer kept ahead.
@@ -1310,9 +1345,9 @@ def _open_blocks(
                 if read >= size and block.endswith(b"\n"):
                     break
             if read < size:  # truncated while read (copytruncate rotation): its end is lost
-                ending.cut(stats, "file_shrank")
+                ending.cut(stats, "file_shrank", path)
     except OSError:
-        ending.cut(stats, "read_error")
+        ending.cut(stats, "read_error", path)
     finally:
         handle.close()
 
@@ -1328,13 +1363,13 @@ def _range_blocks(
             while remaining > 0:
                 block = handle.read(min(BLOCK_SIZE, remaining))
                 if not block:  # the file shrank after it was planned (truncated while read)
-                    ending.cut(stats, "file_shrank")
+                    ending.cut(stats, "file_shrank", path)
                     break
                 remaining -= len(block)
                 stats.count_bytes(len(block))
                 yield block
     except OSError:
-        ending.cut(stats, "read_error")
+        ending.cut(stats, "read_error", path)
 
 
 def _pieces_blocks(

@@ -7,10 +7,14 @@ during the run is in no verdict: forensics says so beside its answer, and the ro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from collector.files import FILE_REPLACED
+from collector.shown_text import printable
+
+# Files named in a line, the rest counted.
+_NAMED_IN_A_LINE: Final = 3
 
 # (reason counted by discovery or reading, one, several)
 _SAID: Final = (
@@ -48,10 +52,14 @@ NOT_READ_WHOLE: Final = frozenset(
 GATE_UNREAD: Final = UNREAD_INPUT | NOT_READ_WHOLE | {"broken_or_looping_link"}
 
 
-def passed_over(dropped: Mapping[str, int]) -> str:
-    """`1 file could not be opened, …; what it holds is not in the verdicts.`, or ""."""
+def passed_over(
+    dropped: Mapping[str, int], named: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """`1 file could not be opened (logs/decode-1.log), …; what it holds is not in the
+    verdicts.`, or "". `named`: the files by reason (`files.name_file`)."""
     said = [
         f"{count:,} {one if count == 1 else several}"
+        + (f" ({names})" if (names := files_named(named, [why], count)) else "")
         for why, one, several in _SAID
         if (count := dropped.get(why, 0))
     ]
@@ -62,14 +70,48 @@ def passed_over(dropped: Mapping[str, int]) -> str:
     return f"{', '.join(said)}; {held} not in the verdicts."
 
 
-def not_read_whole(dropped: Mapping[str, int]) -> str:
-    """`2 files were not read whole (corrupt_gzip 1, truncated_xz 1)`, or ""."""
+def not_read_whole(
+    dropped: Mapping[str, int], named: Mapping[str, Sequence[str]] | None = None
+) -> str:
+    """`2 files were not read whole (corrupt_gzip 1, truncated_xz 1: a.gz, b.xz)`, or ""."""
     damaged = {why: count for why in sorted(NOT_READ_WHOLE) if (count := dropped.get(why, 0))}
     if not damaged:
         return ""
     total = sum(damaged.values())
     reasons = ", ".join(f"{why} {count:,}" for why, count in damaged.items())
-    return f"{total:,} {'file was' if total == 1 else 'files were'} not read whole ({reasons})"
+    names = files_named(named, damaged, total)
+    return (
+        f"{total:,} {'file was' if total == 1 else 'files were'} not read whole "
+        f"({reasons}{f': {names}' if names else ''})"
+    )
+
+
+def files_named(
+    named: Mapping[str, Sequence[str]] | None, reasons: Iterable[str], count: int
+) -> str:
+    """The first files dropped for `reasons`, the rest of `count` counted (`a.gz, b.gz and 3
+    more`); "" when none is named. Why: a count alone left a responder hunting for the damaged
+    archive among hundreds (blind review 11d)."""
+    if not named:
+        return ""
+    paths = sorted({path for why in reasons for path in named.get(why, ())})
+    if not paths:
+        return ""
+    shown = paths[:_NAMED_IN_A_LINE]
+    more = max(count, len(paths)) - len(shown)
+    listed = ", ".join(_short(printable(path)) for path in shown)
+    return listed + (f" and {more:,} more" if more > 0 else "")
+
+
+# A path longer than this is shown by its two ends: one nested past the system's limit is
+# thousands of characters.
+_LONGEST_SHOWN: Final = 160
+
+
+def _short(path: str) -> str:
+    if len(path) <= _LONGEST_SHOWN:
+        return path
+    return f"{path[: _LONGEST_SHOWN // 3]}…{path[-(2 * _LONGEST_SHOWN) // 3 :]}"
 
 
 def input_unread(dropped: Mapping[str, int], kinds: frozenset[str] = UNREAD_INPUT) -> bool:

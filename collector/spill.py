@@ -381,7 +381,7 @@ def parallel_events_in_time_order(
     """Like `parse.events_in_time_order`, restricted to `wanted` events (plus what the stages
     emit), parsed on every core. Unwanted events are still read and counted in `stats`.
     `log_date`: see `parse.streams_of`."""
-    streams = streams_of(paths, stats.dropped, log_date)
+    streams = streams_of(paths, stats.dropped, log_date, stats.dropped_files)
     # Every stream's zone before any is read: a node's may be set by the others' (forked
     # workers inherit them).
     zones = stream_zones(streams, stats)

@@ -275,7 +275,7 @@ def test_a_log_search_exported_as_csv_is_counted_and_said(tmp_path: Path) -> Non
     (case / "findings.csv").write_text("severity,detector\n")  # a report folder's own table
     done, summary = _forensics(case, tmp_path / "out")
     assert summary["input"]["dropped_by_reason"]["csv_not_read"] == 1
-    assert "CSV FILES: 1 CSV file was not read" in done.stdout
+    assert f"CSV FILES: 1 CSV file was not read ({case / 'decode-1.csv'}):" in done.stdout
 
 
 def test_a_trace_server_named_like_a_log_s_node_judges_that_node() -> None:
@@ -309,8 +309,9 @@ def test_a_gzip_cut_short_is_said_however_few_lines_it_lost(tmp_path: Path) -> N
     decode.write_text("")
     done, summary = _forensics(case, tmp_path / "out")
     assert summary["input"]["dropped_by_reason"]["truncated_gzip"] == 1
-    assert "UNREAD: files not read whole: " in done.stdout
-    assert "truncated_gzip 1" in done.stdout
+    cut = str(case / "decode-0.log.1.gz")
+    assert summary["input"]["dropped_files"] == {"truncated_gzip": [cut]}
+    assert f"UNREAD: files not read whole: truncated_gzip 1 ({cut}); " in done.stdout
 
 
 def test_a_prefill_whose_pool_no_input_stated_is_said(tmp_path: Path) -> None:
@@ -386,12 +387,14 @@ def test_what_discovery_could_not_read_is_said(tmp_path: Path) -> None:
     assert {f.node for f in discover([case], skipped)} == {"prefill-0", "decode-0"}
     assert skipped == {"not_a_regular_file": 2, "broken_or_looping_link": 1, "unreadable_folder": 1}
     done = _forensics_cli(case, tmp_path / "out")
-    said = (
-        "PASSED OVER: 1 folder could not be listed, 1 link leads nowhere or in a loop, 2 entries "
-        "are not files (FIFOs, sockets, devices or /proc files); what they hold is not in the "
-        "verdicts."
+    (said,) = [line for line in done.stdout.splitlines() if line.startswith("PASSED OVER: ")]
+    assert said.startswith(f"PASSED OVER: 1 folder could not be listed ({str(case)[:40]}")
+    assert said.endswith(
+        f"), 1 link leads nowhere or in a loop ({case / 'decode-2.log'}), 2 entries are not "
+        f"files (FIFOs, sockets, devices or /proc files) ({case / 'decode-1.log'}, "
+        f"{case / 'kernel.log'}); what they hold is not in the verdicts."
     )
-    assert said in done.stdout and "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def _forensics_cli(case: Path, out: Path) -> subprocess.CompletedProcess[str]:
@@ -458,8 +461,10 @@ def test_no_exposure_found_beside_a_folder_that_could_not_be_read_is_not_judged(
     _past_path_max(case)
     done = _forensics_cli(case, tmp_path / "out")
     assert done.returncode == 2, (done.stdout, done.stderr)
-    said = "NOT JUDGED: 1 folder could not be listed; what it holds is not in the verdicts."
-    assert said in done.stdout and said in done.stderr
+    (said,) = [line for line in done.stdout.splitlines() if line.startswith("NOT JUDGED: ")]
+    assert said.startswith(f"NOT JUDGED: 1 folder could not be listed ({str(tmp_path)[:40]}")
+    assert said.endswith("); what it holds is not in the verdicts.")
+    assert said in done.stderr
     assert "no exposed responses found" not in done.stdout
 
 

@@ -168,7 +168,7 @@ def _same_startup(gen: _Generation, before: NodeConfig | None, event: Event) -> 
 def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
     """Read every telemetry file under `paths` and reduce it to per-node facts. What discovery
     passes over is counted in `stats.dropped` (`collector.passed_over`)."""
-    files = discover(paths, stats.dropped)
+    files = discover(paths, stats.dropped, stats.dropped_files)
     documents: dict[str, list[Event]] = defaultdict(list)
     logs: dict[str, list[TelemetryFile]] = defaultdict(list)
     for tf in files:

@@ -40,6 +40,11 @@ class AuditReport:
         return (files.get("dropped_by_reason") or {}) if isinstance(files, dict) else {}
 
     @property
+    def _dropped_files(self) -> dict[str, list[str]]:
+        files = self.input.get("files")
+        return (files.get("dropped_files") or {}) if isinstance(files, dict) else {}
+
+    @property
     def input_unread(self) -> bool:
         """A file or folder given could not be read: a node whose logs it held is checked by
         nothing, so the gate fails closed whatever `allow_unknown` says (that lifts what the
@@ -112,8 +117,8 @@ class AuditReport:
         return text
 
     def passed_over(self) -> str:
-        said = passed_over(self._dropped)
-        if damaged := not_read_whole(self._dropped):
+        said = passed_over(self._dropped, self._dropped_files)
+        if damaged := not_read_whole(self._dropped, self._dropped_files):
             said = f"{said} {damaged}; what they held past the damage is not in the verdicts."
         return f"PASSED OVER: {said.strip()}" if said else ""
 

@@ -780,6 +780,7 @@ def build_summary(
             "unclassified_other_lines": read["unclassified_other_lines"],
             "noise_by_category": read["noise_by_category"],
             "dropped_by_reason": read["dropped_by_reason"],
+            **({"dropped_files": read["dropped_files"]} if "dropped_files" in read else {}),
             **({"undated_request_lines": n} if (n := stats.undated_requests) else {}),
             "log_utc_offsets": {
                 node: [zone_name(zone) for zone in zones]

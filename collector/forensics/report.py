@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 from collector.events import REQUEST_LINE_KINDS, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plot_data import PlotData
-from collector.passed_over import NOT_READ_WHOLE, input_unread, passed_over
+from collector.passed_over import NOT_READ_WHOLE, files_named, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
@@ -396,7 +396,8 @@ FILE_REASONS: Final = frozenset(
 def passed_over_line(summary: dict[str, Any]) -> str:
     """Folders, files and links discovery could not read: said, since a log in them is in no
     verdict (a folder nested past the system's path limit, a link to a lost mount)."""
-    return passed_over(summary["input"].get("dropped_by_reason") or {})
+    read = summary["input"]
+    return passed_over(read.get("dropped_by_reason") or {}, read.get("dropped_files"))
 
 
 def csv_files_line(summary: dict[str, Any]) -> str:
@@ -440,7 +441,11 @@ def _passed_over(summary: dict[str, Any], reason: str, names: tuple[str, str], h
     if not count:
         return ""
     what = f"{names[0]} was" if count == 1 else f"{names[1]} were"
-    return f"{count:,} {what} not read{how}; what they hold is not in the verdicts."
+    files = files_named(summary["input"].get("dropped_files"), [reason], count)
+    return (
+        f"{count:,} {what} not read{f' ({files})' if files else ''}{how}; what they hold is not "
+        "in the verdicts."
+    )
 
 
 def unread_line(summary: dict[str, Any]) -> str:
@@ -459,9 +464,14 @@ def unread_line(summary: dict[str, Any]) -> str:
         )
         said.append(f"{unused:,} of {lines:,} lines read could not be used ({top})")
     if files_lost:
+        named = summary["input"].get("dropped_files") or {}
+        # Counted by file (a cut archive), not by line (a line too long): those name files.
+        by_file = {why: count for why, count in files_lost.items() if why in named}
+        files = files_named(named, by_file, sum(by_file.values()))
         said.append(
             "files not read whole: "
             + ", ".join(f"{why} {count:,}" for why, count in sorted(files_lost.items()))
+            + (f" ({files})" if files else "")
         )
     if not said:
         return ""
