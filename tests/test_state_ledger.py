@@ -422,6 +422,54 @@ def test_lines_after_emission_are_counted_late_not_rejoined():
     assert ledger.stats.late_events == 1 and len(ledger) == 0
 
 
+@pytest.mark.parametrize(
+    ("after_hours", "rids", "new_request"),
+    [
+        (4.0, ("p9", "d9"), True),  # a router numbering rooms reused one, hours on
+        (3.0, ("p1", "d1"), True),  # ... and its rids, counted by the same counter
+        (1.5, ("p1", "d1"), False),  # its own rids within the idle wait: its late lines
+        (0.1, ("p9", "d9"), False),  # another rid minutes on: late (a clock that disagrees)
+    ],
+)
+def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(
+    after_hours: float, rids: tuple[str, str], new_request: bool
+) -> None:
+    """Blind review 12g: an over-length prompt refused and answered four hours after an honest
+    request in its room was counted as late lines and never judged: an all-clear."""
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("42", T) + decode_events("42", T):
+        ledger.add(event)
+    (first,) = ledger.advance(T + 100)
+    assert first.prompt_tokens == 4096
+    later = T + after_hours * 3600
+    events = prefill_events("42", later, 900_000, rids[0]) + decode_events(
+        "42", later, 900_000, rids[1]
+    )
+    taken = [ledger.add(event) for event in events]
+    records = ledger.advance(later + 100)
+    if new_request:
+        assert all(taken) and ledger.stats.late_events == 0
+        (second,) = records
+        assert (second.bootstrap_room, second.prompt_tokens) == ("42", 900_000)
+        assert {side.rid for side in second.sides} == set(rids)
+    else:
+        assert not any(taken) and ledger.stats.late_events == len(events) and records == []
+
+
+def test_a_room_s_end_survives_a_restart_of_the_ledger() -> None:
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("42", T) + decode_events("42", T):
+        ledger.add(event)
+    assert len(ledger.advance(T + 100)) == 1
+    state = json.loads(json.dumps(ledger.to_state()))
+    resumed = RequestLedger.from_state(state, role_of=role_of)
+    # Its own rid 30 minutes on: late, as before the restart; another's 4 hours on: new.
+    assert not resumed.add(decode_events("42", T + 1800)[0])
+    later = T + 4 * 3600
+    assert all(resumed.add(e) for e in decode_events("42", later, rid="d9"))
+    assert [r.bootstrap_room for r in resumed.advance(later + 4000)] == ["42"]
+
+
 def test_roomless_requests_are_single_sided_unified_records():
     ledger = RequestLedger(role_of=role_of)
     ledger.add(

@@ -20,6 +20,7 @@ node's lines about a request already folded into one `SideRecord` where the node
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -97,6 +98,11 @@ class LedgerConfig(BaseModel):
     max_entries: int = Field(default=1_000_000, gt=0)
     # Emitted keys remembered, so lines arriving after emission are counted, not rejoined.
     late_memory: int = Field(default=100_000, ge=0)
+    # A line of a judged room under a rid its request never had, this long after that request's
+    # last line, is a new request in the room (`_reused_room`): a router that numbers rooms
+    # itself reuses them after it restarts. Under one of its rids (numbered by the same
+    # counter), once the request would have been emitted idle (`max_open_seconds`).
+    room_reuse_seconds: float = Field(default=3600.0, gt=0)
     # A prefill refusal no other line of its node names (that prefill logs no request lines)
     # is the refusal of a room whose decode side names no prefill, when it refused exactly the
     # decode's prompt length this close to the decode's start, and no other such refusal did.
@@ -233,6 +239,9 @@ class RequestLedger:
         # and that no line has dated yet (`_stated_undated`).
         self._undated_stating: OrderedDict[tuple[int, str, str], SideRecord] = OrderedDict()
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
+        # The same keys: when the room's request's last line was, and its rids, packed
+        # (`_rid_marks`), for a new request in the room to be told from a late line.
+        self._ended: dict[str, tuple[float, int]] = {}
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
@@ -364,6 +373,8 @@ class RequestLedger:
         entry = self._entries.get(key)
         if entry is None and room is not None and key in self._recent:
             entry = self._next_request_of(key, room, node, rid)
+            if entry is None:
+                entry = self._reused_room(key, room, rid, time)
         if entry is None:
             if key in self._recent:
                 stats.late_events += 1
@@ -982,8 +993,35 @@ class RequestLedger:
                 prefill = (*judged.prefill, *(s for s in prefill if id(s) not in known))
             judged = _Judged(nodes, rids, prefill)
         recent[entry.key] = judged
+        if entry.last_time is not None:
+            self._ended[entry.key] = (entry.last_time, _rid_marks(s.rid for s in sides))
+        else:
+            self._ended.pop(entry.key, None)
         while len(recent) > self.config.late_memory:
-            recent.popitem(last=False)
+            self._ended.pop(recent.popitem(last=False)[0], None)
+
+    def _reused_room(
+        self, key: str, room: str, rid: str | None, time: float | None
+    ) -> _Entry | None:
+        """A new entry for a line of a judged room that is no late line of its request: under
+        a rid that request never had, `room_reuse_seconds` after its last line, or under any
+        rid once no line of it could still come (`max_open_seconds`). None: late.
+
+        Why: a router numbering rooms itself (a counter that restarts with it) reuses them, and
+        the later request's lines were counted late and never judged (blind review 12g: an
+        over-length prompt refused and answered four hours after an honest one in its room,
+        an all-clear and exit 0 with `--fail-on exposure`)."""
+        ended = self._ended.get(key)
+        if ended is None or rid is None or time is None:
+            return None
+        last, marks = ended
+        cfg = self.config
+        if time - last < cfg.room_reuse_seconds or (
+            time - last < cfg.max_open_seconds and _rid_mark(rid) in _unpack(marks)
+        ):
+            return None
+        del self._recent[key], self._ended[key]
+        return self._new_entry(key, room)
 
     def _next_request_of(self, key: str, room: str, node: str, rid: str | None) -> _Entry | None:
         """A new entry for a request of a room already judged, when the line is of one
@@ -1078,6 +1116,7 @@ class RequestLedger:
             "named_elsewhere": [list(node_rid) for node_rid in sorted(self._named_elsewhere)],
             "stated_refusals": [[n, node, t] for (n, node), t in self._stated_refusals.items()],
             "recent": list(self._recent),
+            "ended": {key: list(ended) for key, ended in self._ended.items()},
             "stats": asdict(self.stats),
         }
 
@@ -1130,8 +1169,35 @@ class RequestLedger:
                     ledger._claimed[node_rid] = entry.key
         for key in state.get("recent", []):
             ledger._recent[key] = None
+        for key, (last, marks) in (state.get("ended") or {}).items():
+            if key in ledger._recent:
+                ledger._ended[key] = (float(last), int(marks))
         ledger.stats = LedgerStats(**state.get("stats", {}))
         return ledger
+
+
+def _rid_mark(rid: str) -> int:
+    """A rid as 32 bits, the same in every process (not `hash`): a room's rids are remembered
+    so, two to an int, to keep a judged room's memory small."""
+    return zlib.crc32(rid.encode("utf-8", "surrogatepass"))
+
+
+def _rid_marks(rids: Iterable[str | None]) -> int:
+    """Up to two rids' marks in one int (`_unpack`); a room's third rid is rare (parallel
+    sampling, remembered apart: `_Judged`)."""
+    marks = sorted({_rid_mark(rid) for rid in rids if rid})[:2]
+    packed = 0
+    for mark in marks:
+        packed = (packed << 33) | (1 << 32) | mark
+    return packed
+
+
+def _unpack(packed: int) -> tuple[int, ...]:
+    marks = []
+    while packed:
+        marks.append(packed & 0xFFFFFFFF)
+        packed >>= 33
+    return tuple(marks)
 
 
 # Refusals stated by finish records remembered (`RequestLedger._own_refusal`).
