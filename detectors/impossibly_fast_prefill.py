@@ -22,7 +22,9 @@ attempt's alone. Two floors:
   (the optimum of the linear program scikit-learn's `QuantileRegressor` solves, found by an
   exact direct method: `detectors.quantile_line`), divided by `safety_factor`. It learns only
   from requests that cannot be the leak (prompt within the pool in force, not refused, not
-  already too fast), so the leak does not teach it that leaks are normal. Time to first token
+  already too fast), and each fit leaves out what is `outlier_factor` times faster per token
+  than the window's median (leaks no pool ruled out before the floor knew them), so the leak
+  does not teach it that leaks are normal. Time to first token
   moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
   learned floor is conservative (2% quantile, divided by 8), judges only long prompts
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
@@ -100,6 +102,10 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     )
     min_history: int = Field(default=50, ge=5)
     max_history: int = Field(default=512, ge=10)
+    # A sample this many times faster per uncached token than the window's median is left out
+    # of the fit (`_without_the_leak`): where no pool or refusal tells an answer was the leak,
+    # leaked answers the floor had not yet caught taught it that they were normal.
+    outlier_factor: float = Field(default=20.0, gt=1)
     refit_every: int = Field(default=64, ge=1)
     # "exact": the one-feature solver in detectors.quantile_line (same optimum, ~30x faster);
     # "sklearn": scikit-learn's QuantileRegressor (HiGHS), the reference the exact one is
@@ -155,6 +161,7 @@ class FloorModel:
         "_due_window",
         "_quantile",
         "_solver",
+        "_outlier_factor",
         "since_fit",
         "last_fit",
         "fits",
@@ -170,6 +177,7 @@ class FloorModel:
         self._due_window: tuple[tuple[float, float], ...] | None = None
         self._quantile = 0.0
         self._solver = "exact"
+        self._outlier_factor = math.inf
         self.since_fit = 0
         self.last_fit: float | None = None
         self.fits = 0
@@ -234,6 +242,7 @@ class FloorModel:
         if due:
             self._due_window = tuple(self.samples)
             self._quantile, self._solver = cfg.quantile, cfg.solver
+            self._outlier_factor = cfg.outlier_factor
             self.since_fit = 0
             self.last_fit = now
             self.fits += 1
@@ -244,6 +253,7 @@ class FloorModel:
         self._due_window = None
         # `np.asarray(pairs)`, without numpy inspecting each pair as a sequence.
         data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
+        data = _without_the_leak(data, self._outlier_factor)
         if self._solver == "sklearn":
             from sklearn.linear_model import QuantileRegressor  # a second to import: when chosen
 
@@ -562,6 +572,21 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         prompt = record.prompt_tokens
         pool = pool_in_force(record, ctx)
         return pool is None or prompt is None or prompt <= pool.longest_accepted
+
+
+def _without_the_leak(data: np.ndarray, factor: float) -> np.ndarray:
+    """The (tokens, seconds) rows of a fit window but those `factor` times faster per token
+    than its median: at most half of them, so the honest majority always stays.
+
+    Why: learning skips only answers the floor caught or the pool ruled out. With decode's logs
+    alone (no pool, no refusal), the leaked answers of the first hours entered the window, a 2%
+    quantile of a window 5% leaked is a leaked answer's speed, and the floor then passed every
+    leak after (blind review 12f: 91 of 150 named, 10x below the leaks' own speed). A leaked
+    answer skips hundreds of times the work; honest speeds within a context band stay within a
+    few times of each other."""
+    rates = data[:, 1] / data[:, 0]
+    keep = rates * factor >= float(np.median(rates))
+    return data if bool(keep.all()) else data[keep]
 
 
 def _low_quantile(values: np.ndarray, quantile: float) -> float:

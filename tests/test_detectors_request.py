@@ -950,6 +950,34 @@ def test_score_one_and_learn_one_follow_the_sign_convention():
     assert before < 1.0 <= after  # the learned floor (about 5 s) makes 0.5 s anomalous
 
 
+def test_leaked_answers_in_the_history_do_not_teach_the_floor_that_leaks_are_normal():
+    """Blind review 12f: with decode's logs alone (no pool, no refusal), the leaked answers of
+    the first hours entered the history; a 2% quantile of a window 6% leaked is a leaked
+    answer's speed, and the floor passed 59 of 150 leaks. Honest speeds vary within a few
+    times of each other; a leak answers hundreds of times faster."""
+    detector = ImpossiblyFastPrefill(model_active_params=1e6)
+    rng = np.random.default_rng(7)
+    for k in range(400):
+        tokens = int(rng.integers(40_000, 900_000))
+        if k % 16 == 3:  # 25 of 400 answered from another request's KV in 0.2 to 0.7 s
+            seconds = float(rng.uniform(0.2, 0.7))
+        else:  # honest: 40 to 120 us a token, the queue on top
+            seconds = tokens * float(rng.uniform(4e-5, 1.2e-4)) + float(rng.exponential(2.0))
+        detector.learn_one(
+            {
+                "node": "d",
+                "source": "first_token_latency",
+                "uncached_tokens": tokens,
+                "seconds": seconds,
+                "gpus": 8,
+            }
+        )
+    leak = {"node": "d", "source": "first_token_latency", "uncached_tokens": 864_512, "gpus": 8}
+    assert detector.score_one(dict(leak, seconds=0.45)) >= 1.0
+    # An honest answer twice as fast as any before is still no leak.
+    assert detector.score_one(dict(leak, seconds=864_512 * 2e-5)) < 1.0
+
+
 def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
     """0.5.19 with no refusal line for the room (DP attention: only the global rank 0 logs
     it): all prefill says is the stub it finished `length`."""
