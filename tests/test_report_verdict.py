@@ -19,6 +19,7 @@ from collector.forensics.report import (
     config_gaps,
     log_zones_line,
     next_steps,
+    prompts_answered,
     status_line,
 )
 
@@ -347,3 +348,16 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
         "finishes) they read -05:00 from those of prefill-0 and prefill-1 (read as UTC), and "
         "were moved by that."
     ) in log_zones_line(summary)
+
+
+def test_a_room_numbered_again_holds_another_prompt_not_parallel_samples() -> None:
+    """Blind review 12g: two exposed answers four hours apart in one room (a router numbering
+    rooms itself) were said to answer one prompt by parallel sampling."""
+
+    def exposed(rid: str, prompt: int) -> dict[str, Any]:
+        return {"rid": rid, "bootstrap_room": "42", "prompt_tokens": prompt}
+
+    reused = {"count": 2, "requests": [exposed("a-1", 900_000), exposed("b-2", 950_000)]}
+    assert prompts_answered(reused) == ""
+    sampled = {"count": 3, "requests": [exposed(f"s{k}", 900_000) for k in range(3)]}
+    assert prompts_answered(sampled) == " (answering 1 prompt: parallel sampling)"

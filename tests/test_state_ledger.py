@@ -452,6 +452,8 @@ def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(
         (second,) = records
         assert (second.bootstrap_room, second.prompt_tokens) == ("42", 900_000)
         assert {side.rid for side in second.sides} == set(rids)
+        # Its findings are its own, not the earlier request's again (deduplicated by room).
+        assert second.fanout and not first.fanout
     else:
         assert not any(taken) and ledger.stats.late_events == len(events) and records == []
 

@@ -1227,8 +1227,13 @@ def _responses(count: int) -> str:
 
 def prompts_answered(exposure: dict[str, Any]) -> str:
     """How many prompts the exposed responses answered, when parallel sampling answered some
-    several times (one room, several rids): the calls whose owners to tell. Else empty."""
-    rooms = {r["bootstrap_room"] for r in exposure["requests"] if r["bootstrap_room"]}
+    several times (one room, several rids, one prompt length): the calls whose owners to tell.
+    Else empty. A room a router numbered again holds another prompt (blind review 12g)."""
+    rooms = {
+        (r["bootstrap_room"], r.get("prompt_tokens"))
+        for r in exposure["requests"]
+        if r["bootstrap_room"]
+    }
     unroomed = sum(1 for r in exposure["requests"] if not r["bootstrap_room"])
     prompts = len(rooms) + unroomed
     if prompts >= exposure["count"]:

@@ -134,7 +134,7 @@ class LedgerStats:
 
 
 class _Entry:
-    __slots__ = ("key", "room", "sides", "last_time", "deadline", "fanout", "refusal")
+    __slots__ = ("key", "room", "sides", "last_time", "deadline", "fanout", "reused", "refusal")
 
     def __init__(self, key: str, room: str | None) -> None:
         self.key = key
@@ -144,6 +144,9 @@ class _Entry:
         self.deadline = float("inf")
         # More requests of a room already judged (`_Judged`): its samples, one by one.
         self.fanout = False
+        # A new request in a room judged before (`_reused_room`): its findings are its own,
+        # not the earlier request's again.
+        self.reused = False
         # A refusal named by rid alone that may be this room's (`_claim_refusal`): its side
         # when, judged, the room has no prefill side of its own.
         self.refusal: SideRecord | None = None
@@ -967,7 +970,7 @@ class RequestLedger:
             stats.emitted_partial += len(requests)
         records = [RequestRecord(entry.key, entry.room, group, complete) for group in requests]
         for record in records:
-            record.fanout = fanout
+            record.fanout = fanout or entry.reused
         return records
 
     def _remember(
@@ -1021,7 +1024,9 @@ class RequestLedger:
         ):
             return None
         del self._recent[key], self._ended[key]
-        return self._new_entry(key, room)
+        entry = self._new_entry(key, room)
+        entry.reused = True
+        return entry
 
     def _next_request_of(self, key: str, room: str, node: str, rid: str | None) -> _Entry | None:
         """A new entry for a request of a room already judged, when the line is of one

@@ -302,8 +302,8 @@ class RequestRecord:
 
     def __post_init__(self) -> None:
         # One of several requests in one room (parallel sampling, `n` > 1: SGLang sends a
-        # prompt's samples, and a warm-up before them, all in the prompt's room): a response of
-        # its own. Set by the ledger.
+        # prompt's samples, and a warm-up before them, all in the prompt's room; or a room a
+        # router numbered again later): a response of its own. Set by the ledger.
         self.fanout = False
         self.memo: dict[str, Any] = {}
         self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
