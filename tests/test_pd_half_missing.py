@@ -62,13 +62,39 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
         "refused": 0,
         "refused_rooms": [],
         "refused_rids": [],
+        "untimed_long": 0,
+        "untimed_long_rids": [],
     }
     done = _forensics(case, tmp_path / "cli")
     assert done.returncode == 2
     assert "no exposed responses found" not in done.stdout
     said = "NOT JUDGED: no prefill node's logs were found in the input, only decode's (decode-0)"
     assert said in done.stdout and said in done.stderr
-    assert "judged by their timing alone" in done.stdout
+    assert "judged by their timing alone." in done.stdout
+
+
+def test_decode_answers_with_no_timing_are_said_not_judged_at_all(tmp_path: Path) -> None:
+    """Blind review 12f: decode's time stats alone (finish lines not logged) state a prompt's
+    length but no time to its first token: with prefill's logs missing nothing judges such an
+    answer, and the run said every answer was "judged by their timing alone"."""
+    case = tmp_path / "decode"
+    case.mkdir()
+    lines = (REFERENCE / "decode-0.log").read_text().splitlines(keepends=True)
+    (case / "decode-0.log").write_text("".join(line for line in lines if "Finish:" not in line))
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    _valid(summary)
+    missing = summary["requests"]["pd_role_missing"]
+    # The 912,384-token answer; the 4,096-token one is no long prompt.
+    assert (missing["untimed_long"], missing["untimed_long_rids"]) == (
+        1,
+        ["e5f4a3b2c1d0e9f8a7b6554433221100"],
+    )
+    done = _forensics(case, tmp_path / "cli")
+    assert done.returncode == 2
+    assert (
+        "and 1 of them, an answer to a prompt of 32,768 tokens or more (rid "
+        "e5f4a3b2c1d0e9f8a7b6554433221100), stated no timing" in done.stdout
+    )
 
 
 def test_prefill_logs_alone_name_the_refusals_whose_answer_is_not_in_the_input(

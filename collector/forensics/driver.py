@@ -174,6 +174,12 @@ class _Evidence:
         # (or ran as one-token stubs) of which no decode side was read, a few rooms named.
         self.pd_requests = 0
         self.pd_nodes: dict[str, set[str]] = {"prefill": set(), "decode": set()}
+        # Decode answers of long prompts with no prefill side and no timing (no finish line,
+        # no span: decode's time stats alone), a few rids named: with prefill's logs missing,
+        # nothing judges them (blind review 12f: "judged by their timing alone" over answers
+        # that had none).
+        self.untimed_long_answers = 0
+        self.untimed_long_rids: list[str] = []
         self.refused_without_decode = 0
         self.refused_without_decode_rooms: list[str] = []
         # Of those, the ones no line named by room (a prefill refusal by rid alone: SGLang's
@@ -267,6 +273,10 @@ class _Evidence:
             if prefill is not None:
                 entry.prefill_node, entry.prefill_rid = prefill.node, prefill.rid
         self._sample_timing(record, bool(exposed_by))
+        if prefill is None and serving is not None and not exposed_by and _untimed_long(serving):
+            self.untimed_long_answers += 1
+            if serving.rid and len(self.untimed_long_rids) < _NAMED_UNTIMED:
+                self.untimed_long_rids.append(serving.rid)
         if self.parquet is not None:
             self.parquet.add(record, exposed_by)
 
@@ -832,6 +842,25 @@ _TOKENIZER_REFUSALS: Final = frozenset(
 )
 
 
+# Rids named of the long answers no timing judges.
+_NAMED_UNTIMED: Final = 3
+# A prompt this long, answered, is the incident's when prefill did not compute it: what the
+# timing detector judges critical by default (`critical_min_uncached_tokens`).
+_LONG_PROMPT_TOKENS: Final = 32_768
+
+
+def _untimed_long(serving: SideRecord) -> bool:
+    """A decode answer to a long prompt that states no time to its first token or its end."""
+    return (
+        serving.role == "decode"
+        and serving.delivered
+        and (serving.prompt_length or 0) >= _LONG_PROMPT_TOKENS
+        and serving.first_token_latency is None
+        and serving.e2e_latency is None
+        and serving.trace_ttft is None
+    )
+
+
 def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any] | None:
     """The half of a PD deployment none of whose nodes is in the input, beside the other's
     (None when both are, or neither). Without decode, no response a client got was read, and
@@ -858,6 +887,8 @@ def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any
         "refused": evidence.refused_without_decode,
         "refused_rooms": list(evidence.refused_without_decode_rooms),
         "refused_rids": list(evidence.refused_without_decode_rids),
+        "untimed_long": evidence.untimed_long_answers,
+        "untimed_long_rids": list(evidence.untimed_long_rids),
     }
 
 

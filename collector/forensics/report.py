@@ -536,10 +536,22 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     if missing["role"] == "prefill":
         count = missing["requests"]
         noun = "answer was" if count == 1 else "answers were"
-        return (
+        said = (
             f"no prefill node's logs were found in the input, only decode's ({present}): "
             f"refusals and prefill's pool are not seen, so decode's {count:,} PD {noun} judged "
-            "by their timing alone."
+            "by their timing alone"
+        )
+        untimed = missing.get("untimed_long", 0)
+        if not untimed:
+            return said + "."
+        named = ", ".join(f"rid {rid}" for rid in missing.get("untimed_long_rids") or [])
+        more = untimed - len(missing.get("untimed_long_rids") or [])
+        named += f" and {more:,} more" if named and more > 0 else ""
+        answers = "an answer to a prompt" if untimed == 1 else "answers to prompts"
+        return (
+            f"{said}, and {untimed:,} of them, {answers} of 32,768 tokens or more"
+            f"{f' ({named})' if named else ''}, stated no timing (decode's time stats alone: "
+            "no finish line or span) and were not judged at all."
         )
     refused = missing["refused"]
     said = (
