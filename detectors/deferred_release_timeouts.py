@@ -78,6 +78,11 @@ _NAME_SIGNAL = {
 _UNMEASURED: Final = -1.0
 
 
+def _with_joined(rates: deque[float], joined: float) -> deque[float]:
+    """`rates` with a joining node's normal added, where they were measured."""
+    return deque((r if r == _UNMEASURED else r + joined for r in rates), maxlen=rates.maxlen)
+
+
 class DeferredReleaseTimeoutsConfig(StormConfig):
     # Baseline floors, so an empty history does not make one timeout a storm.
     prior_timeouts: float = Field(default=1.0, gt=0)
@@ -97,7 +102,11 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     # A rise held over this many windows (an hour at 300 s) is judged against the rate before
     # them, with its own volume floor (`_sustained`).
     sustained_windows: int = Field(default=12, ge=2)
-    sustained_min_timeouts: int = Field(default=24, ge=1)
+    sustained_min_timeouts: int = Field(default=12, ge=1)
+    # ... against at least this many a window: a quarter of a window's prior, so a dozen in an
+    # hour where none came is a storm (blind review 11c: 21 in an hour, 95% of the releases,
+    # after one in twelve hours, was under the 48 the window's prior made of the hour).
+    sustained_prior: float = Field(default=0.25, gt=0)
     # A steady storm under the hour's floor (16 timeouts an hour for ten hours where one came
     # in ten): the last `steady_windows` windows (six hours) against the baseline's rate as
     # they began, once the baseline is full and the deployment's own normal known, its prior
@@ -271,6 +280,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # corrupt KV during a storm counted only between two far-apart /metrics samples.
         self.mismatch_history_: deque[tuple[float, int]] = deque(maxlen=cfg.baseline_windows)
         self.episode_ = Episode()
+        # The timeouts of the windows that did not fire, as counted (the baselines above rest
+        # on a warm-up's one seeded level, the median of its windows): the rate the rises are
+        # judged against (`_rise_rate`).
+        self.rise_baseline_ = Baseline(cfg.baseline_windows)
         # The timeouts of the windows judged lately, and the baseline's rate as each began.
         self.recent_timeouts_: deque[float] = deque(maxlen=cfg.sustained_windows)
         self.recent_rates_: deque[float] = deque(maxlen=cfg.sustained_windows)
@@ -286,6 +299,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "baseline_errors": self.baseline_errors_.to_list(),
             "baseline_share": self.baseline_share_.to_list(),
             "baseline_held": self.baseline_held_.to_list(),
+            "rise_baseline": self.rise_baseline_.to_list(),
             "node_timeouts": {k: b.to_list() for k, b in sorted(self.node_timeouts_.items())},
             "recent_mismatches": list(self.recent_mismatches_),
             "mismatch_history": [list(pair) for pair in self.mismatch_history_],
@@ -304,6 +318,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.baseline_errors_ = Baseline(cfg.baseline_windows, state.get("baseline_errors", ()))
         self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
         self.baseline_held_ = Baseline(cfg.baseline_windows, state["baseline_held"])
+        self.rise_baseline_ = Baseline(cfg.baseline_windows, state.get("rise_baseline", ()))
         self.node_timeouts_ = {
             node: Baseline(cfg.baseline_windows, values)
             for node, values in (state.get("node_timeouts") or {}).items()
@@ -436,16 +451,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
         for node, own in other.node_timeouts_.items():
             self.node_timeouts_[node] = Baseline(size, own.to_list())
+        self.rise_baseline_ = shifted(self.rise_baseline_, size, other.rise_baseline_.level(0.0))
         # The rates a rise is judged against count the new node's normal too: six routine
         # timeouts a window from a node that joined are no rise of the deployment's.
-        joined = other.baseline_timeouts_.level(0.0)
-        self.recent_rates_ = deque(
-            (rate + joined for rate in self.recent_rates_), maxlen=self.config.sustained_windows
-        )
-        self.steady_rates_ = deque(
-            (rate if rate == _UNMEASURED else rate + joined for rate in self.steady_rates_),
-            maxlen=self.config.steady_windows,
-        )
+        joined = other.rise_baseline_.level(0.0)
+        self.recent_rates_ = _with_joined(self.recent_rates_, joined)
+        self.steady_rates_ = _with_joined(self.steady_rates_, joined)
 
     def _unobserved(self) -> None:
         super()._unobserved()
@@ -512,7 +523,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             self.recent_rates_,
             (timeouts, rate),
             cfg.sustained_min_timeouts,
-            cfg.prior_timeouts,
+            cfg.sustained_prior,
         )
 
     def _steady(self, timeouts: float, rate: float) -> tuple[float, float, float]:
@@ -525,14 +536,29 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         they were six hours on were a steady storm (blind review 11c: 12 an hour, lumpy between
         samples)."""
         cfg = self.config
-        measured = len(self.baseline_timeouts_) >= min(cfg.sustained_windows, cfg.baseline_windows)
         return self._rise(
             self.steady_timeouts_,
             self.steady_rates_,
-            (timeouts, rate if measured else _UNMEASURED),
+            (timeouts, rate),
             cfg.steady_min_timeouts,
             cfg.steady_prior,
         )
+
+    def _rise_rate(self) -> float:
+        """The timeouts a window the rises are judged against: the mean of the windows that did
+        not fire, as counted, once they are an hour (`sustained_windows`) or the baseline's
+        span; `_UNMEASURED` before, and the rises wait.
+
+        Why counted, not the baseline's level: after the warm-up that is the median of its
+        windows, none where timeouts come four at a time every fourth window, and timeouts as
+        routine as in the first hour were a rise (blind review 11c). Why an hour: the rate
+        before the logs' first window was measured over nothing (the same review: 12 an hour
+        from the first sample on, a steady storm six hours in)."""
+        cfg = self.config
+        rise = self.rise_baseline_
+        if len(rise) < min(cfg.sustained_windows, cfg.baseline_windows):
+            return _UNMEASURED
+        return rise.level(0.0)
 
     def _rise(
         self,
@@ -589,8 +615,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 rate = own.level(0.0) if own is not None else 0.0
                 if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
                     scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
-        scores["sustained"], sustained, before = self._sustained(timeouts, timeouts_rate)
-        scores["steady"], steady, steady_before = self._steady(timeouts, timeouts_rate)
+        rise_rate = self._rise_rate()
+        scores["sustained"], sustained, before = self._sustained(timeouts, rise_rate)
+        scores["steady"], steady, steady_before = self._steady(timeouts, rise_rate)
         if share is not None and releases >= cfg.min_releases:
             scores["share"] = share / min(base_share + cfg.share_margin, 1.0)
         if held >= cfg.min_held:
@@ -614,6 +641,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if score < cfg.threshold:
             self._quiet(timeouts, base_timeouts, self.baseline_timeouts_)
             self.baseline_timeouts_.add(timeouts)
+            self.rise_baseline_.add(timeouts)
             self.baseline_errors_.add(errors)
             if share is not None:
                 self.baseline_share_.add(share)

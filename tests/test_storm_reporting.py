@@ -239,11 +239,36 @@ def test_a_steady_storm_under_the_hour_s_floor_is_found_against_the_deployment_s
     judged against the rate before them once the baseline is full, it is a storm; the same
     rate from the first line is the deployment's normal."""
     findings = run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 8))
-    assert [(f.severity, f.evidence["rule"]) for f in findings] == [("warning", "steady")]
-    assert "timing out steadily" in findings[0].summary
-    assert T + 6 * HOUR < findings[0].time <= T + 9 * HOUR
+    # Found within its first hour, 12 against none (blind review 11c: the hour's bar of 48
+    # missed 21 in an hour); then said to go on steadily once the hour's rule has taken it in.
+    assert [(f.severity, f.evidence["rule"]) for f in findings] == [
+        ("warning", "sustained"),
+        ("warning", "steady"),
+    ]
+    assert T + 6 * HOUR < findings[0].time <= T + 7 * HOUR
+    assert "timing out steadily" in findings[1].summary
+    assert T + 7 * HOUR < findings[1].time <= T + 9 * HOUR
     assert run(DeferredReleaseTimeouts(), _ramp([1] * 14)) == []
-    assert run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 1 + [0] * 7)) == []
+    # One such hour alone is the hour's rise, not six hours' steady storm.
+    lone = run(DeferredReleaseTimeouts(), _ramp([0] * 6 + [1] * 1 + [0] * 7))
+    assert [f.evidence["rule"] for f in lone] == ["sustained"]
+
+
+def test_a_dozen_timeouts_in_an_hour_after_half_a_day_of_one_is_a_storm():
+    """Blind review 11c: one timeout in twelve hours, then 21 in an hour (95% of the releases):
+    under every window's floor (5) and under the 48 the window's prior made of the hour."""
+    events = [
+        *startup("decode-0", "decode", T, pool=400_000, version="0.5.23"),
+        *reporting("decode-0", T, T + 14 * HOUR),
+        timeout(T + 700, 1, "decode-0"),
+    ]
+    storm = T + 12 * HOUR
+    events += [timeout(storm + 170 * k, 100 + k, "decode-0") for k in range(21)]
+    (finding,) = run(DeferredReleaseTimeouts(), events)
+    assert (finding.severity, finding.evidence["rule"]) == ("warning", "sustained")
+    assert storm < finding.time <= storm + HOUR
+    # Eleven in the hour: under the hour's volume floor (12).
+    assert run(DeferredReleaseTimeouts(), events[: len(events) - 10]) == []
 
 
 def test_timeouts_as_routine_from_the_first_window_in_bursts_are_no_steady_storm():
