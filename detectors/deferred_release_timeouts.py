@@ -18,15 +18,16 @@ volume to mean it. Per window (event time) the score is the largest of
 * timeout share / (baseline share + `share_margin`), when releases >= `min_releases` (needs
   the `outcome` counter, which also counts `drained`);
 * held / (`held_ratio` x baseline held), when held >= `min_held`;
-* the timeouts of the last `sustained_windows` windows / (`ratio` x what the baseline's rate
-  made of as many windows when they began), when they reach `sustained_min_timeouts`: a rise
+* the timeouts of the last `sustained_windows` windows / (`ratio` x what the rate of the
+  windows that did not fire, as counted, made of as many windows when they began, or
+  `sustained_prior` a window), when they reach `sustained_min_timeouts`: a rise
   step by step (12, then 60, then 104 an hour) enters the baseline window by window and never
   stands out of its last hour's, yet the hour is far above what was normal before it (blind
   review F2: 176 timeouts, 12% to 83% of the aborts, and no finding);
-* the same over the last `steady_windows` windows (six hours), once the baseline held an hour
-  as the first began, with a prior of `steady_prior` a window: a steady storm under the hour's
-  floor, 16 timeouts an hour where one came in ten (blind review 10a: two such storms, one
-  warning);
+* the same over the last `steady_windows` windows (six hours), with a prior of
+  `steady_prior` a window: a steady storm under the hour's floor, 16 timeouts an hour where
+  one came in ten (blind review 10a: two such storms, one warning); both wait until that rate
+  rests on an hour of windows (`_rise_rate`);
 
 a count scoring only when the baseline's rate makes it at most `chance` likely (Poisson): where
 timeouts are routine, chance alone makes 4x a normal of one or two now and then. A window
@@ -514,9 +515,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
     def _sustained(self, timeouts: float, rate: float) -> tuple[float, float, float]:
         """The score of the last `sustained_windows` windows' timeouts (this one's included)
-        against `ratio` x what the baseline's rate, as it stood before the first of them, makes
-        of as many windows (`chance` as for one window); with the count and that expectation.
-        Judged once that many windows were seen; their rates are those before each entered."""
+        against `ratio` x what the rise rate (`_rise_rate`), as it stood before the first of
+        them, makes of as many windows, or `sustained_prior` a window when that is more
+        (`chance` as for one window); with the count and that expectation."""
         cfg = self.config
         return self._rise(
             self.recent_timeouts_,
@@ -527,14 +528,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
 
     def _steady(self, timeouts: float, rate: float) -> tuple[float, float, float]:
-        """As `_sustained`, over the last `steady_windows` windows, judged once the first of
-        them began with the baseline holding an hour of windows (`sustained_windows`): against
-        `ratio` x the rate it had then, or the `steady_prior` a window when that is more.
-
-        Why not before: the rate as the logs' first window began is no measure, none came
-        before it. Judged against it, timeouts as routine from the first /metrics sample as
-        they were six hours on were a steady storm (blind review 11c: 12 an hour, lumpy between
-        samples)."""
+        """As `_sustained`, over the last `steady_windows` windows, against `steady_prior` a
+        window at least."""
         cfg = self.config
         return self._rise(
             self.steady_timeouts_,
