@@ -887,17 +887,6 @@ class RequestLedger:
                 # of a parallel-sampling request whose samples end seconds to minutes later.
                 # Waited for, they tell it (`_requests_in`); judged at once, it was an answer.
                 deadline = max(deadline, earliest_done + cfg.join_window_seconds)
-            elif entry.room is not None and self._unanswered(done):
-                # Decode ended it with no answer (a failed transfer, a bootstrap timeout): a
-                # router may retry it in the same room, on another prefill, and that answer
-                # ends later. Judged at once, the retry's lines came late and its exposure was
-                # never named (blind review 14d: an answer 12 s after the failure, exit 0).
-                window = (
-                    cfg.long_join_window_seconds
-                    if any(self._worth_the_wait(s) for s in done)
-                    else cfg.join_window_seconds
-                )
-                deadline = max(deadline, earliest_done + window)
         elif earliest_done is None or len(done) < len(entry.sides):
             # None is done, or a node has begun the request and not ended it: a decode writing
             # a long answer is in flight, not missing, however long after the refusal it ends.
@@ -923,15 +912,6 @@ class RequestLedger:
             and (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
             for s in done
         )
-
-    def _unanswered(self, done: list[SideRecord]) -> bool:
-        """A decode side ended and none answered: the request failed, and may be retried."""
-        decode = [
-            s
-            for s in done
-            if (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
-        ]
-        return bool(decode) and not any(s.delivered for s in decode)
 
     def _worth_the_wait(self, side: SideRecord) -> bool:
         """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
