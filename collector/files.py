@@ -216,9 +216,10 @@ def name_file(named: dict[str, list[str]], reason: str, path: str) -> None:
         kept.append(path)
 
 
-def _pass_over(
+def pass_over(
     skip: Counter[str], named: dict[str, list[str]] | None, reason: str, path: str
 ) -> None:
+    """Count a file passed over for `reason` in `skip`, and name it in `named`."""
     skip[reason] += 1
     if named is not None:
         name_file(named, reason, path)
@@ -453,14 +454,14 @@ def discover(
     skip: Counter[str] = skipped if skipped is not None else Counter()
     for raw in paths:
         root = Path(raw)
-        listed = regular_files(root, skip, named) if root.is_dir() else None
-        for path in listed if listed is not None else _checked([root], skip, named):
+        given = regular_files(root, skip, named) if root.is_dir() else _checked([root], skip, named)
+        for path in given:
             if path.name.lower().endswith(ARCHIVE_SUFFIXES):
-                _pass_over(skip, named, "archive_not_read", str(path))
+                pass_over(skip, named, "archive_not_read", str(path))
                 continue
             if path.suffix.lower() == ".csv" and path.name != OWN_CSV:
                 # a log search's export (CloudWatch, Kibana)
-                _pass_over(skip, named, "csv_not_read", str(path))
+                pass_over(skip, named, "csv_not_read", str(path))
                 continue
             described = describe(path)
             if described is not None:
@@ -697,7 +698,7 @@ def regular_files(
             with os.scandir(folder) as listing:
                 entries = list(listing)
         except OSError:
-            _pass_over(skip, named, "unreadable_folder", folder)
+            pass_over(skip, named, "unreadable_folder", folder)
             continue
         for entry in entries:
             try:
@@ -721,12 +722,12 @@ def _checked(
             seen = path.stat()  # through a link, to what it leads to
         except OSError:
             why = "broken_or_looping_link" if path.is_symlink() else "unreadable_file"
-            _pass_over(skip, named, why, str(path))
+            pass_over(skip, named, why, str(path))
             continue
         if stat.S_ISREG(seen.st_mode) and seen.st_dev not in pseudo:
             kept.append(path)
         elif not stat.S_ISDIR(seen.st_mode):
-            _pass_over(skip, named, "not_a_regular_file", str(path))
+            pass_over(skip, named, "not_a_regular_file", str(path))
     return kept
 
 

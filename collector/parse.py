@@ -32,6 +32,7 @@ from collector.files import (
     file_time,
     is_export,
     name_file,
+    pass_over,
     read_byte_blocks,
     read_lines,
     settled,
@@ -219,8 +220,7 @@ def file_events(
     moved = as_found(tf)
     if moved is None:  # rotated away since discovery, and its old lines are nowhere to be read
         if (byte_range is None or byte_range[0] == 0) and tf.counted:
-            stats.dropped[FILE_REPLACED] += 1
-            name_file(stats.dropped_files, FILE_REPLACED, str(tf.path))
+            pass_over(stats.dropped, stats.dropped_files, FILE_REPLACED, str(tf.path))
         return
     tf = moved
     if byte_range is None or byte_range[0] == 0:

@@ -544,9 +544,7 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
         untimed = missing.get("untimed_long", 0)
         if not untimed:
             return said + "."
-        named = ", ".join(f"rid {rid}" for rid in missing.get("untimed_long_rids") or [])
-        more = untimed - len(missing.get("untimed_long_rids") or [])
-        named += f" and {more:,} more" if named and more > 0 else ""
+        named = _some_named([], missing.get("untimed_long_rids") or [], untimed)
         answers = "an answer to a prompt" if untimed == 1 else "answers to prompts"
         return (
             f"{said}, and {untimed:,} of them, {answers} of 32,768 tokens or more"
