@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +36,7 @@ from collector.files import (
     read_lines,
     settled,
 )
+from collector.head_words import safe_head
 from collector.repeated_lines import RepeatedLines, in_reading_order
 from collector.sglang.clock_join import align, sample
 from collector.sglang.log_clock import LogClock, ZoneReading, borrowed_day, log_day, read_zone
@@ -54,7 +54,6 @@ BLANK = NOISE_PREFIX + BLANK_NOISE
 # A document (a `.prom` scrape, a saved `/server_info`, an indented trace export) is read whole,
 # up to this size.
 MAX_DOCUMENT_BYTES = 64 << 20
-_HEAD_WORDS = re.compile(r"[A-Za-z][A-Za-z_-]{0,23}(?: [A-Za-z][A-Za-z_-]{0,23})?")
 
 
 @dataclass
@@ -68,8 +67,8 @@ class ParseStats:
     noise: Counter[str] = field(default_factory=Counter)
     unclassified_engine: int = 0
     unclassified_other: int = 0
-    # First words of unclassified engine lines (at most two words of letters): enough to see which
-    # new message family appeared, never enough to carry user text.
+    # First words of unclassified engine lines, the engine's own words or their shapes
+    # (`collector.head_words`): which new message family appeared, never a user's text.
     unclassified_heads: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
     # The files passed over or cut, by reason (`files.name_file`): a count alone left a
@@ -110,8 +109,7 @@ class ParseStats:
         elif bucket == UNCLASSIFIED_ENGINE:
             self.unclassified_engine += 1
             if message_head is not None:
-                head = _HEAD_WORDS.match(message_head)
-                self.unclassified_heads[head.group(0) if head else "(non-text)"] += 1
+                self.unclassified_heads[safe_head(message_head)] += 1
         elif bucket == UNCLASSIFIED_OTHER:
             self.unclassified_other += 1
         else:

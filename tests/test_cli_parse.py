@@ -63,8 +63,28 @@ def test_stats_count_drift_as_unclassified_heads(tmp_path: Path) -> None:
     done = _run("parse", str(tmp_path), "--stats-json", "--workers", "1")
     stats = json.loads(done.stdout)
     assert stats["unclassified_engine_lines"] == 1
-    assert stats["unclassified_heads"] == {"Totally new": 1}
+    # Neither word is one the engine writes: printed as shapes, the family still told apart.
+    assert stats["unclassified_heads"] == {"Xxxxxxx xxx": 1}
     assert stats["unclassified_other_lines"] == 1
+
+
+def test_stats_heads_never_carry_a_users_words(tmp_path: Path) -> None:
+    """A prompt logged with a raw newline and a stamp reads like an engine line (blind review
+    13e): its first words are a user's, and `--stats` must not print them."""
+    (tmp_path / "n.log").write_text(
+        "[2026-11-02 10:19:04 TP0] Maria Schmidt, card 4111 1111 1111 1111\n"
+        "[2026-11-02 10:19:05 TP0] Prefill session migrated to rank 3\n"
+        "[2026-11-02 10:19:06 TP0] Ünïcode lead\n"
+    )
+    stats = json.loads(_run("parse", str(tmp_path), "--stats-json", "--workers", "1").stdout)
+    assert stats["unclassified_engine_lines"] == 3
+    assert stats["unclassified_heads"] == {
+        "Xxxxx Xxxxxxx": 1,
+        "Prefill session": 1,
+        "(non-text)": 1,
+    }
+    done = _run("parse", str(tmp_path), "--stats", "--workers", "1")
+    assert "Maria" not in done.stdout + done.stderr and "Schmidt" not in done.stdout + done.stderr
 
 
 def test_parallel_and_serial_counts_agree(tmp_path: Path) -> None:
