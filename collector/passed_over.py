@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from collector.files import FILE_REPLACED
+from collector.files import FILE_REPLACED, UNDECODABLE
 from collector.shown_text import printable
 
 # Files named in a line, the rest counted.
@@ -39,13 +39,13 @@ _SAID: Final = (
 # Input that was there to read and could not be: no verdict may pass for one over it. A link to
 # nowhere or a FIFO is said, but holds no file that could have been read.
 UNREAD_INPUT: Final = frozenset({"unreadable_folder", "unreadable_file", FILE_REPLACED})
-# Archives read only up to damage (cut, corrupt), in a compression kvwatch does not read, or a
-# file a read error stopped: what they held past it is in no verdict. Forensics says these
-# among the files not read whole.
+# Archives read only up to damage (cut, corrupt), in a compression kvwatch does not read, a file
+# a read error stopped, or one whose lines were mostly not text: what they held past it is in no
+# verdict. Forensics says these among the files not read whole.
 _CODECS: Final = ("gzip", "bz2", "xz")
 NOT_READ_WHOLE: Final = frozenset(
     {f"{damage}_{codec}" for damage in ("corrupt", "truncated") for codec in _CODECS}
-    | {"compressed_not_read", "read_error"}
+    | {"compressed_not_read", "read_error", UNDECODABLE}
 )
 # The rollout gate fails closed on more: a link to nowhere (a log volume not mounted) and an
 # archive not read whole (review: beside either, a node vanished from "all 2 nodes passed").

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -732,6 +732,31 @@ def test_an_archive_not_read_whole_fails_closed(tmp_path: Path, damage: str, rea
     assert code == 3
     assert lines(out)[-2] == (
         f"PASSED OVER: 1 file was not read whole ({reason} 1: {case / 'prefill-1.log.1.gz'}); "
+        "what they held past the damage is not in the verdicts."
+    )
+    assert lines(out)[-1].startswith("verdict: UNKNOWN")
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda text: text.encode("utf-32-le"),
+        lambda text: text.encode("utf-16-be"),  # no byte-order mark
+        lambda text: bytes(range(256)) * 40,  # not a log at all
+    ],
+    ids=["utf-32", "utf-16-be-no-bom", "binary"],
+)
+def test_a_log_read_as_junk_fails_closed(tmp_path: Path, encode: Callable[[str], bytes]) -> None:
+    """Blind review 13e D1: a third node's log in an encoding not read had every line dropped
+    as binary, and the gate said "all 2 nodes passed", exit 0."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    assert run(str(case))[0] == 0
+    log = (DATA / "incident" / "prefill-0.log").read_text()
+    (case / "prefill-1.log").write_bytes(encode(log))
+    code, out, _ = run(str(case))
+    assert code == 3
+    assert lines(out)[-2] == (
+        f"PASSED OVER: 1 file was not read whole (undecodable 1: {case / 'prefill-1.log'}); "
         "what they held past the damage is not in the verdicts."
     )
     assert lines(out)[-1].startswith("verdict: UNKNOWN")
