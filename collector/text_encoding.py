@@ -1,9 +1,10 @@
 """Log text in the forms it is saved in, as UTF-8.
 
 Windows PowerShell's `>` writes UTF-16 with a byte-order mark; some editors leave a UTF-8 mark
-before the first line. Read as bytes, every line of a UTF-16 log is binary and the first line
-behind a mark is no engine line. Both the readers and the sniffs that look at a file's start
-(newest first? merged? a trace or cloud export?) see the text as UTF-8.
+before the first line; some tools end lines with CR alone. Read as bytes, every line of a UTF-16
+log is binary, the first line behind a mark is no engine line, and a CR-ended log is one line.
+Both the readers and the sniffs that look at a file's start (newest first? merged? a trace or
+cloud export?) see the text as UTF-8 with newlines.
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ _TEXT_BYTES: Final = bytes([9, 10, 13, *range(32, 127)])
 
 def utf16_encoding(head: bytes) -> str | None:
     """The codec of a UTF-16 text by its first bytes: told by the mark, or, without one, by
-    NULs at every odd byte and printable ASCII at the even ones (not any binary with NULs)."""
+    NULs at every odd (little-endian) or every even (big-endian) byte and printable ASCII at the
+    others (not any binary with NULs)."""
     if head.startswith(_UTF16_BOMS):
         return "utf-16"
     sample = head[:4096]
     if len(sample) < 64:
         return None
     half = len(sample) // 2
-    if sample[1::2].count(0) <= 0.9 * half:  # the usual case, told at once
-        return None
-    even = sample[0::2]
-    printable = len(even) - len(even.translate(None, _TEXT_BYTES))
-    return "utf-16-le" if printable > 0.9 * half else None
+    for nuls, text, encoding in ((1, 0, "utf-16-le"), (0, 1, "utf-16-be")):
+        if sample[nuls::2].count(0) <= 0.9 * half:  # the usual case, told at once
+            continue
+        chars = sample[text::2]
+        if len(chars) - len(chars.translate(None, _TEXT_BYTES)) > 0.9 * half:
+            return encoding
+    return None
 
 
 def as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
@@ -46,6 +50,13 @@ def as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
         return
     if first.startswith(_UTF8_BOM):
         first = first[len(_UTF8_BOM) :]
+    if b"\r" in first and b"\n" not in first:
+        # Lines ended by CR alone (classic Mac, some Windows tools' exports): read as one line,
+        # a whole log was its last record, and an all-clear (blind review 13e D2).
+        yield first.replace(b"\r", b"\n")
+        for block in blocks:
+            yield block.replace(b"\r", b"\n")
+        return
     if first:
         yield first
     yield from blocks

@@ -741,14 +741,14 @@ def test_an_archive_not_read_whole_fails_closed(tmp_path: Path, damage: str, rea
     "encode",
     [
         lambda text: text.encode("utf-32-le"),
-        lambda text: text.encode("utf-16-be"),  # no byte-order mark
         lambda text: bytes(range(256)) * 40,  # not a log at all
     ],
-    ids=["utf-32", "utf-16-be-no-bom", "binary"],
+    ids=["utf-32", "binary"],
 )
 def test_a_log_read_as_junk_fails_closed(tmp_path: Path, encode: Callable[[str], bytes]) -> None:
-    """Blind review 13e D1: a third node's log in an encoding not read had every line dropped
-    as binary, and the gate said "all 2 nodes passed", exit 0."""
+    """Blind review 13e D1: a third node's log in an encoding not read (UTF-32; BOM-less
+    UTF-16-BE, read since) had every line dropped as binary, and the gate said "all 2 nodes
+    passed", exit 0."""
     case = _case_with(tmp_path, DATA / "healthy")
     assert run(str(case))[0] == 0
     log = (DATA / "incident" / "prefill-0.log").read_text()

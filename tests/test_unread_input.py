@@ -38,8 +38,21 @@ def _kinds(*paths: Path) -> tuple[list[str], ParseStats]:
 
 @pytest.mark.parametrize(
     ("encoding", "mark"),
-    [("utf-16", b""), ("utf-16-le", b""), ("utf-8", b"\xef\xbb\xbf"), ("utf-16-be", b"\xfe\xff")],
-    ids=["powershell-utf16", "utf16-without-mark", "utf8-with-mark", "utf16-big-endian"],
+    [
+        ("utf-16", b""),
+        ("utf-16-le", b""),
+        ("utf-8", b"\xef\xbb\xbf"),
+        ("utf-16-be", b"\xfe\xff"),
+        ("utf-16-be", b""),
+    ],
+    ids=[
+        "powershell-utf16",
+        "utf16-without-mark",
+        "utf8-with-mark",
+        "utf16-big-endian",
+        # Blind review 13e D1: every line was dropped as binary.
+        "utf16-big-endian-without-mark",
+    ],
 )
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_a_log_in_another_unicode_form_reads_as_the_same_lines(
@@ -56,6 +69,25 @@ def test_a_log_in_another_unicode_form_reads_as_the_same_lines(
     other.write_bytes(gzip.compress(data) if gzipped else data)
     kinds, stats = _kinds(other)
     assert kinds == expected
+    assert stats.dropped == expected_stats.dropped == {}
+    assert stats.unclassified_engine == stats.unclassified_other == 0
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_log_ended_by_cr_alone_reads_as_the_same_lines(tmp_path: Path, gzipped: bool) -> None:
+    """Blind review 13e D2: a log whose lines end in CR alone was one line, read as its last
+    record (a progress bar's redraw), and forensics gave the all-clear."""
+    plain = tmp_path / "plain" / "decode-0.log"
+    plain.parent.mkdir()
+    plain.write_text("".join(line + "\n" for line in DECODE * 20))
+    expected, expected_stats = _kinds(plain)
+
+    data = "".join(line + "\r" for line in DECODE * 20).encode()
+    other = tmp_path / "other" / ("decode-0.log.gz" if gzipped else "decode-0.log")
+    other.parent.mkdir()
+    other.write_bytes(gzip.compress(data) if gzipped else data)
+    kinds, stats = _kinds(other)
+    assert kinds == expected and len(kinds) > 20
     assert stats.dropped == expected_stats.dropped == {}
     assert stats.unclassified_engine == stats.unclassified_other == 0
 
