@@ -16,6 +16,8 @@ from typing import Final
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 _UTF16_BOMS: Final = (b"\xff\xfe", b"\xfe\xff")
 _TEXT_BYTES: Final = bytes([9, 10, 13, *range(32, 127)])
+# A file with CR and no LF in its first bytes has lines ended by CR alone.
+_CR_HEAD: Final = 1 << 16
 
 
 def utf16_encoding(head: bytes) -> str | None:
@@ -50,7 +52,14 @@ def as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
         return
     if first.startswith(_UTF8_BOM):
         first = first[len(_UTF8_BOM) :]
-    if b"\r" in first and b"\n" not in first:
+    # Told from the same first bytes however the file is cut into blocks.
+    if len(first) < _CR_HEAD:
+        head, size = [first], len(first)
+        while size < _CR_HEAD and (more := next(blocks, None)) is not None:
+            head.append(more)
+            size += len(more)
+        first = b"".join(head)
+    if first.find(b"\r", 0, _CR_HEAD) >= 0 and first.find(b"\n", 0, _CR_HEAD) < 0:
         # Lines ended by CR alone (classic Mac, some Windows tools' exports): read as one line,
         # a whole log was its last record, and an all-clear (blind review 13e D2).
         yield first.replace(b"\r", b"\n")
