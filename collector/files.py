@@ -1410,7 +1410,7 @@ def read_line_blocks(
     # NUL bytes at the end of what is carried: a longer run means no more than `_NUL_RUN` does.
     nul_tail = 0
     number = 0
-    binary_before = stats.dropped.get("binary", 0)
+    binary_before = stats.dropped.get(BINARY, 0)
     ending = _Ending()
     if more:  # a log cut into pieces, read as one
         blocks = _pieces_blocks((path, *more), stats, ending, block_size)
@@ -1484,7 +1484,7 @@ def read_line_blocks(
             else:
                 yield number, lines
     stats.lines += number
-    if (stats.dropped.get("binary", 0) - binary_before) * 2 > number:
+    if (stats.dropped.get(BINARY, 0) - binary_before) * 2 > number:
         # Mostly lines of junk: a log in an encoding not read (UTF-32, UTF-16 without its mark)
         # or no log at all. Its lines were counted dropped, but a gate that passed beside it
         # passed a node it never read (blind review 13e D1): the file is named.
@@ -1589,6 +1589,8 @@ def _as_shown(line: str) -> str:
     return line.rpartition("\r")[2] if "\r" in line else line
 
 
+# A line mostly of NULs and bytes that are not UTF-8, dropped.
+BINARY: Final = "binary"
 # A file whose lines were mostly dropped as binary: read, but not as text.
 UNDECODABLE: Final = "undecodable"
 # NUL bytes in a row that are a hole, not junk in a line: logrotate's `copytruncate` under a
@@ -1614,7 +1616,7 @@ def _clean(line: str, stats: ReadStats) -> str:
             return line
     junk = line.count("\x00") + line.count("\ufffd")
     if junk * 4 > len(line):
-        stats.drop("binary")
+        stats.drop(BINARY)
         return DROPPED
     if "\ufffd" in line:
         stats.drop("non_utf8_line_repaired")
