@@ -728,10 +728,14 @@ def test_an_archive_not_read_whole_fails_closed(tmp_path: Path, damage: str, rea
     else:
         packed = packed[:10] + bytes(b ^ 0x5A for b in packed[10:60]) + packed[60:]
     (case / "prefill-1.log.1.gz").write_bytes(packed)
+    _fails_closed_not_read_whole(case, reason, case / "prefill-1.log.1.gz")
+
+
+def _fails_closed_not_read_whole(case: Path, reason: str, path: Path) -> None:
     code, out, _ = run(str(case))
     assert code == 3
     assert lines(out)[-2] == (
-        f"PASSED OVER: 1 file was not read whole ({reason} 1: {case / 'prefill-1.log.1.gz'}); "
+        f"PASSED OVER: 1 file was not read whole ({reason} 1: {path}); "
         "what they held past the damage is not in the verdicts."
     )
     assert lines(out)[-1].startswith("verdict: UNKNOWN")
@@ -753,13 +757,7 @@ def test_a_log_read_as_junk_fails_closed(tmp_path: Path, encode: Callable[[str],
     assert run(str(case))[0] == 0
     log = (DATA / "incident" / "prefill-0.log").read_text()
     (case / "prefill-1.log").write_bytes(encode(log))
-    code, out, _ = run(str(case))
-    assert code == 3
-    assert lines(out)[-2] == (
-        f"PASSED OVER: 1 file was not read whole (undecodable 1: {case / 'prefill-1.log'}); "
-        "what they held past the damage is not in the verdicts."
-    )
-    assert lines(out)[-1].startswith("verdict: UNKNOWN")
+    _fails_closed_not_read_whole(case, "undecodable", case / "prefill-1.log")
 
 
 def test_no_files_found_where_they_could_not_be_read_says_so(tmp_path: Path) -> None:
