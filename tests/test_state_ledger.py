@@ -458,6 +458,66 @@ def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(
         assert not any(taken) and ledger.stats.late_events == len(events) and records == []
 
 
+def test_a_router_s_retry_in_the_same_room_joins_the_request_its_failure_left_open() -> None:
+    """Blind review 14d: the first decode leg failed (a prefill bootstrap timeout), the router
+    retried the request in the same room on another prefill, and decode's answer ended 12 s
+    later. The room was judged at the failure, the answer's lines came late, and its exposure
+    (a refusal on the second prefill) was never named: exit 0."""
+    ledger = RequestLedger(role_of=role_of)
+    failed_leg = [
+        ev("request_received", "prefill-0", T, rid="p1", bootstrap_room="42"),
+        ev("transfer_failed", "prefill-0", T + 30, rid="p1", bootstrap_room="42", side="prefill"),
+        ev(
+            "request_finished",
+            "prefill-0",
+            T + 30,
+            rid="p1",
+            bootstrap_room="42",
+            prompt_tokens=0,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=500,
+        ),
+        ev("request_received", "decode-0", T, rid="d1", bootstrap_room="42"),
+        ev("transfer_failed", "decode-0", T + 30, rid="d1", bootstrap_room="42", side="decode"),
+        ev(
+            "request_finished",
+            "decode-0",
+            T + 30,
+            rid="d1",
+            bootstrap_room="42",
+            prompt_tokens=0,
+            completion_tokens=0,
+            finish_type="abort",
+            status_code=500,
+        ),
+    ]
+    retry = [  # the second prefill refuses and runs its stub; the answer ends 12 s on
+        ev("request_received", "prefill-1", T + 30, rid="p2", bootstrap_room="42"),
+        _refusal(T + 30, "p2", 900_000, node="prefill-1"),
+        ev(
+            "request_finished",
+            "prefill-1",
+            T + 30.1,
+            rid="p2",
+            bootstrap_room="42",
+            prompt_tokens=1,
+            completion_tokens=1,
+            finish_type="length",
+        ),
+        *decode_events("42", T + 39, 900_000, rid="d2"),
+    ]
+    emitted = []
+    for event in sorted(failed_leg + retry, key=lambda e: e.time or 0.0):
+        emitted += ledger.advance(event.time or 0.0)  # as the merge would: in time order
+        assert ledger.add(event)
+    assert emitted == []  # the failed leg waited for a retry
+    (record,) = ledger.advance(T + 4000)
+    assert ledger.stats.late_events == 0
+    assert record.serving is not None and record.serving.rid == "d2" and record.served
+    assert record.prefill_refused  # the refusal the answer came after
+
+
 def test_a_room_s_end_survives_a_restart_of_the_ledger() -> None:
     ledger = RequestLedger(role_of=role_of)
     for event in prefill_events("42", T) + decode_events("42", T):

@@ -447,7 +447,15 @@ def test_a_line_straggling_past_the_settle_time_still_joins_its_side() -> None:
         ev("decode_batch", T + 6, "prefill-0"),
     ]
     decode = [
-        ev("request_time_stats", T + 1, "decode-0", rid="d", bootstrap_room="1", role="decode"),
+        ev(
+            "request_time_stats",
+            T + 1,
+            "decode-0",
+            rid="d",
+            bootstrap_room="1",
+            role="decode",
+            output_len=30,  # an answer: a room decode ended unanswered waits for a retry
+        ),
         ev("request_finished", T + 8, "decode-0", rid="d", bootstrap_room="1", finish_type="stop"),
     ]
     (by_lines,), _, lines = _judged([prefill, decode], "events")

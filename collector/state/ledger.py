@@ -253,8 +253,9 @@ class RequestLedger:
         # Nodes between their start-up lines and their "fired up" line (read lines only).
         self._warming: set[str] = set()
         self._spans_seen = False
-        self._heap: list[tuple[float, int, str]] = []
-        self._seq = 0
+        # (deadline, key): requests due at the same moment are judged in key order, however
+        # their lines or sides arrived.
+        self._heap: list[tuple[float, str]] = []
         self._forced: list[RequestRecord] = []
         self._now: float | None = None
         self.stats = LedgerStats()
@@ -695,7 +696,7 @@ class RequestLedger:
         out = self._forced
         self._forced = []
         while self._heap and self._heap[0][0] <= now:
-            deadline, _, key = heapq.heappop(self._heap)
+            deadline, key = heapq.heappop(self._heap)
             entry = self._entries.get(key)
             if entry is None or entry.deadline != deadline:
                 continue
@@ -717,7 +718,7 @@ class RequestLedger:
         """End of input: emit everything still held, oldest deadline first."""
         out = self._forced
         self._forced = []
-        for entry in sorted(self._entries.values(), key=lambda e: e.deadline):
+        for entry in sorted(self._entries.values(), key=lambda e: (e.deadline, e.key)):
             out += self._emit(entry)
         for node_rid, refusal in self._pending.items():
             self._unjoined(refusal, node_rid in self._named_elsewhere, out)
@@ -886,7 +887,18 @@ class RequestLedger:
                 # Decode's one token, in time stats alone: a one-token answer, or the warm-up
                 # of a parallel-sampling request whose samples end seconds to minutes later.
                 # Waited for, they tell it (`_requests_in`); judged at once, it was an answer.
-                deadline = max(deadline, earliest_done + cfg.join_window_seconds)
+                deadline = max(deadline, earliest_done + cfg.join_window_seconds + self._lag)
+            elif entry.room is not None and self._unanswered(done):
+                # Decode ended it with no answer (a failed transfer, a bootstrap timeout): a
+                # router may retry it in the same room, on another prefill, and that answer
+                # ends later. Judged at once, the retry's lines came late and its exposure was
+                # never named (blind review 14d: an answer 12 s after the failure, exit 0).
+                window = (
+                    cfg.long_join_window_seconds
+                    if any(self._worth_the_wait(s) for s in done)
+                    else cfg.join_window_seconds
+                )
+                deadline = max(deadline, earliest_done + window + self._lag)
         elif earliest_done is None or len(done) < len(entry.sides):
             # None is done, or a node has begun the request and not ended it: a decode writing
             # a long answer is in flight, not missing, however long after the refusal it ends.
@@ -898,11 +910,10 @@ class RequestLedger:
                 if any(self._worth_the_wait(s) for s in done)
                 else cfg.join_window_seconds
             )
-            deadline = max(earliest_done + window, last + self._settle)
+            deadline = max(earliest_done + window + self._lag, last + self._settle)
         if deadline != entry.deadline:
             entry.deadline = deadline
-            self._seq += 1
-            heapq.heappush(self._heap, (deadline, self._seq, entry.key))
+            heapq.heappush(self._heap, (deadline, entry.key))
 
     def _perhaps_warm_up(self, done: list[SideRecord]) -> bool:
         """A done decode side is one token in time stats alone (`_warm_up_shown` None); its
@@ -912,6 +923,15 @@ class RequestLedger:
             and (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
             for s in done
         )
+
+    def _unanswered(self, done: list[SideRecord]) -> bool:
+        """A decode side ended and none answered: the request failed, and may be retried."""
+        decode = [
+            s
+            for s in done
+            if (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
+        ]
+        return bool(decode) and not any(s.delivered for s in decode)
 
     def _worth_the_wait(self, side: SideRecord) -> bool:
         """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
