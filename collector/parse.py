@@ -41,11 +41,13 @@ from collector.repeated_lines import RepeatedLines, in_reading_order
 from collector.sglang.clock_join import align, sample
 from collector.sglang.log_clock import LogClock, ZoneReading, borrowed_day, log_day, read_zone
 from collector.sglang.logs import (
+    INTERLEAVED_HELD,
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
     UNCLASSIFIED_OTHER,
     BatchSink,
     LineParser,
+    LineRead,
 )
 from collector.sglang.outcome import BLANK_LINES, ParseOutcome
 
@@ -245,21 +247,20 @@ def file_events(
                 blocks = repeats.blocks(tf, read)
             else:
                 blocks = file_line_blocks(tf, read, byte_range)
-            for first, lines in blocks:
-                blank = lines.count("")
-                if blank:
-                    # Counted at once and passed over in C: a log of millions of empty lines
-                    # (a newline bomb) costs what reading it costs.
-                    stats.noise[BLANK_NOISE] += blank
-                    numbered: Iterable[tuple[int, str]] = zip(
-                        compress(count_from(first), lines), filter(None, lines), strict=True
-                    )
+            more = parser.more
+            for number, line in _numbered_lines(blocks, stats):
+                if number < 0:
+                    reads: Iterable[LineRead] = parser.flush()  # the end of the file
                 else:
-                    numbered = enumerate(lines, first)
-                for number, line in numbered:
                     if len(line) <= 1 and line == DROPPED:
                         continue
-                    bucket, event = parse(line, prefix + str(number))
+                    read_line = parse(line, prefix + str(number))
+                    if more:  # two writers' records on one line
+                        reads = [read_line, *more]
+                        more.clear()
+                    else:
+                        reads = (read_line,)
+                for bucket, event in reads:
                     if event is not None:
                         events[bucket] += 1
                         when = event.time
@@ -273,7 +274,7 @@ def file_events(
                         events[bucket] += 1
                     elif bucket == UNCLASSIFIED_ENGINE:
                         count(bucket, parser_message_head(line))
-                    else:
+                    elif bucket != INTERLEAVED_HELD:  # its records are counted when read
                         count(bucket)
         finally:
             stats.events.update(events)
@@ -292,6 +293,23 @@ def file_events(
         yield from _trace_events(tf, stats, read)
         return
     yield from _document_events(tf, stats, read, keep_metric)
+
+
+def _numbered_lines(
+    blocks: Iterable[tuple[int, list[str]]], stats: ParseStats
+) -> Iterator[tuple[int, str]]:
+    """A file's lines with their numbers, blank ones counted and passed over, then (-1, "")
+    for its end."""
+    for first, lines in blocks:
+        blank = lines.count("")
+        if blank:
+            # Counted at once and passed over in C: a log of millions of empty lines (a
+            # newline bomb) costs what reading it costs.
+            stats.noise[BLANK_NOISE] += blank
+            yield from zip(compress(count_from(first), lines), filter(None, lines), strict=True)
+        else:
+            yield from enumerate(lines, first)
+    yield -1, ""
 
 
 def _export_hour(tf: TelemetryFile) -> float | None:

@@ -256,6 +256,12 @@ def peel(line: str) -> Envelope:
     return Envelope(shipper_time, None, {}, line, False)
 
 
+def sglang_prefix_at(line: str, at: int) -> bool:
+    """Whether SGLang's own `[YYYY-MM-DD HH:MM:SS ...] ` prefix begins at `at`."""
+    m = _SGLANG.match(line, at)
+    return m is not None and line[m.end() : m.end() + 1] == " "
+
+
 # What may stand before an SGLang prefix that a collector added: syslog (`Sep  1 10:00:00 host
 # sglang[123]: `), containerd CRI (`2026-09-01T10:00:00.1Z stdout F `), `kubectl logs
 # --timestamps`. Quotes, `=` and parentheses never do, so request-log text cannot fake one.
