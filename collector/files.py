@@ -544,9 +544,12 @@ def _captures_of_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     read as a second node, each of its lines counted twice (audit KS: a storm's timeouts
     doubled)."""
     logs = _logs_by_node(files)
+    others = set(logs)
     renamed: dict[str, str] = {}
     for node, own in logs.items():
-        host = known_as(node, set(logs) - {node})
+        others.discard(node)
+        host = known_as(node, others)
+        others.add(node)
         if host is not None and capture_of(_oldest_first(own), [f.path for f in logs[host]]):
             renamed[node] = host
     return _renamed(files, renamed)
@@ -574,7 +577,8 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     would ran one after another (a rollout's pods, `sglang-prefill-1-7d9f8c6b5-f7hkr` then
     `sglang-prefill-1-6c4b8f9d7-ql99q`), read in that order: its configuration and version then
     judge its lines, and its pool is not said twice."""
-    logs = sorted({f.node for f in files if f.kind == "log"})
+    logs_of = _logs_by_node(files)
+    logs = sorted(logs_of)
     known = {f.node for f in files if f.kind != "log"} - set(logs)  # one with its own log: taken
     claims: dict[str, list[str]] = {}
     for node in logs:
@@ -583,7 +587,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             # One node's log kept in a folder of its own name (`decode-0/sglang.log` beside
             # `decode-0@….prom`): read as the node `sglang`, apart from its snapshots, it was
             # said never to have been read (blind review).
-            folders = {f.path.parent.name for f in files if f.node == node and f.kind == "log"}
+            folders = {f.path.parent.name for f in logs_of[node]}
             folder = folders.pop() if len(folders) == 1 else None
             to = folder if folder in known else None
         if to is not None:
@@ -592,8 +596,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     for to, claimants in claims.items():
         ranks: list[int] | None = [0]
         if len(claimants) > 1:
-            logs_of = [[f for f in files if f.node == n and f.kind == "log"] for n in claimants]
-            ranks = _period_ranks([_time_span(own) for own in logs_of])
+            ranks = _period_ranks([_time_span(logs_of[n]) for n in claimants])
         if ranks is None:
             continue  # replicas that ran at once: none of them is the node
         for node, rank in zip(claimants, ranks, strict=True):

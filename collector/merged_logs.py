@@ -298,22 +298,20 @@ def known_as(node: str, known: set[str], own: str = "") -> str | None:
     base = _REPLICA.sub("", node)
     if base in known or base == own:
         return base
-    held = {k for k in known for name in (node, base) if _holds_name(name, k)}
+    held = (_whole_parts(node) | _whole_parts(base)) & known
     return held.pop() if len(held) == 1 else None
 
 
-def _holds_name(name: str, node: str) -> bool:
-    """`node` is a whole part of `name`: between its ends or separators (the pod
-    `sglang-prefill-1`, the stream `sglang.decode-0.abc123` against `decode-1` or `decode-10`)."""
-    at = name.find(node)
-    while at >= 0:
-        end = at + len(node)
-        if (at == 0 or name[at - 1] in _NAME_SEPARATORS) and (
-            end == len(name) or name[end] in _NAME_SEPARATORS
-        ):
-            return True
-        at = name.find(node, at + 1)
-    return False
+def _whole_parts(name: str) -> set[str]:
+    """Every run of `name` between its ends or separators: the names it holds whole (the pod
+    `sglang-prefill-1` holds `prefill-1`, the stream `sglang.decode-0.abc123` holds `decode-0`
+    but not `decode-1` or `decode-10`). A few dozen for a file's name, looked up in the known
+    nodes instead of each node looked for in the name: a folder of 20,000 logs was 400 million
+    searches."""
+    cuts = [at for at, char in enumerate(name) if char in _NAME_SEPARATORS]
+    starts = [0, *(at + 1 for at in cuts)]
+    ends = [*cuts, len(name)]
+    return {name[start:end] for start in starts for end in ends if end > start}
 
 
 _NAME_SEPARATORS: Final = "-_."

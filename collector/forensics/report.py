@@ -754,7 +754,8 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
         return ""
     unlogged = [row for row in every if row.get("snapshots_only")]
     rows = [row for row in every if not row.get("snapshots_only") and not row.get("request_logs")]
-    answering = [row for row in answering_not_judged(summary) if row in rows]
+    among = {id(row) for row in rows}  # the same rows of `every`: by identity, not by value
+    answering = [row for row in answering_not_judged(summary) if id(row) in among]
     prefill = [row for row in rows if row["role"] == "prefill"]
     parts = []
     unlogged_answering = [row for row in unlogged if row["role"] != "prefill"]

@@ -17,6 +17,7 @@ nodes each reaches; where no known zone reaches, which clock is UTC stays an ass
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections.abc import Mapping
 from typing import Final, NamedTuple
@@ -202,54 +203,84 @@ def align(
     """
     told = {stream: r.zone for stream, r in readings.items() if r.voted}
     zoneless = sorted(stream for stream, r in readings.items() if r.prefixed and not r.voted)
+    rank = {stream: at for at, stream in enumerate(zoneless)}
+    holders: dict[str, list[Stream]] = {}  # each room's zoneless streams, in their order
+    for stream in zoneless:
+        for room in samples[stream].rooms:
+            holders.setdefault(room, []).append(stream)
     aligned: dict[Stream, Alignment] = {}
     if told and zoneless:
-        for stream, (zone, against) in _spread(told, zoneless, samples).items():
+        for stream, (zone, against) in _spread(told, rank, samples, holders).items():
             if stream not in told:
                 aligned[stream] = Alignment(zone, against, True)
-    rest = [stream for stream in zoneless if stream not in aligned]
+    rest = {stream: rank[stream] for stream in zoneless if stream not in aligned}
     while rest:
-        component = _spread({rest[0]: 0.0}, rest, samples)
+        component = _spread({next(iter(rest)): 0.0}, rest, samples, holders)
         utc = _utc_zone(component, samples, snapshots or {})
         for stream, (zone, against) in component.items():
             if zone != utc:
                 aligned[stream] = Alignment(zone - utc, against, False)
-        rest = [stream for stream in rest if stream not in component]
+            rest.pop(stream, None)
     return aligned
 
 
 def _spread(
-    reference: Mapping[Stream, float], candidates: list[Stream], samples: Mapping[Stream, Sample]
+    reference: Mapping[Stream, float],
+    candidates: Mapping[Stream, int],
+    samples: Mapping[Stream, Sample],
+    holders: Mapping[str, list[Stream]],
 ) -> dict[Stream, tuple[float, tuple[Stream, ...]]]:
     """Each stream `reference`'s clocks reach through shared rooms, with its zone on their
-    clock and the streams it shared rooms with."""
+    clock and the streams it shared rooms with.
+
+    The `candidates` (each with its place in the order they are tried) are tried in passes, in
+    that order, until a pass places none. A stream is tried again only once a room of its came
+    onto the reference clock since its last try: the rooms already there keep their times, so
+    its offset could not have changed (`offset`). Thousands of streams that share no room (a
+    folder of tiny logs) then cost one look each, not one per stream placed.
+    """
     zones: dict[Stream, float] = {}
     times: dict[str, float] = {}  # each room's first Receive, on the reference clock
+    this_pass: list[tuple[int, Stream]] = []  # a heap, by place in the order
+    next_pass: list[tuple[int, Stream]] = []
+    trying = -1  # the place of the stream being tried
 
     def place(stream: Stream, zone: float) -> None:
         zones[stream] = zone
         for room, stamp in samples[stream].rooms.items():
-            times.setdefault(room, stamp - zone)
+            if room in times:
+                continue
+            times[room] = stamp - zone
+            for other in holders.get(room, ()):
+                at = candidates.get(other)
+                if at is not None and other not in zones:
+                    if at > trying:
+                        heapq.heappush(this_pass, (at, other))
+                    else:
+                        next_pass.append((at, other))
 
     for stream, zone in sorted(reference.items()):
         place(stream, zone)
-    pending = [stream for stream in candidates if stream not in zones]
-    while pending:
-        for stream in pending:
+    while this_pass:
+        tried: set[Stream] = set()
+        while this_pass:
+            trying, stream = heapq.heappop(this_pass)
+            if stream in zones or stream in tried:
+                continue
+            tried.add(stream)
             shift = offset(samples[stream].rooms, times)
             if shift is not None:
                 place(stream, shift)
-        unreached = [stream for stream in pending if stream not in zones]
-        if len(unreached) == len(pending):
-            break
-        pending = unreached
-    holders: dict[str, list[Stream]] = {}
+        this_pass, next_pass = next_pass, []
+        heapq.heapify(this_pass)
+        trying = -1
+    shared_by: dict[str, list[Stream]] = {}
     for stream in zones:
         for room in samples[stream].rooms:
-            holders.setdefault(room, []).append(stream)
+            shared_by.setdefault(room, []).append(stream)
     placed: dict[Stream, tuple[float, tuple[Stream, ...]]] = {}
     for stream, zone in zones.items():
-        shared = {other for room in samples[stream].rooms for other in holders[room]}
+        shared = {other for room in samples[stream].rooms for other in shared_by[room]}
         placed[stream] = (zone, tuple(sorted(shared - {stream})))
     return placed
 
