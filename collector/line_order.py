@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from collector.compression import MAGIC_BYTES, compression_of, decompressed_head, stream_blocks
-from collector.text_encoding import head_as_utf8, utf16_encoding
+from collector.text_encoding import head_as_utf8, wide_encoding
 
 if TYPE_CHECKING:
     from collector.files import ReadStats
@@ -172,8 +172,8 @@ def tail_lines(path: Path) -> list[str]:
     try:
         with open(path, "rb") as raw:
             start = raw.read(4096)
-            if compression_of(start) is not None or utf16_encoding(start) is not None:
-                return []  # nor of a UTF-16 one: its end read alone is no whole characters
+            if compression_of(start) is not None or wide_encoding(start) is not None:
+                return []  # nor of a UTF-16/32 one: its end read alone is no whole characters
             size = os.fstat(raw.fileno()).st_size
             raw.seek(max(size - _TAIL_BYTES, 0))
             tail = raw.read(_TAIL_BYTES)
@@ -206,7 +206,7 @@ def end_lines(path: Path) -> list[str]:
                 tail = (tail + block)[-_TAIL_BYTES:]
     except OSError:
         return []
-    if utf16_encoding(tail[:4096]) is not None:
+    if wide_encoding(tail[:4096]) is not None:
         return []
     lines = tail.decode("utf-8", "replace").split("\n")
     return lines[1:]
@@ -257,7 +257,7 @@ def is_plain_utf8(path: Path) -> bool:
             start = raw.read(4096)
     except OSError:
         return True
-    return compression_of(start) is None and utf16_encoding(start) is None
+    return compression_of(start) is None and wide_encoding(start) is None
 
 
 # A newest-first gzip file is turned round in memory up to this much text.

@@ -1,10 +1,11 @@
 """Log text in the forms it is saved in, as UTF-8.
 
-Windows PowerShell's `>` writes UTF-16 with a byte-order mark; some editors leave a UTF-8 mark
-before the first line; some tools end lines with CR alone. Read as bytes, every line of a UTF-16
-log is binary, the first line behind a mark is no engine line, and a CR-ended log is one line.
-Both the readers and the sniffs that look at a file's start (newest first? merged? a trace or
-cloud export?) see the text as UTF-8 with newlines.
+Windows PowerShell's `>` writes UTF-16 with a byte-order mark (`Out-File -Encoding utf32`,
+UTF-32); some editors leave a UTF-8 mark before the first line; some tools end lines with CR
+alone. Read as bytes, every line of a UTF-16 or UTF-32 log is binary, the first line behind a
+mark is no engine line, and a CR-ended log is one line. Both the readers and the sniffs that
+look at a file's start (newest first? merged? a trace or cloud export?) see the text as UTF-8
+with newlines.
 """
 
 from __future__ import annotations
@@ -15,34 +16,39 @@ from typing import Final
 
 _UTF8_BOM: Final = b"\xef\xbb\xbf"
 _UTF16_BOMS: Final = (b"\xff\xfe", b"\xfe\xff")
+_UTF32_BOMS: Final = (b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")
 _TEXT_BYTES: Final = bytes([9, 10, 13, *range(32, 127)])
 # A file with CR and no LF in its first bytes has lines ended by CR alone.
 _CR_HEAD: Final = 1 << 16
 
 
-def utf16_encoding(head: bytes) -> str | None:
-    """The codec of a UTF-16 text by its first bytes: told by the mark, or, without one, by
-    NULs at every odd (little-endian) or every even (big-endian) byte and printable ASCII at the
-    others (not any binary with NULs)."""
+def wide_encoding(head: bytes) -> str | None:
+    """The codec of a UTF-16 or UTF-32 text by its first bytes: told by the mark, or, without
+    one, by NULs in all but one byte of every 2 (or 4), little- or big-endian, and printable
+    ASCII in that one (not any binary with NULs)."""
+    if head.startswith(_UTF32_BOMS):  # before UTF-16's: UTF-32-LE's mark begins with it
+        return "utf-32"
     if head.startswith(_UTF16_BOMS):
         return "utf-16"
     sample = head[:4096]
     if len(sample) < 64:
         return None
-    half = len(sample) // 2
-    for nuls, text, encoding in ((1, 0, "utf-16-le"), (0, 1, "utf-16-be")):
-        if sample[nuls::2].count(0) <= 0.9 * half:  # the usual case, told at once
-            continue
-        chars = sample[text::2]
-        if len(chars) - len(chars.translate(None, _TEXT_BYTES)) > 0.9 * half:
-            return encoding
+    for width, name in ((4, "utf-32"), (2, "utf-16")):
+        units = len(sample) // width
+        for text, endian in ((0, "le"), (width - 1, "be")):
+            nuls = sum(sample[at::width].count(0) for at in range(width) if at != text)
+            if nuls <= 0.9 * (width - 1) * units:  # the usual case, told at once
+                continue
+            chars = sample[text::width]
+            if len(chars) - len(chars.translate(None, _TEXT_BYTES)) > 0.9 * units:
+                return f"{name}-{endian}"
     return None
 
 
 def as_utf8(blocks: Iterator[bytes]) -> Iterator[bytes]:
     """The blocks of a file read from its start, as UTF-8 (see the module docstring)."""
     first = next(blocks, b"")
-    encoding = utf16_encoding(first)
+    encoding = wide_encoding(first)
     if encoding is not None:
         decoder = codecs.getincrementaldecoder(encoding)("replace")
         yield decoder.decode(first).encode("utf-8", "surrogatepass")

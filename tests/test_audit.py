@@ -744,15 +744,16 @@ def _fails_closed_not_read_whole(case: Path, reason: str, path: Path) -> None:
 @pytest.mark.parametrize(
     "encode",
     [
-        lambda text: text.encode("utf-32-le"),
+        # Three bytes a character: no text form kvwatch reads (UTF-32 and UTF-16 are read).
+        lambda text: b"".join(char.encode() + b"\0\0" for char in text if char.isascii()),
         lambda text: bytes(range(256)) * 40,  # not a log at all
     ],
-    ids=["utf-32", "binary"],
+    ids=["unread-wide-form", "binary"],
 )
 def test_a_log_read_as_junk_fails_closed(tmp_path: Path, encode: Callable[[str], bytes]) -> None:
-    """Blind review 13e D1: a third node's log in an encoding not read (UTF-32; BOM-less
-    UTF-16-BE, read since) had every line dropped as binary, and the gate said "all 2 nodes
-    passed", exit 0."""
+    """Blind review 13e D1: a third node's log in an encoding not read (UTF-32 and BOM-less
+    UTF-16-BE then, both read since) had every line dropped as binary, and the gate said "all
+    2 nodes passed", exit 0."""
     case = _case_with(tmp_path, DATA / "healthy")
     assert run(str(case))[0] == 0
     log = (DATA / "incident" / "prefill-0.log").read_text()

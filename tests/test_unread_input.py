@@ -44,6 +44,9 @@ def _kinds(*paths: Path) -> tuple[list[str], ParseStats]:
         ("utf-8", b"\xef\xbb\xbf"),
         ("utf-16-be", b"\xfe\xff"),
         ("utf-16-be", b""),
+        ("utf-32", b""),
+        ("utf-32-be", b""),
+        ("utf-32-le", b""),
     ],
     ids=[
         "powershell-utf16",
@@ -52,6 +55,10 @@ def _kinds(*paths: Path) -> tuple[list[str], ParseStats]:
         "utf16-big-endian",
         # Blind review 13e D1: every line was dropped as binary.
         "utf16-big-endian-without-mark",
+        # Blind review 13e: named undecodable, not read.
+        "utf32",
+        "utf32-big-endian-without-mark",
+        "utf32-without-mark",
     ],
 )
 @pytest.mark.parametrize("gzipped", [False, True])
