@@ -1487,10 +1487,13 @@ def read_line_blocks(
             else:
                 yield number, lines
     stats.lines += number
-    if (stats.dropped.get(BINARY, 0) - binary_before) * 2 > number:
-        # Mostly lines of junk: a log in an encoding not read (UTF-32, UTF-16 without its mark)
-        # or no log at all. Its lines were counted dropped, but a gate that passed beside it
-        # passed a node it never read (blind review 13e D1): the file is named.
+    if (stats.dropped.get(BINARY, 0) - binary_before) * 2 > number and (
+        byte_range is None or byte_range[0] == 0
+    ):
+        # Mostly lines of junk: a log in an encoding not read or no log at all. Its lines were
+        # counted dropped, but a gate that passed beside it passed a node it never read (blind
+        # review 13e D1): the file is named. Told by its first part when it is read in parts,
+        # so that it is counted once.
         stats.drop_file(UNDECODABLE, path)
 
 

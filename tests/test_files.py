@@ -520,3 +520,22 @@ def test_a_line_a_progress_bar_wrote_over_reads_as_the_terminal_showed_it(
     events = list(events_by_node([tmp_path], ParseStats()))
     assert [e.kind for e in events] == ["capacity", "decode_batch"]
     assert events[0].fields["max_total_num_tokens"] == 681280
+
+
+def test_a_junk_file_read_in_parts_is_named_undecodable_once(tmp_path: Path) -> None:
+    """`parse --stats` reads a big plain file in line-aligned byte ranges, one per core: each
+    part of a file of junk lines counted it `undecodable` again."""
+    junk = tmp_path / "decode-0.log"
+    junk.write_bytes((b"\x00\x80\x81\x82" * 20 + b"\n") * 200)
+    size = junk.stat().st_size
+    half = junk.read_bytes().index(b"\n", size // 2) + 1
+    stats = files.ReadStats()
+    for part in ((0, half), (half, size)):
+        assert all(
+            line == files.DROPPED
+            for _, lines in files.read_line_blocks(junk, stats, part)
+            for line in lines
+        )
+    assert stats.dropped[files.BINARY] == 200
+    assert stats.dropped[files.UNDECODABLE] == 1
+    assert stats.dropped_files[files.UNDECODABLE] == [str(junk)]
