@@ -78,7 +78,11 @@ from collector.state.request_record import RequestRecord, SideRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.exposure import exposed_response
 from detectors.finding import SEVERITY_RANK, Finding
-from detectors.impossibly_fast_prefill import QUEUED_SOURCES, ImpossiblyFastPrefill
+from detectors.impossibly_fast_prefill import (
+    QUEUED_SOURCES,
+    ImpossiblyFastPrefill,
+    ImpossiblyFastPrefillConfig,
+)
 from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
@@ -150,6 +154,9 @@ class _Evidence:
         self._release_deltas = CounterDeltas()
         self._release_seen: dict[str, float | None] = {}  # node -> its first sample's time
         self.parquet = parquet
+        # A prompt this long, answered, is the incident's when prefill did not compute it: the
+        # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
+        self.long_prompt_tokens = ImpossiblyFastPrefillConfig().critical_min_uncached_tokens
         self.records = 0
         # (node, role) of the sides some request was judged on: from any source.
         self.judged_sides: set[tuple[str, str | None]] = set()
@@ -273,7 +280,12 @@ class _Evidence:
             if prefill is not None:
                 entry.prefill_node, entry.prefill_rid = prefill.node, prefill.rid
         self._sample_timing(record, bool(exposed_by))
-        if prefill is None and serving is not None and not exposed_by and _untimed_long(serving):
+        if (
+            prefill is None
+            and serving is not None
+            and not exposed_by
+            and _untimed_long(serving, self.long_prompt_tokens)
+        ):
             self.untimed_long_answers += 1
             if serving.rid and len(self.untimed_long_rids) < _NAMED_UNTIMED:
                 self.untimed_long_rids.append(serving.rid)
@@ -570,6 +582,10 @@ def run_forensics(
     parquet = RequestParquetWriter(out_dir / "requests.parquet") if write_parquet else None
     evidence = _Evidence(parquet)
     config = _for_workers(config or PipelineConfig())
+    timing = ImpossiblyFastPrefillConfig.model_validate(
+        config.detectors.get(ImpossiblyFastPrefill.name, {})
+    )
+    evidence.long_prompt_tokens = timing.critical_min_uncached_tokens
     window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
     evidence.refusal_final = pipeline.refusal_final
@@ -844,17 +860,14 @@ _TOKENIZER_REFUSALS: Final = frozenset(
 
 # Rids named of the long answers no timing judges.
 _NAMED_UNTIMED: Final = 3
-# A prompt this long, answered, is the incident's when prefill did not compute it: what the
-# timing detector judges critical by default (`critical_min_uncached_tokens`).
-_LONG_PROMPT_TOKENS: Final = 32_768
 
 
-def _untimed_long(serving: SideRecord) -> bool:
+def _untimed_long(serving: SideRecord, long_prompt_tokens: int) -> bool:
     """A decode answer to a long prompt that states no time to its first token or its end."""
     return (
         serving.role == "decode"
         and serving.delivered
-        and (serving.prompt_length or 0) >= _LONG_PROMPT_TOKENS
+        and (serving.prompt_length or 0) >= long_prompt_tokens
         and serving.first_token_latency is None
         and serving.e2e_latency is None
         and serving.trace_ttft is None
