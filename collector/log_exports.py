@@ -30,10 +30,15 @@ MAX_EXPORT_BYTES: Final = 64 << 20
 _CLOUDWATCH: Final = re.compile(rb'^(?:\xef\xbb\xbf)?\s*\{\s*"(?:events|nextToken)"\s*:')
 _CLOUD_LOGGING: Final = re.compile(rb"^(?:\xef\xbb\xbf)?\s*\[\s*\{")
 _CLOUD_LOGGING_KEYS: Final = (b'"textPayload"', b'"logName"', b'"insertId"')
+# Loki's HTTP API (`/loki/api/v1/query_range`, saved with curl or from Grafana's inspector):
+# `{"status": …, "data": {"resultType": "streams", "result": [{"stream": {labels}, "values":
+# [["<ns>", "<line>"], …]}, …]}}`.
+_LOKI: Final = re.compile(rb'^(?:\xef\xbb\xbf)?\s*\{\s*"(?:status|data)"\s*:')
+_LOKI_STREAMS: Final = re.compile(rb'"resultType"\s*:\s*"streams"')
 
 
 def log_export_format(path: Path) -> str | None:
-    """`cloudwatch` or `cloud_logging` when the file is such an export, else None."""
+    """`cloudwatch`, `cloud_logging` or `loki` when the file is such an export, else None."""
     read = head_bytes(path, 8192)
     if read is None:
         return None
@@ -42,6 +47,8 @@ def log_export_format(path: Path) -> str | None:
         return "cloudwatch"
     if _CLOUD_LOGGING.match(head) and any(key in head for key in _CLOUD_LOGGING_KEYS):
         return "cloud_logging"
+    if _LOKI.match(head) and _LOKI_STREAMS.search(head):
+        return "loki"
     return None
 
 
@@ -118,6 +125,12 @@ def _source(entry: Any, cloud_export: str) -> str | None:
     by the kubelet's file), or its Cloud Logging pod (else its log's name)."""
     if not isinstance(entry, dict):
         return None
+    if cloud_export == "loki":
+        from collector.merged_logs import source_of_labels
+
+        labels = entry.get("stream")
+        found = source_of_labels(labels) if isinstance(labels, dict) else None
+        return found[0] if found is not None else None
     if cloud_export == "cloudwatch":
         stream = entry.get("logStreamName")
         if not isinstance(stream, str) or not stream:
@@ -134,6 +147,17 @@ def _source(entry: Any, cloud_export: str) -> str | None:
 
 
 def _entries(document: Any, cloud_export: str) -> list[Any] | None:
+    if cloud_export == "loki":
+        data = document.get("data") if isinstance(document, dict) else None
+        streams = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(streams, list):
+            return None
+        return [  # one entry a line, holding its stream's labels
+            {"stream": stream.get("stream"), "value": value}
+            for stream in streams
+            if isinstance(stream, dict) and isinstance(stream.get("values"), list)
+            for value in stream["values"]
+        ]
     if cloud_export == "cloudwatch":
         events = document.get("events") if isinstance(document, dict) else None
         return events if isinstance(events, list) else None
@@ -145,6 +169,13 @@ def _entry(entry: Any, cloud_export: str) -> tuple[float | None, str] | None:
 
     if not isinstance(entry, dict):
         return None
+    if cloud_export == "loki":
+        value = entry.get("value")
+        if not (isinstance(value, list) and len(value) >= 2 and isinstance(value[1], str)):
+            return None
+        nanos = value[0]
+        when = int(nanos) / 1e9 if isinstance(nanos, str) and nanos.isdigit() else None
+        return when, value[1]
     text = entry.get("message") if cloud_export == "cloudwatch" else entry.get("textPayload")
     if not isinstance(text, str):
         return None

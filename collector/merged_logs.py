@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from collector.line_order import head_lines
 from collector.log_exports import export_sources
@@ -122,7 +122,9 @@ def line_source(line: str) -> tuple[str, int] | None:
     if first == "{":
         at = line.find('"pod_name"')  # inside a string it would be `\"pod_name\"`
         pod = _JSON_POD.match(line, at) if at >= 0 else None
-        return (pod.group(1), 0) if pod is not None else None
+        if pod is None:
+            return _logcli_json_source(line)
+        return pod.group(1), 0
     if first == "[":
         m = _KUBECTL.match(line)
     elif first.isalnum() or first == "\x1b":
@@ -153,13 +155,38 @@ def _logcli_source(line: str) -> tuple[str, int] | None:
     if labels is None:
         return None
     found = dict(_LABEL.findall(line, labels.start(), labels.end()))
-    key = next((key for key in _SOURCE_LABELS if found.get(key)), None)
+    return source_of_labels(found, labels.end(), line[labels.start() : labels.end()].strip())
+
+
+def source_of_labels(
+    labels: dict[str, Any], start: int = 0, spelled: str = ""
+) -> tuple[str, int] | None:
+    """The name a Loki stream's labels give it (`_SOURCE_LABELS`, else the labels as
+    `spelled`), with `start`."""
+    key = next(
+        (key for key in _SOURCE_LABELS if isinstance(labels.get(key), str) and labels[key]), None
+    )
     if key is None:
-        name = line[labels.start() : labels.end()].strip()
+        name = spelled
     else:  # a file's path names its node as a file does: by its stem
-        name = Path(found[key]).stem if key == "filename" else found[key]
+        name = Path(labels[key]).stem if key == "filename" else labels[key]
     name = name.replace("/", "_")  # `/` is kubectl's pod/container
-    return (name, labels.end()) if name else None
+    return (name, start) if name else None
+
+
+# Loki's `logcli query --output=jsonl`: `{"labels": {"pod": "decode-1", …}, "line": …}`.
+_JSON_LABELS: Final = re.compile(r'"labels" ?: ?\{([^{}]{0,4096})\}')
+_JSON_LABEL: Final = re.compile(r'"([A-Za-z_]\w*)" ?: ?"((?:[^"\\]|\\.)*)"')
+
+
+def _logcli_json_source(line: str) -> tuple[str, int] | None:
+    """The stream a `logcli --output=jsonl` record names by its labels (`_SOURCE_LABELS`);
+    the record is the line, unwrapped as it is read (`runtime_wrappers`)."""
+    at = line.find('"labels"')
+    labels = _JSON_LABELS.match(line, at) if at >= 0 else None
+    if labels is None:
+        return None
+    return source_of_labels(dict(_JSON_LABEL.findall(labels.group(1))))
 
 
 def merged_names(tf: TelemetryFile) -> dict[str, bool] | None:

@@ -174,3 +174,59 @@ def test_an_export_too_large_to_read_is_said() -> None:
 
     summary = {"input": {"lines": 10_000, "dropped_by_reason": {"log_export_too_large": 1}}}
     assert "log_export_too_large 1" in unread_line(summary)
+
+
+def _loki_labels(node: str) -> dict[str, str]:
+    return {"namespace": "glm", "pod": f"sglang-{node}", "container": "sglang"}
+
+
+def logcli_jsonl(logs: dict[str, list[tuple[float, str]]]) -> str:
+    """`logcli query --output=jsonl` over both pods: one record a line, newest first."""
+    lines = [
+        (t, at, node, text)
+        for node, entries in logs.items()
+        for at, (t, text) in enumerate(entries)
+    ]
+    return "".join(
+        json.dumps({"labels": _loki_labels(node), "line": text,
+                    "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime(t))})
+        + "\n"
+        for t, _, node, text in sorted(lines, reverse=True)
+    )  # fmt: skip
+
+
+def loki_api(logs: dict[str, list[tuple[float, str]]]) -> str:
+    """Loki's `query_range` answer, saved: a stream per pod, its values newest first."""
+    return json.dumps({"status": "success", "data": {"resultType": "streams", "result": [
+        {"stream": _loki_labels(node),
+         "values": [[str(int(t) * 10**9), text] for t, text in reversed(entries)]}
+        for node, entries in logs.items()
+    ]}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("export", "name"),
+    [(logcli_jsonl, "loki.jsonl"), (loki_api, "loki-query.json")],
+    ids=["logcli-jsonl", "query-api"],
+)
+def test_the_incident_saved_from_loki_is_the_incident(
+    tmp_path: Path, incident: Path, export: Any, name: str
+) -> None:
+    """Blind review 15: `logcli --output=jsonl` beside plain logs was read as 54 unclassified
+    lines, its two nodes and their exposures missing, exit 0; the query API's answer was one
+    unrecognised document."""
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    logs = {node: _entries(incident / "logs" / f"{node}.log") for node in ("prefill-0", "decode-0")}
+    (saved / name).write_text(export(logs))
+    summary = run_forensics(
+        [str(saved), str(incident / "snapshots")], tmp_path / "out", write_parquet=False
+    ).summary
+    truth = {
+        str(r["bootstrap_room"])
+        for r in json.loads((incident / "ground_truth.json").read_text())["exposed"]
+    }
+    assert len(truth) >= 10
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == truth
+    assert summary["requests"].get("late_lines", 0) == 0
+    assert not summary["input"]["dropped_by_reason"]

@@ -167,7 +167,8 @@ class RuntimeLines:
         """A JSON record a runtime or shipper wrote the engine's line into: Docker's json-file
         (`log`, pieces ending without a newline), Fluent Bit (`log`, its CRI parser's `_p`
         marking pieces), Vector (`message`), journald's JSON (`MESSAGE`), Google Cloud Logging
-        (`textPayload`). SGLang's own JSON request records (`event`, `rid`) are not wrappers."""
+        (`textPayload`), Loki's `logcli --output=jsonl` (`line`). SGLang's own JSON request
+        records (`event`, `rid`) are not wrappers."""
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):
@@ -234,11 +235,12 @@ class RuntimeLines:
 
 
 # Where a shipper's JSON record keeps the engine's line, and its time.
-_TEXT_KEYS: Final = ("log", "message", "MESSAGE", "textPayload", "msg")
+# Loki's `logcli query --output=jsonl` keeps it in `line`, beside the stream's `labels`.
+_TEXT_KEYS: Final = ("log", "message", "MESSAGE", "textPayload", "msg", "line")
 # Looked for near the start only: a shipper's metadata comes first, a prompt may be long. A
 # journald record whose message it left out (null) is one too.
 _SHIPPER_TEXT: Final = re.compile(
-    r'"(?:log|message|MESSAGE|textPayload|msg)" ?: ?"|"MESSAGE" ?: ?null'
+    r'"(?:log|message|MESSAGE|textPayload|msg|line)" ?: ?"|"MESSAGE" ?: ?null'
 )
 _DOCKER_KEYS: Final = frozenset({"log", "stream", "time", "attrs"})
 _TIME_KEYS: Final = ("time", "timestamp", "@timestamp", "date")
