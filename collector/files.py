@@ -1599,6 +1599,9 @@ def _as_shown(line: str) -> str:
 BINARY: Final = "binary"
 # A file whose lines were mostly dropped as binary: read, but not as text.
 UNDECODABLE: Final = "undecodable"
+# A log file none of whose lines was recognised (a format kvwatch does not read): read, but
+# whatever nodes it holds are in no verdict.
+UNRECOGNISED: Final = "unrecognised"
 # NUL bytes in a row that are a hole, not junk in a line: logrotate's `copytruncate` under a
 # writer that does not append (`> server.log`) leaves the old file's size of them before the
 # next line; a crash can leave a page of them where a line was being written.

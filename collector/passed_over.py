@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from collector.files import FILE_REPLACED, UNDECODABLE
+from collector.files import FILE_REPLACED, UNDECODABLE, UNRECOGNISED
 from collector.shown_text import printable
 
 # Files named in a line, the rest counted.
@@ -40,12 +40,13 @@ _SAID: Final = (
 # nowhere or a FIFO is said, but holds no file that could have been read.
 UNREAD_INPUT: Final = frozenset({"unreadable_folder", "unreadable_file", FILE_REPLACED})
 # Archives read only up to damage (cut, corrupt), in a compression kvwatch does not read, a file
-# a read error stopped, or one whose lines were mostly not text: what they held past it is in no
-# verdict. Forensics says these among the files not read whole.
+# a read error stopped, one whose lines were mostly not text, or one of which no line was
+# recognised: what they held past it is in no verdict. Forensics says these among the files not
+# read whole.
 _CODECS: Final = ("gzip", "bz2", "xz")
 NOT_READ_WHOLE: Final = frozenset(
     {f"{damage}_{codec}" for damage in ("corrupt", "truncated") for codec in _CODECS}
-    | {"compressed_not_read", "read_error", UNDECODABLE}
+    | {"compressed_not_read", "read_error", UNDECODABLE, UNRECOGNISED}
 )
 # The rollout gate fails closed on more: a link to nowhere (a log volume not mounted) and an
 # archive not read whole (review: beside either, a node vanished from "all 2 nodes passed").

@@ -954,3 +954,17 @@ def test_audit_help_says_what_each_exit_status_means() -> None:
         "3 no check failed but a node could not be fully checked",
     ):
         assert status in said
+
+
+def test_a_log_in_a_format_not_read_fails_closed(tmp_path: Path) -> None:
+    """Blind review 15: a third node's log in a shipper's JSON that kvwatch does not unwrap
+    was only unclassified lines, and the gate passed the nodes it did read."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    assert run(str(case))[0] == 0
+    log = (DATA / "incident" / "prefill-0.log").read_text().splitlines()
+    (case / "prefill-1.jsonl").write_text(
+        "".join(
+            json.dumps({"labels": {"pod": "prefill-1"}, "entry": line}) + "\n" for line in log * 2
+        )
+    )
+    _fails_closed_not_read_whole(case, "unrecognised", case / "prefill-1.jsonl")

@@ -578,3 +578,27 @@ def test_a_refusal_whose_decode_lines_came_hours_late_names_the_clock(
     assert ("another time zone" in line) is named
     if late_by_node:
         assert (clock in too_late_line(summary)) is named
+
+
+@pytest.mark.parametrize("lines", [12, 9])
+def test_a_log_of_which_no_line_was_recognised_is_said_beside_logs_that_were(
+    tmp_path: Path, lines: int
+) -> None:
+    """Blind review 15: a Loki export beside plain logs (a format read since) was 54
+    unclassified lines, its nodes and their exposures missing, and nothing said it. A few
+    stray lines (a note) are only counted."""
+    case = tmp_path / "case"
+    _healthy_reference(case)
+    unknown = case / "decode-1.jsonl"
+    unknown.write_text(
+        "".join(
+            json.dumps({"stream": "decode-1", "entry": f"line {i}"}) + "\n" for i in range(lines)
+        )
+    )
+    done, summary = _forensics(case, tmp_path / "out")
+    if lines < 10:
+        assert "unrecognised" not in summary["input"]["dropped_by_reason"]
+        return
+    assert summary["input"]["dropped_by_reason"]["unrecognised"] == 1
+    assert summary["input"]["dropped_files"] == {"unrecognised": [str(unknown)]}
+    assert f"UNREAD: files not read whole: unrecognised 1 ({unknown}); " in done.stdout
