@@ -75,8 +75,13 @@ def test_the_incident_saved_from_a_log_service_is_the_incident(
     saved.mkdir()
     for log in (incident / "logs").glob("*.log"):
         (saved / f"{log.stem}.json").write_text(json.dumps(export(_entries(log)), indent=2))
+    _judged_as_the_incident(saved, incident, tmp_path / "out")
+
+
+def _judged_as_the_incident(saved: Path, incident: Path, out: Path) -> None:
+    """Forensics over `saved` names the incident's exposures, no more, with nothing lost."""
     summary = run_forensics(
-        [str(saved), str(incident / "snapshots")], tmp_path / "out", write_parquet=False
+        [str(saved), str(incident / "snapshots")], out, write_parquet=False
     ).summary
     truth = {
         str(r["bootstrap_room"])
@@ -219,14 +224,4 @@ def test_the_incident_saved_from_loki_is_the_incident(
     saved.mkdir()
     logs = {node: _entries(incident / "logs" / f"{node}.log") for node in ("prefill-0", "decode-0")}
     (saved / name).write_text(export(logs))
-    summary = run_forensics(
-        [str(saved), str(incident / "snapshots")], tmp_path / "out", write_parquet=False
-    ).summary
-    truth = {
-        str(r["bootstrap_room"])
-        for r in json.loads((incident / "ground_truth.json").read_text())["exposed"]
-    }
-    assert len(truth) >= 10
-    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == truth
-    assert summary["requests"].get("late_lines", 0) == 0
-    assert not summary["input"]["dropped_by_reason"]
+    _judged_as_the_incident(saved, incident, tmp_path / "out")

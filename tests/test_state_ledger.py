@@ -465,32 +465,23 @@ def test_a_router_s_retry_in_the_same_room_joins_the_request_its_failure_left_op
     (a refusal on the second prefill) was never named: exit 0."""
     ledger = RequestLedger(role_of=role_of)
     failed_leg = [
-        ev("request_received", "prefill-0", T, rid="p1", bootstrap_room="42"),
-        ev("transfer_failed", "prefill-0", T + 30, rid="p1", bootstrap_room="42", side="prefill"),
-        ev(
-            "request_finished",
-            "prefill-0",
-            T + 30,
-            rid="p1",
-            bootstrap_room="42",
-            prompt_tokens=0,
-            completion_tokens=0,
-            finish_type="abort",
-            status_code=500,
-        ),
-        ev("request_received", "decode-0", T, rid="d1", bootstrap_room="42"),
-        ev("transfer_failed", "decode-0", T + 30, rid="d1", bootstrap_room="42", side="decode"),
-        ev(
-            "request_finished",
-            "decode-0",
-            T + 30,
-            rid="d1",
-            bootstrap_room="42",
-            prompt_tokens=0,
-            completion_tokens=0,
-            finish_type="abort",
-            status_code=500,
-        ),
+        event
+        for node, rid, side in (("prefill-0", "p1", "prefill"), ("decode-0", "d1", "decode"))
+        for event in (
+            ev("request_received", node, T, rid=rid, bootstrap_room="42"),
+            ev("transfer_failed", node, T + 30, rid=rid, bootstrap_room="42", side=side),
+            ev(
+                "request_finished",
+                node,
+                T + 30,
+                rid=rid,
+                bootstrap_room="42",
+                prompt_tokens=0,
+                completion_tokens=0,
+                finish_type="abort",
+                status_code=500,
+            ),
+        )
     ]
     retry = [  # the second prefill refuses and runs its stub; the answer ends 12 s on
         ev("request_received", "prefill-1", T + 30, rid="p2", bootstrap_room="42"),
