@@ -893,24 +893,14 @@ class RequestLedger:
                 # router may retry it in the same room, on another prefill, and that answer
                 # ends later. Judged at once, the retry's lines came late and its exposure was
                 # never named (blind review 14d: an answer 12 s after the failure, exit 0).
-                window = (
-                    cfg.long_join_window_seconds
-                    if any(self._worth_the_wait(s) for s in done)
-                    else cfg.join_window_seconds
-                )
-                deadline = max(deadline, earliest_done + window + self._lag)
+                deadline = max(deadline, earliest_done + self._join_window(done) + self._lag)
         elif earliest_done is None or len(done) < len(entry.sides):
             # None is done, or a node has begun the request and not ended it: a decode writing
             # a long answer is in flight, not missing, however long after the refusal it ends.
             # Both wait for the request to end, or to fall idle (`max_open_seconds`).
             deadline = last + cfg.max_open_seconds + self._lag
         else:
-            window = (
-                cfg.long_join_window_seconds
-                if any(self._worth_the_wait(s) for s in done)
-                else cfg.join_window_seconds
-            )
-            deadline = max(earliest_done + window + self._lag, last + self._settle)
+            deadline = max(earliest_done + self._join_window(done) + self._lag, last + self._settle)
         if deadline != entry.deadline:
             entry.deadline = deadline
             heapq.heappush(self._heap, (deadline, entry.key))
@@ -932,6 +922,14 @@ class RequestLedger:
             if (s.role_hint if s.role_hint is not None else self._role(s)) == "decode"
         ]
         return bool(decode) and not any(s.delivered for s in decode)
+
+    def _join_window(self, done: list[SideRecord]) -> float:
+        """How long a room waits for its other half: the long window when a half the incident
+        leaves is among those done."""
+        cfg = self.config
+        if any(self._worth_the_wait(s) for s in done):
+            return cfg.long_join_window_seconds
+        return cfg.join_window_seconds
 
     def _worth_the_wait(self, side: SideRecord) -> bool:
         """A half the incident leaves: refused, a stub, or a prompt long enough to be refused."""
