@@ -133,7 +133,11 @@ class ExposedRequest:
 class _Evidence:
     """What the driver keeps besides the pipeline: bounded, report-shaped."""
 
-    def __init__(self, parquet: RequestParquetWriter | None) -> None:
+    def __init__(
+        self,
+        parquet: RequestParquetWriter | None,
+        long_prompt_tokens: int = ImpossiblyFastPrefillConfig().critical_min_uncached_tokens,
+    ) -> None:
         self.findings: list[Finding] = []
         self.findings_dropped: Counter[str] = Counter()
         self.exposed: dict[str, ExposedRequest] = {}
@@ -156,7 +160,7 @@ class _Evidence:
         self.parquet = parquet
         # A prompt this long, answered, is the incident's when prefill did not compute it: the
         # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
-        self.long_prompt_tokens = ImpossiblyFastPrefillConfig().critical_min_uncached_tokens
+        self.long_prompt_tokens = long_prompt_tokens
         self.records = 0
         # (node, role) of the sides some request was judged on: from any source.
         self.judged_sides: set[tuple[str, str | None]] = set()
@@ -580,12 +584,11 @@ def run_forensics(
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs: dict[str, Path] = {}
     parquet = RequestParquetWriter(out_dir / "requests.parquet") if write_parquet else None
-    evidence = _Evidence(parquet)
     config = _for_workers(config or PipelineConfig())
     timing = ImpossiblyFastPrefillConfig.model_validate(
         config.detectors.get(ImpossiblyFastPrefill.name, {})
     )
-    evidence.long_prompt_tokens = timing.critical_min_uncached_tokens
+    evidence = _Evidence(parquet, timing.critical_min_uncached_tokens)
     window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
     evidence.refusal_final = pipeline.refusal_final
