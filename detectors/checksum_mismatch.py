@@ -125,7 +125,10 @@ class ChecksumMismatch(RoomCorruption[ChecksumMismatchConfig]):
         self, event: Event, room: str | None, rid: str | None
     ) -> tuple[str, dict[str, Any]]:
         expected, got = event.get("expected"), event.get("got")
-        detail = f"expected {expected}, got {got}" if expected or got else "on a peer rank"
+        if expected or got:
+            detail = f"expected {expected}, got {got}"
+        else:  # said only where the line says so (a line without readable hashes is no peer's)
+            detail = "on a peer rank" if event.get("peer_rank") else "its hashes not logged"
         summary = (
             f"KV checksum mismatch on {event.node} for bootstrap_room {room} (req {rid}, "
             f"{detail}): transferred KV was overwritten; check deferred-release timeouts and "

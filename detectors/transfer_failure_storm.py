@@ -19,7 +19,9 @@ until prefill's drain ack (deferred release: on by default from 0.5.21, MORI fro
 race: each such hold ends drained, or timed out and said so, which `deferred_release_timeouts`
 judges. Those aborts are no storm here; a load test cancelled on a healthy fleet paged as one
 (audit H2, 0.5.23 `decode.py` `resolve_deferred_releases`). On such an engine the failure
-counters, which count aborts with the rest, are left to the holds' outcomes too. Transport and
+counters, which count aborts with the rest, page nothing either; a storm that only the counters
+of nodes whose logs show no failed transfer tell is said at `info`, a question the decode logs
+answer (blind review 17: a storm in `.prom` snapshots alone went unreported). Transport and
 bootstrap failure lines, and everything on older engines or where deferred release is off, still
 count. Where the release is unknown they count too, but a storm only with them is `info`: a
 question a `/server_info` snapshot answers, not a page.
@@ -95,23 +97,33 @@ class _Window:
         aborted = self.aborts.get(node, {})
         return self.rooms.get(node, set()) | {r for r, t in aborted.items() if not holds(node, t)}
 
-    def node_metric(self, node: str, holds: Holds) -> float:
+    def node_metric(self, node: str, holds: Holds, held_too: bool = False) -> float:
+        """The node's counted failures; none where its engine holds failed transfers' pages,
+        unless `held_too`."""
         per = self.metric.get(node)
-        if not per or holds(node, self.metric_at[node]):
+        if not per or (not held_too and holds(node, self.metric_at[node])):
             return 0.0
         return sum(per.values())
 
     def node_failures(self, node: str, holds: Holds) -> float:
         return max(float(len(self.node_rooms(node, holds))), self.node_metric(node, holds))
 
-    def failures(self, role_of: Callable[[str], str | None], holds: Holds) -> float:
+    def failures(
+        self,
+        role_of: Callable[[str], str | None],
+        holds: Holds,
+        held_too: frozenset[str] = frozenset(),
+    ) -> float:
+        """The larger of the distinct rooms the lines name and the counters' increase summed
+        over one role's nodes (the counters of `held_too` counted wherever they hold)."""
         rooms: set[str] = set()
         for node in set(self.rooms) | set(self.aborts):
             rooms |= self.node_rooms(node, holds)
         by_role: dict[str, float] = {}
         for node in self.metric:
             group = role_of(node) or node
-            by_role[group] = by_role.get(group, 0.0) + self.node_metric(node, holds)
+            counted = self.node_metric(node, holds, node in held_too)
+            by_role[group] = by_role.get(group, 0.0) + counted
         return max(float(len(rooms)), max(by_role.values(), default=0.0))
 
     def nodes(self) -> set[str]:
@@ -261,6 +273,50 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             )
         return out
 
+    def _unlogged(self, window: _Window) -> frozenset[str]:
+        """Nodes with counter samples in the window whose logs never showed a failed transfer:
+        only their counters can tell a storm. Where the logs show them, the lines tell clients'
+        aborts apart, and a counter's rise is the lines' again (a scrape on the window's edge
+        counts the aborts of the window before it: audit H2)."""
+        return frozenset(node for node in window.metric if not self.logged_.get(node))
+
+    def _counted_alone(
+        self,
+        window: _Window,
+        start: float,
+        counted: float,
+        base: float,
+        nodes: list[str],
+        ctx: DetectionContext,
+    ) -> Finding | None:
+        """A storm only the failure counters show, on engines that hold a failed transfer's
+        pages until prefill drains it: told at `info`, once a storm. The counters count
+        clients' aborts with transport failures and checksum mismatches, so they cannot page
+        (audit H2: a cancelled load test on a healthy 0.5.23 fleet); said nothing, a storm
+        seen in `.prom` snapshots alone went unreported (blind review 17)."""
+        cfg = self.config
+        new = self.storm_.fire(start, 0)
+        if not new:
+            return None
+        self.storm_.severity = "info"
+        holds = _holds(ctx)
+        worst = max(
+            nodes, key=lambda node: window.node_metric(node, holds, held_too=True), default=None
+        )
+        score = self._burst(counted, cfg.min_failures, cfg.ratio, base, self.baseline_.level(0.0))
+        summary = (
+            f"Possible KV transfer failure storm: {counted:.0f} failed transfers in "
+            f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, counted by the "
+            f"engines' failure counters and shown by no log line (most on {worst}). These "
+            "engines hold a failed transfer's pages until prefill drains it, and the counters "
+            "count clients' aborts with transport failures and checksum mismatches: the decode "
+            "logs tell the causes apart, and deferred-release timeouts tell whether the race "
+            "opened"
+        )
+        return self._storm_finding(
+            "info", start, worst, summary, f"storm:{start}", counted, base, nodes, score, 0.0
+        )
+
     def _storm_finding(
         self,
         severity: Severity,
@@ -356,6 +412,13 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         base = self.baseline_.level(cfg.prior_failures)
         score = self._burst(failures, cfg.min_failures, cfg.ratio, base, self.baseline_.level(0.0))
         if score < cfg.threshold:
+            counted = _failures(window, start, ctx, held_too=self._unlogged(window))
+            lower = self.baseline_.level(0.0)
+            if (
+                counted > failures
+                and self._burst(counted, cfg.min_failures, cfg.ratio, base, lower) >= cfg.threshold
+            ):
+                return self._counted_alone(window, start, counted, base, nodes, ctx)
             self._quiet(failures, base, self.baseline_)
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
@@ -374,6 +437,13 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         # warned).
         told = _failures(window, start, ctx, unknown_holds=True)
         unsure = failures - told
+        # What the unsure part is: clients' aborts the lines show, or increases of counters
+        # that count clients' aborts with every other failure (review 17: a storm seen only in
+        # `.prom` snapshots was called "clients' aborts").
+        counted_alone = (
+            _failures(window, start, ctx, unknown_holds=True, held_too=frozenset(window.metric))
+            - told
+        )
         severity: Severity = "warning"
         lower = self.baseline_.level(0.0)
         if (
@@ -384,10 +454,10 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             summary = (
                 f"Possible KV transfer failure storm: {failures:.0f} failed requests in "
                 f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, {unsure:.0f} of "
-                f"them clients' aborts on engines whose release no input tells (most on "
-                f"{worst}): from 0.5.21 (MORI 0.5.22) their pages are held until drained and "
-                f"open no race; before, they are the abort race's condition. A /server_info "
-                f"snapshot of the nodes tells which"
+                f"them {_unsure_part(unsure, counted_alone)} on engines whose release no input "
+                f"tells (most on {worst}): from 0.5.21 (MORI 0.5.22) their pages are held until "
+                f"drained and open no race; before, they are the abort race's condition. A "
+                f"/server_info snapshot of the nodes tells which"
             )
         # One finding a storm, and one more when it turns from a question into a page (a storm
         # saved before severities were kept fired as a warning).
@@ -404,6 +474,16 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         return self._storm_finding(
             severity, start, worst, summary, f"storm:{start}", failures, base, nodes, score, unsure
         )
+
+
+def _unsure_part(unsure: float, counted_alone: float) -> str:
+    """What failures on engines of unknown release were: clients' aborts (their lines say so),
+    or counted by the engines' counters alone (whose causes no line tells)."""
+    if counted_alone <= 0:
+        return "clients' aborts"
+    if counted_alone >= unsure:
+        return "failures only the engines' counters show (they count clients' aborts too)"
+    return "clients' aborts or failures only the engines' counters show"
 
 
 def _worst_node(window: _Window, nodes: list[str], ctx: DetectionContext) -> str | None:
@@ -456,10 +536,15 @@ def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -
 
 
 def _failures(
-    window: _Window, start: float, ctx: DetectionContext, unknown_holds: bool = False
+    window: _Window,
+    start: float,
+    ctx: DetectionContext,
+    unknown_holds: bool = False,
+    held_too: frozenset[str] = frozenset(),
 ) -> float:
     """The window's failed requests, each node's side as its role was at the window's start
-    (engines of unknown release taken to hold aborted pages when `unknown_holds`)."""
+    (engines of unknown release taken to hold aborted pages when `unknown_holds`; the counters
+    of the nodes `held_too` counted wherever they hold)."""
     return window.failures(
-        lambda node: ctx.timeline.role_at(node, start), _holds(ctx, unknown_holds)
+        lambda node: ctx.timeline.role_at(node, start), _holds(ctx, unknown_holds), held_too
     )

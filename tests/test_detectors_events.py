@@ -27,6 +27,7 @@ def test_every_checksum_mismatch_is_critical_and_names_its_room():
         bootstrap_room="42",
         expected=None,
         got=None,
+        peer_rank=True,
     )
     events = [
         # sglang-telemetry.md §2.9 constructed sample
@@ -56,7 +57,7 @@ def test_every_checksum_mismatch_is_critical_and_names_its_room():
 
 def test_a_peer_ranks_line_first_still_gives_the_finding_the_hashes():
     # Ranks log in any order within the second: the one finding must carry the hashes.
-    peer = ev("checksum_mismatch", "decode-1", T, rid="8d3f", bootstrap_room="42")
+    peer = ev("checksum_mismatch", "decode-1", T, rid="8d3f", bootstrap_room="42", peer_rank=True)
     hashes = ev(
         "checksum_mismatch",
         "decode-1",
@@ -66,7 +67,9 @@ def test_a_peer_ranks_line_first_still_gives_the_finding_the_hashes():
         expected="0x5e1a03c7",
         got="0x5e1a03c6",
     )
-    later = ev("checksum_mismatch", "decode-1", T + 60, rid="9e", bootstrap_room="43")
+    later = ev(
+        "checksum_mismatch", "decode-1", T + 60, rid="9e", bootstrap_room="43", peer_rank=True
+    )
     pipeline = DetectionPipeline(detectors=[ChecksumMismatch()])
     assert pipeline.process(peer) == []  # waits for its rank with the hashes
     (finding,) = pipeline.process(hashes)

@@ -62,43 +62,38 @@ def parse_transfer_failed(message: str, side: str, stage: str) -> dict[str, Any]
     return fields
 
 
-_MISMATCH = re.compile(
-    r"req=(\S+) bootstrap_room=(\d+)(?: expected=(0x[0-9a-fA-F]+) got=(0x[0-9a-fA-F]+))?"
-)
-_SPACE = re.compile(r"\s")
+# The mismatch line's facts, each read by its key wherever it stands (the reference: key on
+# `key=value` tokens, not positions): a build or a wrapper that orders them otherwise, or
+# writes the hashes without `0x`, must still name the room.
+_MISMATCH_TOKEN = re.compile(r"(?<![^\s(,\[{])(req|bootstrap_room|expected|got)=([^\s,;)\]}]+)")
+_ROOM = re.compile(r"[0-9]{1,64}")
+_HASH = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,64}")
 _SKIPPED = re.compile(
     r"signature (0x[0-9a-fA-F]+|\S+) differs from this decode's (0x[0-9a-fA-F]+|\S+)"
 )
 
 
-def _find_mismatch(message: str) -> re.Match[str] | None:
-    """`_MISMATCH.search(message)`, in time linear in the message.
-
-    The search tried every `req=` of a word, each scanning to the word's end: quadratic on
-    `req=req=req=…`. Every `req=` of one word reaches the same end of it, so the first matches
-    exactly when any does, and is the one the search took: the rest of the word can be skipped.
-    """
-    at = message.find("req=")
-    while at >= 0:
-        m = _MISMATCH.match(message, at)
-        if m is not None:
-            return m
-        space = _SPACE.search(message, at)
-        if space is None:
-            return None
-        at = message.find("req=", space.end())
-    return None
-
-
 def parse_checksum_mismatch(message: str) -> dict[str, Any]:
-    m = _find_mismatch(message)
+    """A `KV checksum mismatch` line's rid, room and hashes, by their keys in any order (the
+    first of each key counts; a value not of its form is unknown, never a wrong room)."""
+    values: dict[str, str] = {}
+    for m in _MISMATCH_TOKEN.finditer(message):
+        values.setdefault(m.group(1), m.group(2))
+    rid = values.get("req")
+    if rid is not None:
+        rid = rid.strip("'\"") or None
+    room = values.get("bootstrap_room", "").strip("'\"")
     return {
-        "rid": m.group(1) if m else None,
-        "bootstrap_room": m.group(2) if m else None,
-        "expected": m.group(3) if m else None,
-        "got": m.group(4) if m else None,
+        "rid": rid,
+        "bootstrap_room": room if _ROOM.fullmatch(room) else None,
+        "expected": _hash(values.get("expected")),
+        "got": _hash(values.get("got")),
         "peer_rank": "on a peer rank" in message,
     }
+
+
+def _hash(value: str | None) -> str | None:
+    return value if value is not None and _HASH.fullmatch(value) else None
 
 
 def parse_checksum_skipped(message: str) -> dict[str, Any]:
