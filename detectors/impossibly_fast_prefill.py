@@ -26,7 +26,8 @@ attempt's alone. Two floors:
   than the window's median (leaks no pool ruled out before the floor knew them), so the leak
   does not teach it that leaks are normal. Time to first token
   moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
-  learned floor is conservative (2% quantile, divided by 8), judges only long prompts
+  learned floor is conservative (2% quantile, divided by 8, and by 4 more for timings that
+  carry the queue), judges only long prompts
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
   measures the answer's length. For timings that carry the queue (time to first token), the
   line keeps its slope and drops a positive intercept: the queue is a cost per request, so
@@ -91,6 +92,13 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     learn: bool = True
     quantile: float = Field(default=0.02, gt=0, lt=0.5)
     safety_factor: float = Field(default=8.0, ge=1)
+    # Timings that carry the queue (`QUEUED_SOURCES`) are judged by the learned floor divided
+    # by this as well: a backlog that grows for hours puts its wait in every sample the floor
+    # learns from, and an honest answer once it clears came 1.0 to 2.1x "too fast" for it
+    # (blind review 16, a unified server under sustained load), where a stub's first token
+    # beats the floor tenfold and more (9.9x in the same review's leaks, 140x to 360x where
+    # prefill's own forward time is logged).
+    queued_safety_factor: float = Field(default=4.0, ge=1)
     # The learned floor judges only prompts with at least this many uncached tokens.
     learned_min_uncached_tokens: int = Field(default=32768, ge=1)
     # Timing sources the floor is learned for (e2e mostly measures the answer's length).
@@ -114,6 +122,13 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     # After the first few fits, refit at most this often (event time).
     refit_interval_seconds: float = Field(default=10800.0, ge=0)
     learn_min_uncached_tokens: int = Field(default=256, ge=1)
+
+    def learned_scale(self, source: str) -> float:
+        """What a learned line is divided by to judge timings of `source`."""
+        if source in QUEUED_SOURCES:
+            return self.safety_factor * self.queued_safety_factor
+        return self.safety_factor
+
     # Decision: score = floor / observed seconds; at or above threshold it was too fast.
     threshold: float = Field(default=1.0, gt=0)
     min_uncached_tokens: int = Field(default=4096, ge=1)
@@ -223,7 +238,14 @@ class FloorModel:
         if line is None:
             return None
         intercept, slope = line
-        return min(max(intercept + slope * tokens, 0.0), self.rate * tokens) / safety_factor
+        rate_line = self.rate * tokens
+        through = intercept + slope * tokens
+        if queued and slope <= 0.0:
+            # Waits that shrank as prompts grew (a backlog that cleared) bent the line flat;
+            # without its intercept it would ask nothing of any prompt (blind review 16: a
+            # stub went unfound). The low rate a token took is what the node showed it can do.
+            through = rate_line
+        return min(max(through, 0.0), rate_line) / safety_factor
 
     def add(self, tokens: float, seconds: float, now: float | None, cfg: Any) -> None:
         self.add_sample((float(tokens), float(seconds)), now, cfg)
@@ -377,7 +399,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         if model is None:
             return None
         queued = timing.source in QUEUED_SOURCES
-        return model.floor(timing.uncached_tokens, self.config.safety_factor, queued)
+        scale = self.config.learned_scale(timing.source)
+        return model.floor(timing.uncached_tokens, scale, queued)
 
     def _score(self, timing: Timing) -> tuple[float, float, float | None]:
         seconds = max(timing.seconds, _MIN_SECONDS)
@@ -451,7 +474,9 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         floors: list[float | None] = []
         for model, timing in zip(judging, timings, strict=True):
             floors.append(
-                model.floor(uncached, cfg.safety_factor, timing.source in QUEUED_SOURCES)
+                model.floor(
+                    uncached, cfg.learned_scale(timing.source), timing.source in QUEUED_SOURCES
+                )
                 if model is not None
                 else None
             )

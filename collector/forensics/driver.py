@@ -1122,9 +1122,9 @@ def _learned_floors(det: ImpossiblyFastPrefill) -> list[LearnedFloor]:
             latest[(node, source)] = fitted_at
             fitted.setdefault(node, {})[source] = lines
     floors = []
-    scale = cfg.safety_factor
     for node, by_source in sorted(fitted.items()):
         source = next(s for s in _PLOTTED_SOURCES if s in by_source)
+        scale = cfg.learned_scale(source)  # the floor its timings are judged by
         (start, intercept, slope, rate), *longer = by_source[source]
         floors.append(
             LearnedFloor(
