@@ -12,13 +12,18 @@ did not retire (answered it, or its answer is not in the logs) makes it critical
 request decode aborted shows the path closed. Otherwise (fixed engine, decode nodes, non-PD
 nodes) the gap means long prompts are refused: a warning. One finding per node and condition; a
 restart with a different pool or context raises it again, and so does the same gap come back
-after it was mended (`detectors.condition_since`).
+after it was mended (`detectors.condition_since`). A node whose verdict moved because another
+node's configuration did (a restart raising the context) is judged `restart_grace_seconds`
+later, by what is in force then: a pair restarted together to a longer context and bigger pools
+is no gap.
 """
 
 from __future__ import annotations
 
 import math
 from typing import ClassVar
+
+from pydantic import Field
 
 from collector.events import Event
 from collector.state.config_timeline import ConfigChange, ConfigTimeline, NodeConfig
@@ -39,6 +44,12 @@ class PoolBelowContextConfig(DetectorConfig):
         "exceeds_max_tokens",
         "context_length",
     )
+    # A node judged again because *another* node's configuration moved the advertised context
+    # is judged this much later (event seconds), by the configurations in force then: nodes of a
+    # deployment restart minutes apart to raise the context and the pools together, and the
+    # first one up is no gap the other's old pool left (blind review 16: routine maintenance
+    # failed `--fail-on warning`). Its own restart or refusals are judged at once.
+    restart_grace_seconds: float = Field(default=300.0, ge=0.0)
 
 
 class PoolBelowContext(Detector[PoolBelowContextConfig]):
@@ -63,6 +74,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
     event_kinds: ClassVar[frozenset[str]] = frozenset({"request_rejected"})
     wants_config: ClassVar[bool] = True
     wants_requests: ClassVar[bool] = True
+    windowed: ClassVar[bool] = True
 
     def _init_learned(self) -> None:
         self.refusals_: dict[str, int] = {}
@@ -79,6 +91,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Nodes a refused request of which decode answered with success.
         self.answered_: set[str] = set()
         self.faults_ = ConditionSince()
+        # Nodes to judge again once event time reaches their time (`restart_grace_seconds`).
+        self.deferred_: dict[str, float] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -96,6 +110,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             "unretired_since_": dict(self.unretired_since_),
             "answered_": sorted(self.answered_),
             "faults_": self.faults_.to_state(),
+            "deferred_": dict(self.deferred_),
         }
 
     def _load_learned(self, state: dict[str, object]) -> None:
@@ -113,6 +128,13 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if isinstance(raw, list):
             self.answered_ = {str(node) for node in raw}
         self.faults_ = ConditionSince.from_state(state.get("faults_"))
+        raw = state.get("deferred_")
+        if isinstance(raw, dict):
+            self.deferred_ = {str(k): float(v) for k, v in raw.items()}
+
+    def due_at(self) -> float:
+        deferred = self.__dict__.get("deferred_")
+        return min(deferred.values()) if deferred else math.inf
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
         # A node's verdict depends on its own configuration in force, the context advertised
@@ -133,13 +155,17 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if before is None or model is None:
             # A node of unknown model counts toward every model's deployment.
             keys.update(timeline.model_keys())
-        nodes = {node}
+        others: set[str] = set()
         for key in keys:
             advertised = timeline.advertised_context(ctx.now, key)
             if self._advertised.get(key) != advertised:
                 self._advertised[key] = advertised
-                nodes.update(timeline.nodes_with_model(key))
-        findings = self._evaluate_nodes(sorted(nodes), ctx)
+                others.update(timeline.nodes_with_model(key))
+        self.deferred_.pop(node, None)
+        others.discard(node)
+        findings = self._evaluate_nodes([node], ctx)
+        if others:
+            self._defer(others, ctx)
         self._synced_with = (timeline, timeline.changes)
         return findings
 
@@ -171,10 +197,24 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self.answered_.add(node)
         return self._note_unretired(node, when, ctx)
 
+    def _defer(self, nodes: set[str], ctx: DetectionContext) -> None:
+        """Judge `nodes` again after the grace (`restart_grace_seconds`); undated: at once."""
+        if ctx.now is None:
+            self.deferred_.update(dict.fromkeys(nodes, -math.inf))
+            return
+        due = ctx.now + self.config.restart_grace_seconds
+        for other in nodes:
+            self.deferred_.setdefault(other, due)
+
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
-        if not math.isinf(now):
-            return []
         findings = []
+        due = sorted(node for node, at in self.deferred_.items() if at <= now)
+        if due:
+            for node in due:
+                del self.deferred_[node]
+            findings.extend(self._evaluate_nodes(due, ctx))
+        if not math.isinf(now):
+            return findings
         for node, when in sorted(self.unanswered_.items()):
             if node not in self.unretired_:
                 findings.extend(self._note_unretired(node, when, ctx))

@@ -1,5 +1,6 @@
-"""PoolBelowContext over a fleet: the same findings as judging every node on every change, at a
-cost that grows linearly with the number of nodes (measured by counting, not timing)."""
+"""PoolBelowContext over a fleet: the same findings as judging every node on every change (the
+changed one at once, the others after the restart grace), at a cost that grows linearly with the
+number of nodes (measured by counting, not timing)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,37 @@ def _advertised_by_scan(timeline: ConfigTimeline, time: float | None, model: str
 
 
 class ReferencePoolBelowContext(PoolBelowContext):
-    """The straightforward rule: every node re-judged on every configuration change and first
+    """The straightforward rule: on every configuration change the changed node judged at once
+    and every other node after the grace (`restart_grace_seconds`), and every node on a first
     refusal, the advertised context found by a scan of the fleet (O(nodes^2) per run)."""
 
     def _on_config(self, change: ConfigChange, ctx: DetectionContext) -> list[Finding]:
-        return self._judge_every_node(ctx)
+        # Each node's advertised context as last looked at: a node whose moved is judged again
+        # after the grace.
+        seen = self.__dict__.setdefault("seen_advertised", {})
+        others = set()
+        for config in ctx.timeline.configs_at(ctx.now):
+            advertised = _advertised_by_scan(ctx.timeline, ctx.now, config.model)
+            if seen.get(config.node, -1) != advertised:
+                seen[config.node] = advertised
+                others.add(config.node)
+        self.deferred_.pop(change.node, None)
+        others.discard(change.node)
+        if others:
+            self._defer(others, ctx)
+        return self._evaluate_nodes([change.node], ctx)
+
+    def _evaluate_nodes(self, nodes: list[str], ctx: DetectionContext) -> list[Finding]:
+        findings = []
+        for node in nodes:
+            config = ctx.timeline.config_at(node, ctx.now)
+            if config is None:
+                continue
+            advertised = _advertised_by_scan(ctx.timeline, ctx.now, config.model)
+            finding = self._evaluate(config, advertised, ctx)
+            if finding is not None:
+                findings.append(finding)
+        return findings
 
     def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
         first = node not in self.refusals_
@@ -236,6 +263,16 @@ def test_the_reference_is_quadratic_so_the_count_measures_the_fix(
     class CountingReference(ReferencePoolBelowContext, CountingPoolBelowContext):
         pass
 
+    scans = 0
+    configs_at = ConfigTimeline.configs_at
+
+    def counting(self, time, model=None):  # type: ignore[no-untyped-def]
+        nonlocal scans
+        scans += 1
+        return configs_at(self, time, model)
+
+    monkeypatch.setattr(ConfigTimeline, "configs_at", counting)
     detector = CountingReference()
     list(DetectionPipeline(detectors=[detector], raise_errors=True).run(capacity_fleet(100)))
-    assert detector.evaluations == 100 * 101 // 2
+    # Each change looks up every node's advertised context by a scan of the fleet.
+    assert scans >= 100 * 101 // 2
