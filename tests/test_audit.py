@@ -251,6 +251,10 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "--endpoint NODE=URL" in err
     code, _, err = run(str(tmp_path / "missing"))
     assert code == 2 and "no such file or folder" in err
+    # A running engine's URL where files go (blind review 17): said how to audit it.
+    code, _, err = run("http://127.0.0.1:30000")
+    assert code == 2 and "is a URL" in err
+    assert "--endpoint prefill-0=http://127.0.0.1:30000" in err
     code, _, err = run("--endpoint", "prefill-0")
     assert code == 2 and "expected NODE=URL" in err
     code, _, err = run("--endpoint", "p=ftp://host")

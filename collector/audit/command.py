@@ -85,6 +85,13 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if duplicated:
         err.write(f"kvwatch audit: --endpoint names a node twice: {', '.join(duplicated)}\n")
         return EXIT_USAGE
+    urls = [p for p in paths if "://" in p and not Path(p).exists()]
+    if urls:  # a running engine given where files go: say how to audit it
+        err.write(
+            f"kvwatch audit: {', '.join(urls)} is a URL, not a file or folder: audit a running "
+            f"engine with --endpoint NODE=URL (e.g. --endpoint prefill-0={urls[0]})\n"
+        )
+        return EXIT_USAGE
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
         err.write(f"kvwatch audit: no such file or folder: {', '.join(missing)}\n")
