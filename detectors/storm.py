@@ -446,9 +446,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         if not self._on_priors:
             return ""
         minutes = self.config.warmup_windows * self.clock_.width / 60
+        # Not "the input is shorter": a window in which no node was seen at work is not held,
+        # so six hours of sparse logs may leave too few as well (blind review 17).
         return (
-            f" (the input is shorter than the {minutes:g} min this deployment's normal is "
-            "learned from, so the baseline is the prior: a rate this high may be its normal)"
+            f" (this deployment's normal is learned from {minutes:g} min of windows in which "
+            "its nodes were seen at work, and the input had too few of them before this: the "
+            "baseline is the prior, and a rate this high may be its normal)"
         )
 
     def _burst(
