@@ -450,8 +450,8 @@ class StormDetector(Detector[S], Generic[S, W]):
         # so six hours of sparse logs may leave too few as well (blind review 17).
         return (
             f" (this deployment's normal is learned from {minutes:g} min of windows in which "
-            "its nodes were seen at work, and the input had too few of them before this: the "
-            "baseline is the prior, and a rate this high may be its normal)"
+            "its nodes were seen at work, and the input had too few of them: the baseline "
+            "is the prior, and a rate this high may be its normal)"
         )
 
     def _burst(
