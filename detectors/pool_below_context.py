@@ -260,11 +260,14 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             config = ctx.timeline.config_at(node, ctx.now)
             if config is None:
                 continue
-            advertised = ctx.timeline.advertised_context(ctx.now, config.model)
-            finding = self._evaluate(config, advertised, ctx)
+            finding = self._evaluate(config, self._advertised_to(config, ctx), ctx)
             if finding is not None:
                 findings.append(finding)
         return findings
+
+    def _advertised_to(self, config: NodeConfig, ctx: DetectionContext) -> int | None:
+        """The context advertised to the node's model at `now`."""
+        return ctx.timeline.advertised_context(ctx.now, config.model)
 
     def _evaluate(
         self, config: NodeConfig, advertised: int | None, ctx: DetectionContext

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from collector.events import Event
-from collector.state.config_timeline import ConfigChange, ConfigTimeline
+from collector.state.config_timeline import ConfigChange, ConfigTimeline, NodeConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
 from detectors.pipeline import DetectionPipeline
@@ -45,17 +45,8 @@ class ReferencePoolBelowContext(PoolBelowContext):
             self._defer(others, ctx)
         return self._evaluate_nodes([change.node], ctx)
 
-    def _evaluate_nodes(self, nodes: list[str], ctx: DetectionContext) -> list[Finding]:
-        findings = []
-        for node in nodes:
-            config = ctx.timeline.config_at(node, ctx.now)
-            if config is None:
-                continue
-            advertised = _advertised_by_scan(ctx.timeline, ctx.now, config.model)
-            finding = self._evaluate(config, advertised, ctx)
-            if finding is not None:
-                findings.append(finding)
-        return findings
+    def _advertised_to(self, config: NodeConfig, ctx: DetectionContext) -> int | None:
+        return _advertised_by_scan(ctx.timeline, ctx.now, config.model)
 
     def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
         first = node not in self.refusals_
@@ -226,23 +217,29 @@ def pd_fleet(nodes: int) -> list[Event]:
     return events
 
 
-def measure(make_events, nodes: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, int]:
-    """(node verdicts, fleet scans, findings) for a fleet of `nodes`."""
-    scans = 0
+def counting_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the fleet scans (`ConfigTimeline.configs_at`) from now on."""
+    scans = [0]
     configs_at = ConfigTimeline.configs_at
 
     def counting(self, time, model=None):  # type: ignore[no-untyped-def]
-        nonlocal scans
-        scans += 1
+        scans[0] += 1
         return configs_at(self, time, model)
 
     monkeypatch.setattr(ConfigTimeline, "configs_at", counting)
+    return scans
+
+
+def measure(make_events, nodes: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, int]:
+    """(node verdicts, fleet scans, findings) for a fleet of `nodes`."""
+    configs_at = ConfigTimeline.configs_at
+    scans = counting_scans(monkeypatch)
     detector = CountingPoolBelowContext()
     findings = list(
         DetectionPipeline(detectors=[detector], raise_errors=True).run(make_events(nodes))
     )
     monkeypatch.setattr(ConfigTimeline, "configs_at", configs_at)
-    return detector.evaluations, scans, len(findings)
+    return detector.evaluations, scans[0], len(findings)
 
 
 @pytest.mark.parametrize("make_events", [capacity_fleet, pd_fleet])
@@ -263,16 +260,8 @@ def test_the_reference_is_quadratic_so_the_count_measures_the_fix(
     class CountingReference(ReferencePoolBelowContext, CountingPoolBelowContext):
         pass
 
-    scans = 0
-    configs_at = ConfigTimeline.configs_at
-
-    def counting(self, time, model=None):  # type: ignore[no-untyped-def]
-        nonlocal scans
-        scans += 1
-        return configs_at(self, time, model)
-
-    monkeypatch.setattr(ConfigTimeline, "configs_at", counting)
+    scans = counting_scans(monkeypatch)
     detector = CountingReference()
     list(DetectionPipeline(detectors=[detector], raise_errors=True).run(capacity_fleet(100)))
     # Each change looks up every node's advertised context by a scan of the fleet.
-    assert scans >= 100 * 101 // 2
+    assert scans[0] >= 100 * 101 // 2
