@@ -115,6 +115,28 @@ def test_outputs_exist_and_validate(incident: Run) -> None:
     assert f"{data['exposure']['count']:,} client responses" in md
 
 
+def test_a_condition_escalated_as_more_was_read_is_reported_once_at_its_worst(
+    incident: Run,
+) -> None:
+    """Blind review 18: prefill-0's pool gap was a warning ("the engine version is not known
+    yet") at its capacity line and critical once the snapshot told 0.5.19, both dated from the
+    same start-up: the report listed the stale warning beside the critical naming the version."""
+    severities: dict[tuple[object, ...], set[str]] = {}
+    for f in incident.summary["findings"]:
+        key = (f["detector"], f["node"], f["time"], f["rid"], f["bootstrap_room"])
+        severities.setdefault(key, set()).add(f["severity"])
+    assert all(len(found) == 1 for found in severities.values())
+    pool = [
+        f
+        for f in incident.summary["findings"]
+        if f["detector"] == "pool_below_context" and f["node"] == "prefill-0"
+    ]
+    assert [f["severity"] for f in pool] == ["critical"] and "0.5.19" in pool[0]["summary"]
+    assert incident.summary["findings_by_severity"]["warning"] == sum(
+        f["severity"] == "warning" for f in incident.summary["findings"]
+    )
+
+
 @pytest.mark.parametrize(
     "spoil",
     [

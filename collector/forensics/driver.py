@@ -750,13 +750,42 @@ def _possible(findings: list[Finding], named: set[str | None]) -> dict[str, int]
     return {"groups": groups, "responses": len(answered)}
 
 
+def _without_superseded(findings: list[Finding]) -> list[Finding]:
+    """`findings` less those a more severe finding of the same detector says of the same
+    subject (node, request) from the same moment.
+
+    Why: live, a condition is paged as it is known and escalated as more is (a pool below the
+    context is a warning until a snapshot tells the release, then critical), but a report read
+    afterwards that lists both says "the engine version is not known yet" beside the finding
+    that names it (blind review 18)."""
+    worst: dict[tuple[Any, ...], int] = {}
+    for finding in findings:
+        key = _subject(finding)
+        worst[key] = max(worst.get(key, -1), SEVERITY_RANK.get(finding.severity, 0))
+    return [
+        f
+        for f in findings
+        # An exposure names a response, and a list of candidates the ones possibly hit: what
+        # else was said of the moment never stands for them.
+        if f.exposure
+        or "candidates" in f.evidence
+        or SEVERITY_RANK.get(f.severity, 0) >= worst[_subject(f)]
+    ]
+
+
+def _subject(finding: Finding) -> tuple[Any, ...]:
+    return (finding.detector, finding.node, finding.time, finding.rid, finding.bootstrap_room)
+
+
 def build_summary(
     paths: list[str], stats: ParseStats, pipeline: DetectionPipeline, evidence: _Evidence
 ) -> dict[str, Any]:
     exposed = sorted(evidence.exposed.values(), key=lambda e: (e.time or 0.0, e.rid or ""))
     times = [e.time for e in exposed if e.time is not None]
-    findings = sorted(
-        evidence.findings, key=lambda f: (f.time if f.time is not None else -1.0, f.detector)
+    findings = _without_superseded(
+        sorted(
+            evidence.findings, key=lambda f: (f.time if f.time is not None else -1.0, f.detector)
+        )
     )
     by_severity: Counter[str] = Counter(f.severity for f in findings)
     nodes: dict[str, Any] = {}
