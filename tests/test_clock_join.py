@@ -275,3 +275,25 @@ def test_time_stats_and_long_finishes_sharing_rooms_set_a_clock(tmp_path: Path) 
         path.write_text("".join(lines))
         samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
     assert offset(samples["decode-0"], samples["prefill-0"]) == -3600.0
+
+
+def test_time_stats_without_an_epoch_set_a_clock_by_their_durations(tmp_path: Path) -> None:
+    """Blind review 18: a prefill on UTC+8 logging time stats without `entry_time`, and a
+    decode logging its receipts. The stats carry no UTC stamp, so only their stamps less their
+    durations share the rooms' moments; unread, the prefill clock stayed 8 h ahead and its
+    refusals were said to have "never reached decode" beside decode's answers to them."""
+    stats, receipts = [], []
+    for i in range(5):
+        room = 9100 + i
+        stats.append(
+            f"[2026-09-03 17:{i}0:45 TP0] ReqTimeStats(rid={i:032x}, bootstrap_room={room}, "
+            f"input_len=400000, cached_input_len=0, output_len=1, type=prefill): "
+            f"bootstrap_duration=1.20ms, queue_duration=0.50ms, forward_duration=44000.00ms\n"
+        )
+        receipts.append(_receive(f"2026-09-03 09:{i}0:01", room))
+    samples = {}
+    for node, lines in (("prefill-0", stats), ("decode-0", receipts)):
+        path = tmp_path / f"{node}.log"
+        path.write_text("".join(lines))
+        samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
+    assert offset(samples["prefill-0"], samples["decode-0"]) == 8 * HOUR

@@ -29,6 +29,7 @@ from collector.sglang.log_clock import (
     ZONE_RANGE,
     ZONE_STEP,
     ZoneReading,
+    elapsed_since_entry,
     first_lines,
     printed_at,
 )
@@ -109,14 +110,16 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
             if event is None or event.kind != "request_time_stats" or not event.time:
                 continue
             room, entry = event.fields.get("bootstrap_room"), event.fields.get("entry_time")
+            if room is None or not _shared_request(event):
+                continue
             printed = printed_at(event)
-            if (
-                room is not None
-                and printed is not None
-                and isinstance(entry, float)
-                and _shared_request(event)
-            ):
+            if printed is not None and isinstance(entry, float):
                 stamps.setdefault(str(room), event.time - (printed - entry))
+            else:
+                # No epoch in it (builds without `entry_time`): the same moment on this clock
+                # is its stamp less its durations (blind review 18: a prefill on UTC+8 logging
+                # time stats alone kept its clock, and its refusals "never reached decode").
+                stamps.setdefault(str(room), event.time - elapsed_since_entry(event.fields))
             continue
         if _FINISH in head and _RECEIVE not in head:
             # Its rid and room, at when it was received (its finish less its end-to-end

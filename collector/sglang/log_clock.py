@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, file_line_blocks
@@ -55,22 +55,27 @@ def printed_at(event: Event) -> float | None:
         if type(start) is not float or not 1e9 < start < 1e11:
             return None
         # The line is printed when the request ends: its durations are the time since entry.
-        terms = _PREALLOC_TERMS if "prealloc_queue_duration" in fields else frozenset()
-        elapsed = sum(
-            value
-            for key, value in fields.items()
-            if key.endswith("_duration")
-            and key not in terms
-            and type(value) is float
-            and 0.0 <= value < 86400.0
-        )
-        return start + elapsed
+        return start + elapsed_since_entry(fields)
     if event.kind == REQUEST_FINISHED:
         end = fields.get("response_sent_to_client_ts", fields.get("request_finished_ts"))
         if type(end) is not float or not 1e9 < end < 1e11:
             return None
         return end
     return None
+
+
+def elapsed_since_entry(fields: dict[str, Any]) -> float:
+    """The seconds a time-stats line's durations add up to: from the request's entry to the
+    line, printed when it ends."""
+    terms = _PREALLOC_TERMS if "prealloc_queue_duration" in fields else frozenset()
+    return sum(
+        value
+        for key, value in fields.items()
+        if key.endswith("_duration")
+        and key not in terms
+        and type(value) is float
+        and 0.0 <= value < 86400.0
+    )
 
 
 def vote(event: Event) -> float | None:
