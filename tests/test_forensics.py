@@ -17,7 +17,7 @@ import pytest
 
 from collector.events import parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
-from collector.forensics.report import TABLE_ROWS, config_gaps, findings_table
+from collector.forensics.report import TABLE_ROWS, config_gaps, findings_table, status_line
 from detectors.registry import REGISTRY
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
@@ -135,6 +135,26 @@ def test_a_condition_escalated_as_more_was_read_is_reported_once_at_its_worst(
     assert incident.summary["findings_by_severity"]["warning"] == sum(
         f["severity"] == "warning" for f in incident.summary["findings"]
     )
+
+
+def test_the_verdict_is_said_for_a_machine_as_for_a_person(incident: Run, tmp_path: Path) -> None:
+    """Blind review 18: the JSON held no verdict; a NOT JUDGED run wrote `exposure.count: 0`,
+    which a gate reads as an all-clear."""
+    verdict = incident.summary["verdict"]
+    assert verdict["outcome"] == "exposed"
+    assert verdict["said"] == status_line(incident.summary)
+    assert verdict["status"] == "stopped" and verdict["said"].startswith("Stopped")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "prefill-0.log").write_text(
+        "[2026-09-08 11:58:29 TP0] max_total_num_tokens=681280, chunked_prefill_size=16384, "
+        "max_prefill_tokens=16384, max_running_requests=64, context_len=1048576, "
+        "available_gpu_mem=21.95 GB\n"
+    )
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1).summary
+    assert summary["exposure"]["count"] == 0
+    assert summary["verdict"]["outcome"] == "not_judged" and summary["verdict"]["said"]
+    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,7 @@ from collector.forensics.report import (
     client_lines_line,
     config_gaps,
     csv_files_line,
+    exposure_status,
     exposure_window,
     info_kinds,
     judged_line,
@@ -691,6 +692,7 @@ def run_forensics(
         ),
         "deferred_release_counted": evidence.release_counted(),
     }
+    summary["verdict"] = verdict(summary)
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
     outputs["html"] = out_dir / "report.html"
@@ -709,6 +711,26 @@ def run_forensics(
     except OSError as exc:  # a full disk, a --json of /dev/full: said, not a traceback
         raise OutputError(f"{exc.filename or out_dir}: {exc.strerror or exc}") from exc
     return ForensicsResult(summary, outputs, time.perf_counter() - started)
+
+
+def verdict(summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's answer for a machine, as the terminal and the reports word it: whether it found
+    exposed responses, found none, or could not tell (NOT JUDGED); and, where it found some,
+    whether it was still going on when the logs end (`exposure_status`). Why: a gate read
+    `exposure.count` 0 of a NOT JUDGED run as an all-clear (blind review 18)."""
+    if summary["exposure"]["count"]:
+        status, said = exposure_status(summary)
+        return {"outcome": "exposed", "status": status, "said": said}
+    if reason := not_judged_reason(summary):
+        return {"outcome": "not_judged", "status": None, "said": reason}
+    if answering_not_judged(summary):
+        return {
+            "outcome": "none_found_in_judged",
+            "status": None,
+            "said": "no exposed responses found in the requests judged; some answering nodes "
+            "were not judged",
+        }
+    return {"outcome": "none_found", "status": None, "said": judged_line(summary)}
 
 
 class OutputError(Exception):

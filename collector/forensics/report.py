@@ -1057,13 +1057,20 @@ def status_line(summary: dict[str, Any]) -> str:
     """Whether it is still happening, as far as the logs tell: the time from the last exposed
     response to the end of the logs, and whether a pool gap was still open then ("" without
     exposures). Asked first after "were we exposed"; before, only the gap line's end said it."""
+    return exposure_status(summary)[1]
+
+
+def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
+    """(`status_line`'s verdict as a word, its sentence): `not_over`, `possibly_not_over`,
+    `stopped`, `last_seen` (only the last exposure's age is known), `unknown` (no exposure
+    dated), None without exposures."""
     exposure = summary["exposure"]
     last = parse_iso_time(exposure.get("last"))
     end = parse_iso_time(summary["input"].get("last_time"))
     if not exposure["count"]:
-        return ""
+        return None, ""
     if last is None or end is None:
-        return (
+        return "unknown", (
             "Not known from these logs: no line of them dates an exposed response (request "
             "logs written with no time, and no engine line of those requests read)."
         )
@@ -1076,7 +1083,7 @@ def status_line(summary: dict[str, Any]) -> str:
         shown = ", ".join(still_open[:3]) + (
             f" and {len(still_open) - 3:,} more" if len(still_open) > 3 else ""
         )
-        return (
+        return "not_over", (
             f"Not over when the logs end: {before}, and {shown} still ran a pool below the "
             "context, so a prompt longer than that pool would still be answered from other "
             "requests' KV."
@@ -1086,13 +1093,15 @@ def status_line(summary: dict[str, Any]) -> str:
         shown = ", ".join(refusing[:3]) + (
             f" and {len(refusing) - 3:,} more" if len(refusing) > 3 else ""
         )
-        return (
+        return "stopped", (
             f"Stopped within these logs: {before}; {shown} still ran a pool below the context, "
             "but refused the prompts that pool cannot hold."
         )
     if gaps:
         closed = max(gap.until for gap in gaps if gap.until is not None)
-        return f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
+        return "stopped", (
+            f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
+        )
     # No pool gap: the abort race's exposures. Its signs at the end of the logs say whether it
     # was still open (review: the last exposure's age alone answered nothing).
     still: list[str] = []
@@ -1106,11 +1115,11 @@ def status_line(summary: dict[str, Any]) -> str:
     if _unsafe_in_force(summary):
         still.append("a PD node still ran a release open to the abort race")
     if still:
-        return (
+        return "possibly_not_over", (
             f"Possibly not over: {before}, but {' and '.join(still)}, so aborted transfers "
             "could still land on pages re-let to other requests."
         )
-    return f"{before[0].upper()}{before[1:]}."
+    return "last_seen", f"{before[0].upper()}{before[1:]}."
 
 
 def next_steps(summary: dict[str, Any]) -> list[str]:
