@@ -96,7 +96,7 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     # by this as well: a backlog that grows for hours puts its wait in every sample the floor
     # learns from, and an honest answer once it clears came 1.0 to 2.1x "too fast" for it
     # (blind review 16, a unified server under sustained load), where a stub's first token
-    # beats the floor tenfold and more (9.9x in the same review's leaks, 140x to 360x where
+    # beats the floor tenfold and more (9.9x in the same review's leaks, 138x to 390x where
     # prefill's own forward time is logged).
     queued_safety_factor: float = Field(default=4.0, ge=1)
     # The learned floor judges only prompts with at least this many uncached tokens.
