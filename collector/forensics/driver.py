@@ -38,6 +38,7 @@ from collector.forensics.report import (
     client_lines_line,
     config_gaps,
     csv_files_line,
+    decode_apart_line,
     exposure_status,
     exposure_window,
     info_kinds,
@@ -613,6 +614,8 @@ def run_forensics(
     # one stretched "logs cover" by months).
     first_time: float | None = None
     last_time: float | None = None
+    # Per node, the first and last moment of the requests it logged (`_decode_apart`).
+    request_spans: dict[str, list[float]] = {}
     finished = False
     try:
         for event in events:
@@ -628,6 +631,12 @@ def run_forensics(
                     (t for t in (side.first_time, side.received_time) if t is not None),
                     default=when,
                 )
+                if when is not None and earliest is not None:
+                    span = request_spans.get(event.node)
+                    if span is None:
+                        request_spans[event.node] = [earliest, when]
+                    else:
+                        span[0], span[1] = min(span[0], earliest), max(span[1], when)
             elif event.kind == "request_trace":  # a span covers its start to its end (its time)
                 start = event.fields.get("start")
                 if isinstance(start, float) and when is not None and start < when:
@@ -676,6 +685,7 @@ def run_forensics(
         if at is not None:
             first_time = at if first_time is None else min(first_time, at)
             last_time = at if last_time is None else max(last_time, at)
+    summary["input"]["decode_apart"] = _decode_apart(request_spans, pipeline)
     summary["input"]["first_time"] = iso_time(first_time)
     summary["input"]["last_time"] = iso_time(last_time)
     outcomes: Counter[str] = Counter()
@@ -711,6 +721,43 @@ def run_forensics(
     except OSError as exc:  # a full disk, a --json of /dev/full: said, not a traceback
         raise OutputError(f"{exc.filename or out_dir}: {exc.strerror or exc}") from exc
     return ForensicsResult(summary, outputs, time.perf_counter() - started)
+
+
+def _decode_apart(
+    spans: dict[str, list[float]], pipeline: DetectionPipeline
+) -> list[dict[str, Any]]:
+    """Decode nodes whose requests span no moment any prefill node's requests do: their
+    answers were judged by the prefill configuration last logged before them, and nothing of
+    prefill's (a refusal, a timing) could be joined to them.
+
+    Why: blind review 18, a prefill log of the day before decode's: every answer judged by a
+    pool a day old, and the report read as if the logs covered both days."""
+    roles = {node: _last_role(pipeline, node) for node in spans}
+    prefills = {node: span for node, span in spans.items() if roles[node] == "prefill"}
+    if not prefills:
+        return []
+    apart = []
+    for node, (first, last) in sorted(spans.items()):
+        if roles[node] != "decode":
+            continue
+        if any(start <= last and first <= end for start, end in prefills.values()):
+            continue
+        apart.append(
+            {
+                "node": node,
+                "first": iso_time(first),
+                "last": iso_time(last),
+                "prefill": {
+                    name: [iso_time(start), iso_time(end)]
+                    for name, (start, end) in sorted(prefills.items())
+                },
+            }
+        )
+    return apart
+
+
+def _last_role(pipeline: DetectionPipeline, node: str) -> str | None:
+    return next((c.role for c in reversed(pipeline.timeline.history(node)) if c.role), None)
 
 
 def verdict(summary: dict[str, Any]) -> dict[str, Any]:
@@ -1268,6 +1315,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("LATE LINES: ", late_lines_line),
         ("NOT JUDGED NODES: ", nodes_not_judged_line),
         ("REQUEST LOGS APART: ", request_logs_apart_line),
+        ("LOGS APART: ", decode_apart_line),
         ("EXPORTS: ", unattributed_exports_line),
         ("POOL UNKNOWN: ", pool_unknown_line),
     ):

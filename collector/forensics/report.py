@@ -738,6 +738,24 @@ def prefill_unread_line(summary: dict[str, Any]) -> str:
     )
 
 
+def decode_apart_line(summary: dict[str, Any]) -> str:
+    """Decode nodes whose requests overlap no prefill node's in time (`input.decode_apart`)."""
+    apart: list[dict[str, Any]] = summary["input"].get("decode_apart") or []
+    if not apart:
+        return ""
+    first = apart[0]
+    prefills = "; ".join(
+        f"{name} {start} .. {end}" for name, (start, end) in list(first["prefill"].items())[:3]
+    )
+    more = f" (and {len(apart) - 1:,} more decode nodes)" if len(apart) > 1 else ""
+    return (
+        f"{first['node']}'s requests ({first['first']} .. {first['last']}){more} overlap no "
+        f"prefill node's ({prefills}): its answers were judged by the prefill configuration "
+        "last logged before them, and no refusal or prefill timing could be joined to them. "
+        "Add the prefill logs of that time, or check the nodes' clocks."
+    )
+
+
 def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes not judged (`requests.nodes_not_judged`) that answer clients: decode in PD,
     or any node whose role is unknown. A prefill node never answers, so the decode side of
@@ -1355,6 +1373,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         late_lines_line,
         nodes_not_judged_line,
         request_logs_apart_line,
+        decode_apart_line,
         pool_unknown_line,
     ):
         line = said(summary)
