@@ -757,6 +757,7 @@ def _decode_apart(
 
 
 def _last_role(pipeline: DetectionPipeline, node: str) -> str | None:
+    """The role a node's latest configuration that states one gives it."""
     return next((c.role for c in reversed(pipeline.timeline.history(node)) if c.role), None)
 
 
@@ -860,9 +861,8 @@ def build_summary(
     nodes: dict[str, Any] = {}
     for node in pipeline.timeline.nodes():
         history = pipeline.timeline.history(node)
-        role = next((c.role for c in reversed(history) if c.role), None)
         nodes[node] = {
-            "role": role,
+            "role": _last_role(pipeline, node),
             "config": [
                 {
                     "time": iso_time(c.since),

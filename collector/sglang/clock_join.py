@@ -31,7 +31,6 @@ from collector.sglang.log_clock import (
     ZoneReading,
     elapsed_since_entry,
     first_lines,
-    printed_at,
 )
 from collector.sglang.logs import LineParser
 from collector.state.ledger import FAKE_BOOTSTRAP_HOST, WARMUP_ROOMS
@@ -104,21 +103,15 @@ def sample(node: str, files: list[TelemetryFile]) -> Sample:
             continue
         if _TIME_STATS in head:
             # When the request entered, on this clock: its line's stamp less the time since
-            # `entry_time` (a UTC epoch; the durations are that time). A prefill logging time
-            # stats and no request line shares its rooms' moments with decode's finishes.
+            # entry, which its durations add up to (no `entry_time` epoch needed: blind review
+            # 18, a prefill on UTC+8 whose time stats carry none kept its clock, and its
+            # refusals "never reached decode"). A prefill logging time stats and no request
+            # line shares its rooms' moments with decode's finishes.
             _, event = parser.parse(line, "")
             if event is None or event.kind != "request_time_stats" or not event.time:
                 continue
-            room, entry = event.fields.get("bootstrap_room"), event.fields.get("entry_time")
-            if room is None or not _shared_request(event):
-                continue
-            printed = printed_at(event)
-            if printed is not None and isinstance(entry, float):
-                stamps.setdefault(str(room), event.time - (printed - entry))
-            else:
-                # No epoch in it (builds without `entry_time`): the same moment on this clock
-                # is its stamp less its durations (blind review 18: a prefill on UTC+8 logging
-                # time stats alone kept its clock, and its refusals "never reached decode").
+            room = event.fields.get("bootstrap_room")
+            if room is not None and _shared_request(event):
                 stamps.setdefault(str(room), event.time - elapsed_since_entry(event.fields))
             continue
         if _FINISH in head and _RECEIVE not in head:
