@@ -122,19 +122,18 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     # After the first few fits, refit at most this often (event time).
     refit_interval_seconds: float = Field(default=10800.0, ge=0)
     learn_min_uncached_tokens: int = Field(default=256, ge=1)
-
-    def learned_scale(self, source: str) -> float:
-        """What a learned line is divided by to judge timings of `source`."""
-        if source in QUEUED_SOURCES:
-            return self.safety_factor * self.queued_safety_factor
-        return self.safety_factor
-
     # Decision: score = floor / observed seconds; at or above threshold it was too fast.
     threshold: float = Field(default=1.0, gt=0)
     min_uncached_tokens: int = Field(default=4096, ge=1)
     critical_min_uncached_tokens: int = Field(default=32768, ge=1)
     # Timing sources considered (any subset of SOURCES).
     sources: tuple[str, ...] = SOURCES
+
+    def learned_scale(self, source: str) -> float:
+        """What a learned line is divided by to judge timings of `source`."""
+        if source in QUEUED_SOURCES:
+            return self.safety_factor * self.queued_safety_factor
+        return self.safety_factor
 
 
 class Timing(NamedTuple):
