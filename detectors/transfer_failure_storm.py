@@ -287,6 +287,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         counted: float,
         base: float,
         nodes: list[str],
+        score: float,
         ctx: DetectionContext,
     ) -> Finding | None:
         """A storm only the failure counters show, on engines that hold a failed transfer's
@@ -303,7 +304,6 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         worst = max(
             nodes, key=lambda node: window.node_metric(node, holds, held_too=True), default=None
         )
-        score = self._burst(counted, cfg.min_failures, cfg.ratio, base, self.baseline_.level(0.0))
         summary = (
             f"Possible KV transfer failure storm: {counted:.0f} failed transfers in "
             f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, counted by the "
@@ -413,12 +413,13 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         score = self._burst(failures, cfg.min_failures, cfg.ratio, base, self.baseline_.level(0.0))
         if score < cfg.threshold:
             counted = _failures(window, start, ctx, held_too=self._unlogged(window))
-            lower = self.baseline_.level(0.0)
-            if (
-                counted > failures
-                and self._burst(counted, cfg.min_failures, cfg.ratio, base, lower) >= cfg.threshold
-            ):
-                return self._counted_alone(window, start, counted, base, nodes, ctx)
+            if counted > failures:
+                lower = self.baseline_.level(0.0)
+                counted_score = self._burst(counted, cfg.min_failures, cfg.ratio, base, lower)
+                if counted_score >= cfg.threshold:
+                    return self._counted_alone(
+                        window, start, counted, base, nodes, counted_score, ctx
+                    )
             self._quiet(failures, base, self.baseline_)
             self.baseline_.add(failures)
             self.storm_.quiet_window(cfg.episode_gap_windows)
