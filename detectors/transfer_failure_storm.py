@@ -438,13 +438,6 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         # warned).
         told = _failures(window, start, ctx, unknown_holds=True)
         unsure = failures - told
-        # What the unsure part is: clients' aborts the lines show, or increases of counters
-        # that count clients' aborts with every other failure (review 17: a storm seen only in
-        # `.prom` snapshots was called "clients' aborts").
-        counted_alone = (
-            _failures(window, start, ctx, unknown_holds=True, held_too=frozenset(window.metric))
-            - told
-        )
         severity: Severity = "warning"
         lower = self.baseline_.level(0.0)
         if (
@@ -452,6 +445,13 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             and self._burst(told, cfg.min_failures, cfg.ratio, base, lower) < cfg.threshold
         ):
             severity = "info"
+            # What the unsure part is: clients' aborts the lines show, or increases of counters
+            # that count clients' aborts with every other failure (review 17: a storm seen only
+            # in `.prom` snapshots was called "clients' aborts").
+            counted_alone = (
+                _failures(window, start, ctx, unknown_holds=True, held_too=frozenset(window.metric))
+                - told
+            )
             summary = (
                 f"Possible KV transfer failure storm: {failures:.0f} failed requests in "
                 f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, {unsure:.0f} of "

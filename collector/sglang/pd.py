@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from collector.sglang.templates import UNSIGNED
 from collector.sglang.values import as_int
 
 _FAILED = re.compile(
@@ -66,7 +67,6 @@ def parse_transfer_failed(message: str, side: str, stage: str) -> dict[str, Any]
 # `key=value` tokens, not positions): a build or a wrapper that orders them otherwise, or
 # writes the hashes without `0x`, must still name the room.
 _MISMATCH_TOKEN = re.compile(r"(?<![^\s(,\[{])(req|bootstrap_room|expected|got)=([^\s,;)\]}]+)")
-_ROOM = re.compile(r"[0-9]{1,64}")
 _HASH = re.compile(r"(?:0[xX])?[0-9a-fA-F]{1,64}")
 _SKIPPED = re.compile(
     r"signature (0x[0-9a-fA-F]+|\S+) differs from this decode's (0x[0-9a-fA-F]+|\S+)"
@@ -85,7 +85,7 @@ def parse_checksum_mismatch(message: str) -> dict[str, Any]:
     room = values.get("bootstrap_room", "").strip("'\"")
     return {
         "rid": rid,
-        "bootstrap_room": room if _ROOM.fullmatch(room) else None,
+        "bootstrap_room": room if UNSIGNED.fullmatch(room) else None,
         "expected": _hash(values.get("expected")),
         "got": _hash(values.get("got")),
         "peer_rank": "on a peer rank" in message,
