@@ -432,6 +432,70 @@ def test_request_lines_printed_without_any_prefix_are_not_taken_for_undated(
     assert "rid=" in out and code == 0
 
 
+def _cri(written: datetime, line: str) -> str:
+    return f"{written.strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z stdout F {line}"
+
+
+def _kubectl(written: datetime, line: str) -> str:
+    return f"{written.strftime('%Y-%m-%dT%H:%M:%S.%f')}Z {line}"
+
+
+def _rsyslog(written: datetime, line: str) -> str:
+    # rsyslog's RFC 3339 template in the host's zone (+02:00 here, as the engine's).
+    local = (written + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return f"{local}+02:00 gpu-7 python3[123]: {line}"
+
+
+def _journald(written: datetime, line: str) -> str:
+    micros = str(int(written.timestamp() * 1e6))
+    return json.dumps({"__REALTIME_TIMESTAMP": micros, "MESSAGE": line, "_PID": "123"})
+
+
+def _vector(written: datetime, line: str) -> str:
+    stamp = written.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return json.dumps({"message": line, "timestamp": stamp, "source_type": "kubernetes_logs"})
+
+
+@pytest.mark.parametrize("wrap", [_cri, _kubectl, _rsyslog, _journald, _vector])
+def test_every_runtime_s_utc_stamp_tells_the_engine_s_zone(tmp_path: Path, wrap: Any) -> None:
+    """Whatever wrote the engine's local-time line down stamps it in UTC (or with its zone):
+    each wrapped line votes, as a Docker record does. Blind review 21: a +02:00 engine kept by
+    containerd, `kubectl --timestamps`, rsyslog, journald or Vector was read 2 h late."""
+    log = tmp_path / "decode-0.log"
+    utc = datetime(2026, 11, 2, 10, 16, 48, tzinfo=UTC)
+    lines = []
+    for second in range(0, 60, 10):
+        written = utc + timedelta(seconds=second, microseconds=300_000)
+        local = (written + timedelta(hours=2)).strftime("%Y-%m-%d %H:%M:%S")
+        room = 18 + second
+        line = f"[{local} TP0] Deferred KV release for room {room} ended by timeout after 30s"
+        lines.append(wrap(written, line))
+    log.write_text("\n".join(lines) + "\n")
+    tf = TelemetryFile(log, "decode-0", "log", (0, "~"))
+    assert log_zone("decode-0", [tf]) == 2 * 3600.0
+    events = list(events_by_node([tmp_path], ParseStats()))
+    assert [e.time for e in events] == [utc.timestamp() + s for s in range(0, 60, 10)]
+
+
+@pytest.mark.parametrize(
+    ("stamp", "utc_hour"),
+    [
+        ("2026-11-02T12:15:07.500+02:00  INFO sglang.srt.managers.scheduler.log:", 10),
+        ("2026-11-02 12:15:07,500-0530 INFO sglang.srt.managers.scheduler:", 17),
+        ("2026-11-02T12:15:07.500Z  INFO sglang.srt.managers.scheduler.log:", 12),
+    ],
+)
+def test_a_re_rendered_record_s_stated_zone_is_taken_off(stamp: str, utc_hour: int) -> None:
+    """A wrapper that re-renders records with a zoned time (Dynamo, a dictConfig `%z`) says
+    its line's UTC moment. Blind review 21: `12:15:07+02:00` was read as 12:15:07 UTC."""
+    line = f"{stamp} Decode batch, #running-req: 4, #token: 100, token usage: 0.01"
+    _, event = LineParser("decode-0").parse(line, "x.log:1")
+    assert event is not None
+    minutes = 45 if utc_hour == 17 else 15
+    expected = datetime(2026, 11, 2, utc_hour, minutes, 7, 500_000, tzinfo=UTC).timestamp()
+    assert event.time == expected
+
+
 @pytest.mark.parametrize("hours", [8, -5])
 def test_a_docker_log_s_records_tell_the_engine_s_zone(tmp_path: Path, hours: int) -> None:
     """Docker writes each line's UTC time beside the engine's local prefix: every line votes.

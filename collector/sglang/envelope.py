@@ -34,8 +34,9 @@ _BRACKETED_TAGS = re.compile(r"(?:\s*\[[^\[\]]{1,200}\])+:?\s?")
 # and `%(asctime)s - %(name)s - %(levelname)s - %(message)s`.
 _LEVEL = r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL|FATAL)"
 _WRAPPER = re.compile(
-    DATE_PATTERN + "[T ]" + CLOCK_PATTERN + r"(?:[.,](\d{1,9}))?(?:Z|[+-]\d\d:?\d\d)?\s+"
-    r"(?:" + _LEVEL + r"\s+(?:([\w.<>-]+):\s)?|-\s([\w.<>-]+)\s-\s" + _LEVEL + r"\s-\s)"
+    DATE_PATTERN + "[T ]" + CLOCK_PATTERN + r"(?:[.,](\d{1,9}))?(?P<zone>Z|[+-]\d\d:?\d\d)?\s+"
+    r"(?:" + _LEVEL + r"\s+(?:(?P<logger>[\w.<>-]+):\s)?"
+    r"|-\s(?P<dashed_logger>[\w.<>-]+)\s-\s" + _LEVEL + r"\s-\s)"
 )
 # The logger whose records uvicorn prints as `INFO:     <client> - "<request>" <status>`: a
 # wrapper re-renders them without that head, which is given back so they read as access lines.
@@ -180,15 +181,23 @@ def _in_utc(local: float, shipped_at: float | None, shipped_iso: str) -> float:
     an engine container on UTC beside a shipper on local time, or a shipper catching up on a
     backlog, keeps the engine's own stamp.
     """
-    m = _ISO_OFFSET.search(shipped_iso)
-    if m is None or shipped_at is None:
+    if shipped_at is None:
         return local
-    zone = (int(m.group(2)) * 3600 + int(m.group(3)) * 60) * (1 if m.group(1) == "+" else -1)
+    zone = _offset_seconds(shipped_iso)
     if not zone or abs(local - shipped_at) < _SHIPPER_LAG:
         return local
     if abs(local - zone - shipped_at) < _SHIPPER_LAG:
         return local - zone
     return local
+
+
+def _offset_seconds(iso: str) -> float:
+    """How far ahead of UTC the offset an ISO time ends with (`+02:00`, `-0530`) is; 0 for `Z`
+    or none."""
+    m = _ISO_OFFSET.search(iso)
+    if m is None:
+        return 0.0
+    return (int(m.group(2)) * 3600 + int(m.group(3)) * 60) * (1 if m.group(1) == "+" else -1)
 
 
 def _remember(
@@ -243,9 +252,10 @@ def peel(line: str) -> Envelope:
     elif line[:1].isdigit():
         m = _WRAPPER.match(line)
         if m:
-            when = _epoch(*m.groups()[:7])
+            # A stated zone makes the stamp UTC; without one it is the host's, as the engine's.
+            when = _epoch(*m.groups()[:7]) - _offset_seconds(m.group("zone") or "")
             message = line[m.end() :]
-            if (m.group(9) or m.group(10)) == _ACCESS_LOGGER:
+            if (m.group("logger") or m.group("dashed_logger")) == _ACCESS_LOGGER:
                 message = "INFO:     " + message
             return Envelope(when, None, {}, message, True)
     embedded = _embedded_prefix(line)

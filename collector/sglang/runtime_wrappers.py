@@ -109,7 +109,7 @@ class RuntimeLines:
     True
     """
 
-    __slots__ = ("_pieces", "_sizes", "_skipping", "dropped")
+    __slots__ = ("_pieces", "_sizes", "_skipping", "dropped", "written")
 
     def __init__(self) -> None:
         self._pieces: dict[str, list[str]] = {}
@@ -117,6 +117,9 @@ class RuntimeLines:
         self._skipping: set[str] = set()  # streams whose line grew too long: pieces discarded
         # Lines lost, by reason: joined past `MAX_JOINED_CHARS`, or pieces left at the end.
         self.dropped: dict[str, int] = {}
+        # When the runtime wrote the last line unwrapped (UTC), if that line carried the
+        # engine's own prefix: a clock the engine's zoneless stamp is read against (`log_clock`).
+        self.written: float | None = None
 
     def unwrap(
         self, line: str, last_time: float | None = None, zone: float = 0.0
@@ -129,14 +132,15 @@ class RuntimeLines:
         in the end), so it is written in the engine's, which the stream's clock takes off again
         (a `kubectl --timestamps` access line was read 8 h early from a +08:00 engine). A syslog
         header's time is the host's, as the engine's is: written as it is."""
+        self.written = None
         first = line[:1]
         if first.isdigit():
             m = _CRI.match(line)
             if m is not None:
                 joined = self._join(m.group(9), line[m.end() :], m.group(10) == "F")
-                return (
-                    joined if isinstance(joined, _Held) else with_prefix(joined, _epoch(m) + zone)
-                )
+                if isinstance(joined, _Held):
+                    return joined
+                return self._stamped(joined, _epoch(m), zone)
             m = STAMPED.match(line)
             if m is not None and not _LEVEL_AFTER.match(line, m.end()):
                 at = m.end()
@@ -145,7 +149,7 @@ class RuntimeLines:
                     or LOKI_LABELS.match(line, at)
                     or CLOUDWATCH_STREAM.match(line, at)
                 )
-                return with_prefix(line[(tag or m).end() :], _epoch(m) + zone)
+                return self._stamped(line[(tag or m).end() :], _epoch(m), zone)
         elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
             return self._record(line, zone)
         elif last_time is not None and first in MONTH_INITIALS:
@@ -203,7 +207,16 @@ class RuntimeLines:
             return joined
         joined = joined.rstrip("\r\n")
         when = record_time(record)
-        return with_prefix(joined, when + zone) if when is not None else joined
+        return self._stamped(joined, when, zone) if when is not None else joined
+
+    def _stamped(self, text: str, written: float, zone: float) -> str:
+        """The engine's line the runtime wrote at `written` (UTC): as it is when it carries
+        the engine's own prefix (and `written` is kept to read that prefix's zone by), else
+        behind a prefix made from `written` in the engine's zone."""
+        if text[:1] == "[" and _ENGINE_PREFIX.match(text):
+            self.written = written
+            return text
+        return with_prefix(text, written + zone)
 
     def _join(self, stream: str, piece: str, last: bool) -> str | _Held:
         if stream in self._skipping:
