@@ -5,7 +5,10 @@ Feeds the alert `KVWatchPoolBelowContext`.
 Every prompt longer than the pool but within the advertised context is admitted and cannot fit
 (in the incident: a 681,280-token prefill pool under a 1,048,576-token context, 35% of the
 window). In PD serving the pool that matters is the *prefill* pool, compared with the largest
-context any node of the deployment (nodes serving the same model) serves. On engines before
+context any node of its deployment serves: itself and the nodes its requests' rooms joined it
+to. Before a room joined it to any, its own context when it states one (two deployments of one
+model side by side are not one: blind review 20's healthy pair was warned against the other's
+context), else the largest of the nodes serving the same model. On engines before
 0.5.20 such a prompt is refused by prefill yet answered by decode from stale pages, so a prefill
 node in that state is critical; when the version is unknown, a refusal on that node that decode
 did not retire (answered it, or its answer is not in the logs) makes it critical too: a refused
@@ -50,6 +53,12 @@ class PoolBelowContextConfig(DetectorConfig):
     # first one up is no gap the other's old pool left (blind review 16: routine maintenance
     # failed `--fail-on warning`). Its own restart or refusals are judged at once.
     restart_grace_seconds: float = Field(default=300.0, ge=0.0)
+    # A node that states its own context is judged against the longer one other nodes of its
+    # model serve only when no request's room has joined it to any node this long after its
+    # start: two deployments of one model side by side are two (blind review 20: a healthy
+    # pair was warned against the other's context), and a deployment's first requests come
+    # within minutes of its start.
+    link_wait_seconds: float = Field(default=900.0, ge=0.0)
 
 
 class PoolBelowContext(Detector[PoolBelowContextConfig]):
@@ -93,6 +102,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self.faults_ = ConditionSince()
         # Nodes to judge again once event time reaches their time (`restart_grace_seconds`).
         self.deferred_: dict[str, float] = {}
+        # Per node, the nodes a request's room joined it to (prefill and decode): its
+        # deployment, whose contexts its pool is judged against.
+        self.links_: dict[str, set[str]] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -111,6 +123,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             "answered_": sorted(self.answered_),
             "faults_": self.faults_.to_state(),
             "deferred_": dict(self.deferred_),
+            "links_": {node: sorted(linked) for node, linked in self.links_.items()},
         }
 
     def _load_learned(self, state: dict[str, object]) -> None:
@@ -131,6 +144,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         raw = state.get("deferred_")
         if isinstance(raw, dict):
             self.deferred_ = {str(k): float(v) for k, v in raw.items()}
+        raw = state.get("links_")
+        if isinstance(raw, dict):
+            self.links_ = {
+                str(k): {str(n) for n in v} for k, v in raw.items() if isinstance(v, list)
+            }
 
     def due_at(self) -> float:
         deferred = self.__dict__.get("deferred_")
@@ -160,7 +178,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             advertised = timeline.advertised_context(ctx.now, key)
             if self._advertised.get(key) != advertised:
                 self._advertised[key] = advertised
-                others.update(timeline.nodes_with_model(key))
+                others.update(
+                    other for other in timeline.nodes_with_model(key) if not self.links_.get(other)
+                )
+        # Its deployment's contexts are judged against its context too.
+        others.update(self.links_.get(node, ()))
         self.deferred_.pop(node, None)
         others.discard(node)
         findings = self._evaluate_nodes([node], ctx)
@@ -178,6 +200,32 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         return []
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        prefill = record.prefill
+        if prefill is None:
+            return []
+        findings = self._note_link(record, ctx)
+        if findings:
+            return findings + self._on_refusal(record, ctx)
+        return self._on_refusal(record, ctx)
+
+    def _note_link(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        """Join the request's prefill and decode nodes into one deployment; the first request
+        to join them judges both against each other's context, at once."""
+        prefill, serving = record.prefill, record.serving
+        if (
+            prefill is None
+            or serving is None
+            or prefill.traced_only
+            or serving.role != "decode"
+            or serving.node == prefill.node
+            or serving.node in self.links_.get(prefill.node, ())
+        ):
+            return []
+        self.links_.setdefault(prefill.node, set()).add(serving.node)
+        self.links_.setdefault(serving.node, set()).add(prefill.node)
+        return self._evaluate_nodes(sorted((prefill.node, serving.node)), ctx)
+
+    def _on_refusal(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         prefill = record.prefill
         if prefill is None:
             return []
@@ -212,7 +260,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if due:
             for node in due:
                 del self.deferred_[node]
-            findings.extend(self._evaluate_nodes(due, ctx))
+            # At `now`: the end of input (inf) is past every wait for a room to join a node.
+            findings.extend(self._evaluate_nodes(due, ctx, now))
         if not math.isinf(now):
             return findings
         for node, when in sorted(self.unanswered_.items()):
@@ -253,21 +302,59 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             self._synced_with = (timeline, timeline.changes)
         return findings
 
-    def _evaluate_nodes(self, nodes: list[str], ctx: DetectionContext) -> list[Finding]:
-        """Findings for `nodes` (sorted) from the configuration each has in force at `now`."""
+    def _evaluate_nodes(
+        self, nodes: list[str], ctx: DetectionContext, at: float | None = None
+    ) -> list[Finding]:
+        """Findings for `nodes` (sorted) from the configuration each has in force at `now`;
+        `at`, when later than `now`, is the time waits are judged by (`deployment_context`)."""
         findings = []
         for node in nodes:
             config = ctx.timeline.config_at(node, ctx.now)
             if config is None:
                 continue
-            finding = self._evaluate(config, self._advertised_to(config, ctx), ctx)
+            finding = self._evaluate(config, self._advertised_to(config, ctx, at), ctx)
             if finding is not None:
                 findings.append(finding)
         return findings
 
-    def _advertised_to(self, config: NodeConfig, ctx: DetectionContext) -> int | None:
-        """The context advertised to the node's model at `now`."""
-        return ctx.timeline.advertised_context(ctx.now, config.model)
+    def _advertised_to(
+        self, config: NodeConfig, ctx: DetectionContext, at: float | None = None
+    ) -> int | None:
+        """The context the node's deployment advertises at `now` (`deployment_context`)."""
+        by_model = ctx.timeline.advertised_context(ctx.now, config.model)
+        return self.deployment_context(config, ctx, by_model, at)
+
+    def deployment_context(
+        self,
+        config: NodeConfig,
+        ctx: DetectionContext,
+        by_model: int | None,
+        at: float | None = None,
+    ) -> int | None:
+        """The context the node's deployment advertises at `now`: the largest of its own and
+        those of the nodes rooms joined it to. Before a room joined it to any, its own; the
+        larger one its model's nodes serve (`by_model`) once `link_wait_seconds` have passed
+        since its start (it is judged again then) or when it states none."""
+        linked = self.links_.get(config.node)
+        own = config.context_len
+        if linked:
+            contexts = [own]
+            for node in linked:
+                other = ctx.timeline.config_at(node, ctx.now)
+                contexts.append(other.context_len if other is not None else None)
+            known = [context for context in contexts if context is not None]
+            return max(known) if known else by_model
+        if own is None:
+            return by_model
+        if by_model is None or by_model <= own:
+            return own
+        now = ctx.now if at is None or (ctx.now is not None and ctx.now > at) else at
+        if config.since is not None and now is not None:
+            due = config.since + self.config.link_wait_seconds
+            if now < due:
+                self.deferred_.setdefault(config.node, due)
+                return own
+        return by_model
 
     def _evaluate(
         self, config: NodeConfig, advertised: int | None, ctx: DetectionContext

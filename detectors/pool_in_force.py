@@ -10,12 +10,12 @@ known to compare: IP addresses, one already matched), and the largest pool of th
 none when no node is left (the request went to a prefill node whose logs are not here).
 Otherwise the largest prefill pool of the serving node's deployment (same model) in force at the
 request's time (the most lenient choice: a prompt longer than every prefill pool cannot have
-fit anywhere); outside PD, the serving node's own pool. Rooms come first: where the prefill
-nodes read log their rooms and met other decode nodes', never this one's, its prefill node is
-one not read, pool unknown (`collector.state.room_pairs`), whatever address it names (two
-clusters may reach their prefill nodes at one). Answers that met a prefill node's request lines
-also teach the addresses it is reached at: one naming none of the read nodes' addresses went to
-a node not read.
+fit anywhere). A unified (non-PD) server prefilled its prompts itself: its own pool, first.
+Rooms come first: where the prefill nodes read log their rooms and met other decode nodes',
+never this one's, its prefill node is one not read, pool unknown (`collector.state.room_pairs`),
+whatever address it names (two clusters may reach their prefill nodes at one). Answers that met
+a prefill node's request lines also teach the addresses it is reached at: one naming none of
+the read nodes' addresses went to a node not read.
 """
 
 from __future__ import annotations
@@ -127,6 +127,11 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         # pools read say), nor when spans name more prefill servers than there are prefill
         # nodes read (one at least is none of them, its pool unknown).
     serving = record.serving
+    if serving is not None and serving.role == "unified":
+        # It prefilled the prompt itself: its own pool, never a PD prefill node's beside it
+        # (blind review 20: a 1.2M-pool server's honest 900k answers were judged against a PD
+        # pair's 681,280 prefill pool).
+        return PoolInForce.known_for(ctx.config_at(serving.node, when), "node pool")
     host = serving.bootstrap_host if serving is not None else None
     model = _model(record, ctx, when)
     if serving is not None and served_elsewhere(serving.node, when, model, ctx):
@@ -146,13 +151,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
         if ruled_out is not None:
             return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
-    if largest is not None:
-        return _lenient(ctx, when, *largest)
-    if serving is not None and serving.role == "unified":
-        config = ctx.config_at(serving.node, when)
-        if config is not None and config.pool_tokens is not None:
-            return PoolInForce.of(config, "node pool")
-    return None
+    return _lenient(ctx, when, *largest) if largest is not None else None
 
 
 def _met_elsewhere(host: str, when: float | None, model: str | None, ctx: DetectionContext) -> bool:

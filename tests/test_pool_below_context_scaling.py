@@ -45,8 +45,11 @@ class ReferencePoolBelowContext(PoolBelowContext):
             self._defer(others, ctx)
         return self._evaluate_nodes([change.node], ctx)
 
-    def _advertised_to(self, config: NodeConfig, ctx: DetectionContext) -> int | None:
-        return _advertised_by_scan(ctx.timeline, ctx.now, config.model)
+    def _advertised_to(
+        self, config: NodeConfig, ctx: DetectionContext, at: float | None = None
+    ) -> int | None:
+        by_model = _advertised_by_scan(ctx.timeline, ctx.now, config.model)
+        return self.deployment_context(config, ctx, by_model, at)
 
     def _note_refusal(self, node: str, ctx: DetectionContext) -> list[Finding]:
         first = node not in self.refusals_
@@ -56,7 +59,7 @@ class ReferencePoolBelowContext(PoolBelowContext):
     def _judge_every_node(self, ctx: DetectionContext) -> list[Finding]:
         findings = []
         for config in ctx.timeline.configs_at(ctx.now):
-            advertised = _advertised_by_scan(ctx.timeline, ctx.now, config.model)
+            advertised = self._advertised_to(config, ctx)
             finding = self._evaluate(config, advertised, ctx)
             if finding is not None:
                 findings.append(finding)

@@ -1,0 +1,101 @@
+"""Two PD deployments of one model read together are two: each node's pool is judged against
+the context its own deployment serves, the nodes its requests' rooms joined it to.
+
+Why: blind review 20. A healthy deployment (context 262,144, pools 500k and 600k) read beside a
+leaking one (context 1,048,576) got two `pool_below_context` warnings, "KV pool 500,000 tokens <
+context 1,048,576", the other deployment's context, although no request ever crossed between
+them; a third deployment's critical stated the other's gap (748,576 tokens instead of 224,288).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from collector.forensics.driver import run_forensics
+from tests.engine_lines import finish_line
+
+DAY = "2026-10-22"
+
+
+def _start(role: str, context: int, pool: int) -> str:
+    """A GLM-5.3 node's start-up lines (server args as the 0.5.x dict, then its pool)."""
+    return (
+        f"[{DAY} 08:00:00] server_args={{'model_path': 'zai-org/GLM-5.3-FP8', 'tp_size': 8, "
+        f"'context_length': {context}, 'disaggregation_mode': '{role}', "
+        "'disaggregation_transfer_backend': 'mooncake', 'log_requests': True}\n"
+        f"[{DAY} 08:02:11 TP0] max_total_num_tokens={pool}, chunked_prefill_size=16384, "
+        f"max_prefill_tokens=32768, max_running_requests=64, context_len={context}, "
+        "available_gpu_mem=52.29 GB\n"
+    )
+
+
+def _traffic(name: str, rooms: range, prompt: int, host: str) -> tuple[str, str]:
+    """(prefill's, decode's) `Finish:` lines of honest requests, one a minute from 08:05."""
+    prefill, decode = [], []
+    for i, room in enumerate(rooms):
+        at = f"{DAY} {8 + (5 + i) // 60:02d}:{(5 + i) % 60:02d}:00"
+        rid = f"{name}{room:030x}"
+        prefill.append(finish_line(at, rid, room, prompt, tokens=1, host=host, e2e=9.0))
+        decode.append(finish_line(at, rid, room, prompt, host=host, e2e=30.0))
+    return "".join(prefill), "".join(decode)
+
+
+def _deployment(logs: Path, name: str, context: int, pools: tuple[int, int], rooms: range) -> None:
+    prefill, decode = _traffic(name, rooms, 120_000, f"10.{len(name)}.0.11")
+    (logs / f"{name}-prefill-0.log").write_text(_start("prefill", context, pools[0]) + prefill)
+    (logs / f"{name}-decode-0.log").write_text(_start("decode", context, pools[1]) + decode)
+
+
+def _pool_findings(logs: Path, out: Path) -> list[tuple[str, str, int]]:
+    result = run_forensics([str(logs)], out, write_parquet=False, workers=1)
+    return sorted(
+        (f["node"], f["severity"], f["evidence"]["context_len"])
+        for f in result.summary["findings"]
+        if f["detector"] == "pool_below_context"
+    )
+
+
+def test_a_healthy_deployment_is_not_judged_by_the_other_s_context(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _deployment(logs, "east", 262_144, (500_000, 600_000), range(1000, 1030))
+    _deployment(logs, "west", 1_048_576, (681_280, 1_200_000), range(5000, 5030))
+    found = _pool_findings(logs, tmp_path / "out")
+    assert found and {node for node, _, _ in found} == {"west-prefill-0"}
+    assert {context for _, _, context in found} == {1_048_576}
+
+
+def test_a_prefill_is_judged_by_the_context_of_the_decode_it_serves(tmp_path: Path) -> None:
+    """Its own context fits its pool; the decode node its requests' rooms reach serves four
+    times it: the prompts between are refused by prefill and reach decode all the same."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    prefill, decode = _traffic("pair", range(7000, 7030), 120_000, "10.1.0.11")
+    (logs / "prefill-0.log").write_text(_start("prefill", 262_144, 500_000) + prefill)
+    (logs / "decode-0.log").write_text(_start("decode", 1_048_576, 1_200_000) + decode)
+    result = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1)
+    (finding,) = [f for f in result.summary["findings"] if f["detector"] == "pool_below_context"]
+    assert (finding["node"], finding["evidence"]["context_len"]) == ("prefill-0", 1_048_576)
+    # Raised once a room joined the two, not after the wait for one (`link_wait_seconds`).
+    assert finding["raised_at"] < f"{DAY}T08:10:00"
+
+
+def test_a_unified_server_beside_a_pd_pair_is_judged_by_its_own_pool(tmp_path: Path) -> None:
+    """Blind review 20: a unified server (pool 1.2M) answering 900k-token prompts honestly,
+    slowly, was said to have answered them "although the prefill pool in force was 681,280
+    tokens": the PD prefill node's beside it, which never saw them."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _deployment(logs, "west", 1_048_576, (681_280, 1_200_000), range(5000, 5003))
+    answers = "".join(
+        f"[{DAY} 09:{minute:02d}:00] Finish: obj=GenerateReqInput(rid='u{minute:031x}'), "
+        f"out={{'meta_info': {{'id': 'u{minute:031x}', 'finish_reason': {{'type': 'stop'}}, "
+        "'prompt_tokens': 900000, 'completion_tokens': 700, 'cached_tokens': 0, "
+        "'e2e_latency': 412.5}}\n"
+        for minute in range(10, 20)
+    )
+    (logs / "unified-0.log").write_text(_start("null", 1_048_576, 1_200_000) + answers)
+    result = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1)
+    on_unified = [f for f in result.summary["findings"] if f["node"] == "unified-0"]
+    assert [f["detector"] for f in on_unified if f["severity"] != "info"] == []
+    assert result.summary["nodes"]["unified-0"]["role"] == "unified"
