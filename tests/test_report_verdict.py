@@ -361,3 +361,29 @@ def test_a_room_numbered_again_holds_another_prompt_not_parallel_samples() -> No
     assert prompts_answered(reused) == ""
     sampled = {"count": 3, "requests": [exposed(f"s{k}", 900_000) for k in range(3)]}
     assert prompts_answered(sampled) == " (answering 1 prompt: parallel sampling)"
+
+
+GAP_CONFIG = {
+    "time": "2026-11-02T05:58:00.000Z",
+    "max_total_num_tokens": 200_000,
+    "prompt_capacity": 200_000,
+    "context_len": 262_144,
+}
+
+
+def test_a_decode_pool_below_the_context_does_not_keep_the_leak_open() -> None:
+    """Blind review 20: after the prefill's pool was raised, decode-0's 900k pool (context
+    1,048,576) read as "Not over ... a prompt longer than that pool would still be answered
+    from other requests' KV". Decode aborts such a prompt itself (reference §2.8, "PD decode
+    pool too small": 400); the leak's path is the prefill's refusal."""
+    summary = _summary(exposed=3, pools=CLOSED)
+    summary["nodes"]["decode-0"] = {"role": "decode", "config": [dict(GAP_CONFIG)]}
+    assert status_line(summary) == (
+        "Stopped within these logs: the last exposed response came 33 s before the logs end; "
+        "decode-0 still ran a pool below the context, but refused the prompts that pool "
+        "cannot hold."
+    )
+    (still,) = [gap for gap in config_gaps(summary) if gap.node == "decode-0"]
+    assert still.period() == "from 2026-11-02T05:58:00.000Z, still in force when the logs end"
+    summary["nodes"]["decode-0"]["role"] = "prefill"  # the same gap on a prefill node is open
+    assert status_line(summary).startswith("Not over when the logs end")

@@ -1039,8 +1039,10 @@ class ConfigGap(NamedTuple):
     @property
     def refused(self) -> bool:
         """Prompts longer than the pool are refused, not answered from other requests' KV: a
-        unified engine refuses them, and so does PD from the release that closed the leak."""
-        return self.role == "unified" or refuses_for_good(self.version)
+        unified engine refuses them, a decode node aborts them itself (reference §2.8, "PD
+        decode pool too small": 400; blind review 20 read "Not over" from a decode pool), and
+        a prefill node does from the release that closed the leak."""
+        return self.role in ("unified", "decode") or refuses_for_good(self.version)
 
     def period(self) -> str:
         """'from T' and how it ended: whether it is still open is what a responder asks; and,
@@ -1052,7 +1054,7 @@ class ConfigGap(NamedTuple):
             said = f"from {since}, still in force when the logs end"
         else:
             said = f"from {since} until {self.until}"
-        if self.refused and self.role != "unified":
+        if self.role not in ("unified", "decode") and refuses_for_good(self.version):
             said += f" (on {self.version}: such prompts are refused, not answered)"
         return said
 
