@@ -114,10 +114,13 @@ def log_clusters(groups: list[list[Path]], *, read_compressed: bool = False) -> 
     oldest first), in clusters of folders holding one node's log: linked, folder to folder,
     by starting alike or by one's start standing in the other's plain files; with
     `read_compressed`, in its compressed ones too, read through (for a name that says it is a
-    copy: hosts of one name are told apart without inflating every rotation of each)."""
-    starts = [_start(files[0]) for files in groups]
+    copy: hosts of one name are told apart without inflating every rotation of each). A
+    folder with no file of the name holding a byte (logrotate's `create` leaves the new log
+    empty) holds nothing of any node: it joins the first cluster (blind review 19: a
+    traceback)."""
+    starts = [_start(files[0]) if files else [] for files in groups]
     clusters: list[list[int]] = []
-    for index in range(len(groups)):
+    for index in (i for i, files in enumerate(groups) if files):
         linked = [
             cluster
             for cluster in clusters
@@ -128,7 +131,11 @@ def log_clusters(groups: list[list[Path]], *, read_compressed: bool = False) -> 
             clusters.remove(cluster)
             joined = sorted(joined + cluster)
         clusters.append(joined)
-    return sorted(clusters)
+    clusters.sort()
+    empty = [i for i, files in enumerate(groups) if not files]
+    if empty:
+        clusters = [sorted([*clusters[0], *empty]), *clusters[1:]] if clusters else [empty]
+    return clusters
 
 
 def _overlap(

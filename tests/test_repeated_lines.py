@@ -385,3 +385,21 @@ def test_a_recurring_first_line_is_looked_at_a_bounded_number_of_times(
     _, stats = _events(tmp_path)
     assert opened["decode-0.log"] <= repeated_lines.MAX_STARTS + 2
     assert stats.repeated_lines == {}
+
+
+def test_an_empty_log_of_a_name_read_in_another_folder_is_no_node_and_no_crash(
+    tmp_path: Path,
+) -> None:
+    """logrotate's `create` leaves the new log empty: `day2/decode-0.log` of no bytes beside
+    `day1/decode-0.log` raised an IndexError in every command (blind review 19)."""
+    (tmp_path / "day1").mkdir()
+    (tmp_path / "day2").mkdir()
+    (tmp_path / "day1" / "decode-0.log").write_text(
+        "[2026-09-08 12:00:00 TP0] max_total_num_tokens=500000, chunked_prefill_size=16384, "
+        "max_prefill_tokens=16384, max_running_requests=64, context_len=262144\n"
+    )
+    (tmp_path / "day2" / "decode-0.log").write_bytes(b"")
+    assert repeated_lines.log_clusters([[tmp_path / "day1" / "decode-0.log"], []]) == [[0, 1]]
+    assert repeated_lines.log_clusters([[], []]) == [[0, 1]]
+    result = run_forensics([str(tmp_path)], tmp_path / "out", write_parquet=False, workers=1)
+    assert list(result.summary["nodes"]) == ["decode-0"]
