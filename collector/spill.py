@@ -31,9 +31,11 @@ from collector.files import TelemetryFile, settled
 from collector.parse import (
     ParseStats,
     file_events,
+    is_log_stream,
     merge_placed,
     note_clock,
     placed,
+    stamps_in_line,
     stream_clock,
     stream_repeats,
     stream_zones,
@@ -194,22 +196,26 @@ def _stream(
     files = settled(files)
     clock = stream_clock(key, files, reading)
     repeats = stream_repeats(key, files)
-    for tf in files:
+    read = (
+        event
+        for tf in files
         for event in file_events(
             tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock, repeats=repeats
-        ):
-            if outbox:  # what the lane's lines shipped comes before this event
-                yield from outbox
-                outbox.clear()
-            if observe is not None:
-                shipped = observe(event)
-                if shipped:
-                    yield from shipped
-            if wanted(event):
-                yield event
-        if outbox:
+        )
+    )
+    for event in stamps_in_line(read, stats, note_span=is_log_stream(key[1])):
+        if outbox:  # what the lane's lines shipped comes before this event
             yield from outbox
             outbox.clear()
+        if observe is not None:
+            shipped = observe(event)
+            if shipped:
+                yield from shipped
+        if wanted(event):
+            yield event
+    if outbox:
+        yield from outbox
+        outbox.clear()
     note_clock(key, clock, stats)
     if stage is not None:
         yield from stage.flush()
