@@ -610,59 +610,99 @@ def merge_by_time(streams: Iterable[Iterable[Event]]) -> Iterator[Event]:
         yield event
 
 
-# A stream's lines stamped this far ahead of its clock, and then followed by lines back within
-# it, were stamped out of line (a clock glitch, a line pasted in, a year-2099 stamp): read at
-# their stream's time, counted. A run of at most `MAX_OUT_OF_LINE` such events is held to tell;
-# a longer run, or one the stream ends on, is where the stream really went (an idle night).
+# A line stamped this far ahead of its stream's clock, whose next stamped line is back within
+# it, was stamped out of line (a clock glitch, a line pasted in, a year-2099 stamp): read at
+# its stream's time, counted. Next to it, a stream that moved on (an idle night) goes on from
+# there. Unstamped lines between are held with it, at most `MAX_OUT_OF_LINE`.
 OUT_OF_LINE_SECONDS: Final = 300.0
 MAX_OUT_OF_LINE: Final = 64
 OUT_OF_LINE: Final = "stamp_out_of_line_repaired"
 
 
-def stamps_in_line(
-    events: Iterable[Event], stats: ParseStats, *, note_span: bool = False
-) -> Iterator[Event]:
-    """A stream's events, those stamped out of line (`OUT_OF_LINE_SECONDS`) read at the time
-    of the stream's last event before them; with `note_span` (a log stream), the span of the
-    times read noted in `stats.line_span`: what the logs cover.
+class StampsInLine:
+    """A stream's events in order, one stamped out of line (`OUT_OF_LINE_SECONDS`) read at the
+    stream's clock before it; with `note_span` (a log stream), the span of its events' times
+    noted in `stats.line_span` at `close`: what the logs cover.
+
+    The stream's clock is its events' latest time, or the latest batch line a lane read into
+    window sums without an event (`lane_clock`, handed to `take` and `tick`): a line is judged
+    against the lines around it, not the events alone.
 
     Why: blind review 19, one health-check line two hours ahead of its neighbours in a decode
     log set its stream's clock two hours on: every request that decode answered after it came
     "late", its prefill side long judged, and 12 of 16 exposed responses went unnamed; a
     year-2099 line made the logs "cover" 73 years."""
-    first = math.inf
-    last = -math.inf  # the stream's clock: the latest time read in line
-    held: list[Event] = []
-    try:
-        for event in events:
-            when = event.time
-            if held:
-                if when is None or when > last + OUT_OF_LINE_SECONDS:
-                    held.append(event)
-                    if len(held) >= MAX_OUT_OF_LINE:
-                        last = max([last, *(e.time for e in held if e.time is not None)])
-                        yield from held
-                        held.clear()
-                    continue
-                for early in held:  # back in line: those ahead were stamped out of it
-                    if early.time is not None:
-                        early.time = last
-                        stats.dropped[OUT_OF_LINE] += 1
-                yield from held
-                held.clear()
-            elif when is not None and when > last + OUT_OF_LINE_SECONDS and last > -math.inf:
+
+    __slots__ = ("stats", "note_span", "first", "last", "clock", "held")
+
+    def __init__(self, stats: ParseStats, *, note_span: bool = False) -> None:
+        self.stats = stats
+        self.note_span = note_span
+        self.first = math.inf  # the span of the events' times
+        self.last = -math.inf
+        self.clock = -math.inf  # the latest time read in line, events' or the lane's
+        self.held: list[Event] = []  # a line ahead of the clock, and unstamped lines after it
+
+    def take(self, event: Event, lane_clock: float = -math.inf) -> list[Event]:
+        """The events to hand on once `event` is read (none while a line ahead waits)."""
+        when = event.time
+        held = self.held
+        out: list[Event] = []
+        if held:
+            if when is None and len(held) < MAX_OUT_OF_LINE:
                 held.append(event)
-                continue
-            if when is not None:
-                first = min(first, when)
-                last = max(last, when)
-            yield event
-        # The stream ends ahead: where it went.
-        last = max([last, *(e.time for e in held if e.time is not None)])
-        yield from held
-    finally:
-        if note_span and first <= last:
-            stats.note_line_span(first, last)
+                return out
+            out = self.tick(when if when is not None else math.inf)
+        if lane_clock > self.clock:
+            self.clock = lane_clock
+        if when is not None and when > self.clock + OUT_OF_LINE_SECONDS > -math.inf:
+            held.append(event)
+            return out
+        if when is not None:
+            self._read_at(when)
+        out.append(event)
+        return out
+
+    def tick(self, clock: float) -> list[Event]:
+        """The events held, once the stream's next stamped line (at `clock`) tells whether the
+        line ahead was out of line (back within the stream's clock) or where the stream went."""
+        held = self.held
+        if not held:
+            return []
+        ahead = held[0]
+        assert ahead.time is not None
+        if clock <= self.clock + OUT_OF_LINE_SECONDS:
+            ahead.time = self.clock
+            self.stats.dropped[OUT_OF_LINE] += 1
+        self._read_at(ahead.time)
+        out = list(held)
+        held.clear()
+        return out
+
+    def close(self) -> list[Event]:
+        """The end of the stream: what is held is where it went."""
+        out = self.tick(math.inf)
+        if self.note_span and self.first <= self.last:
+            self.stats.note_line_span(self.first, self.last)
+        return out
+
+    def _read_at(self, when: float) -> None:
+        if when < self.first:
+            self.first = when
+        if when > self.last:
+            self.last = when
+        if when > self.clock:
+            self.clock = when
+
+
+def stamps_in_line(
+    events: Iterable[Event], stats: ParseStats, *, note_span: bool = False
+) -> Iterator[Event]:
+    """`events` through `StampsInLine`."""
+    order = StampsInLine(stats, note_span=note_span)
+    for event in events:
+        yield from order.take(event)
+    yield from order.close()
 
 
 def placed(place: int, events: Iterable[Event]) -> Iterator[tuple[int, Event]]:

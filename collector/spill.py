@@ -15,6 +15,7 @@ wants the batch events themselves: over half of all lines then never become even
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import signal
@@ -30,12 +31,12 @@ from collector.events import BATCH_KINDS, Event
 from collector.files import TelemetryFile, settled
 from collector.parse import (
     ParseStats,
+    StampsInLine,
     file_events,
     is_log_stream,
     merge_placed,
     note_clock,
     placed,
-    stamps_in_line,
     stream_clock,
     stream_repeats,
     stream_zones,
@@ -133,20 +134,24 @@ class BatchLane:
     """Batch lines read straight into a stage's fold (`LineParser` hands them over): a learnt
     shape's match and three conversions in place of an event, its fields and the stage's generic
     path. What the stage ships goes to `outbox`, which the stream empties before its next event.
-    A line no learnt shape fits is declined and becomes an event as usual."""
+    A line no learnt shape fits is declined and becomes an event as usual. `last_time`: the
+    latest batch line's time, part of the stream's clock (`StampsInLine`)."""
 
-    __slots__ = ("node", "observe", "outbox", "_sample")
+    __slots__ = ("node", "observe", "outbox", "_sample", "last_time")
 
     def __init__(self, node: str, observe: ObserveBatch, outbox: list[Event]) -> None:
         self.node = node
         self.observe = observe
         self.outbox = outbox
         self._sample = BatchSampler(BATCH_PICKS)
+        self.last_time = -math.inf
 
     def __call__(self, kind: str, time: float, source: str, line: str, offset: int) -> bool:
         sample = self._sample(line, offset)
         if sample is None:
             return False
+        if time > self.last_time:
+            self.last_time = time
         shipped = self.observe(kind, self.node, time, source, sample)
         if shipped:
             self.outbox.extend(shipped)
@@ -196,26 +201,32 @@ def _stream(
     files = settled(files)
     clock = stream_clock(key, files, reading)
     repeats = stream_repeats(key, files)
-    read = (
-        event
-        for tf in files
+    order = StampsInLine(stats, note_span=is_log_stream(key[1]))
+
+    def hand_on(events: list[Event]) -> Iterator[Event]:
+        for event in events:
+            if observe is not None:
+                shipped = observe(event)
+                if shipped:
+                    yield from shipped
+            if wanted(event):
+                yield event
+
+    for tf in files:
         for event in file_events(
             tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock, repeats=repeats
-        )
-    )
-    for event in stamps_in_line(read, stats, note_span=is_log_stream(key[1])):
-        if outbox:  # what the lane's lines shipped comes before this event
+        ):
+            lane_clock = lane.last_time if lane is not None else -math.inf
+            if outbox:  # what the lane's lines shipped comes before this event
+                yield from hand_on(order.tick(lane_clock))
+                yield from outbox
+                outbox.clear()
+            yield from hand_on(order.take(event, lane_clock))
+        if outbox:
+            yield from hand_on(order.tick(lane.last_time if lane is not None else -math.inf))
             yield from outbox
             outbox.clear()
-        if observe is not None:
-            shipped = observe(event)
-            if shipped:
-                yield from shipped
-        if wanted(event):
-            yield event
-    if outbox:
-        yield from outbox
-        outbox.clear()
+    yield from hand_on(order.close())
     note_clock(key, clock, stats)
     if stage is not None:
         yield from stage.flush()
