@@ -826,6 +826,11 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
         if len(folders) < 2:
             continue
         logs = (key[0], "log")
+        if key != logs and len(parents.get(logs, ())) == 1:
+            # One log of the name: its node's snapshots, wherever they were saved (blind review
+            # 19: a snapshot kept in `later/` became a node "later" whose pool gap "was still
+            # in force when the logs end": "Not over").
+            continue
         if (
             key != logs
             and folders <= parents.get(logs, set())

@@ -564,3 +564,19 @@ def test_what_the_logs_cover_ends_at_their_last_line_even_a_batch_line(tmp_path:
     summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
     assert summary["input"]["first_time"] == "2026-08-27T09:00:02.000Z"
     assert summary["input"]["last_time"] == "2026-08-27T10:34:00.000Z"
+
+
+def test_snapshots_of_a_node_saved_in_several_folders_are_that_node_s(tmp_path: Path) -> None:
+    """One log of the name: its snapshots, wherever they were kept, are its node's. Blind
+    review 19: a copy kept in `later/` became a node "later" (and the rest "snapshots") whose
+    pool gap "was still in force when the logs end": the run said "Not over"."""
+    _touch(tmp_path / "logs" / "prefill-0.log")
+    _touch(tmp_path / "logs" / "decode-0.log")
+    info = '{"version": "0.5.19", "max_total_num_tokens": 681280}'
+    _touch(tmp_path / "snapshots" / "prefill-0@20260906T000000Z.server_info.json", info)
+    _touch(tmp_path / "snapshots" / "decode-0@20260906T000000Z.server_info.json", info)
+    _touch(tmp_path / "later" / "prefill-0@20260906T003000Z.server_info.json", info)
+    assert {f.node for f in discover([tmp_path])} == {"prefill-0", "decode-0"}
+    # Two logs of the name are two hosts: their snapshots follow their folders.
+    _touch(tmp_path / "other" / "prefill-0.log")
+    assert {f.node for f in discover([tmp_path]) if f.kind == "log"} != {"prefill-0"}
