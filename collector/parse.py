@@ -430,7 +430,7 @@ def _document_events(
     when = tf.snapshot_time if tf.snapshot_time is not None else file_time(tf.path)
     produced, dropped, not_kept = _parse_document(tf, lines, when, keep_metric)
     if tf.from_start:
-        produced = _configuration_first(produced)
+        produced = _configuration_first(produced, when)
     stats.dropped.update(dropped)
     if not_kept:
         stats.events[METRIC] += not_kept
@@ -441,9 +441,11 @@ def _document_events(
         yield event
 
 
-def _configuration_first(events: list[Event]) -> list[Event]:
+def _configuration_first(events: list[Event], file_time: float | None) -> list[Event]:
     """A `from_start` document's events: what it says of the node's configuration undated
-    (read before every dated line), then the rest at the file's time."""
+    (read before every dated line), then the rest at the file's time. One the document dates
+    itself (a sample's own timestamp, `/v1/loads`'s `timestamp`) keeps its time (blind review
+    21: a `.prom` sample stamped 06:13:20 read with no time)."""
     from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
 
     first, rest = [], []
@@ -451,7 +453,7 @@ def _configuration_first(events: list[Event]) -> list[Event]:
         configures = event.kind in TIMELINE_KINDS or (
             event.kind == METRIC and event.get("signal") in TIMELINE_METRIC_SIGNALS
         )
-        if configures:
+        if configures and event.time == file_time:
             event.time = None
             first.append(event)
         else:
@@ -470,7 +472,9 @@ def _parse_document(
     if tf.kind == "prom":
         from collector.sglang.prometheus import SAMPLES_NOT_KEPT, parse_exposition
 
-        result = parse_exposition(lines, node=tf.node, source=source, time=when, keep=keep_metric)
+        result = parse_exposition(
+            lines, node=tf.node, source=source, time=when, keep=keep_metric, line_numbers=True
+        )
         return result.events, dict(result.dropped), result.stats.get(SAMPLES_NOT_KEPT, 0)
     from collector.sglang.server_info import parse_server_info
 

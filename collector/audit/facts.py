@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from collector.events import iso_time
+from collector.state.config_timeline import plausible_tokens
 
-# Token counts (pool, context) above this are not a real engine's: the largest pools are in the
-# tens of millions of tokens. Non-positive counts are not real either.
-MAX_PLAUSIBLE_TOKENS: Final = 10**12
 # Field -> the word the node's line uses for it.
 _TOKEN_FIELDS: Final = {"pool_tokens": "pool", "context_len": "context"}
 # The configuration facts both sources state, by NodeFacts field: files through the
@@ -104,9 +102,8 @@ class NodeFacts:
     doubts: dict[str, str] = field(default_factory=dict)
 
     def checked(self) -> NodeFacts:
-        """These facts with implausible token counts (non-positive, above
-        `MAX_PLAUSIBLE_TOKENS`, not whole numbers) made unknown, each with its reason in
-        `doubts`; `self` when there are none."""
+        """These facts with implausible token counts (`config_timeline.plausible_tokens`)
+        made unknown, each with its reason in `doubts`; `self` when there are none."""
         bad = {
             name: getattr(self, name)
             for name in _TOKEN_FIELDS
@@ -142,13 +139,6 @@ class NodeFacts:
             "endpoint_errors": dict(self.endpoint_errors),
             "doubts": dict(self.doubts),
         }
-
-
-def plausible_tokens(value: object) -> bool:
-    """A pool or context length a real engine could state: a whole number in 1..10^12."""
-    return (
-        isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PLAUSIBLE_TOKENS
-    )
 
 
 def token_doubt(name: str, value: object) -> str:

@@ -33,6 +33,7 @@ from collector.audit.facts import (
     Deployment,
     NodeFacts,
     mode_doubt,
+    token_doubt,
 )
 from collector.events import Event
 from collector.files import ReadStats, TelemetryFile, discover, is_export, read_lines
@@ -44,7 +45,12 @@ from collector.parse import (
     stream_repeats,
 )
 from collector.repeated_lines import in_reading_order
-from collector.state.config_timeline import PD_ROLES, ConfigTimeline, NodeConfig
+from collector.state.config_timeline import (
+    PD_ROLES,
+    ConfigTimeline,
+    NodeConfig,
+    implausible_tokens,
+)
 
 _CONFIG_KINDS: Final = frozenset(
     {
@@ -139,6 +145,8 @@ class _Tracker:
         after = self.timeline.current(node)
         if after is None:
             return
+        # A pool of -1: the timeline takes it as unknown, the line says why.
+        stated = implausible_tokens(event)
         gens = self.generations[node]
         if before is None or after.generation != before.generation:
             if gens and (not gens[-1].timeline_gens or _same_startup(gens[-1], before, event)):
@@ -149,6 +157,8 @@ class _Tracker:
         doubt = event.get(_ROLE_DOUBT)
         if doubt is not None:
             gen.doubts["role"] = str(doubt)
+        for name, value in stated.items():
+            gen.doubts[name] = token_doubt(name, value)
         if event.kind == "server_info" and event.get("version") is not None:
             gen.version = str(event.get("version"))
         path = event.source.rsplit(":", 1)[0] if event.kind != "server_info" else event.source

@@ -23,12 +23,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from collector.audit.facts import NodeFacts, mode_doubt, plausible_tokens, token_doubt
+from collector.audit.facts import NodeFacts, mode_doubt, token_doubt
 from collector.events import Event
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
-from collector.state.config_timeline import shard_count
+from collector.state.config_timeline import plausible_tokens, shard_count
 from detectors.engine_version import EngineVersion, parse_version
 
 # Endpoint name -> paths tried in order (the deprecated alias only when the first is missing).

@@ -674,6 +674,8 @@ def run_forensics(
             parquet.close(exposed_later=evidence.exposed_later)
         elif parquet is not None:  # stopped (Ctrl-C, SIGTERM, a failed worker)
             parquet.abandon()
+    if pipeline.timeline.implausible_tokens:  # a pool of -5, 1e300: taken as unknown
+        stats.dropped["implausible_token_count"] += pipeline.timeline.implausible_tokens
     stats.finished = time.perf_counter()
     if parquet is not None:
         outputs["parquet"] = parquet.path

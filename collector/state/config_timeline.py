@@ -380,6 +380,8 @@ class ConfigTimeline:
         # Servers known only from trace spans, by their name in traces (service, role, host):
         # not how the nodes read are named, so possibly one of them, possibly none.
         self._traced_only: set[str] = set()
+        # Token counts stated that no engine could (a pool of -5, 1e300), taken as unknown.
+        self.implausible_tokens = 0
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -415,6 +417,9 @@ class ConfigTimeline:
         if not late and handler is _on_role_hint and history.role_strength >= _STRONG:
             return None  # the usual request or window event: a settled role stays settled
         self.version += 1
+        doubtful = implausible_tokens(event)
+        if doubtful:
+            self.implausible_tokens += len(doubtful)
         try:
             change = _late_fill(history, event) if late else _apply(handler, history, event, before)
         finally:
@@ -790,7 +795,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
     shards = shard_count(event.get("dcp_size"))
     if shards is not None:
         changes["dcp_size"] = shards
-    context = _as_int(event.get("context_length"))
+    context = _tokens(event.get("context_length"))
     if context is not None and history.generations[-1].context_len is None:
         changes["context_len"] = context
     history.replace_current(**changes)
@@ -799,7 +804,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
 
 def _on_capacity(history: _NodeHistory, event: Event) -> bool:
     rank = _rank_key(event.ranks)
-    pool = _as_int(event.get("max_total_num_tokens"))
+    pool = _tokens(event.get("max_total_num_tokens"))
     if pool is None or pool <= 0:
         # `max_total_num_tokens=nan`, a line cut before its number: what the engine started
         # with is unread, and taken for a restart it wiped the pool and release the node ran
@@ -830,7 +835,7 @@ def _on_capacity(history: _NodeHistory, event: Event) -> bool:
         history.rank_pools[rank] = pool
         # Ranks normally agree; if they do not, the smallest pool is the one that can overflow.
         changes["pool_tokens"] = min(history.rank_pools.values())
-    context = _as_int(event.get("context_len"))
+    context = _tokens(event.get("context_len"))
     if context is not None:
         changes["context_len"] = context
     history.replace_current(**changes)
@@ -843,8 +848,8 @@ def _on_pool_warning(history: _NodeHistory, event: Event) -> bool:
         history.start(event.time, event.source)
     current = history.generations[-1]
     changes: dict[str, Any] = {}
-    pool = _as_int(event.get("pool_tokens"))
-    context = _as_int(event.get("context_len"))
+    pool = _tokens(event.get("pool_tokens"))
+    context = _tokens(event.get("context_len"))
     if pool is not None and current.pool_tokens is None:
         changes["pool_tokens"] = pool
     if context is not None and current.context_len is None:
@@ -861,7 +866,7 @@ def _on_kv_allocated(history: _NodeHistory, event: Event) -> bool:
     restart = history.current is None
     if restart:
         history.start(event.time, event.source)
-    pool = _as_int(event.get("tokens"))
+    pool = _tokens(event.get("tokens"))
     if pool is not None and history.generations[-1].pool_tokens is None:
         history.replace_current(source=event.source, pool_tokens=pool)
     return restart
@@ -884,7 +889,7 @@ def _on_auto_truncated(history: _NodeHistory, event: Event) -> bool:
 def _truncation_limit(event: Event) -> int | None:
     if event.get("limit_kind") != "max_req_input_len":
         return None
-    return _as_int(event.get("limit_tokens"))
+    return _tokens(event.get("limit_tokens"))
 
 
 def _states_mode(event: Event) -> bool:
@@ -896,7 +901,7 @@ def _states_mode(event: Event) -> bool:
 
 
 def _on_server_info(history: _NodeHistory, event: Event) -> bool:
-    pool = _as_int(event.get("max_total_num_tokens"))
+    pool = _tokens(event.get("max_total_num_tokens"))
     version = event.get("version")
     version = str(version) if version is not None else None
     current = history.current
@@ -914,7 +919,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     if pool is not None:
         changes["pool_tokens"] = pool
     for field in ("context_len", "max_req_input_len"):
-        value = _as_int(event.get(field))
+        value = _tokens(event.get(field))
         if value is not None:
             changes[field] = value
     shards = shard_count(event.get("dcp_size"))
@@ -955,9 +960,17 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
             history.replace_current(role=role)
         return False
     role = _role_from_mode(fields.get("role"), mode_present=False)
-    value = _as_int(fields.get("value"))
+    value = _tokens(fields.get("value"))
     if value is None:
-        return False
+        # A figure no engine states (0, -1, 1e300): the node and its role are known, the
+        # figure is not.
+        restart = history.current is None
+        if restart:
+            history.start(event.time, event.source, running=True)
+        if role is not None and history.role_strength < _STRONG:
+            history.role_strength = _STRONG
+            history.replace_current(role=role)
+        return restart
     field = "pool_tokens" if signal in _METRIC_POOL else "context_len"
     current = history.current
     known = getattr(current, field) if current is not None else None
@@ -1088,18 +1101,18 @@ def _facts(event: Event) -> dict[str, Any]:
     facts: dict[str, Any] = {}
     kind = event.kind
     if kind in ("capacity", "server_info"):
-        facts["pool_tokens"] = _as_int(get("max_total_num_tokens"))
-        facts["context_len"] = _as_int(get("context_len"))
+        facts["pool_tokens"] = _tokens(get("max_total_num_tokens"))
+        facts["context_len"] = _tokens(get("context_len"))
     if kind == "kv_pool_allocated":
-        facts["pool_tokens"] = _as_int(get("tokens"))
+        facts["pool_tokens"] = _tokens(get("tokens"))
     if kind == "auto_truncated":
         facts["max_req_input_len"] = _truncation_limit(event)
     if kind == "pool_below_context_warning":
-        facts["pool_tokens"] = _as_int(get("pool_tokens"))
-        facts["context_len"] = _as_int(get("context_len"))
+        facts["pool_tokens"] = _tokens(get("pool_tokens"))
+        facts["context_len"] = _tokens(get("context_len"))
     if kind == "server_info":
         facts["version"] = str(get("version")) if get("version") is not None else None
-        facts["max_req_input_len"] = _as_int(get("max_req_input_len"))
+        facts["max_req_input_len"] = _tokens(get("max_req_input_len"))
     if kind in ("server_args", "server_info"):
         mode_present = (
             _states_mode(event) if kind == "server_info" else "disaggregation_mode" in event.fields
@@ -1125,9 +1138,9 @@ def _facts(event: Event) -> dict[str, Any]:
     if kind == "metric":
         signal = get("signal") or _METRIC_NAME_SIGNAL.get(str(get("name")))
         if signal in _METRIC_POOL:
-            facts["pool_tokens"] = _as_int(get("value"))
+            facts["pool_tokens"] = _tokens(get("value"))
         elif signal in _METRIC_CONTEXT:
-            facts["context_len"] = _as_int(get("value"))
+            facts["context_len"] = _tokens(get("value"))
         facts["role"] = _role_from_mode(get("role"), mode_present=False)
     if kind in ("request_time_stats", "request_trace"):
         facts["role"] = _role_from_mode(get("role"), mode_present=False)
@@ -1153,6 +1166,70 @@ def _role_from_mode(value: Any, *, mode_present: bool) -> Role | None:
     if text in ("prefill", "decode", "unified"):
         return text  # type: ignore[return-value]
     return None
+
+
+# More tokens than any engine's pool or context: a garbled or forged figure (audit's bound).
+MAX_PLAUSIBLE_TOKENS: Final = 10**12
+
+
+def plausible_tokens(value: object) -> bool:
+    """A pool or context length a real engine could state: a whole number in 1..10^12."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PLAUSIBLE_TOKENS
+    )
+
+
+def _tokens(value: Any) -> int | None:
+    """A token count (pool, context, prompt limit) as a number, None when no engine states it:
+    a pool of -5 tokens, 0 or 1e300 (blind review 19: "KV pool -5 tokens" was critical, and a
+    `.prom`'s 1e300 closed a real gap and half the over-length findings)."""
+    number = _as_int(value)
+    return number if plausible_tokens(number) else None
+
+
+# The fields of each configuration event that state a token count, and the configuration
+# field each states.
+_TOKEN_KEYS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "capacity": (("max_total_num_tokens", "pool_tokens"), ("context_len", "context_len")),
+    "server_info": (
+        ("max_total_num_tokens", "pool_tokens"),
+        ("context_len", "context_len"),
+        ("max_req_input_len", "max_req_input_len"),
+    ),
+    "server_args": (("context_length", "context_len"),),
+    "pool_below_context_warning": (("pool_tokens", "pool_tokens"), ("context_len", "context_len")),
+    "kv_pool_allocated": (("tokens", "pool_tokens"),),
+}
+
+
+def implausible_tokens(event: Event) -> dict[str, Any]:
+    """The token counts `event` states that no engine could (`plausible_tokens`), as stated,
+    by the configuration field each is of."""
+    keys: tuple[tuple[str, str], ...]
+    if event.kind == "metric":
+        signal = event.get("signal") or _METRIC_NAME_SIGNAL.get(str(event.get("name")))
+        field = (
+            "pool_tokens"
+            if signal in _METRIC_POOL
+            else "context_len"
+            if signal in _METRIC_CONTEXT
+            else None
+        )
+        keys = (("value", field),) if field is not None else ()
+    else:
+        keys = _TOKEN_KEYS.get(event.kind, ())
+    return {
+        field: _as_stated(value)
+        for key, field in keys
+        if (value := event.get(key)) is not None and not plausible_tokens(_as_int(value))
+    }
+
+
+def _as_stated(value: Any) -> Any:
+    """A figure as a person reads it: `0`, not the `0.0` a scrape's sample value is."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
 
 
 def _as_int(value: Any) -> int | None:
