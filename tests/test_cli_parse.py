@@ -132,6 +132,22 @@ def test_jsonl_is_strict_json_even_for_nan_samples(tmp_path: Path) -> None:
     assert by_name["sglang:max_total_num_tokens"]["node"] == "decode-0"
 
 
+def test_jsonl_is_strict_json_for_a_batch_line_s_nan_too(tmp_path: Path) -> None:
+    """Blind review 19: `#token: nan` came out as `"token":NaN`, which strict readers refuse:
+    no number, so unknown."""
+    (tmp_path / "decode-0.log").write_text(
+        "[2026-09-08 12:00:00 TP0] Decode batch, #running-req: 3, #token: nan, "
+        "token usage: 0.10, cuda graph: True, gen throughput (token/s): inf, #queue-req: 0\n"
+    )
+    done = _run("parse", str(tmp_path), "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    (event,) = [
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c}"))
+        for line in done.stdout.splitlines()
+    ]
+    assert (event["running_req"], event["token"], event["gen_throughput"]) == (3, None, None)
+
+
 def test_simulate_help_and_a_bad_scenario_name_are_usage_answers(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
