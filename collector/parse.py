@@ -42,6 +42,7 @@ from collector.repeated_lines import RepeatedLines, in_reading_order
 from collector.sglang.clock_join import align, sample
 from collector.sglang.log_clock import LogClock, ZoneReading, borrowed_day, log_day, read_zone
 from collector.sglang.logs import (
+    DROPPED_PREFIX,
     INTERLEAVED_HELD,
     NOISE_PREFIX,
     UNCLASSIFIED_ENGINE,
@@ -115,6 +116,8 @@ class ParseStats:
                 self.unclassified_heads[safe_head(message_head)] += 1
         elif bucket == UNCLASSIFIED_OTHER:
             self.unclassified_other += 1
+        elif bucket.startswith(DROPPED_PREFIX):
+            self.dropped[bucket[len(DROPPED_PREFIX) :]] += 1
         else:
             self.events[bucket] += 1
 

@@ -386,3 +386,21 @@ def test_a_rotated_file_ending_mid_line_before_a_whole_line_keeps_both(tmp_path:
     sources = {e.source.rsplit(":", 1)[0].rsplit("/", 1)[1] for e in events}
     assert sources == {"decode-0.log.1", "decode-0.log"}
     assert len([e for e in events if e.source.endswith("decode-0.log:1")]) == 1
+
+
+@pytest.mark.parametrize("lines", ["FINISH_LINES", "RECEIVE_LINES"])
+def test_a_record_cut_with_lines_after_it_is_counted_not_read(tmp_path: Path, lines: str) -> None:
+    """Blind review 19: a `Finish:` cut inside its meta_info, then more lines (a copy spliced,
+    a writer killed mid-line), became a `request_finished` with every field null, uncounted;
+    16 of them made forensics say decode "logged no end" for the requests it had answered."""
+    record = globals()[lines][1]
+    later = "[2026-11-02 10:00:01 TP0] Decode batch, #running-req: 12, #token: 10\n"
+    (tmp_path / "decode-0.log").write_text(record[: len(record) // 2] + "\n" + later)
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    assert [e.kind for e in events] == ["decode_batch"]
+    assert stats.dropped == {"truncated_request_line": 1}
+    # Whole, it is read.
+    (tmp_path / "decode-0.log").write_text(record.rstrip("\n") + "\n" + later)
+    stats = ParseStats()
+    assert len(list(events_by_node([tmp_path], stats))) == 2 and not stats.dropped
