@@ -42,9 +42,7 @@ def run_parse(
         stats = count_events(paths, workers)
         stats.started = started
     elif fmt == "jsonl":
-        dumps = json.JSONEncoder(
-            separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        ).encode
+        dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
         write = out.write
         for event in source(paths, stats):
             record = event.to_json_dict()

@@ -380,6 +380,16 @@ def test_a_line_cut_by_nul_bytes_is_said_a_hole_alone_is_not(tmp_path: Path) -> 
     assert "cut_by_nul_run 1" in said({"nul_run_skipped": 1, "cut_by_nul_run": 1})
 
 
+@pytest.mark.parametrize(
+    "reason", ["not_json", "not_json_object", "duplicate_series", "implausible_token_count"]
+)
+def test_a_snapshot_not_read_or_a_figure_of_it_refused_is_said_however_few(reason: str) -> None:
+    """Blind review 19: 12 cut `/server_info` files (and the unsafe-release findings they
+    held) were counted in the JSON alone."""
+    said = unread_line({"input": {"lines": 10_000, "dropped_by_reason": {reason: 1}}})
+    assert f"{reason} 1" in said
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=12))
 def test_blank_lines_are_counted_and_the_lines_between_keep_their_numbers(
