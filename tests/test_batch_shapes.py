@@ -3,9 +3,12 @@ fields of the generic key/value read, whatever the lines and in whatever order t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from collector.parse import ParseStats, events_by_node
 from collector.sglang import batch
 from collector.sglang.batch import BatchSampler, parse_batch_fields, parse_batch_fields_generic
 
@@ -150,3 +153,30 @@ def test_a_sampler_picks_the_last_of_a_repeated_key_and_none_for_a_missing_one()
     parse_batch_fields(body)
     sample = BatchSampler(("queue_req", "gen_throughput", "token_usage"))("Decode batch" + body, 12)
     assert sample == (("queue_req", "token_usage", "queue_req"), [9, None, 0.25])
+
+
+def test_a_release_printing_key_equals_value_words_is_read_and_one_with_none_is_drift(
+    tmp_path: Path,
+) -> None:
+    """Blind review 21: `Prefill batch, new_seq=1 new_token=158 …` and `Decode batch |
+    running=4 | …` became batch events with no field, and `--stats` counted no drift."""
+    (tmp_path / "p.log").write_text(
+        "[2027-01-01 10:00:03 TP0] Prefill batch, new_seq=1 new_token=158 cached_token=0 "
+        "token_usage=0.08 running_req=31 queue_req=0\n"
+        "[2027-01-01 10:00:04 TP0] Decode batch | running=4 | tokens=100 | usage=0.01\n"
+        "[2027-01-01 10:00:05 TP0] Prefill batch, something unrecognised here\n"
+    )
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    assert [e.fields for e in events] == [
+        {
+            "new_seq": 1,
+            "new_token": 158,
+            "cached_token": 0,
+            "token_usage": 0.08,
+            "running_req": 31,
+            "queue_req": 0,
+        },
+        {"running": 4, "tokens": 100, "usage": 0.01},
+    ]
+    assert stats.unclassified_engine == 1

@@ -29,6 +29,8 @@ from collector.sglang.values import MAX_DIGITS, normalise_key, number
 # tail, which matches exactly when the whole run does, and a match ends at `,` or the end, so the
 # anchor loses no item (tests/test_long_line_cost.py).
 _ITEM = re.compile(r"(?<![^,:])([^,:]+): ([^,]*)")
+# `key=value` words, for a body with no `key: value` item.
+_KEY_EQ_ITEM = re.compile(r"(?<![\w#.-])([A-Za-z_#][\w#-]*)=([^\s,|;]+)")
 _BOOLEANS = {"True": True, "False": False}
 # Shapes remembered per first key: engines of a few eras in one folder, not more.
 MAX_SHAPES = 8
@@ -231,6 +233,13 @@ def _after_iteration(body: str, fields: dict[str, Any]) -> str:
 
 def _read_generic(body: str, fields: dict[str, Any], *, learn: bool) -> dict[str, Any]:
     items = _ITEM.findall(body)
+    if not items:
+        # No `key: value` item: a release that prints `key=value` words (the reference's
+        # advice is to key on both; blind review 21: `new_seq=1 new_token=158` read as an
+        # empty event).
+        for key, value in _KEY_EQ_ITEM.findall(body):
+            fields[normalise_key(key)] = number(value)
+        return fields
     for key, value in items:
         key = key.strip()
         if key:
