@@ -251,7 +251,12 @@ _SHAPES: dict[str, tuple[str, Callable[[int], str]]] = {
         "request_time_stats",
         lambda n: f"{_PREFIX}ReqTimeStats(rid=x, type=prefill): a=5ms" + "a" * n,
     ),
-    "decode_batch": ("decode_batch", lambda n: f"{_PREFIX}Decode batch #" + "a" * n),
+    # A field first: a batch line with none is drift, counted unread (blind review 21).
+    "decode_batch": (
+        "decode_batch",
+        lambda n: f"{_PREFIX}Decode batch, #running-req: 1, #" + "a" * n,
+    ),
+    "decode_batch_key_eq": ("decode_batch", lambda n: f"{_PREFIX}Decode batch " + "a" * n + "=1"),
     "prefill_batch": ("prefill_batch", lambda n: f"{_PREFIX}Prefill batch, a: 1, " + "a" * n),
     "kv_canary": ("kv_canary_violation", lambda n: f"{_PREFIX}kv_canary violation: " + "a" * n),
     "canary_stats": ("kv_canary_stats", lambda n: f"{_PREFIX}[canary] step=1 " + "a" * n),
