@@ -203,6 +203,9 @@ def _stream(
     repeats = stream_repeats(key, files)
     order = StampsInLine(stats, note_span=is_log_stream(key[1]))
 
+    def lane_clock() -> float:
+        return lane.last_time if lane is not None else -math.inf
+
     def hand_on(events: list[Event]) -> Iterator[Event]:
         for event in events:
             if observe is not None:
@@ -216,14 +219,13 @@ def _stream(
         for event in file_events(
             tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock, repeats=repeats
         ):
-            lane_clock = lane.last_time if lane is not None else -math.inf
             if outbox:  # what the lane's lines shipped comes before this event
-                yield from hand_on(order.tick(lane_clock))
+                yield from hand_on(order.tick(lane_clock()))
                 yield from outbox
                 outbox.clear()
-            yield from hand_on(order.take(event, lane_clock))
+            yield from hand_on(order.take(event, lane_clock()))
         if outbox:
-            yield from hand_on(order.tick(lane.last_time if lane is not None else -math.inf))
+            yield from hand_on(order.tick(lane_clock()))
             yield from outbox
             outbox.clear()
     yield from hand_on(order.close())

@@ -8,7 +8,8 @@ window). In PD serving the pool that matters is the *prefill* pool, compared wit
 context any node of its deployment serves: itself and the nodes its requests' rooms joined it
 to. Before a room joined it to any, its own context when it states one (two deployments of one
 model side by side are not one: blind review 20's healthy pair was warned against the other's
-context), else the largest of the nodes serving the same model. On engines before
+context), the largest of the nodes serving the same model after `link_wait_seconds` with no
+room or when it states none. On engines before
 0.5.20 such a prompt is refused by prefill yet answered by decode from stale pages, so a prefill
 node in that state is critical; when the version is unknown, a refusal on that node that decode
 did not retire (answered it, or its answer is not in the logs) makes it critical too: a refused
@@ -200,13 +201,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         return []
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
-        prefill = record.prefill
-        if prefill is None:
-            return []
-        findings = self._note_link(record, ctx)
-        if findings:
-            return findings + self._on_refusal(record, ctx)
-        return self._on_refusal(record, ctx)
+        return self._note_link(record, ctx) + self._on_refusal(record, ctx)
 
     def _note_link(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         """Join the request's prefill and decode nodes into one deployment; the first request

@@ -805,7 +805,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
 def _on_capacity(history: _NodeHistory, event: Event) -> bool:
     rank = _rank_key(event.ranks)
     pool = _tokens(event.get("max_total_num_tokens"))
-    if pool is None or pool <= 0:
+    if pool is None:
         # `max_total_num_tokens=nan`, a line cut before its number: what the engine started
         # with is unread, and taken for a restart it wiped the pool and release the node ran
         # with (blind review 7: the exposures' pool evidence lost).
