@@ -967,7 +967,11 @@ class RequestLedger:
         # a room a client reused, whose sides must not lend each other a refusal (audit C's
         # c12b, K's i_ansi and i_rid_html: doubled and false exposures without this).
         warm_up = _warm_up_shown(sides) if entry.room is not None else False
-        requests = _requests_in(sides, warm_up) if entry.fanout or warm_up is not False else [sides]
+        requests = _requests_by_rid(sides) if entry.room is not None else None
+        if requests is None:
+            requests = (
+                _requests_in(sides, warm_up) if entry.fanout or warm_up is not False else [sides]
+            )
         fanout = entry.fanout or warm_up is True or len(requests) > 1
         if self.config.late_memory:
             self._remember(entry, sides, fanout, perhaps=warm_up is None)
@@ -1505,6 +1509,28 @@ def _warm_up_shown(sides: list[SideRecord]) -> bool | None:
         if _one_token_in_stats(side):
             perhaps = True
     return None if perhaps else False
+
+
+def _requests_by_rid(sides: list[SideRecord]) -> list[list[SideRecord]] | None:
+    """A room's sides as one request per rid, when every rid has a prefill and a decode side of
+    its own: two deployments whose routers number rooms themselves, using one number at once.
+    None: the sides are one request, or samples of one (their halves' rids differ).
+
+    Why: blind review 20 (D4). With time stats alone, a leaking deployment's decode side was
+    judged with the prefill side of another deployment's 900,000-token request in the same
+    room: an over-length answer it never gave."""
+    by_rid: dict[str, list[SideRecord]] = {}
+    for side in sides:
+        if not side.rid:
+            return None
+        by_rid.setdefault(side.rid, []).append(side)
+    if len(by_rid) < 2:
+        return None
+    for group in by_rid.values():
+        roles = {side.role for side in group}
+        if "prefill" not in roles or "decode" not in roles:
+            return None
+    return list(by_rid.values())
 
 
 def _requests_in(sides: list[SideRecord], warm_up: bool | None) -> list[list[SideRecord]]:

@@ -1,0 +1,98 @@
+"""Two PD deployments whose routers number bootstrap rooms themselves use the same numbers at
+once: a room's sides are then two requests, one per rid, each with its own prefill and decode.
+
+Why: blind review 20 (D4). With request time stats alone (request logging off), room 106 of a
+leaking deployment served a 6,000-token prompt while room 106 of a healthy one served a
+900,000-token prompt honestly; the four sides were judged as one request, and the leaking
+deployment's decode was accused of answering 900,000 tokens from a 681,280-token pool.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from collector.forensics.driver import run_forensics
+
+DAY = "2026-09-01"
+
+
+def _start(role: str, pool: int) -> str:
+    return (
+        f"[{DAY} 08:00:00] server_args={{'model_path': 'zai-org/GLM-5.3', 'tp_size': 1, "
+        f"'disaggregation_mode': '{role}', 'disaggregation_transfer_backend': 'mooncake', "
+        "'context_length': 1048576, 'log_requests': True, 'log_requests_level': 0, "
+        "'enable_request_time_stats_logging': True}\n"
+        f"[{DAY} 08:00:42] max_total_num_tokens={pool}, chunked_prefill_size=8192, "
+        "max_prefill_tokens=16384, max_running_requests=128, context_len=1048576, "
+        "available_gpu_mem=4.11 GB\n"
+    )
+
+
+def _stats(at: str, rid: str, room: int, prompt: int, role: str, forward_ms: float) -> str:
+    """A `ReqTimeStats(...)` line (reference §2.5) of a request that entered at `at`."""
+    entry = datetime.fromisoformat(f"{DAY}T{at}").replace(tzinfo=UTC).timestamp()
+    tokens, tail = (
+        (1, "transfer_speed=12.30 GB/s, transfer_total=300.00 MB")
+        if role == "prefill"
+        else (100, f"transfer_duration={forward_ms / 2:.2f}ms, queue_duration=0.52ms")
+    )
+    return (
+        f"[{DAY} {at}] ReqTimeStats(rid={rid}, bootstrap_room={room}, input_len={prompt}, "
+        f"cached_input_len=0, output_len={tokens}, attempts=0, type={role}): "
+        f"bootstrap_duration=1.20ms, queue_duration=99.48ms, forward_duration={forward_ms:.2f}ms, "
+        f"entry_time={entry:.3f}, {tail}\n"
+    )
+
+
+def _refusal(at: str, rid: str, prompt: int, pool: int) -> str:
+    return (
+        f"[{DAY} {at}] Input length ({prompt} tokens) exceeds the maximum allowed length "
+        f"({pool - 6} tokens). Use a shorter input or enable --allow-auto-truncate., "
+        f"self.rid='{rid}'\n"
+    )
+
+
+def _fleet(logs: Path) -> str:
+    """Deployments `a` (prefill pool 681,280) and `b` (2,040,000) using rooms 101..106 each;
+    returns the rid of the one exposed response: room 103 of `a`, refused and answered."""
+    exposed = "a" * 24 + "00000103"
+    a_prefill, a_decode = [_start("prefill", 681_280)], [_start("decode", 1_200_000)]
+    b_prefill, b_decode = [_start("prefill", 2_040_000)], [_start("decode", 2_500_000)]
+    for i, room in enumerate(range(101, 107)):
+        at = f"08:{5 + 10 * i:02d}:00"
+        done = f"08:{5 + 10 * i:02d}:05"
+        a_rid, b_rid = f"{'a' * 24}{room:08d}", f"{'b' * 24}{room:08d}"
+        if a_rid == exposed:
+            a_prefill += [_refusal(at, a_rid, 900_000, 681_280)]
+            a_prefill += [_stats(at, a_rid, room, 1, "prefill", 30.0)]
+            a_decode += [_stats(done, a_rid, room, 900_000, "decode", 2500.0)]
+        else:
+            a_prefill += [_stats(at, a_rid, room, 6_000, "prefill", 2200.0)]
+            a_decode += [_stats(done, a_rid, room, 6_000, "decode", 2500.0)]
+        # `b` serves long prompts honestly, each within its pool, in the same room numbers.
+        b_prefill += [_stats(done, b_rid, room, 900_000, "prefill", 312_000.0)]
+        b_decode += [_stats(done, b_rid, room, 900_000, "decode", 2500.0)]
+    for name, lines in (
+        ("a-prefill-0", a_prefill),
+        ("a-decode-0", a_decode),
+        ("b-prefill-0", b_prefill),
+        ("b-decode-0", b_decode),
+    ):
+        (logs / f"{name}.log").write_text("".join(lines))
+    return exposed
+
+
+def test_each_rid_of_a_shared_room_is_judged_with_its_own_prefill(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    exposed = _fleet(logs)
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1).summary
+    named = {(r["node"], r["rid"]) for r in summary["exposure"]["requests"]}
+    assert named == {("a-decode-0", exposed)}
+    accused = {
+        (f["node"], f["rid"])
+        for f in summary["findings"]
+        if f["severity"] == "critical" and f["detector"] == "over_length_answered"
+    }
+    assert accused == {("a-decode-0", exposed)}
