@@ -48,7 +48,7 @@ from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import capture_of, log_clusters
 from collector.sglang.otlp_framing import framed_export_head
-from collector.sglang.request_log import cut_record
+from collector.sglang.request_log import CUT_REASON, cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
 from collector.text_encoding import as_utf8
@@ -1488,7 +1488,7 @@ def read_line_blocks(
             elif its_rest is not None:
                 yield number, [lines[0] + its_rest]
             elif lines[0] != DROPPED and cut_record(lines[0]):
-                stats.drop("truncated_request_line")
+                stats.drop(CUT_REASON)
             else:
                 yield number, lines
     stats.lines += number

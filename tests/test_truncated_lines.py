@@ -389,11 +389,17 @@ def test_a_rotated_file_ending_mid_line_before_a_whole_line_keeps_both(tmp_path:
 
 
 @pytest.mark.parametrize("lines", ["FINISH_LINES", "RECEIVE_LINES"])
-def test_a_record_cut_with_lines_after_it_is_counted_not_read(tmp_path: Path, lines: str) -> None:
+@pytest.mark.parametrize("prefix", ["sglang", "none"])
+def test_a_record_cut_with_lines_after_it_is_counted_not_read(
+    tmp_path: Path, lines: str, prefix: str
+) -> None:
     """Blind review 19: a `Finish:` cut inside its meta_info, then more lines (a copy spliced,
     a writer killed mid-line), became a `request_finished` with every field null, uncounted;
-    16 of them made forensics say decode "logged no end" for the requests it had answered."""
+    16 of them made forensics say decode "logged no end" for the requests it had answered.
+    The same behind no prefix at all (a record a collector kept without its stamp)."""
     record = globals()[lines][1]
+    if prefix == "none":
+        record = record[record.index("] ") + 2 :]
     later = "[2026-11-02 10:00:01 TP0] Decode batch, #running-req: 12, #token: 10\n"
     (tmp_path / "decode-0.log").write_text(record[: len(record) // 2] + "\n" + later)
     stats = ParseStats()

@@ -399,7 +399,7 @@ DROPPED_PREFIX: Final = "dropped:"
 # A request record cut before its end with lines after it (a copy spliced, a writer killed
 # mid-line): no fact of it is read, and it is counted (blind review 19: an empty
 # `request_finished` made a NOT JUDGED say "decode logged no end for them").
-CUT_RECORD: Final = DROPPED_PREFIX + "truncated_request_line"
+CUT_RECORD: Final = DROPPED_PREFIX + request_log.CUT_REASON
 _CUT_CHECKED: Final = frozenset({ev.REQUEST_FINISHED, ev.REQUEST_RECEIVED})
 # How a whole text request record ends: `out={...}`, `obj=...(...)`, `headers={...}`.
 _RECORD_ENDS: Final = frozenset(")}")
@@ -718,6 +718,10 @@ class LineParser:
         if isinstance(inner, str):
             return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
+        if kind in _CUT_CHECKED:  # as in `parse`, for a record behind no SGLang prefix
+            message = envelope.message.rstrip()
+            if message[-1:] not in _RECORD_ENDS and request_log.cut_record(message):
+                return CUT_RECORD, None
         when = envelope.time
         dates = self._dates
         if when is not None and envelope.time_of_day is None:

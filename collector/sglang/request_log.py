@@ -390,6 +390,10 @@ def _receive_walked(message: str, ids_end: int) -> bool:
     return True
 
 
+# The drop reason of a request record cut before its end, wherever it is found.
+CUT_REASON: Final = "truncated_request_line"
+
+
 def cut_record(line: str) -> bool:
     """Whether `line`, a whole log line, is a request record (text `Receive:`/`Finish:` or
     JSON) cut before its end; see the module docstring. The file reader asks this of a last
