@@ -25,6 +25,7 @@ is no gap.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import ClassVar
 
 from pydantic import Field
@@ -114,6 +115,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         self._synced_with: tuple[ConfigTimeline, int] | None = None
         self._advertised: dict[str | None, int | None] = {}
         self._models: dict[str, str | None] = {}
+        self._model_since: tuple[object, float | None] = (None, None)  # `_gap_began`'s last scan
 
     def _learned_state(self) -> dict[str, object]:
         return {
@@ -409,8 +411,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
             f"raise the pool or lower --context-length"
         )
-        # The gap stood from the generation's start (`DetectionContext.since`).
-        began = config.since
+        began = self._gap_began(config, reference, ctx)
         if told_by_answers:
             # From the first such refusal, within this generation: one the node made with an
             # earlier pool says nothing of this one (blind review 9b: dated before the pool).
@@ -436,6 +437,44 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "refusals": self.refusals_.get(config.node, 0),
             },
         )
+
+    def _gap_began(self, config: NodeConfig, reference: int, ctx: DetectionContext) -> float | None:
+        """When the gap against `reference` began (`DetectionContext.since`): the start of the
+        node's generation, or later, of the first configuration of its deployment in force now
+        that advertises `reference`. Why: blind review 22, a prefill's gap dated from its own
+        start, an hour before its decode restarted with the larger context."""
+        began = config.since
+        if config.context_len is not None and config.context_len >= reference:
+            return began
+        linked = self.links_.get(config.node)
+        timeline = ctx.timeline
+        if linked:
+            advertised = _advertised_since(
+                (timeline.config_at(node, ctx.now) for node in sorted(linked)), reference
+            )
+        else:
+            # The model's nodes: scanned once per change of the fleet, not once per node.
+            key = (id(timeline), timeline.changes, ctx.now, config.model, reference)
+            if self._model_since[0] != key:
+                configs = timeline.configs_at(ctx.now, config.model)
+                self._model_since = (key, _advertised_since(configs, reference))
+            advertised = self._model_since[1]
+        if advertised is not None and (began is None or advertised > began):
+            began = advertised
+        return began
+
+
+def _advertised_since(configs: Iterable[NodeConfig | None], context: int) -> float | None:
+    """The earliest start among `configs` advertising `context` or more."""
+    starts = [
+        config.since
+        for config in configs
+        if config is not None
+        and config.since is not None
+        and config.context_len is not None
+        and config.context_len >= context
+    ]
+    return min(starts, default=None)
 
 
 def _time_or_none(value: object) -> float | None:

@@ -99,3 +99,21 @@ def test_a_unified_server_beside_a_pd_pair_is_judged_by_its_own_pool(tmp_path: P
     on_unified = [f for f in result.summary["findings"] if f["node"] == "unified-0"]
     assert [f["detector"] for f in on_unified if f["severity"] != "info"] == []
     assert result.summary["nodes"]["unified-0"]["role"] == "unified"
+
+
+def test_a_gap_opened_by_the_decode_s_restart_is_dated_from_it(tmp_path: Path) -> None:
+    """Blind review 22: a prefill (pool 200,000) fit its deployment's 131,072 context until its
+    decode restarted at 09:00 with 262,144; its gap was dated 08:00, its own start, an hour
+    before the gap existed, and a responder would search the wrong window."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    prefill, decode = _traffic("pair", range(7000, 7030), 60_000, "10.1.0.11")
+    restarted = _start("decode", 262_144, 900_000).replace(f"{DAY} 08:0", f"{DAY} 09:0")
+    after, _ = _traffic("late", range(9000, 9010), 60_000, "10.1.0.11")
+    after = after.replace(f"{DAY} 08:", f"{DAY} 09:")
+    (logs / "prefill-0.log").write_text(_start("prefill", 131_072, 200_000) + prefill + after)
+    (logs / "decode-0.log").write_text(_start("decode", 131_072, 600_000) + decode + restarted)
+    result = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1)
+    (finding,) = [f for f in result.summary["findings"] if f["detector"] == "pool_below_context"]
+    assert finding["evidence"]["context_len"] == 262_144
+    assert finding["time"] == f"{DAY}T09:00:00.000Z"

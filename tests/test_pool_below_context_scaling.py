@@ -251,9 +251,10 @@ def test_cost_grows_linearly_with_the_fleet(make_events, monkeypatch: pytest.Mon
         evaluations, scans, findings = measure(make_events, nodes, monkeypatch)
         # Each configuration change judges its own node, and a change of the advertised
         # context the nodes of that model: here once (pd_fleet: twice); the whole fleet is
-        # scanned once, by the first change. Judging every node each time took nodes^2 / 2.
+        # scanned once, by the first change, and once more for when the longer context began
+        # (the gaps' time). Judging every node each time took nodes^2 / 2.
         assert evaluations <= len(make_events(nodes)) + nodes + 10
-        assert scans <= 2
+        assert scans <= 3
         assert findings >= nodes // 2
 
 
