@@ -656,3 +656,59 @@ def test_an_address_whose_endpoints_state_two_releases_is_judged_by_the_older(
     same = serve(_static({"/server_info": info, "/v1/loads": {**loads, "version": "0.5.23"}}))
     code, out, _ = run("--endpoint", f"decode-0={same.url}")
     assert "more than one engine" not in out
+
+
+# --- what the audit shows of an --endpoint: no credentials, no control characters -----------
+
+SECRET = "s3cretpw"
+
+
+def _with_credentials(url: str) -> str:
+    return url.replace("http://", f"http://ops:{SECRET}@")
+
+
+def test_credentials_in_an_endpoint_url_are_never_shown(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Blind review 23: `--endpoint n=http://user:pw@host` printed the password, five times
+    with --json (its `sources`, its `endpoints`); kvwatch must not become the leak."""
+    healthy = serve(
+        _static(
+            {
+                "/server_info": {
+                    "disaggregation_mode": "null",
+                    "max_total_num_tokens": 2_400_000,
+                    "context_length": 1_048_576,
+                    "version": "0.5.23",
+                }
+            }
+        )
+    )
+    down = f"http://127.0.0.1:{_closed_port()}"
+    for extra in ((), ("--json",)):
+        code, out, err = run(
+            "--endpoint",
+            f"up={_with_credentials(healthy.url)}",
+            "--endpoint",
+            f"down={_with_credentials(down)}",
+            *extra,
+        )
+        assert code == 1  # the closed port fails the gate
+        assert SECRET not in out + err
+        assert "ops:" not in out + err
+    # Where the URL is shown, its credentials are masked, not the URL dropped.
+    assert f"http://***@{healthy.url.removeprefix('http://')}" in out
+    code, out, err = run("--endpoint", f"n={_with_credentials('http://127.0.0.1:99999')}")
+    assert code == 2 and "is not a number from 1 to 65535" in err and SECRET not in err
+
+
+def test_control_characters_in_an_endpoint_name_are_escaped(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Blind review 23: a name holding an escape sequence and a newline printed a fake
+    `fake  PASS` line; a name from a file was already escaped."""
+    server = serve(_static({"/server_info": {"disaggregation_mode": "null"}}))
+    code, out, err = run("--endpoint", f"evil\x1b[31m\nfake  PASS={server.url}")
+    assert "\x1b" not in out + err
+    assert not any(line.startswith("fake") for line in out.splitlines())
+    assert "evil\\x1b[31m\\nfake  PASS" in out

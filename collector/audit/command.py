@@ -59,7 +59,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from collector.audit.live import check_timeout, parse_target
+    from collector.audit.live import check_timeout, parse_target, without_credentials
     from collector.audit.policy import AuditPolicy
     from collector.audit.run import audit
 
@@ -85,7 +85,7 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if duplicated:
         err.write(f"kvwatch audit: --endpoint names a node twice: {', '.join(duplicated)}\n")
         return EXIT_USAGE
-    urls = [p for p in paths if "://" in p and not Path(p).exists()]
+    urls = [without_credentials(p, p) for p in paths if "://" in p and not Path(p).exists()]
     if urls:  # a running engine given where files go: say how to audit it
         err.write(
             f"kvwatch audit: {', '.join(urls)} is a URL, not a file or folder: audit a running "

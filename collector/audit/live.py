@@ -17,7 +17,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
@@ -28,6 +28,7 @@ from collector.events import Event
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
+from collector.shown_text import printable
 from collector.state.config_timeline import plausible_tokens, shard_count
 from detectors.engine_version import EngineVersion, parse_version
 
@@ -67,11 +68,33 @@ class Target:
     url: str
 
 
+def userinfo(url: str) -> str | None:
+    """The `user:password@` part of `url`, None when it has none."""
+    netloc = url.partition("://")[2].partition("/")[0]
+    credentials, at, _ = netloc.rpartition("@")
+    return credentials + at if at else None
+
+
+def without_credentials(text: str, url: str) -> str:
+    """`text` with `url`'s `user:password@` shown as `***@`: a token in an engine's URL must
+    not reach the terminal, the JSON or a shared report (blind review 23: printed 5 times)."""
+    secret = userinfo(url)
+    return text.replace(secret, "***@") if secret else text
+
+
 def parse_target(spec: str) -> Target:
     """`NODE=URL` (URL is the engine's base, e.g. `http://127.0.0.1:30000`); ValueError names
-    what is wrong."""
+    what is wrong, the URL's credentials hidden. The node name is shown with its control
+    characters escaped, as a file's name is (`shown_text.printable`)."""
     node, sep, url = spec.partition("=")
-    node, url = node.strip(), url.strip()
+    node, url = printable(node.strip()), url.strip()
+    try:
+        return _parse_target(spec, node, sep, url)
+    except ValueError as exc:
+        raise ValueError(without_credentials(str(exc), url)) from None
+
+
+def _parse_target(spec: str, node: str, sep: str, url: str) -> Target:
     if not sep or not node or not url:
         raise ValueError(
             f"--endpoint {spec!r}: expected NODE=URL, e.g. prefill-0=http://10.0.0.5:30000"
@@ -89,7 +112,7 @@ def parse_target(spec: str) -> Target:
     try:
         port = parts.port
     except ValueError:
-        port_text = parts.netloc.rpartition("]")[2].partition(":")[2]
+        port_text = parts.netloc.rpartition("@")[2].rpartition("]")[2].partition(":")[2]
         raise ValueError(
             f"--endpoint {spec!r}: port {port_text!r} is not a number from 1 to 65535"
         ) from None
@@ -165,6 +188,8 @@ async def _node(
             for name, paths in ENDPOINTS.items()
         )
     )
+    if userinfo(target.url):
+        answers = [_shown(answer, target.url) for answer in answers]
     facts = NodeFacts(node=target.node, live=True)
     for answer in answers:
         if answer.error is not None:
@@ -321,6 +346,12 @@ class _Progress:
 
     answered: bool = False
     body_bytes: int = 0
+
+
+def _shown(answer: _Answer, url: str) -> _Answer:
+    """`answer` as reported: its URL and error without the target's credentials."""
+    error = without_credentials(answer.error, url) if answer.error is not None else None
+    return replace(answer, url=without_credentials(answer.url, url), error=error)
 
 
 async def _fetch(

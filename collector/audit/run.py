@@ -15,7 +15,7 @@ import httpx
 
 from collector.audit.facts import CONFIG_FIELDS, Deployment, NodeFacts
 from collector.audit.from_files import gather
-from collector.audit.live import Target, fetch_facts
+from collector.audit.live import Target, fetch_facts, without_credentials
 from collector.audit.policy import AuditPolicy, judge_node
 from collector.audit.report import AuditReport
 from collector.parse import ParseStats
@@ -55,7 +55,7 @@ def audit(
     if targets:
         for live in fetch_facts(targets, timeout=timeout, transport=transport, clock=clock):
             facts[live.node] = overlay(facts.get(live.node), live)
-        account["endpoints"] = {t.node: t.url for t in targets}
+        account["endpoints"] = {t.node: without_credentials(t.url, t.url) for t in targets}
     nodes = list(facts.values())
     deployment = Deployment.of(nodes)
     results = [
