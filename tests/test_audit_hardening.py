@@ -712,3 +712,42 @@ def test_control_characters_in_an_endpoint_name_are_escaped(
     assert "\x1b" not in out + err
     assert not any(line.startswith("fake") for line in out.splitlines())
     assert "evil\\x1b[31m\\nfake  PASS" in out
+
+
+def test_a_pd_role_on_one_endpoint_beats_null_on_another_live_as_from_files(
+    tmp_path: Path, serve: Callable[[dict[str, Behaviour]], _RawServer]
+) -> None:
+    """Blind review 23: /server_info said `disaggregation_mode: "null"`, /metrics'
+    `engine_type` and /v1/loads said prefill; live, the node was unified and only warned,
+    while the same documents saved failed it as the incident's prefill (0.5.19, pool below
+    context)."""
+    info = {
+        "disaggregation_mode": "null",
+        "max_total_num_tokens": 681_280,
+        "context_length": 1_048_576,
+        "version": "0.5.19",
+    }
+    metrics = (
+        b'sglang:max_total_num_tokens{engine_type="prefill",tp_rank="0"} 681280\n'
+        b'sglang:context_len{engine_type="prefill",tp_rank="0"} 1048576\n'
+    )
+    loads = {
+        "version": "0.5.19",
+        "loads": [{"dp_rank": 0, "max_total_num_tokens": 681_280}],
+        "disaggregation": {"mode": "prefill"},
+    }
+    server = serve(
+        {
+            "/server_info": _page(json.dumps(info).encode(), b"application/json"),
+            "/metrics": _page(metrics, b"text/plain; version=0.0.4"),
+            "/v1/loads": _page(json.dumps(loads).encode(), b"application/json"),
+        }
+    )
+    live_code, live, _ = run("--endpoint", f"n-0={server.url}")
+    # The same documents, saved together.
+    _info(tmp_path, "n-0", info)
+    (tmp_path / "n-0@20260908T130000Z.prom").write_bytes(metrics)
+    (tmp_path / "n-0@20260908T130000Z.v1_loads.json").write_text(json.dumps(loads))
+    files_code, saved, _ = run(str(tmp_path))
+    assert live.split()[:3] == saved.split()[:3] == ["n-0", "prefill", "FAIL"]
+    assert live_code == files_code == 1

@@ -279,7 +279,11 @@ def _merge(
     facts.version = _oldest_version(facts, field(info, "version"), field(loads, "version"))
     facts.model = _first(field(info, "model"), field(models, "model"))
     roles = [role("server_info", info), snap.role if snap else None, role("v1_loads", loads)]
-    facts.role = _first(*(r for r in roles if r in _ROLES))
+    stated = [r for r in roles if r in _ROLES]
+    # An endpoint stating a PD role beats one saying "not disaggregated": the PD checks are the
+    # stricter, and the same documents saved are judged so (blind review 23: a prefill whose
+    # /server_info said "null" was a WARN live, a FAIL from its saved files).
+    facts.role = next((r for r in stated if r != "unified"), _first(*stated))
     if facts.role is None and mode_doubts:
         facts.doubts["role"] = next(iter(mode_doubts.values()))
     pools = [field(info, "max_total_num_tokens"), field(loads, "max_total_num_tokens")]
