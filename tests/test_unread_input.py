@@ -602,3 +602,22 @@ def test_a_log_of_which_no_line_was_recognised_is_said_beside_logs_that_were(
     assert summary["input"]["dropped_by_reason"]["unrecognised"] == 1
     assert summary["input"]["dropped_files"] == {"unrecognised": [str(unknown)]}
     assert f"UNREAD: files not read whole: unrecognised 1 ({unknown}); " in done.stdout
+
+
+def test_the_reports_input_section_counts_binary_lines_among_those_not_used(
+    tmp_path: Path,
+) -> None:
+    """Blind review 19 (J2): the terminal's UNREAD line counted the binary lines; the reports'
+    Input section said only "0 unclassified engine lines"."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    junk = b"\x00\x01\x02\x03\x00\x00\x00\x00\x00\x00\n" * 3
+    (logs / "decode-0.log").write_bytes(("\n".join(DECODE) + "\n").encode() + junk)
+    from collector.forensics.driver import run_forensics
+
+    run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1)
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    for text in (markdown, html):
+        said = text.split("Read and not used: ", 1)[1]
+        assert "binary 3" in said.split(")", 1)[0]
