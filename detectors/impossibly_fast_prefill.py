@@ -31,15 +31,17 @@ attempt's alone. Two floors:
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
   measures the answer's length. For timings that carry the queue (time to first token), the
   line keeps its slope and drops a positive intercept: the queue is a cost per request, so
-  hours of backlog must not raise the floor of the quiet hour after. A node learns one floor
-  per model and tensor-parallel size it ran: after a restart onto a smaller model or more
-  GPUs, the old speed is not its history. And it learns per *context band*: each uncached
-  token attends to the cached prefix and the tokens before it, so a token costs more the
-  longer the context it attends (`cached + uncached / 2`, in powers of two). A floor learned
-  from agentic turns extending 900k-token conversations is ten times what a fresh 60k-token
-  prompt needs (blind review: two such prompts were called exposures), so a request is judged
-  by a floor learned only from contexts no longer than its band's: band `b`'s floor learns
-  from every sample of band `b` or below.
+  hours of backlog must not raise the floor of the quiet hour after. Such a timing that passes
+  only by the queue's margin (8 to 32 times under the line) is not learned: a stub's first token
+  may be one, and a few at the top of a band rotate its 2% line down tenfold. A node learns one
+  floor per model and tensor-parallel size it ran: after a restart onto a smaller model or more
+  GPUs, the old speed is not its history. And it learns per *context band*: each uncached token
+  attends to the cached prefix and the tokens before it, so a token costs more the longer the
+  context it attends (`cached + uncached / 2`, in powers of two). A floor learned from agentic
+  turns extending 900k-token conversations is ten times what a fresh 60k-token prompt needs (blind
+  review: two such prompts were called exposures), so a request is judged by a floor learned only
+  from contexts no longer than its band's: band `b`'s floor learns from every sample of band `b`
+  or below.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
@@ -489,6 +491,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             for t, f in zip(timings, floors, strict=True)
         )
         score, learned, worst = 0.0, None, timings[0]
+        # Whether a timing that carries the queue passed its floor only by the queue's margin.
+        queue_margin_only = False
         for index, timing in enumerate(timings):
             seconds = max(timing.seconds, _MIN_SECONDS)
             floor = floors[index]
@@ -497,9 +501,18 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             timing_score = physical / seconds
             if floor is not None:
                 timing_score = max(timing_score, floor / seconds)
+                if timing.source in QUEUED_SOURCES:
+                    margin = cfg.queued_safety_factor
+                    queue_margin_only |= floor * margin >= cfg.threshold * seconds
             if index == 0 or timing_score > score:  # the first of equal scores, as `max`
                 score, learned, worst = timing_score, floor, timing
-        if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and score < cfg.threshold:
+        # Only what passed the floor without the queue's margin teaches it: answers 8 to 32
+        # times under the line pass by that margin, a stub's first token may be among them,
+        # and learned they pulled their band's line to a tenth of the node's honest speed
+        # (blind review 22: stubs of 0.2 and 0.3 s for 61k and 62k tokens against an honest
+        # 2.7 s put the floor of the next at 0.009 s).
+        learns = score < cfg.threshold and not queue_margin_only
+        if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and learns:
             if self._may_learn(record, ctx):
                 # Refits are timed by the requests' own times, so what is learned depends on the
                 # requests seen, not on when the ledger happened to emit them.
