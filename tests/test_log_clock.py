@@ -73,6 +73,34 @@ def test_a_line_whose_stamps_are_minutes_off_a_quarter_hour_has_no_say() -> None
     assert vote(_event("[2026-11-02 10:15:09 TP0] Decode batch, #running-req: 1")) is None
 
 
+# A prefill's time stats (reference §2.6): printed once the KV is sent, 70 GB at 0.1 GB/s here,
+# 700 s after the request entered at 10:15:09 UTC; no duration says the transfer's time.
+PREFILL_STATS = (
+    "[{prefix} TP0] ReqTimeStats(rid=w0, bootstrap_room=100, input_len=1000000, "
+    "cached_input_len=0, output_len=1, attempts=0, type=prefill): bootstrap_duration=100.00ms, "
+    "queue_duration=100.00ms, forward_duration=300.00ms, entry_time=1793614509.000, "
+    "transfer_speed={speed:.2f} GB/s, transfer_total={size:.2f} MB"
+)
+
+
+@pytest.mark.parametrize(("speed", "size"), [(0.1, 70_000.0), (1.0, 1.0)])
+@pytest.mark.parametrize("late", [600, 700, 780])
+def test_a_prefill_line_printed_minutes_after_its_request_votes_for_no_false_zone(
+    speed: float, size: float, late: int
+) -> None:
+    """Blind review 21 (D7): a UTC prefill whose lines came 700 s after their requests' entry
+    (a slow KV transfer) voted UTC-00:15, and its log was read 15 minutes early. The transfer's
+    time is its size over its speed; and no clock keeps a zone a quarter hour off UTC."""
+    printed = datetime.fromtimestamp(1793614509 + late, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    line = PREFILL_STATS.format(prefix=printed, speed=speed, size=size)
+    assert vote(_event(line)) in (0.0, None)
+    # The same line printed on a clock two hours east still says so, when its stats tell the
+    # transfer's time.
+    east = datetime.fromtimestamp(1793614509 + late + 7200, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    told = vote(_event(PREFILL_STATS.format(prefix=east, speed=speed, size=size)))
+    assert told == (7200.0 if size / 1000 / speed == 700 else None) or late == 700 == told
+
+
 def test_the_zone_needs_two_thirds_of_the_votes() -> None:
     assert agreed_zone([]) == 0.0
     assert agreed_zone([7200.0]) == 7200.0

@@ -33,6 +33,15 @@ ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter
 MAX_RESIDUAL: Final = 300.0
 # UTC-12:00 to UTC+14:00.
 ZONE_RANGE: Final = (-12 * 3600.0, 14 * 3600.0)
+# The offsets clocks keep (tz database, with summer times; -4:30, Venezuela's until 2016). A
+# vote for another quarter hour is a line printed that long after its request's time, not a
+# zone (blind review 21: a prefill's line printed after a 700 s KV transfer voted UTC-0:15).
+_HALF_HOURS: Final = (-9.5, -4.5, -3.5, -2.5, 3.5, 4.5, 5.5, 6.5, 9.5, 10.5)
+KEPT_OFFSETS: Final = frozenset(
+    {hours * 3600.0 for hours in range(-12, 15)}
+    | {hours * 3600.0 for hours in _HALF_HOURS}
+    | {hours * 3600.0 for hours in (5.75, 8.75, 12.75, 13.75)}
+)
 MAX_VOTES: Final = 64
 # The votes are taken from the start of a node's logs: at most this many lines and bytes are
 # looked at (a node without stamps costs a few hundredths of a second, not a pass over its logs;
@@ -65,9 +74,11 @@ def printed_at(event: Event) -> float | None:
 
 def elapsed_since_entry(fields: dict[str, Any]) -> float:
     """The seconds a time-stats line's durations add up to: from the request's entry to the
-    line, printed when it ends."""
+    line, printed when it ends. A prefill's line states no transfer duration, only its size and
+    speed, and is printed once the KV is sent: that time is theirs (blind review 21: 70 GB at
+    0.1 GB/s, 700 s, read as a zone 15 minutes west)."""
     terms = _PREALLOC_TERMS if "prealloc_queue_duration" in fields else frozenset()
-    return sum(
+    elapsed = sum(
         value
         for key, value in fields.items()
         if key.endswith("_duration")
@@ -75,6 +86,13 @@ def elapsed_since_entry(fields: dict[str, Any]) -> float:
         and type(value) is float
         and 0.0 <= value < 86400.0
     )
+    if "transfer_duration" not in fields:
+        size, speed = fields.get("transfer_total_mb"), fields.get("transfer_speed_gb_s")
+        if type(size) is float and type(speed) is float and size > 0.0 and speed > 0.0:
+            seconds = size / 1000.0 / speed
+            if seconds < 86400.0:
+                elapsed += seconds
+    return elapsed
 
 
 def vote(event: Event) -> float | None:
@@ -87,7 +105,7 @@ def vote(event: Event) -> float | None:
         return None
     offset = event.time - utc
     zone = round(offset / ZONE_STEP) * ZONE_STEP
-    if abs(offset - zone) > MAX_RESIDUAL or not ZONE_RANGE[0] <= zone <= ZONE_RANGE[1]:
+    if abs(offset - zone) > MAX_RESIDUAL or zone not in KEPT_OFFSETS:
         return None
     return zone
 
