@@ -94,6 +94,8 @@ class Gathered:
     earlier: dict[str, list[tuple[NodeFacts, Deployment]]]
     ignored_nodes: list[str]
     timeline: ConfigTimeline
+    # Nodes that stated a router's or gateway's metrics (`smg_*`, `sgl_router_*`).
+    router_nodes: list[str] = field(default_factory=list)
 
 
 class _Tracker:
@@ -101,10 +103,13 @@ class _Tracker:
         self.timeline = ConfigTimeline()
         self.generations: dict[str, list[_Generation]] = defaultdict(list)
         self.seen_nodes: set[str] = set()
+        self.router_nodes: set[str] = set()
 
     def feed(self, event: Event) -> None:
         kind = event.kind
         self.seen_nodes.add(event.node)
+        if kind == "metric" and event.get("role") == "router":
+            self.router_nodes.add(event.node)
         if kind in _ROLE_HINT_KINDS:
             current = self.timeline.current(event.node)
             if current is None or current.role not in PD_ROLES:
@@ -241,7 +246,8 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
             for facts in facts_list[:-1]
         ]
     ignored = sorted(tracker.seen_nodes - set(by_node))
-    return Gathered(final, earlier, ignored, tracker.timeline)
+    routers = sorted(tracker.router_nodes)
+    return Gathered(final, earlier, ignored, tracker.timeline, routers)
 
 
 def _node_facts(
