@@ -11,12 +11,15 @@ document began a "restart" and the gap was judged an earlier configuration.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from collector.events import Event
+from collector.state.config_timeline import ConfigTimeline
 from tests.test_audit import DATA, lines, run
 
 CONTEXT = 1_048_576
@@ -101,6 +104,84 @@ def _save(
         else:
             name = "metrics.prom" if suffix == "prom" else suffix
             (directory / name).write_text(text)
+
+
+# --- D2: one node's documents of one instant are one configuration ---------------------------
+
+
+def test_a_dp_rank_below_the_context_fails_when_its_documents_were_saved_together(
+    tmp_path: Path,
+) -> None:
+    """Was UNKNOWN: "engine version unknown since the restart at 2026-12-03 10:00:00 UTC" (no
+    restart happened), the gap an earlier configuration; `--allow-unknown` exit 0."""
+    _save(tmp_path)
+    code, out, _ = run("--allow-unknown", str(tmp_path))
+    assert (code, lines(out)) == (
+        1,
+        [FAILS, "verdict: FAIL - 1 of 1 node failed (n); do not roll out"],
+    )
+    assert "restart" not in out
+
+
+def test_a_loads_dated_by_itself_is_of_the_instant_its_siblings_were_written_in(
+    tmp_path: Path,
+) -> None:
+    """`/v1/loads` dates itself (10:00) and the files beside it, written with it at 18:23, are
+    dated by their files: was PASS, exit 0, the gap an earlier configuration of unknown status
+    that no line mentioned."""
+    node = tmp_path / "n"
+    _save(node, stamped=False)
+    written = 1_796_322_189.0  # 2026-12-03 18:23:09 UTC, eight hours after the loads' stamp
+    for path in node.iterdir():
+        os.utime(path, (written, written))
+    code, out, _ = run(str(tmp_path))
+    assert (code, lines(out)[0]) == (1, FAILS)
+
+
+def test_dp_ranks_whose_pools_differ_slightly_pass_from_files_as_live(tmp_path: Path) -> None:
+    """Ranks of 2,040,000 and 2,039,872 tokens: was UNKNOWN (a restart, its release unknown)."""
+    _save(tmp_path, loads=[POOL, 2_039_872])
+    code, out, _ = run(str(tmp_path))
+    assert code == 0
+    assert lines(out)[0].startswith("n  prefill  PASS  pool 2,039,872 >= context 1,048,576;")
+    assert lines(out)[-1] == "verdict: PASS - 1 node passed"
+
+
+def test_the_largest_context_the_documents_state_is_the_one_judged(tmp_path: Path) -> None:
+    """`/v1/models` states 2,097,152, the scrape 1,048,576, the pool is 1,500,000: the live
+    audit fails it; from files it was UNKNOWN ("pool unknown" after a "restart")."""
+    _save(
+        tmp_path,
+        info_pool=1_500_000,
+        loads=[1_500_000],
+        models=2_097_152,
+        metrics=(1_500_000, CONTEXT),
+    )
+    code, out, _ = run(str(tmp_path))
+    assert (code, lines(out)[0]) == (
+        1,
+        "n  prefill  FAIL  pool 1,500,000 < context 2,097,152 (28% of the window cannot fit)",
+    )
+
+
+def _info(node: str, time: float, **fields: Any) -> Event:
+    record = {"endpoint": "server_info", "disaggregation_mode": "prefill", "role": "prefill"}
+    return Event("server_info", node, time, f"{node}.json", {**record, **fields})
+
+
+def test_figures_of_one_instant_are_merged_and_a_later_change_is_still_a_restart() -> None:
+    timeline = ConfigTimeline()
+    t = 1_796_292_000.0
+    timeline.update(_info("n", t, max_total_num_tokens=POOL, version="0.5.23"))
+    timeline.update(_info("n", t + 0.5, max_total_num_tokens=GAP, version="0.5.19"))
+    timeline.update(_info("n", t + 1.0, context_len=CONTEXT))
+    [config] = timeline.history("n")
+    # The smallest pool and the older release stand, whatever order the documents came in.
+    assert (config.pool_tokens, config.version, config.context_len) == (GAP, "0.5.19", CONTEXT)
+    # An hour later another pool is a new process, as before.
+    timeline.update(_info("n", t + 3600, max_total_num_tokens=POOL, version="0.5.23"))
+    assert [c.pool_tokens for c in timeline.history("n")] == [GAP, POOL]
+    assert timeline.current("n").version == "0.5.23"  # type: ignore[union-attr]
 
 
 # --- D1: a snapshot that could not be read is named and fails the gate closed ----------------
