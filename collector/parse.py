@@ -51,7 +51,7 @@ from collector.sglang.logs import (
     LineParser,
     LineRead,
 )
-from collector.sglang.outcome import BLANK_LINES, ParseOutcome
+from collector.sglang.outcome import BLANK_LINES, UNREAD_DOCUMENT, ParseOutcome
 
 BLANK_NOISE = "blank"
 BLANK = NOISE_PREFIX + BLANK_NOISE
@@ -425,7 +425,7 @@ def _document_events(
     for _, line in read_lines(tf.path, read):
         size += (len(line) if line.isascii() else len(line.encode())) + 1
         if size > MAX_DOCUMENT_BYTES:
-            read.drop("document_too_large")
+            read.drop_file("document_too_large", tf.path)
             stats.absorb(read)
             return
         lines.append(line)
@@ -435,6 +435,12 @@ def _document_events(
     if tf.from_start:
         produced = _configuration_first(produced, when)
     stats.dropped.update(dropped)
+    if not produced and not not_kept:
+        # A snapshot is one document: one that gave nothing (a cut or login page saved as
+        # `/server_info`) is named, so the gate can say which (blind review 23: three nodes'
+        # files vanished from "all 2 nodes passed").
+        for reason in UNREAD_DOCUMENT.intersection(dropped):
+            name_file(stats.dropped_files, reason, str(tf.path))
     if not_kept:
         stats.events[METRIC] += not_kept
     if produced or not_kept:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from collector.files import FILE_REPLACED, UNDECODABLE, UNRECOGNISED
+from collector.sglang.outcome import UNREAD_DOCUMENT
 from collector.shown_text import printable
 
 # Files named in a line, the rest counted.
@@ -85,6 +86,27 @@ def not_read_whole(
         f"{total:,} {'file was' if total == 1 else 'files were'} not read whole "
         f"({reasons}{f': {names}' if names else ''})"
     )
+
+
+def unread_documents(named: Mapping[str, Sequence[str]] | None) -> str:
+    """`2 snapshots could not be read (not_json: a.json, b.json)`, or "": saved documents that
+    gave nothing, by the reason their parser dropped them (`collector.sglang.outcome`)."""
+    if not named:
+        return ""
+    by_reason = {why: paths for why in sorted(UNREAD_DOCUMENT) if (paths := named.get(why))}
+    total = len({path for paths in by_reason.values() for path in paths})
+    if not total:
+        return ""
+    reasons = "; ".join(
+        f"{why}: {files_named(named, [why], len(paths))}" for why, paths in by_reason.items()
+    )
+    return f"{total:,} {'snapshot' if total == 1 else 'snapshots'} could not be read ({reasons})"
+
+
+def documents_unread(named: Mapping[str, Sequence[str]] | None) -> bool:
+    """Whether a saved document gave nothing (`unread_documents`): the gate fails closed on it,
+    as on a log not read (the node it was of is checked by nothing it held)."""
+    return named is not None and any(named.get(why) for why in UNREAD_DOCUMENT)
 
 
 def files_named(

@@ -12,7 +12,15 @@ from typing import Any
 
 from collector.audit.facts import Deployment
 from collector.audit.policy import ROLE_ORDER, STATUS_RANK, AuditPolicy, NodeResult, Status, worst
-from collector.passed_over import GATE_UNREAD, input_unread, not_read_whole, passed_over
+from collector.passed_over import (
+    GATE_UNREAD,
+    documents_unread,
+    input_unread,
+    not_read_whole,
+    passed_over,
+    unread_documents,
+)
+from collector.shown_text import printable
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -44,12 +52,40 @@ class AuditReport:
         files = self.input.get("files")
         return (files.get("dropped_files") or {}) if isinstance(files, dict) else {}
 
+    def _unjudged(self) -> tuple[list[str], list[str]]:
+        """Nodes whose files stated no engine configuration: (routers, the rest)."""
+        ignored = self.input.get("ignored_nodes") or []
+        routers = set(self.input.get("router_nodes") or [])
+        return [n for n in ignored if n in routers], [n for n in ignored if n not in routers]
+
+    def _not_judged(self) -> str:
+        """Nodes read and not judged, named (blind review 23: a router's `smg_*` scrape
+        beside the engines' vanished from the output)."""
+        routers, others = self._unjudged()
+        said = []
+        if routers:
+            said.append(
+                f"{_names(routers)} {'is a router' if len(routers) == 1 else 'are routers'} or "
+                "gateway (smg_* or sgl_router_* metrics only), not an engine: not judged (the "
+                "engines behind it are judged by their own files)."
+            )
+        if others:
+            said.append(
+                f"{_names(others)}: no engine configuration read (no server_args, capacity "
+                "line, pool or context metric, /server_info): not judged."
+            )
+        return " ".join(said)
+
     @property
     def input_unread(self) -> bool:
         """A file or folder given could not be read: a node whose logs it held is checked by
         nothing, so the gate fails closed whatever `allow_unknown` says (that lifts what the
         nodes it did read leave unknown, not nodes it never saw)."""
-        return input_unread(self._dropped, GATE_UNREAD)
+        return (
+            input_unread(self._dropped, GATE_UNREAD)
+            or documents_unread(self._dropped_files)
+            or bool(self._unjudged()[1])
+        )
 
     @property
     def status(self) -> Status:
@@ -120,6 +156,11 @@ class AuditReport:
         said = passed_over(self._dropped, self._dropped_files)
         if damaged := not_read_whole(self._dropped, self._dropped_files):
             said = f"{said} {damaged}; what they held past the damage is not in the verdicts."
+        if unread := unread_documents(self._dropped_files):
+            states = "what it states is" if unread.startswith("1 ") else "what they state is"
+            said = f"{said} {unread}; {states} not in the verdicts."
+        if not_judged := self._not_judged():
+            said = f"{said} {not_judged}"
         return f"PASSED OVER: {said.strip()}" if said else ""
 
     def text(self) -> str:
@@ -157,6 +198,14 @@ def _node_json(result: NodeResult, line: str | None) -> dict[str, Any]:
     if line is not None:
         out["line"] = line
     return out
+
+
+def _names(nodes: list[str]) -> str:
+    shown = ", ".join(printable(n) for n in nodes[:_NAMED])
+    return shown + (f" and {len(nodes) - _NAMED:,} more" if len(nodes) > _NAMED else "")
+
+
+_NAMED = 5
 
 
 def _of(nodes: list[str], total: int) -> str:

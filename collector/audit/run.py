@@ -52,6 +52,7 @@ def audit(
         earlier = gathered.earlier
         account["files"] = stats.to_json_dict()
         account["ignored_nodes"] = gathered.ignored_nodes
+        account["router_nodes"] = gathered.router_nodes
     if targets:
         for live in fetch_facts(targets, timeout=timeout, transport=transport, clock=clock):
             facts[live.node] = overlay(facts.get(live.node), live)

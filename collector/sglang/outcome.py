@@ -24,6 +24,22 @@ MALFORMED_OTLP_JSON = "malformed_otlp_json"
 MISSING_FIELD = "missing_field"
 UNRECOGNISED_DOCUMENT = "unrecognised_document"
 UNKNOWN_ENDPOINT = "unknown_endpoint"
+DOCUMENT_TOO_LARGE = "document_too_large"
+# Drops that, in a saved document that gave nothing, mean the document was not read: a cut
+# `/server_info`, a login page saved as one, a scrape that is no exposition. The document is
+# then named (`ParseStats.dropped_files`), and the rollout gate fails closed on it.
+UNREAD_DOCUMENT: Final = frozenset(
+    {
+        MALFORMED_EXPOSITION,
+        NOT_UTF8,
+        NOT_JSON,
+        NOT_JSON_OBJECT,
+        MISSING_FIELD,
+        UNRECOGNISED_DOCUMENT,
+        UNKNOWN_ENDPOINT,
+        DOCUMENT_TOO_LARGE,
+    }
+)
 
 
 # Counted in an outcome's `stats` by readers of whole files: a blank line, neither data nor

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 
 from collector.events import BOOTSTRAP_SERVER, Event
 from collector.state.prompt_capacity import PromptCapacity, prompt_capacity
+from detectors.engine_version import parse_version
 
 Role = Literal["prefill", "decode", "unified"]
 PD_ROLES: Final = frozenset({"prefill", "decode"})
@@ -56,6 +57,12 @@ _SAME_STARTUP_SECONDS: Final = 2.0
 # much later: a new process. Tolerates clock skew between a snapshot taker and the engine; a
 # restart (weights load) takes longer.
 _RUNNING_BEFORE_STARTUP_SECONDS: Final = 30.0
+# Figures stated this close to the first of an instant's are of that instant: one snapshot's
+# documents (`/server_info`, `/v1/loads`, `/v1/models`, `/metrics`, fetched one after another).
+# Where they differ, the endpoints or ranks disagree; no engine restarts in between (a weights
+# load takes longer). Blind review 23: each document of a DP node saved together began a
+# generation, and the rank whose pool was below the context was judged "earlier".
+ONE_INSTANT_SECONDS: Final = 10.0
 
 # How sure we are of a role: a weak guess from log shape never overrides a stated mode.
 _STRONG: Final = 2
@@ -160,6 +167,7 @@ class _NodeHistory:
         "began_mid_run",
         "scrapes",
         "metric_ranks",
+        "instant",
     )
 
     def __init__(self, node: str) -> None:
@@ -184,6 +192,18 @@ class _NodeHistory:
         # This generation's pool and context samples, by field and by the rank labels of the
         # series: ranks may differ (DP attention), and only a rank's own change is a restart.
         self.metric_ranks: dict[str, dict[tuple[tuple[str, str], ...], int]] = {}
+        # When the instant began whose figures (pool, context, release) this generation stated
+        # last (see `ONE_INSTANT_SECONDS`).
+        self.instant: float | None = None
+
+    def same_instant(self, time: float | None) -> bool:
+        """Whether a figure stated at `time` is of the instant of the generation's last stated
+        figures (and so no restart, whatever it says); begins a new instant when not."""
+        begun = self.instant
+        if time is not None and begun is not None and abs(time - begun) < ONE_INSTANT_SECONDS:
+            return True
+        self.instant = time
+        return False
 
     def note_scrape(self, time: float) -> None:
         latest = self.scrapes[0]
@@ -231,6 +251,7 @@ class _NodeHistory:
         self.capacity_time = None
         self.stated = set()
         self.metric_ranks = {}
+        self.instant = time
         self.running_since = (time if time is not None else start) if running else None
         if previous is not None and self.role_strength == _WEAK:
             self.role_strength = 0
@@ -683,6 +704,7 @@ class ConfigTimeline:
                 "unaddressed": node in self._unaddressed,
                 "traced_only": node in self._traced_only,
                 "scrapes": list(h.scrapes),
+                "instant": h.instant,
                 "metric_ranks": {
                     field: [[list(map(list, rank)), value] for rank, value in by_rank.items()]
                     for field, by_rank in h.metric_ranks.items()
@@ -713,6 +735,7 @@ class ConfigTimeline:
             history.began_mid_run = bool(data.get("began_mid_run", False))
             latest, before = data.get("scrapes") or (None, None)
             history.scrapes = (latest, before)
+            history.instant = data.get("instant")
             history.metric_ranks = {
                 field: {
                     tuple((str(k), str(v)) for k, v in rank): int(value) for rank, value in pairs
@@ -906,21 +929,34 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     version = str(version) if version is not None else None
     current = history.current
     # A different pool or version than this generation stated means a new startup; a version
-    # carried over from the previous generation is simply corrected.
+    # carried over from the previous generation is simply corrected. Documents of one instant
+    # are one configuration (as the live audit reads the endpoints): where they differ, the
+    # smallest pool, the largest context and the oldest release stand.
+    instant = current is not None and history.same_instant(event.time)
     restart = current is None or (
-        (pool is not None and history.is_stated("pool_tokens") and pool != current.pool_tokens)
-        or (version is not None and history.is_stated("version") and version != current.version)
+        not instant
+        and (
+            (pool is not None and history.is_stated("pool_tokens") and pool != current.pool_tokens)
+            or (version is not None and history.is_stated("version") and version != current.version)
+        )
     )
     if restart:
         history.start(event.time, event.source, running=True)
     changes: dict[str, Any] = {"source": event.source}
     if version is not None:
+        if instant and history.is_stated("version"):
+            version = _older(version, history.generations[-1].version)
         changes["version"] = version
     if pool is not None:
+        if instant and history.is_stated("pool_tokens"):
+            pool = min(pool, history.generations[-1].pool_tokens or pool)
         changes["pool_tokens"] = pool
     for field in ("context_len", "max_req_input_len"):
         value = _tokens(event.get(field))
         if value is not None:
+            stated = getattr(history.generations[-1], field)
+            if instant and history.is_stated(field) and stated is not None:
+                value = max(value, stated) if field == "context_len" else min(value, stated)
             changes[field] = value
     shards = shard_count(event.get("dcp_size"))
     if shards is not None:
@@ -992,7 +1028,8 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
         changed = known != value and not (
             field == "pool_tokens" and value in history.rank_pools.values()
         )
-    restart = current is None or (history.is_stated(field) and changed)
+    instant = current is not None and history.same_instant(event.time)
+    restart = current is None or (history.is_stated(field) and changed and not instant)
     if restart:
         history.start(event.time, event.source, running=True)
     ranks = history.metric_ranks.setdefault(field, {})
@@ -1156,6 +1193,16 @@ def shard_count(value: Any) -> int | None:
     """A `dcp_size` as the timeline keeps it: 1 to 1,024 ranks, else unknown."""
     shards = _as_int(value)
     return shards if shards is not None and 1 <= shards <= _MAX_SHARDS else None
+
+
+def _older(version: str, other: str | None) -> str:
+    """The older of two releases stated at one instant (a Service in front of a rolling
+    upgrade): the gate judges the weaker, as the live audit does; `version` when either cannot
+    be read."""
+    mine, theirs = parse_version(version), parse_version(other)
+    if other is None or mine is None or theirs is None:
+        return version
+    return other if theirs < mine else version
 
 
 def _role_from_mode(value: Any, *, mode_present: bool) -> Role | None:
