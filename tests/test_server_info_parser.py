@@ -372,3 +372,21 @@ def test_a_mode_of_the_wrong_type_leaves_the_role_unknown() -> None:
         document = json.dumps({"version": "0.5.23", "disaggregation_mode": mode})
         info = parse_server_info(document, node="d0", source="d0.json", time=1.0)
         assert [e.get("role") for e in info.events] == [role], mode
+
+
+def test_a_model_list_of_several_cards_advertises_the_largest_context() -> None:
+    """Blind review 23: a `/v1/models` of two cards (1,048,576 and 2,097,152) was read as the
+    first's context, and a 1.5M pool passed against it."""
+    document = {
+        "object": "list",
+        "data": [
+            {"id": "glm-5.3-lora", "object": "model", "max_model_len": 1_048_576},
+            {"id": "glm-5.3", "object": "model", "max_model_len": 2_097_152},
+            {"id": "no-length", "object": "model"},
+        ],
+    }
+    outcome = parse_server_info(
+        json.dumps(document).encode(), node="n", source="s", time=0.0, endpoint="v1_models"
+    )
+    (event,) = outcome.events
+    assert (event.get("model"), event.get("context_len")) == ("glm-5.3", 2_097_152)

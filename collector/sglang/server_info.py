@@ -192,8 +192,10 @@ def _v1_models(data: dict[str, Any]) -> dict[str, Any] | None:
         cards = [c for c in _list(data.get("data")) if isinstance(c, dict)]
     if not cards:
         return None
+    # Several cards (a base model and its adapters): the context advertised is the largest any
+    # card states, as the detectors and the audit take it (blind review 23: the first was).
     with_len = [c for c in cards if _int(c.get("max_model_len")) is not None]
-    card = with_len[0] if with_len else cards[0]
+    card = max(with_len, key=lambda c: _int(c.get("max_model_len")) or 0) if with_len else cards[0]
     return {"model": _str(card.get("id")), "context_len": _int(card.get("max_model_len"))}
 
 
