@@ -385,8 +385,11 @@ def _is_piece(path: Path, suffix: str) -> bool:
 
 # An OpenTelemetry Collector's file exporter (SGLang's `opentelemetry.yaml` writes
 # `/tmp/otel_trace.json`): one OTLP/JSON `ExportTraceServiceRequest` a line.
-# A byte-order mark and a JSON array of exports (saved by hand) are allowed before it.
-_OTLP_OPENING: Final = re.compile(rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"resourceSpans"')
+# A byte-order mark and a JSON array of exports (saved by hand) are allowed before it; so is
+# a trace as Tempo's API answers it (`{"trace": {"resourceSpans": ...}}`, `{"batches": ...}`).
+_OTLP_OPENING: Final = re.compile(
+    rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*(?:"resourceSpans"|"trace"\s*:\s*\{\s*"resourceSpans"|"batches"\s*:)'
+)
 
 
 # The head of kvwatch's own JSON summary (`forensics.json`, or wherever `--json` put it).

@@ -29,6 +29,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.trace import Status, StatusCode
 
+from collector.forensics.report import unread_line
+from collector.parse import ParseStats, events_by_node
 from collector.sglang import otlp
 from collector.sglang.otlp import SpanCarry, parse_otlp_traces, room_to_decimal
 from collector.sglang.otlp_file import read_trace_exports
@@ -476,10 +478,12 @@ def test_no_request_text_leaves_a_span(finish_reasons: str) -> None:
         (b"{not json", "application/json", "not_json"),
         (b"[]", "application/json", "not_json_object"),
         (b'{"resourceSpans": 5}', "application/json", "malformed_otlp_json"),
+        (b'{"resourceSpans": [{"scopeSpans": 5}]}', "application/json", "malformed_otlp_json"),
+        # The export's shape is OTLP's; its one span is not (the others would be read).
         (
             b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": 7}]}]}]}',
             "text/json",
-            "malformed_otlp_json",
+            "malformed_span",
         ),
     ],
 )
@@ -824,3 +828,66 @@ def test_what_the_direct_reader_does_not_vouch_for_is_judged_by_json_format(
     with mock.patch.object(otlp, "_json_spans", side_effect=otlp._Unfamiliar):
         reference = parse_otlp_traces(payload, content_type="application/json")
     _same(out, reference)
+
+
+def _two_requests(second: dict[str, Any]) -> dict[str, Any]:
+    """An export of two request spans (rids `9c8b7a65` and `second`'s), as OTLP/JSON."""
+    doc = json.loads(_one_request_span({}))
+    first = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    other = {**first, "spanId": "00f067aa0ba902b8", **second}
+    other["attributes"] = [
+        {"key": "rid", "value": {"stringValue": "7d6e5f40"}},
+        {"key": "module", "value": {"stringValue": "sglang::request"}},
+    ]
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"].append(other)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"startTimeUnixNano": "yesterday"},
+        {"spanId": 12345},
+        {"attributes": {"rid": "x"}},
+        {"startTimeUnixNano": "-5"},
+    ],
+)
+def test_one_span_no_reader_takes_costs_only_itself(broken: dict[str, Any]) -> None:
+    """Blind review 24: one span with a bad timestamp (or an id as a number, attributes as an
+    object) dropped its whole export, 50 spans; 6 exposures were lost and the run was an
+    all-clear. Now the span alone is dropped, and counted."""
+    whole = parse_otlp_traces(json.dumps(_two_requests({})), content_type="application/json")
+    assert sorted(e.fields["rid"] for e in whole.events) == ["7d6e5f40", "9c8b7a65"]
+    doc = _two_requests({})
+    doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0].update(broken)
+    out = parse_otlp_traces(json.dumps(doc), content_type="application/json")
+    assert [e.fields["rid"] for e in out.events] == ["7d6e5f40"]
+    assert out.dropped == {"malformed_span": 1}
+
+
+@pytest.mark.parametrize("wrap", ["tempo-v2", "tempo-v1"])
+def test_a_trace_as_tempo_answers_it_is_read_as_its_export(wrap: str) -> None:
+    """Blind review 24: a trace saved from Tempo's API (`{"trace": ...}`, `{"batches": ...}`)
+    was one unrecognised document; its 6 exposures were not read."""
+    export = _two_requests({})
+    doc = {"trace": export} if wrap == "tempo-v2" else {"batches": export["resourceSpans"]}
+    out = parse_otlp_traces(json.dumps(doc), content_type="application/json")
+    assert sorted(e.fields["rid"] for e in out.events) == ["7d6e5f40", "9c8b7a65"]
+    assert not out.dropped
+
+
+def test_trace_files_from_tempo_are_read_and_from_jaeger_said(tmp_path: Path) -> None:
+    """Blind review 24: beside request logs, a Tempo or Jaeger export holding 6 exposures was
+    one `unrecognised_document` among 60 lines, under the UNREAD bar: an all-clear, exit 0."""
+    (tmp_path / "trace-tempo.json").write_text(json.dumps({"trace": _two_requests({})}) + "\n")
+    jaeger = {"data": [{"traceID": "f2a74de452e6b438", "spans": [], "processes": {}}]}
+    (tmp_path / "traces-1788256860.json").write_text(json.dumps(jaeger))
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    assert sorted(e.fields["rid"] for e in events if e.kind == "request_trace") == [
+        "7d6e5f40",
+        "9c8b7a65",
+    ]
+    assert stats.dropped == {"trace_format_not_read": 1}
+    said = unread_line({"input": {"lines": 60, "dropped_by_reason": dict(stats.dropped)}})
+    assert "trace_format_not_read 1" in said

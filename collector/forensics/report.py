@@ -522,6 +522,14 @@ WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
         "document_too_large",
         "duplicate_series",
         "implausible_token_count",
+        # A trace export holds many requests' spans: one not read, or one span of it, may be
+        # an exposure's only record (blind review 24: exposures lost to a span's bad
+        # timestamp, a cut protobuf export and a Jaeger file, none said on the terminal).
+        "malformed_otlp_json",
+        "malformed_span",
+        "not_protobuf",
+        "trace_format_not_read",
+        "truncated_export",
     }
 )
 # The share of unusable lines that is said on its own line.

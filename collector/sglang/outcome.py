@@ -21,6 +21,10 @@ NOT_JSON = "not_json"
 NOT_JSON_OBJECT = "not_json_object"
 NOT_PROTOBUF = "not_protobuf"
 MALFORMED_OTLP_JSON = "malformed_otlp_json"
+# One span of an OTLP export no reader takes; the export's other spans are read.
+MALFORMED_SPAN = "malformed_span"
+# Traces saved in a format kvwatch does not read (Jaeger's JSON): named, never an all-clear's.
+TRACE_FORMAT_NOT_READ = "trace_format_not_read"
 MISSING_FIELD = "missing_field"
 UNRECOGNISED_DOCUMENT = "unrecognised_document"
 UNKNOWN_ENDPOINT = "unknown_endpoint"
