@@ -650,3 +650,34 @@ def test_spans_of_a_server_named_as_a_node_read_are_that_node_s(tmp_path: Path) 
         "prefill-0",
     )
     assert "over_length_answered" in exposed[EXPOSED_ROOM]["evidence"]
+
+
+def _node(role: str, pool: int | None, *, traced: bool = False) -> dict[str, Any]:
+    point = {"max_total_num_tokens": pool, "max_req_input_len": None, "role": role}
+    return {"role": role, **({"traced_only": True} if traced else {}), "config": [point]}
+
+
+def test_a_span_server_judged_by_the_pools_read_is_no_pool_unknown() -> None:
+    """Blind review 24: POOL UNKNOWN named `sglang-prefill@a1b2c3d4`, a server only spans
+    named, "judged by refusals and prefill times alone", while the findings judged its
+    requests against prefill-0's 681,280-token pool, as they do when it may be that node."""
+    from collector.forensics.report import pool_unknown_line
+
+    summary: dict[str, Any] = {
+        "requests": {"total": 240},
+        "nodes": {
+            "prefill-0": _node("prefill", 681_280),
+            "decode-0": _node("decode", 1_500_000),
+            "sglang-prefill@a1b2c3d4": _node("prefill", None, traced=True),
+        },
+    }
+    assert pool_unknown_line(summary) == ""
+    # More span servers than prefill nodes read: one at least is none of them, its pool unknown.
+    summary["nodes"]["sglang-prefill@0badcafe"] = _node("prefill", None, traced=True)
+    assert pool_unknown_line(summary).startswith(
+        "sglang-prefill@0badcafe, sglang-prefill@a1b2c3d4: no KV pool stated"
+    )
+    # A node with logs and no pool stated is said, spans or not.
+    del summary["nodes"]["sglang-prefill@0badcafe"]
+    summary["nodes"]["prefill-1"] = _node("prefill", None)
+    assert pool_unknown_line(summary).startswith("prefill-1: no KV pool stated")

@@ -865,6 +865,7 @@ def build_summary(
         history = pipeline.timeline.history(node)
         nodes[node] = {
             "role": _last_role(pipeline, node),
+            **({"traced_only": True} if pipeline.timeline.traced_only(node) else {}),
             "config": [
                 {
                     "time": iso_time(c.since),

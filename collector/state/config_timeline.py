@@ -513,6 +513,10 @@ class ConfigTimeline:
         """Nodes whose bootstrap server announced no address a decode could be told."""
         return frozenset(self._unaddressed)
 
+    def traced_only(self, node: str) -> bool:
+        """Whether `node` is a server that trace spans alone name (no log or snapshot of it)."""
+        return node in self._traced_only
+
     def traced_servers_fit(self, role: Role) -> bool:
         """Whether each server that trace spans alone name in `role` may be one of the nodes
         read: no more of them than nodes read in that role (more, and one at least has no
