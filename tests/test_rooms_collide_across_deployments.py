@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from collector.forensics.driver import run_forensics
+from tests.engine_lines import refusal_line
 
 DAY = "2026-09-01"
 
@@ -45,14 +46,6 @@ def _stats(at: str, rid: str, room: int, prompt: int, role: str, forward_ms: flo
     )
 
 
-def _refusal(at: str, rid: str, prompt: int, pool: int) -> str:
-    return (
-        f"[{DAY} {at}] Input length ({prompt} tokens) exceeds the maximum allowed length "
-        f"({pool - 6} tokens). Use a shorter input or enable --allow-auto-truncate., "
-        f"self.rid='{rid}'\n"
-    )
-
-
 def _fleet(logs: Path) -> str:
     """Deployments `a` (prefill pool 681,280) and `b` (2,040,000) using rooms 101..106 each;
     returns the rid of the one exposed response: room 103 of `a`, refused and answered."""
@@ -64,7 +57,7 @@ def _fleet(logs: Path) -> str:
         done = f"08:{5 + 10 * i:02d}:05"
         a_rid, b_rid = f"{'a' * 24}{room:08d}", f"{'b' * 24}{room:08d}"
         if a_rid == exposed:
-            a_prefill += [_refusal(at, a_rid, 900_000, 681_280)]
+            a_prefill += [refusal_line(f"{DAY} {at}", a_rid, 900_000, 681_280)]
             a_prefill += [_stats(at, a_rid, room, 1, "prefill", 30.0)]
             a_decode += [_stats(done, a_rid, room, 900_000, "decode", 2500.0)]
         else:
