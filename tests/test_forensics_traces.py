@@ -681,3 +681,19 @@ def test_a_span_server_judged_by_the_pools_read_is_no_pool_unknown() -> None:
     del summary["nodes"]["sglang-prefill@0badcafe"]
     summary["nodes"]["prefill-1"] = _node("prefill", None)
     assert pool_unknown_line(summary).startswith("prefill-1: no KV pool stated")
+
+
+def test_an_all_clear_counts_span_servers_apart_from_nodes() -> None:
+    """Blind review 24: two engines, their logs and their spans, were "judged on 4 nodes"."""
+    from collector.forensics.report import judged_line
+
+    summary: dict[str, Any] = {
+        "requests": {"total": 240},
+        "nodes": {
+            "prefill-0": _node("prefill", 681_280),
+            "decode-0": _node("decode", 1_500_000),
+            "sglang-prefill@a1b2c3d4": _node("prefill", None, traced=True),
+            "sglang-decode@e5f6a7b8": _node("decode", None, traced=True),
+        },
+    }
+    assert judged_line(summary) == ("240 requests judged on 2 nodes and 2 servers trace spans name")
