@@ -17,6 +17,7 @@ from collector.forensics.report import (
     abort_signals_line,
     caught_line,
     config_gaps,
+    exposure_status,
     log_zones_line,
     next_steps,
     prompts_answered,
@@ -164,6 +165,22 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
         "aborted transfers could still land on pages re-let to other requests."
     )
     assert status_line(_summary(pools=GAP)) == ""  # nothing exposed, nothing to say
+
+
+def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -> None:
+    """Blind review 25: "Stopped" on a fleet restarted onto 0.5.20, its own warnings saying the
+    abort race was open, and deferred releases timing out after the last exposure unsaid."""
+    closed = _summary(exposed=3, pools=CLOSED)
+    assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:00:00.000Z.")
+    closed["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
+    closed["abort_signals"]["timeouts_between"][1] = "2026-11-02T10:30:40.000Z"
+    assert status_line(closed) == (
+        "Stopped within these logs: the last exposed response came 33 s before the logs end, "
+        "and every pool gap had closed by 2026-11-02T10:00:00.000Z. But deferred KV releases "
+        "still timed out 12 s before the logs end and a PD node still ran a release open to the "
+        "abort race: aborted transfers could still land on pages re-let to other requests."
+    )
+    assert exposure_status(closed)[0] == "stopped"  # the leak the exposures came by did stop
 
 
 def test_a_gap_left_open_on_a_release_that_refuses_what_it_cannot_hold_is_not_still_leaking() -> (
