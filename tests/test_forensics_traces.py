@@ -697,3 +697,25 @@ def test_an_all_clear_counts_span_servers_apart_from_nodes() -> None:
         },
     }
     assert judged_line(summary) == ("240 requests judged on 2 nodes and 2 servers trace spans name")
+
+
+def test_a_pool_known_only_from_a_later_restart_is_said_until_then() -> None:
+    """Blind review 25: the start-up lines of 0.5.19's prefills rotated away, their pool known
+    only from the fix's restart; 122 exposures fell before it, and POOL UNKNOWN named only an
+    unrelated node."""
+    from collector.forensics.report import pool_unknown_line
+
+    rotated = _node("prefill", None)
+    rotated["config"].append(
+        {"time": "2026-09-09T19:31:15.000Z", "max_total_num_tokens": 2_043_904, "role": "prefill"}
+    )
+    summary: dict[str, Any] = {
+        "requests": {"total": 25_000},
+        "nodes": {"prefill-0": rotated, "decode-0": _node("decode", 1_245_184)},
+    }
+    assert pool_unknown_line(summary).startswith(
+        "prefill-0 until 2026-09-09T19:31:15.000Z: no KV pool stated"
+    )
+    # Known from the start, later restarts with or without a capacity line say nothing new.
+    summary["nodes"]["prefill-0"]["config"].reverse()
+    assert pool_unknown_line(summary) == ""
