@@ -1519,6 +1519,8 @@ def _requests_by_rid(sides: list[SideRecord]) -> list[list[SideRecord]] | None:
     Why: blind review 20 (D4). With time stats alone, a leaking deployment's decode side was
     judged with the prefill side of another deployment's 900,000-token request in the same
     room: an over-length answer it never gave."""
+    if len(sides) < 4:  # two requests, each a prefill and a decode side
+        return None
     by_rid: dict[str, list[SideRecord]] = {}
     for side in sides:
         if not side.rid:
