@@ -51,7 +51,16 @@ from collector.sglang.logs import (
     LineParser,
     LineRead,
 )
-from collector.sglang.outcome import BLANK_LINES, UNREAD_DOCUMENT, ParseOutcome
+from collector.sglang.outcome import (
+    BLANK_LINES,
+    TRACE_FORMAT_NOT_READ,
+    UNREAD_DOCUMENT,
+    ParseOutcome,
+)
+
+# A document of these drops that gave nothing is named: a snapshot not read, or traces in a
+# format kvwatch does not read (named on forensics' UNREAD line, not failing the audit's gate).
+_NAMED_DOCUMENT_DROPS: Final = UNREAD_DOCUMENT | {TRACE_FORMAT_NOT_READ}
 
 BLANK_NOISE = "blank"
 BLANK = NOISE_PREFIX + BLANK_NOISE
@@ -439,7 +448,7 @@ def _document_events(
         # A snapshot is one document: one that gave nothing (a cut or login page saved as
         # `/server_info`) is named, so the gate can say which (blind review 23: three nodes'
         # files vanished from "all 2 nodes passed").
-        for reason in UNREAD_DOCUMENT.intersection(dropped):
+        for reason in _NAMED_DOCUMENT_DROPS.intersection(dropped):
             name_file(stats.dropped_files, reason, str(tf.path))
     if not_kept:
         stats.events[METRIC] += not_kept

@@ -889,5 +889,19 @@ def test_trace_files_from_tempo_are_read_and_from_jaeger_said(tmp_path: Path) ->
         "9c8b7a65",
     ]
     assert stats.dropped == {"trace_format_not_read": 1}
+    assert stats.dropped_files == {
+        "trace_format_not_read": [str(tmp_path / "traces-1788256860.json")]
+    }
     said = unread_line({"input": {"lines": 60, "dropped_by_reason": dict(stats.dropped)}})
     assert "trace_format_not_read 1" in said
+
+
+def test_a_trace_export_cut_at_the_end_of_its_file_is_no_cut_request_line(tmp_path: Path) -> None:
+    """Blind review 24: the last export of a trace file, cut mid-line, was counted as a
+    `truncated_request_line` (its spans carry `"rid"` attributes)."""
+    export = json.dumps(_two_requests({}))
+    (tmp_path / "otel_trace.json").write_text(export + "\n" + export[: len(export) // 2])
+    stats = ParseStats()
+    events = list(events_by_node([tmp_path], stats))
+    assert len([e for e in events if e.kind == "request_trace"]) == 2
+    assert "truncated_request_line" not in stats.dropped and sum(stats.dropped.values()) == 1
