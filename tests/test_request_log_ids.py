@@ -4,10 +4,12 @@ text holds look-alikes; the finds-based reader must agree with the plain reading
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collector.parse import ParseStats, events_by_node
 from collector.sglang import request_log
 from collector.sglang.request_log import _obj_ids
 
@@ -227,3 +229,39 @@ def test_an_answer_echoing_a_finish_line_leaves_the_room_to_the_request() -> Non
     )
     fields = request_log.parse_text_finish(finish)
     assert (fields["rid"], fields["bootstrap_room"], fields["prompt_tokens"]) == ("r9", "77", 12)
+
+
+FINISHED_RECORD = (
+    '{"timestamp": "2026-09-06T00:00:01", "event": "request.finished", "rid": "r1", '
+    '"obj": {"rid": "r1", "bootstrap_room": 7}, "out": OUT}'
+)
+
+
+def test_a_json_finish_without_its_answer_s_facts_is_counted_not_read_as_an_end(
+    tmp_path: Path,
+) -> None:
+    """Blind review 26: `"meta_info": null` (or a list, or `out` a string) gave a finish with
+    every field null; taken as the request's end, 37 exposures were missed in an all-clear."""
+    whole = FINISHED_RECORD.replace("OUT", '{"meta_info": {"id": "r1", "prompt_tokens": 9}}')
+    broken = [
+        FINISHED_RECORD.replace("OUT", '{"meta_info": null}'),
+        FINISHED_RECORD.replace("OUT", '{"meta_info": [1, 2]}'),
+        FINISHED_RECORD.replace("OUT", '"an answer"'),
+        '{"meta_info": "x", "request_parameters": "{}"}',  # an exported record
+    ]
+    later = "[2026-09-06 00:00:02 TP0] Decode batch, #running-req: 1, #token: 9"
+    (tmp_path / "decode-0.log").write_text("\n".join([whole, *broken, later]) + "\n")
+    stats = ParseStats()
+    kinds = [e.kind for e in events_by_node([tmp_path], stats)]
+    assert kinds == ["request_finished", "decode_batch"]
+    assert stats.dropped == {"malformed_request_record": 4}
+
+
+def test_a_json_record_cut_with_lines_after_it_is_counted(tmp_path: Path) -> None:
+    """Blind review 26: 55 JSON records cut mid-file were counted among unrecognised lines."""
+    whole = FINISHED_RECORD.replace("OUT", '{"meta_info": {"id": "r1", "prompt_tokens": 9}}')
+    later = "[2026-09-06 00:00:02 TP0] Decode batch, #running-req: 1, #token: 9"
+    (tmp_path / "decode-0.log").write_text(whole[: len(whole) // 2] + "\n" + later + "\n")
+    stats = ParseStats()
+    assert [e.kind for e in events_by_node([tmp_path], stats)] == ["decode_batch"]
+    assert stats.dropped == {"truncated_request_line": 1}

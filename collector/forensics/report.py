@@ -507,6 +507,7 @@ WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
         "trailing_garbage_after_gzip",
         "trailing_garbage_after_xz",
         "truncated_request_line",
+        "malformed_request_record",
         "log_export_entry_without_text",
         "log_export_not_json",
         "log_export_too_large",

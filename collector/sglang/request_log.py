@@ -734,6 +734,8 @@ def _exported_metrics_record(record: dict[str, Any]) -> tuple[str, dict[str, Any
     record has no time of its own but meta_info's `request_finished_ts`.
     """
     meta = record.get("meta_info")
+    if meta is not None and not isinstance(meta, dict):
+        return MALFORMED_RECORD, {}
     if not isinstance(meta, dict):
         meta = record if "prompt_tokens" in record and "id" in record else None
     if meta is None:
@@ -777,8 +779,14 @@ def _address(record: dict[str, Any]) -> Address | None:
     return host, port if isinstance(port, int) and 0 < port < 65536 else None
 
 
+# The kind `parse_json_record` gives a finish record whose answer (`out.meta_info`) is not an
+# object: counted as a drop by the line reader, never read as a finish.
+MALFORMED_RECORD: Final = "malformed_request_record"
+
+
 def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
-    """A `--log-requests-format json` record → (kind, fields); None when it is not one."""
+    """A `--log-requests-format json` record → (kind, fields); None when it is not one;
+    (`MALFORMED_RECORD`, {}) for a finish record without its answer's facts."""
     try:
         record = json.loads(message)
     except (ValueError, RecursionError):
@@ -806,7 +814,11 @@ def parse_json_record(message: str) -> tuple[str, dict[str, Any]] | None:
     if event == "request.finished":
         out = record.get("out")
         meta = out.get("meta_info") if isinstance(out, dict) else None
-        fields = _finished_fields(meta if isinstance(meta, dict) else {}, rid, room)
+        if not isinstance(meta, dict):
+            # No answer's facts: read as a finish with every field null, it ended its request
+            # as if answered with nothing (blind review 26: 37 exposures missed, an all-clear).
+            return MALFORMED_RECORD, {}
+        fields = _finished_fields(meta, rid, room)
         fields.update(extra)
         if isinstance(obj_dict.get("stream"), bool):
             fields["streamed"] = obj_dict["stream"]
