@@ -297,3 +297,48 @@ def test_time_stats_without_an_epoch_set_a_clock_by_their_durations(tmp_path: Pa
         path.write_text("".join(lines))
         samples[node] = sample(node, [TelemetryFile(path, node, "log", (0, ""))]).rooms
     assert offset(samples["prefill-0"], samples["decode-0"]) == 8 * HOUR
+
+
+def test_json_records_dated_in_utc_set_a_zoneless_prefill_against_utc(tmp_path: Path) -> None:
+    """Blind review 26: a UTC+2 prefill logging only its refusals (by rid), beside a decode
+    whose request records are `--log-requests-format json` (each dated in UTC by its own
+    `timestamp`), kept its clock; 10 honest answers were then judged by the pool in force two
+    hours earlier. A record standing alone is a moment in UTC, on no node's clock; one behind
+    the node's prefix is on that node's clock, as a text line is."""
+    refusals, records, prefixed = [], [], []
+    for i in range(5):
+        rid = f"{i:032x}"
+        refusals.append(
+            f"[2026-11-02 11:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
+            f"allowed length (681274 tokens). Use a shorter input or enable "
+            f"--allow-auto-truncate., self.rid='{rid}'\n"
+        )
+        record = json.dumps(
+            {
+                "timestamp": f"2026-11-02T09:0{i}:47.000000+00:00",
+                "event": "request.finished",
+                "rid": rid,
+                "obj": {"rid": rid, "bootstrap_room": 7000 + i},
+                "out": {"meta_info": {"id": rid, "prompt_tokens": 1, "e2e_latency": 2.0}},
+            }
+        )
+        records.append(record + "\n")
+        prefixed.append(f"[2026-11-02 11:0{i}:47] {record}\n")
+    files = {}
+    for node, lines in (("prefill-0", refusals), ("decode-0", records), ("decode-1", prefixed)):
+        path = tmp_path / f"{node}.log"
+        path.write_text("".join(lines))
+        files[node] = [TelemetryFile(path, node, "log", (0, ""))]
+    prefill, decode = sample("prefill-0", files["prefill-0"]), sample("decode-0", files["decode-0"])
+    assert decode.rooms == {} and decode.utc is not None
+    assert offset(prefill.rooms, decode.utc) == 2 * 3600.0
+    # Behind the prefix, the same records are on decode-1's own clock, as its text lines are.
+    assert offset(prefill.rooms, sample("decode-1", files["decode-1"]).rooms) == 0.0
+    # Set against decode-0, whose zone its records told: the prefill is two hours east.
+    readings = {
+        ("prefill-0", "log"): ZoneReading(0.0, False, True),
+        ("decode-0", "log"): ZoneReading(7200.0, True, True),
+    }
+    samples = {("prefill-0", "log"): prefill, ("decode-0", "log"): decode}
+    aligned = align(readings, samples)
+    assert aligned[("prefill-0", "log")].zone == 2 * 3600.0
