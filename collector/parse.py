@@ -772,6 +772,11 @@ def stream_zones(
     if len(readings) < 2 or all(r.voted or not r.prefixed for r in readings.values()):
         return readings
     samples = {key: sample(key[0], files) for key, files in logs.items()}
+    samples.update(
+        (key, sample(key[0], settled(files), exports=True))
+        for key, files in streams.items()
+        if key[1] == EXPORT_STREAM
+    )
     taken: dict[str, list[float]] = {}
     for (node, _), files in streams.items():
         taken.setdefault(node, []).extend(

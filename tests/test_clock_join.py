@@ -342,3 +342,34 @@ def test_json_records_dated_in_utc_set_a_zoneless_prefill_against_utc(tmp_path: 
     samples = {("prefill-0", "log"): prefill, ("decode-0", "log"): decode}
     aligned = align(readings, samples)
     assert aligned[("prefill-0", "log")].zone == 2 * 3600.0
+
+
+def test_request_metrics_exports_set_a_zoneless_prefill_against_utc(tmp_path: Path) -> None:
+    """Blind review 26: beside `--export-metrics-to-file` records (dated in UTC by their
+    `request_finished_ts`), a UTC+2 prefill logging only its refusals kept its clock; 10
+    honest answers were judged by the pool in force two hours earlier."""
+    refusals, exported = [], []
+    for i in range(5):
+        rid = f"{i:032x}"
+        refusals.append(
+            f"[2026-11-02 11:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
+            f"allowed length (681274 tokens). Use a shorter input or enable "
+            f"--allow-auto-truncate., self.rid='{rid}'\n"
+        )
+        finished = parse_iso_time(f"2026-11-02T09:0{i}:47.000Z")
+        record = {
+            "request_parameters": json.dumps({"rid": rid, "bootstrap_room": 7000 + i}),
+            "meta_info": {"id": rid, "prompt_tokens": 1, "e2e_latency": 2.0},
+        }
+        record["meta_info"]["request_finished_ts"] = finished  # type: ignore[index]
+        exported.append(json.dumps(record) + "\n")
+    prefill_log = tmp_path / "prefill-0.log"
+    prefill_log.write_text("".join(refusals))
+    export = tmp_path / "sglang-request-metrics-20261102_09.log"
+    export.write_text("".join(exported))
+    prefill = sample("prefill-0", [TelemetryFile(prefill_log, "prefill-0", "log", (0, ""))])
+    records = sample("decode-0", [TelemetryFile(export, "decode-0", "log", (0, ""))], exports=True)
+    assert records.utc is not None and offset(prefill.rooms, records.utc) == 2 * 3600.0
+    readings = {("prefill-0", "log"): ZoneReading(0.0, False, True)}
+    samples = {("prefill-0", "log"): prefill, ("decode-0", "log:export"): records}
+    assert align(readings, samples)[("prefill-0", "log")].zone == 2 * 3600.0

@@ -83,15 +83,17 @@ class Sample(NamedTuple):
     utc: Mapping[str, float] | None = None
 
 
-def sample(node: str, files: list[TelemetryFile]) -> Sample:
-    """The `Sample` of a node's first lines (`log_clock.first_lines`) and its last file's end."""
+def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> Sample:
+    """The `Sample` of a node's first lines (`log_clock.first_lines`) and its last file's end;
+    of its `--export-metrics-to-file` records with `exports` (each dated in UTC by its
+    `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
     parser = LineParser(node)
     stamps: dict[str, float] = {}
     utc: dict[str, float] = {}
     started: float | None = None
     for line in first_lines(files):
         head = line[:400]
-        if _JSON_REQUEST in head:
+        if _JSON_REQUEST in head or (exports and head.startswith("{")):
             # `--log-requests-format json`: as its text lines would, when behind the node's
             # prefix; in UTC when it stands alone, dated by its own `timestamp` (blind review
             # 26: a UTC+2 prefill logging only its refusals kept its clock beside such a
@@ -222,6 +224,10 @@ def align(
     the first stream's by name. Only their offsets other than zero are returned.
     """
     told = {stream: r.zone for stream, r in readings.items() if r.voted}
+    # Streams of records dated in UTC alone (exports): a reference on no node's clock.
+    told.update(
+        (stream, 0.0) for stream, got in samples.items() if stream not in readings and got.utc
+    )
     zoneless = sorted(stream for stream, r in readings.items() if r.prefixed and not r.voted)
     rank = {stream: at for at, stream in enumerate(zoneless)}
     holders: dict[str, list[Stream]] = {}  # each room's zoneless streams, in their order
