@@ -221,6 +221,15 @@ def test_clocks_are_set_in_turn_through_the_nodes_each_shares_rooms_with() -> No
     assert not any(a.known for a in assumed.values())
 
 
+def _refusal(at: str, rid: str) -> str:
+    """A 0.5.19 prefill's refusal of a 900,000-token prompt, naming its request by rid alone."""
+    return (
+        f"[{at} TP0] Input length (900000 tokens) exceeds the maximum allowed length "
+        f"(681274 tokens). Use a shorter input or enable --allow-auto-truncate., "
+        f"self.rid='{rid}'\n"
+    )
+
+
 def test_refusals_and_finishes_naming_one_rid_set_a_clock(tmp_path: Path) -> None:
     """A prefill logging no request lines names its refusals by rid alone; decode logs the same
     rids' finishes (the router passes the client's rid to both halves). Decode five hours
@@ -229,11 +238,7 @@ def test_refusals_and_finishes_naming_one_rid_set_a_clock(tmp_path: Path) -> Non
     refusals, finishes = [], []
     for i in range(5):
         rid = f"{i:032x}"
-        refusals.append(
-            f"[2026-11-02 09:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
-            f"allowed length (681274 tokens). Use a shorter input or enable "
-            f"--allow-auto-truncate., self.rid='{rid}'\n"
-        )
+        refusals.append(_refusal(f"2026-11-02 09:0{i}:45", rid))
         finishes.append(
             f"[2026-11-02 04:0{i}:47] Finish: obj=GenerateReqInput(rid='{rid}', "
             f"bootstrap_host='10.0.1.10', bootstrap_port=8998, bootstrap_room={7000 + i}), "
@@ -308,11 +313,7 @@ def test_json_records_dated_in_utc_set_a_zoneless_prefill_against_utc(tmp_path: 
     refusals, records, prefixed = [], [], []
     for i in range(5):
         rid = f"{i:032x}"
-        refusals.append(
-            f"[2026-11-02 11:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
-            f"allowed length (681274 tokens). Use a shorter input or enable "
-            f"--allow-auto-truncate., self.rid='{rid}'\n"
-        )
+        refusals.append(_refusal(f"2026-11-02 11:0{i}:45", rid))
         record = json.dumps(
             {
                 "timestamp": f"2026-11-02T09:0{i}:47.000000+00:00",
@@ -351,11 +352,7 @@ def test_request_metrics_exports_set_a_zoneless_prefill_against_utc(tmp_path: Pa
     refusals, exported = [], []
     for i in range(5):
         rid = f"{i:032x}"
-        refusals.append(
-            f"[2026-11-02 11:0{i}:45 TP0] Input length (900000 tokens) exceeds the maximum "
-            f"allowed length (681274 tokens). Use a shorter input or enable "
-            f"--allow-auto-truncate., self.rid='{rid}'\n"
-        )
+        refusals.append(_refusal(f"2026-11-02 11:0{i}:45", rid))
         finished = parse_iso_time(f"2026-11-02T09:0{i}:47.000Z")
         record = {
             "request_parameters": json.dumps({"rid": rid, "bootstrap_room": 7000 + i}),

@@ -657,20 +657,21 @@ def _node(role: str, pool: int | None, *, traced: bool = False) -> dict[str, Any
     return {"role": role, **({"traced_only": True} if traced else {}), "config": [point]}
 
 
+def _logs_and_spans(*servers: str) -> dict[str, Any]:
+    """A run's summary: a PD pair's logs (pools stated) and the servers spans alone name."""
+    nodes = {"prefill-0": _node("prefill", 681_280), "decode-0": _node("decode", 1_500_000)}
+    for server in servers:
+        nodes[server] = _node(server.split("@")[0].removeprefix("sglang-"), None, traced=True)
+    return {"requests": {"total": 240}, "nodes": nodes}
+
+
 def test_a_span_server_judged_by_the_pools_read_is_no_pool_unknown() -> None:
     """Blind review 24: POOL UNKNOWN named `sglang-prefill@a1b2c3d4`, a server only spans
     named, "judged by refusals and prefill times alone", while the findings judged its
     requests against prefill-0's 681,280-token pool, as they do when it may be that node."""
     from collector.forensics.report import pool_unknown_line
 
-    summary: dict[str, Any] = {
-        "requests": {"total": 240},
-        "nodes": {
-            "prefill-0": _node("prefill", 681_280),
-            "decode-0": _node("decode", 1_500_000),
-            "sglang-prefill@a1b2c3d4": _node("prefill", None, traced=True),
-        },
-    }
+    summary = _logs_and_spans("sglang-prefill@a1b2c3d4")
     assert pool_unknown_line(summary) == ""
     # More span servers than prefill nodes read: one at least is none of them, its pool unknown.
     summary["nodes"]["sglang-prefill@0badcafe"] = _node("prefill", None, traced=True)
@@ -687,15 +688,7 @@ def test_an_all_clear_counts_span_servers_apart_from_nodes() -> None:
     """Blind review 24: two engines, their logs and their spans, were "judged on 4 nodes"."""
     from collector.forensics.report import judged_line
 
-    summary: dict[str, Any] = {
-        "requests": {"total": 240},
-        "nodes": {
-            "prefill-0": _node("prefill", 681_280),
-            "decode-0": _node("decode", 1_500_000),
-            "sglang-prefill@a1b2c3d4": _node("prefill", None, traced=True),
-            "sglang-decode@e5f6a7b8": _node("decode", None, traced=True),
-        },
-    }
+    summary = _logs_and_spans("sglang-prefill@a1b2c3d4", "sglang-decode@e5f6a7b8")
     assert judged_line(summary) == ("240 requests judged on 2 nodes and 2 servers trace spans name")
 
 
