@@ -103,14 +103,7 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
                 continue
             if event.kind not in ("request_finished", "request_received"):
                 continue
-            e2e = event.fields.get("e2e_latency")
-            latency = e2e if isinstance(e2e, float) and 0 <= e2e < MAX_LATENCY else 0.0
-            into = utc if line.lstrip().startswith("{") else stamps
-            rid, room = event.fields.get("rid"), event.fields.get("bootstrap_room")
-            if rid:
-                into.setdefault(_RID + str(rid), event.time - latency)
-            if room is not None:
-                into.setdefault(str(room), event.time - latency)
+            _note_receipt(utc if line.lstrip().startswith("{") else stamps, event, event.time)
             continue
         if started is None and "server_args" in head:
             _, event = parser.parse(line, "")
@@ -150,13 +143,7 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
                 continue
             if not _shared_request(event):
                 continue
-            rid, e2e = event.fields.get("rid"), event.fields.get("e2e_latency")
-            room = event.fields.get("bootstrap_room")
-            latency = e2e if isinstance(e2e, float) and 0 <= e2e < MAX_LATENCY else 0.0
-            if rid:
-                stamps.setdefault(_RID + str(rid), event.time - latency)
-            if room is not None:
-                stamps.setdefault(str(room), event.time - latency)
+            _note_receipt(stamps, event, event.time)
             continue
         if _RECEIVE not in line or (_ROOM not in line and "rid=" not in line):
             continue
@@ -165,15 +152,24 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
             continue
         if not _shared_request(event):
             continue
-        rid, room = event.fields.get("rid"), event.fields.get("bootstrap_room")
-        if rid:
-            stamps.setdefault(_RID + str(rid), event.time)
-        if room is not None:
-            stamps.setdefault(str(room), event.time)
+        _note_receipt(stamps, event, event.time)
         if len(stamps) >= MAX_ROOMS:
             break
     ended = first_line_time(reversed(end_lines(files[-1].path))) if files else None
     return Sample(stamps, started, ended, utc or None)
+
+
+def _note_receipt(stamps: dict[str, float], event: Event, at: float) -> None:
+    """When a request line's request was received, under its rid and its room (the first
+    kept): a finish's stamp (`at`) less its end-to-end latency, a receipt's own stamp."""
+    if event.kind == "request_finished":
+        e2e = event.fields.get("e2e_latency")
+        at -= e2e if isinstance(e2e, float) and 0 <= e2e < MAX_LATENCY else 0.0
+    rid, room = event.fields.get("rid"), event.fields.get("bootstrap_room")
+    if rid:
+        stamps.setdefault(_RID + str(rid), at)
+    if room is not None:
+        stamps.setdefault(str(room), at)
 
 
 def _shared_request(event: Event) -> bool:
