@@ -24,10 +24,13 @@ engine is quiet, and persist `pipeline.to_state()` to resume after a restart.
 from __future__ import annotations
 
 import math
+import sys
 import time as _time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -96,6 +99,9 @@ class PipelineStats:
     findings: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    # Per detector, where it first failed ("TypeError at detectors/x.py:12"): no message, which
+    # may quote a value read from the input.
+    error_sites: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -316,8 +322,12 @@ class DetectionPipeline:
             self._keep(findings, out)
 
     def _failed(self, det: Detector[Any]) -> bool:
-        """Count a detector's error; True when it must be raised instead of swallowed."""
+        """Count a detector's error (called in its `except`); True when it must be raised
+        instead of swallowed. A swallowed error is said by whoever reports the run: findings
+        the detector would have made are missing (`error_sites`)."""
         self.stats.errors[det.name] = self.stats.errors.get(det.name, 0) + 1
+        if det.name not in self.stats.error_sites:
+            self.stats.error_sites[det.name] = _error_site()
         return self.raise_errors
 
     def _keep(self, findings: list[Finding], out: list[Finding]) -> None:
@@ -374,3 +384,17 @@ class DetectionPipeline:
         pipeline._dedup = OrderedDict((key, None) for key in state.get("dedup", []))
         pipeline.stats = PipelineStats(**state.get("stats", {}))
         return pipeline
+
+
+def _error_site() -> str:
+    """The exception being handled, as its type and the line that raised it."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return "unknown error"
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return type(error).__name__
+    last = frames[-1]
+    path = Path(last.filename)
+    shown = "/".join(path.parts[-2:])
+    return f"{type(error).__name__} at {shown}:{last.lineno}"

@@ -403,7 +403,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         gap = reference - pool
         role = config.role or "unknown role"
         capacity = config.capacity  # a pool over dcp ranks, or the limit the engine states
-        widened = capacity.said != f"pool {config.pool_tokens:,}"
+        # Said as what it rests on when that is more than the pool: dcp ranks, or the limit the
+        # engine stated (its refusals', with no pool read).
+        widened = config.pool_tokens is None or capacity.said != f"pool {config.pool_tokens:,}"
         said = f"KV {capacity.said}" if widened else f"KV pool {pool:,} tokens"
         summary = (
             f"{config.node} ({role}) {said} < context "

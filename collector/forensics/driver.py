@@ -39,6 +39,7 @@ from collector.forensics.report import (
     config_gaps,
     csv_files_line,
     decode_apart_line,
+    detector_errors_line,
     exposure_status,
     exposure_window,
     info_kinds,
@@ -704,6 +705,13 @@ def run_forensics(
         ),
         "deferred_release_counted": evidence.release_counted(),
     }
+    errors = pipeline.stats.errors
+    if errors:
+        sites = pipeline.stats.error_sites
+        summary["detector_errors"] = {
+            name: {"count": count, "first": sites.get(name, "unknown error")}
+            for name, count in sorted(errors.items())
+        }
     summary["verdict"] = verdict(summary)
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
@@ -1302,6 +1310,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("", abort_signals_line),
         ("LOG CLOCKS: ", log_zones_line),
         ("MERGED LOGS: ", merged_logs_line),
+        ("DETECTOR ERRORS: ", detector_errors_line),
         ("UNREAD: ", unread_line),
         ("PASSED OVER: ", passed_over_line),
         ("UNDATED: ", _beside_exposures(undated_line)),
@@ -1327,7 +1336,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             out.write(f"{label}{line}\n")
     for gap in config_gaps(summary):
         out.write(
-            f"config gap: {gap.node} ({gap.role}) pool {gap.pool:,} < context {gap.context:,} "
+            f"config gap: {gap.node} ({gap.role}) {gap.pool_said()} < context {gap.context:,} "
             f"{gap.period()}\n"
         )
     for name, path in result.outputs.items():

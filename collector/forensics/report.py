@@ -1003,6 +1003,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
     return first_said(
         summary,
         (
+            detector_errors_line,
             undated_line,
             too_late_line,
             pd_role_missing_line,
@@ -1016,6 +1017,24 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
 
 
 Sayer = Callable[[dict[str, Any]], str]
+
+
+def detector_errors_line(summary: dict[str, Any]) -> str:
+    """Detectors that failed on some input: the findings they would have made are missing, so
+    the run is no all-clear. A kvwatch bug, said rather than swallowed (a pool gap known only
+    from a refusal's limit once failed `pool_below_context` on every node, silently)."""
+    errors = summary.get("detector_errors") or {}
+    if not errors:
+        return ""
+    said = "; ".join(
+        f"{name} failed {info['count']:,} {'time' if info['count'] == 1 else 'times'} "
+        f"(first: {info['first']})"
+        for name, info in errors.items()
+    )
+    return (
+        f"{said}: findings it would have made are missing. This is a kvwatch bug; please "
+        "report it with this line"
+    )
 
 
 def first_said(summary: dict[str, Any], sayers: tuple[Sayer, ...]) -> str:
@@ -1089,6 +1108,15 @@ class ConfigGap(NamedTuple):
     until: str | None
     # The release the node ran then (None: not known).
     version: str | None = None
+    # The prompt limit the engine stated (its refusals', a snapshot's) when no pool was read:
+    # `pool` is then the capacity that limit implies.
+    stated_limit: int | None = None
+
+    def pool_said(self, unit: str = "") -> str:
+        """The pool as the logs show it: stated, or inferred from the engine's own limit."""
+        if self.stated_limit is None:
+            return f"pool {self.pool:,}{unit}"
+        return f"pool {self.pool:,}{unit} (from its stated prompt limit {self.stated_limit:,} + 6)"
 
     @property
     def refused(self) -> bool:
@@ -1377,7 +1405,11 @@ def _duration(seconds: float) -> str:
 
 
 def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
-    """Every configuration point, node by node, whose pool is smaller than its context."""
+    """Every configuration point, node by node, whose pool is smaller than its context. A point
+    with no pool read but the engine's own prompt limit (its refusals state it) counts by the
+    capacity that limit implies; one with no context of its own (a prefill whose start-up lines
+    rotated away), by the context `pool_below_context` judged it against."""
+    judged = _judged_contexts(summary)
     for node, info in sorted(summary["nodes"].items()):
         points = info.get("config", [])
         for at, point in enumerate(points):
@@ -1385,16 +1417,33 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             # What one prompt's KV can take: the pool over its dcp ranks as its release counts
             # them, or the limit the engine stated (`collector.state.prompt_capacity`).
             capacity = point.get("prompt_capacity")
-            if (
-                pool is not None
-                and capacity is not None
-                and context is not None
-                and (capacity < context)
-            ):
-                until = points[at + 1]["time"] if at + 1 < len(points) else None
-                role = point.get("role") or info.get("role")
-                version = point.get("version")
-                yield ConfigGap(node, role, pool, context, point["time"], until, version)
+            until = points[at + 1]["time"] if at + 1 < len(points) else None
+            stated = None
+            if pool is None and capacity is not None:
+                pool, stated = capacity, point.get("max_req_input_len")
+                context = judged.get((node, at), context)
+            if pool is not None and capacity is not None and context is not None:
+                if capacity < context:
+                    role = point.get("role") or info.get("role")
+                    version = point.get("version")
+                    yield ConfigGap(
+                        node, role, pool, context, point["time"], until, version, stated
+                    )
+
+
+def _judged_contexts(summary: dict[str, Any]) -> dict[tuple[str, int], int]:
+    """The context each node's configuration was judged against by `pool_below_context`, keyed
+    by node and generation (a node's configurations are listed one per generation)."""
+    contexts: dict[tuple[str, int], int] = {}
+    for finding in summary.get("findings", ()):
+        evidence = finding.get("evidence") or {}
+        if finding.get("detector") != "pool_below_context":
+            continue
+        context, generation = evidence.get("context_len"), evidence.get("generation")
+        if isinstance(context, int) and isinstance(generation, int) and finding.get("node"):
+            key = (finding["node"], generation)
+            contexts[key] = max(context, contexts.get(key, 0))
+    return contexts
 
 
 def _headline(summary: dict[str, Any]) -> list[str]:
@@ -1441,6 +1490,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             lines.append(f"{label}: {line}")
     # What the input itself says, each said only when it applies.
     for said in (
+        detector_errors_line,
         abort_signals_line,
         unattributed_exports_line,
         log_zones_line,
@@ -1468,7 +1518,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     )
     for gap in config_gaps(summary):
         lines.append(
-            f"{gap.node} ({gap.role or 'role unknown'}): pool {gap.pool:,} tokens below "
+            f"{gap.node} ({gap.role or 'role unknown'}): {gap.pool_said(' tokens')} below "
             f"context {gap.context:,} {gap.period()}."
         )
     return lines
