@@ -96,6 +96,9 @@ class Evaluation:
     fault_start: float | None
     window_truth: tuple[str | None, str | None]
     window_found: tuple[str | None, str | None]
+    # Detectors that raised during the run (forensics' `detector_errors`): their scores are of
+    # a run that skipped some input, so the evaluation fails whatever they are.
+    detector_errors: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -129,6 +132,7 @@ class Evaluation:
             "exposure_listed": self.exposure_listed,
             "window_truth": list(self.window_truth),
             "window_found": list(self.window_found),
+            "detector_errors": self.detector_errors,
             **self.extra,
         }
 
@@ -237,6 +241,7 @@ def score(summary: dict[str, Any], truth: dict[str, Any]) -> Evaluation:
             iso_time(truth_times[-1]) if truth_times else None,
         ),
         window_found=(summary["exposure"]["first"], summary["exposure"]["last"]),
+        detector_errors=dict(summary.get("detector_errors") or {}),
     )
 
 
@@ -256,6 +261,11 @@ def _in_words(seconds: float) -> str:
 
 def format_evaluation(ev: Evaluation) -> str:
     lines = [f"scenario {ev.scenario}"]
+    for name, info in ev.detector_errors.items():
+        lines.append(
+            f"DETECTOR ERROR: {name} failed {info['count']:,} times (first: {info['first']}); "
+            "the scores below are of a run that skipped input"
+        )
     e = ev.exposure
     lines.append(
         f"exposure: precision {_fmt(e.precision)}  recall {_fmt(e.recall)}  "
@@ -341,7 +351,7 @@ def run_eval_command(
     out.write(format_evaluation(evaluation))
     if json_path is not None:
         json_path.write_text(json.dumps(evaluation.to_json_dict(), indent=2))
-    failed = False
+    failed = bool(evaluation.detector_errors)
     e = evaluation.exposure
     if min_precision is not None and e.flagged and (e.precision or 0.0) < min_precision:
         failed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -222,3 +223,32 @@ def test_time_to_name_an_exposure_counts_from_when_the_finding_was_raised() -> N
     assert ev.detectors["kv_canary_violation"].first_seconds == 1800.0
     del named["raised_at"]  # a summary from before `raised_at`: its time, as then
     assert score(_summary(["1"], [named]), TRUTH).time_to_name_exposed == 0.0
+
+
+def test_a_run_whose_detectors_failed_fails_the_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Perfect scores over a run that skipped input are no pass: the errors are said and the
+    command exits 1 whatever the bars."""
+    from detectors import evaluation
+
+    failed = {"pool_below_context": {"count": 2, "first": "TypeError at x/y.py:3"}}
+    summary = {**_summary(["1", "2", "3"], []), "detector_errors": failed}
+    ev = score(summary, TRUTH)
+    assert (ev.exposure.precision, ev.exposure.recall) == (1.0, 1.0)
+    assert ev.to_json_dict()["detector_errors"] == failed
+    assert "DETECTOR ERROR: pool_below_context failed 2 times" in format_evaluation(ev)
+    monkeypatch.setattr(evaluation, "evaluate_scenario", lambda *a, **k: (ev, summary))
+    out = io.StringIO()
+    said = evaluation.run_eval_command(
+        "t", seed=None, json_path=None, min_precision=1.0, min_recall=1.0, out=out
+    )
+    assert said == 1
+    clean = score(_summary(["1", "2", "3"], []), TRUTH)
+    monkeypatch.setattr(evaluation, "evaluate_scenario", lambda *a, **k: (clean, summary))
+    assert (
+        evaluation.run_eval_command(
+            "t", seed=None, json_path=None, min_precision=1.0, min_recall=1.0, out=out
+        )
+        == 0
+    )
