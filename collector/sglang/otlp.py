@@ -1,4 +1,5 @@
-"""OTLP traces (protobuf or OTLP/JSON) → one `request_trace` event per SGLang request span.
+"""OTLP traces (protobuf or OTLP/JSON, or Jaeger's JSON) → one `request_trace` event per SGLang
+request span.
 
 SGLang's request root span (`"{role} Req {rid[:8]}"`, `module=sglang::request`) carries what
 the timing detector needs — prompt and cached tokens, time to first token, prefill time — and
@@ -31,6 +32,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from collector.events import REQUEST_TRACE, Event
+from collector.sglang.jaeger import is_jaeger_document, jaeger_spans
 from collector.sglang.outcome import (
     MALFORMED_OTLP_JSON,
     MALFORMED_SPAN,
@@ -177,7 +179,9 @@ def parse_otlp_traces(
     Drops: `not_protobuf`, `not_json`, `not_json_object`, `malformed_otlp_json` (whole
     payload), `malformed_span` (one span, the others read) and `missing_field` (a request
     span without `rid`). Tempo's answers (`{"trace": ...}`, `{"batches": ...}`) are read as
-    the exports they hold. With `carry`, thread spans
+    the exports they hold, and Jaeger's JSON (`{"data": [trace, ...]}`) span by span as the
+    same spans in OTLP would be (`jaeger`; `malformed_jaeger_trace` for a trace in it that is
+    not one). With `carry`, thread spans
     whose request span is not in this export wait there for a later one (`SpanCarry`).
     """
     out = ParseOutcome()
@@ -253,6 +257,8 @@ def _decode(payload: bytes, content_type: str, out: ParseOutcome) -> list[SpanRe
     doc = json_object(payload, out)
     if doc is None:
         return None
+    if is_jaeger_document(doc):
+        return jaeger_spans(doc, out)
     doc = _unwrapped(doc)
     spans = _json_export_spans(doc)
     if spans is not None:
