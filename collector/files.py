@@ -387,8 +387,13 @@ def _is_piece(path: Path, suffix: str) -> bool:
 # `/tmp/otel_trace.json`): one OTLP/JSON `ExportTraceServiceRequest` a line.
 # A byte-order mark and a JSON array of exports (saved by hand) are allowed before it; so is
 # a trace as Tempo's API answers it (`{"trace": {"resourceSpans": ...}}`, `{"batches": ...}`).
+# So is a trace as Jaeger saves it (`otlp` reads it too): its API's answer, `{"data":
+# [{"traceID": ..., "spans": ...}]}` (keys in Jaeger's order or sorted), or one trace alone.
 _OTLP_OPENING: Final = re.compile(
-    rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*(?:"resourceSpans"|"trace"\s*:\s*\{\s*"resourceSpans"|"batches"\s*:)'
+    rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*(?:"resourceSpans"|"trace"\s*:\s*\{\s*"resourceSpans"|"batches"\s*:'
+    rb'|"data"\s*:\s*\[\s*\{\s*"(?:traceID|spans|processes)"\s*:'
+    rb'|"traceID"\s*:\s*"[0-9a-fA-F]+"\s*,\s*"spans"\s*:'
+    rb'|"processes"\s*:\s*\{\s*"[^"]*"\s*:\s*\{\s*"serviceName"\s*:)'
 )
 
 
@@ -421,10 +426,25 @@ def _holds_json_lines(path: Path) -> bool:
         return False
 
 
+# Jaeger's answer with its keys in another order (`{"total": 1, "data": ...}`): told by its
+# head naming a trace's fields.
+_JAEGER_ANSWER_OPENING: Final = re.compile(
+    rb'(?:\xef\xbb\xbf)?\s*\[?\s*\{\s*"(?:data|total|limit|offset|errors)"\s*:'
+)
+
+
 def _holds_otlp(path: Path) -> bool:
-    """Whether a JSON file holds OTLP trace exports (else it is a saved endpoint response)."""
+    """Whether a JSON file holds trace exports, OTLP's or Jaeger's (else it is a saved endpoint
+    response)."""
     read = head_bytes(path, 4096)
-    return read is not None and _OTLP_OPENING.match(read[0]) is not None
+    if read is None:
+        return False
+    head = read[0]
+    return _OTLP_OPENING.match(head) is not None or (
+        _JAEGER_ANSWER_OPENING.match(head) is not None
+        and b'"traceID"' in head
+        and b'"spans"' in head
+    )
 
 
 def _holds_framed_otlp(path: Path) -> bool:

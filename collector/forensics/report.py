@@ -527,6 +527,7 @@ WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
         # an exposure's only record (blind review 24: exposures lost to a span's bad
         # timestamp, a cut protobuf export and a Jaeger file, none said on the terminal).
         "malformed_otlp_json",
+        "malformed_jaeger_trace",
         "malformed_span",
         "not_protobuf",
         "trace_format_not_read",

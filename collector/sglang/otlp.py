@@ -1,4 +1,5 @@
-"""OTLP traces (protobuf or OTLP/JSON) → one `request_trace` event per SGLang request span.
+"""OTLP traces (protobuf or OTLP/JSON, or Jaeger's JSON) → one `request_trace` event per SGLang
+request span.
 
 SGLang's request root span (`"{role} Req {rid[:8]}"`, `module=sglang::request`) carries what
 the timing detector needs — prompt and cached tokens, time to first token, prefill time — and
@@ -6,7 +7,7 @@ the timing detector needs — prompt and cached tokens, time to first token, pre
 mark aborts (status ERROR), and the slice spans (`prefill_forward`,
 `prefill_transfer_kv_cache`, ...) give per-stage durations when they arrive in the same export.
 
-Both encodings give the same few facts per span (`_SpanView`). Protobuf is decoded by protobuf.
+Both encodings give the same few facts per span (`SpanView`). Protobuf is decoded by protobuf.
 OTLP/JSON, as the collector's file exporter writes it, is read straight from its dicts:
 protobuf's `json_format` converts each field through reflection and read 6.8 MB/s. An export
 the direct reader does not vouch for (base64 ids, a number written as text, two spellings of one
@@ -22,7 +23,6 @@ import math
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from google.protobuf import json_format
@@ -32,6 +32,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from collector.events import REQUEST_TRACE, Event
+from collector.sglang.jaeger import is_jaeger_document, jaeger_spans
 from collector.sglang.outcome import (
     MALFORMED_OTLP_JSON,
     MALFORMED_SPAN,
@@ -42,6 +43,7 @@ from collector.sglang.outcome import (
 )
 from collector.sglang.refusals import refusal_in
 from collector.sglang.request_log import abort_code
+from collector.sglang.trace_spans import OTHER_SPANS, SpanRef, SpanView
 from collector.sglang.values import finite_number, whole_number
 
 # Stats keys: every span is counted under exactly one of these, or dropped.
@@ -50,7 +52,6 @@ REQUEST_SPANS: Final = "request_spans"
 THREAD_SPANS: Final = "thread_spans"
 SLICE_SPANS: Final = "slice_spans"
 ROUTER_SPANS: Final = "router_spans"
-OTHER_SPANS: Final = "other_spans"
 BAD_BOOTSTRAP_ROOM: Final = "bad_bootstrap_room"
 
 REQUEST_MODULE: Final = "sglang::request"
@@ -111,15 +112,15 @@ class SpanCarry:
     def __init__(self, limit: int = 10_000, hold_exports: int = 4) -> None:
         self.limit = limit
         self.hold_exports = hold_exports
-        self._waiting: OrderedDict[tuple[bytes, bytes], list[_SpanRef]] = OrderedDict()
+        self._waiting: OrderedDict[tuple[bytes, bytes], list[SpanRef]] = OrderedDict()
         self._count = 0
         # Request spans held for their thread spans: id -> (export number, span, node, source).
-        self._held: OrderedDict[tuple[bytes, bytes], tuple[int, _SpanRef, str | None, str]] = (
+        self._held: OrderedDict[tuple[bytes, bytes], tuple[int, SpanRef, str | None, str]] = (
             OrderedDict()
         )
         self._exports = 0
 
-    def keep(self, ref: _SpanRef) -> None:
+    def keep(self, ref: SpanRef) -> None:
         span = ref.span
         held = self._held.get((span.trace_id, span.parent_span_id))
         if held is not None:
@@ -131,15 +132,15 @@ class SpanCarry:
             _, forgotten = self._waiting.popitem(last=False)
             self._count -= len(forgotten)
 
-    def take(self, root: _SpanRef) -> list[_SpanRef]:
+    def take(self, root: SpanRef) -> list[SpanRef]:
         threads = self._waiting.pop((root.span.trace_id, root.span.span_id), [])
         self._count -= len(threads)
         return threads
 
-    def hold(self, root: _SpanRef, node: str | None, source: str) -> None:
+    def hold(self, root: SpanRef, node: str | None, source: str) -> None:
         self._held[(root.span.trace_id, root.span.span_id)] = (self._exports, root, node, source)
 
-    def released(self, *, everything: bool = False) -> list[tuple[_SpanRef, str | None, str]]:
+    def released(self, *, everything: bool = False) -> list[tuple[SpanRef, str | None, str]]:
         """Held request spans that are done waiting: their thread spans came, or they waited
         their exports (all of them at the end of the input). Counts an export when not at the
         end."""
@@ -178,7 +179,9 @@ def parse_otlp_traces(
     Drops: `not_protobuf`, `not_json`, `not_json_object`, `malformed_otlp_json` (whole
     payload), `malformed_span` (one span, the others read) and `missing_field` (a request
     span without `rid`). Tempo's answers (`{"trace": ...}`, `{"batches": ...}`) are read as
-    the exports they hold. With `carry`, thread spans
+    the exports they hold, and Jaeger's JSON (`{"data": [trace, ...]}`) span by span as the
+    same spans in OTLP would be (`jaeger`; `malformed_jaeger_trace` for a trace in it that is
+    not one). With `carry`, thread spans
     whose request span is not in this export wait there for a later one (`SpanCarry`).
     """
     out = ParseOutcome()
@@ -188,7 +191,7 @@ def parse_otlp_traces(
         return out
     out.note(SPANS, len(spans))
     by_id = {(s.span.trace_id, s.span.span_id): s for s in spans if s.span.span_id}
-    roots: list[_SpanRef] = []
+    roots: list[SpanRef] = []
     for ref in spans:
         ref.kind = _classify(ref)
         if ref.kind == REQUEST_SPANS:
@@ -226,7 +229,7 @@ def parse_otlp_traces(
     return out
 
 
-def _emit(root: _SpanRef, node: str | None, source: str, out: ParseOutcome) -> None:
+def _emit(root: SpanRef, node: str | None, source: str, out: ParseOutcome) -> None:
     event = _request_event(root, node, source, out)
     if event is None:
         out.drop(MISSING_FIELD)
@@ -235,31 +238,7 @@ def _emit(root: _SpanRef, node: str | None, source: str, out: ParseOutcome) -> N
         out.events.append(event)
 
 
-@dataclass(slots=True)
-class _SpanView:
-    """What this module reads of a span, named as protobuf's `Span` names it."""
-
-    trace_id: bytes
-    span_id: bytes
-    parent_span_id: bytes
-    name: str
-    start_time_unix_nano: int
-    end_time_unix_nano: int
-    status_code: int
-    status_message: str
-
-
-@dataclass(slots=True, eq=False)
-class _SpanRef:
-    span: _SpanView
-    resource: dict[str, Any]
-    attributes: dict[str, Any]
-    kind: str = OTHER_SPANS
-    threads: list[_SpanRef] = field(default_factory=list)
-    stages: dict[str, float] = field(default_factory=dict)
-
-
-def _decode(payload: bytes, content_type: str, out: ParseOutcome) -> list[_SpanRef] | None:
+def _decode(payload: bytes, content_type: str, out: ParseOutcome) -> list[SpanRef] | None:
     media = content_type.split(";", 1)[0].strip().lower()
     if media in _JSON_TYPES or media.endswith("+json"):
         as_json = True
@@ -278,6 +257,8 @@ def _decode(payload: bytes, content_type: str, out: ParseOutcome) -> list[_SpanR
     doc = json_object(payload, out)
     if doc is None:
         return None
+    if is_jaeger_document(doc):
+        return jaeger_spans(doc, out)
     doc = _unwrapped(doc)
     spans = _json_export_spans(doc)
     if spans is not None:
@@ -304,7 +285,7 @@ def _unwrapped(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _json_export_spans(doc: dict[str, Any]) -> list[_SpanRef] | None:
+def _json_export_spans(doc: dict[str, Any]) -> list[SpanRef] | None:
     """The spans of an OTLP/JSON export, read directly or by `json_format`; None when
     neither takes it."""
     try:
@@ -320,14 +301,14 @@ def _json_export_spans(doc: dict[str, Any]) -> list[_SpanRef] | None:
     return list(_spans(request))
 
 
-def _span_by_span(doc: dict[str, Any], out: ParseOutcome) -> list[_SpanRef] | None:
+def _span_by_span(doc: dict[str, Any], out: ParseOutcome) -> list[SpanRef] | None:
     """The spans of an export one of whose spans no reader takes, each read as an export of its
     own (with its resource and scope), the unreadable counted (`malformed_span`); None when
     the export's own shape (its lists of resources, scopes, spans) is not OTLP's."""
     resources = doc.get("resourceSpans", doc.get("resource_spans"))
     if type(resources) is not list:
         return None
-    spans: list[_SpanRef] = []
+    spans: list[SpanRef] = []
     for resource in resources:
         if type(resource) is not dict:
             return None
@@ -375,11 +356,11 @@ _ANY_VALUE_KEYS: Final = (
 )
 
 
-def _json_spans(doc: dict[str, Any]) -> list[_SpanRef]:
+def _json_spans(doc: dict[str, Any]) -> list[SpanRef]:
     """The spans of an OTLP/JSON export read from its dicts, as `json_format` would read them
     (both spellings of a field, pre-1.0 `instrumentationLibrary*` keys, unknown keys ignored);
     `_Unfamiliar` for anything it would read differently or refuse."""
-    refs: list[_SpanRef] = []
+    refs: list[SpanRef] = []
     for resource_spans in _json_list(_json_field(doc, "resourceSpans", "resource_spans")):
         resource_spans = _json_dict(resource_spans)
         resource = _json_dict(_json_field(resource_spans, "resource", "resource"))
@@ -391,7 +372,7 @@ def _json_spans(doc: dict[str, Any]) -> list[_SpanRef]:
             for span in _json_list(_json_field(_json_dict(scope_spans), "spans", "spans")):
                 span = _json_dict(span)
                 status = _json_dict(_json_field(span, "status", "status"))
-                view = _SpanView(
+                view = SpanView(
                     _json_id(_json_field(span, "traceId", "trace_id"), 32),
                     _json_id(_json_field(span, "spanId", "span_id"), 16),
                     _json_id(_json_field(span, "parentSpanId", "parent_span_id"), 16),
@@ -402,7 +383,7 @@ def _json_spans(doc: dict[str, Any]) -> list[_SpanRef]:
                     _json_text(_json_field(status, "message", "message")),
                 )
                 attributes = _json_attributes(_json_field(span, "attributes", "attributes"))
-                refs.append(_SpanRef(view, resource_attributes, attributes))
+                refs.append(SpanRef(view, resource_attributes, attributes))
     return refs
 
 
@@ -551,12 +532,12 @@ def _items(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _spans(request: ExportTraceServiceRequest) -> Iterable[_SpanRef]:
+def _spans(request: ExportTraceServiceRequest) -> Iterable[SpanRef]:
     for resource_spans in request.resource_spans:
         resource = _attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                view = _SpanView(
+                view = SpanView(
                     span.trace_id,
                     span.span_id,
                     span.parent_span_id,
@@ -566,10 +547,10 @@ def _spans(request: ExportTraceServiceRequest) -> Iterable[_SpanRef]:
                     span.status.code,
                     span.status.message,
                 )
-                yield _SpanRef(view, resource, _attributes(span.attributes))
+                yield SpanRef(view, resource, _attributes(span.attributes))
 
 
-def _classify(ref: _SpanRef) -> str:
+def _classify(ref: SpanRef) -> str:
     name = ref.span.name
     attrs = ref.attributes
     if "thread_label" in attrs or _THREAD_NAME.fullmatch(name):
@@ -581,7 +562,7 @@ def _classify(ref: _SpanRef) -> str:
     return OTHER_SPANS
 
 
-def _find_root(ref: _SpanRef, by_id: dict[tuple[bytes, bytes], _SpanRef]) -> _SpanRef | None:
+def _find_root(ref: SpanRef, by_id: dict[tuple[bytes, bytes], SpanRef]) -> SpanRef | None:
     span = ref.span
     for _ in range(_MAX_DEPTH):
         if not span.parent_span_id:
@@ -595,9 +576,7 @@ def _find_root(ref: _SpanRef, by_id: dict[tuple[bytes, bytes], _SpanRef]) -> _Sp
     return None
 
 
-def _request_event(
-    root: _SpanRef, node: str | None, source: str, out: ParseOutcome
-) -> Event | None:
+def _request_event(root: SpanRef, node: str | None, source: str, out: ParseOutcome) -> Event | None:
     attrs = root.attributes
     span = root.span
     rid = _text(attrs.get("rid")) or _text(attrs.get("gen_ai.request.id"))
@@ -654,7 +633,7 @@ def _request_event(
     return Event(REQUEST_TRACE, node or _node_name(root, role), end, source, fields, ranks)
 
 
-def _status(root: _SpanRef) -> tuple[str, str | None]:
+def _status(root: SpanRef) -> tuple[str, str | None]:
     """`error` when the request span or any of its thread spans has status ERROR."""
     for ref in [root, *root.threads]:
         if ref.span.status_code == Status.STATUS_CODE_ERROR:
@@ -663,7 +642,7 @@ def _status(root: _SpanRef) -> tuple[str, str | None]:
     return "ok", None
 
 
-def _node_name(root: _SpanRef, role: str) -> str:
+def _node_name(root: SpanRef, role: str) -> str:
     """`service.name`, with the role when the name does not say it (every server of a
     deployment is `sglang` unless `--otlp-service-name` tells them apart, and a prefill and a
     decode server may share a host), then `@host` when the resource or a thread span names one."""
@@ -751,7 +730,7 @@ def _reason_names(item: Any) -> Any:
     return "other"  # free text, or a nested list, in place of a reason's name
 
 
-def _duration(span: _SpanView) -> float:
+def _duration(span: SpanView) -> float:
     if not span.start_time_unix_nano or span.end_time_unix_nano < span.start_time_unix_nano:
         return 0.0
     return (span.end_time_unix_nano - span.start_time_unix_nano) / _NS

@@ -23,7 +23,10 @@ NOT_PROTOBUF = "not_protobuf"
 MALFORMED_OTLP_JSON = "malformed_otlp_json"
 # One span of an OTLP export no reader takes; the export's other spans are read.
 MALFORMED_SPAN = "malformed_span"
-# Traces saved in a format kvwatch does not read (Jaeger's JSON): named, never an all-clear's.
+# One trace of a Jaeger file whose own shape is not Jaeger's (not an object, spans not a list).
+MALFORMED_JAEGER_TRACE = "malformed_jaeger_trace"
+# Traces that reached a reader of other documents (a Jaeger file whose first 4 KiB did not
+# tell it as traces): not read, so named, never an all-clear's.
 TRACE_FORMAT_NOT_READ = "trace_format_not_read"
 MISSING_FIELD = "missing_field"
 UNRECOGNISED_DOCUMENT = "unrecognised_document"
