@@ -751,3 +751,35 @@ def test_a_pd_role_on_one_endpoint_beats_null_on_another_live_as_from_files(
     files_code, saved, _ = run(str(tmp_path))
     assert live.split()[:3] == saved.split()[:3] == ["n-0", "prefill", "FAIL"]
     assert live_code == files_code == 1
+
+
+def test_a_passing_node_whose_metrics_hang_says_so_on_its_line(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Blind review 23: a `/metrics` that never answered was not mentioned on a line that
+    passed; what the alerts scrape is down. An endpoint the release lacks (a 404) stays unsaid."""
+    info = json.dumps(
+        {
+            "disaggregation_mode": "prefill",
+            "disaggregation_enable_kv_checksum": True,
+            "max_total_num_tokens": 2_400_000,
+            "context_length": 1_048_576,
+            "version": "0.5.23",
+        }
+    ).encode()
+
+    def hang(conn: socket.socket, server: _RawServer) -> None:
+        server.stop.wait(5.0)
+
+    routes = {"/server_info": _page(info, b"application/json")}
+    quiet = serve(routes)
+    hung = serve({**routes, "/metrics": hang})
+    code, out, _ = run(
+        "--timeout", "0.5", "--endpoint", f"p0={quiet.url}", "--endpoint", f"p1={hung.url}"
+    )
+    lines = {line.split()[0]: " ".join(line.split()) for line in out.splitlines() if line}
+    assert lines["p0"].startswith("p0 prefill PASS ")
+    assert "endpoints:" not in lines["p0"]
+    assert lines["p1"].startswith("p1 prefill PASS ")
+    assert f"endpoints: metrics: no answer within 0.5 s (GET {hung.url}/metrics)" in lines["p1"]
+    assert code == 0

@@ -180,12 +180,16 @@ def judge_node(
             "forensics names the responses exposed around them)"
         )
     status = worst([c.status for c in checks])
-    if status == "UNKNOWN" and "server_info" in facts.endpoint_errors:
-        # The document that states version, role and pool did not come: that is why.
-        notes.append(
-            "endpoints: "
-            + "; ".join(f"{name}: {why}" for name, why in sorted(facts.endpoint_errors.items()))
-        )
+    errors = sorted(facts.endpoint_errors.items())
+    if not (status == "UNKNOWN" and "server_info" in facts.endpoint_errors):
+        # An endpoint the release does not have (a 404) is no fault of a node that passes.
+        errors = [(name, why) for name, why in errors if not why.startswith("HTTP 404")]
+    if errors:
+        # When the document that states version, role and pool did not come, that is why the
+        # node is UNKNOWN; otherwise an endpoint that hung or answered nonsense is said all the
+        # same, on a line that passes too: a `/metrics` that hangs is one the alerts cannot
+        # scrape (blind review 23).
+        notes.append("endpoints: " + "; ".join(f"{name}: {why}" for name, why in errors))
     return NodeResult(
         facts.node, facts.role, status, tuple(checks), tuple(notes), facts, judged_earlier
     )
