@@ -652,11 +652,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
         if rule not in ("sustained", "steady"):
             # A burst found on its own is no part of a rise judged later: an hour holding a
-            # storm that already fired (and ended) fired again as "more and more". The steady
-            # hours are kept: judged against the rate before them, they tell a storm that goes
-            # on after its burst (and turn its episode critical when mismatches come).
+            # storm that already fired (and ended) fired again as "more and more", and six
+            # hours holding it fired as "steadily" long after it ended, which kept its episode
+            # open and hid the next storm inside it (blind review 27: a second storm two to six
+            # hours after the first was never raised). The windows after the burst still count:
+            # a storm that goes on under the burst's bar is told by them.
             self.recent_timeouts_.clear()
             self.recent_rates_.clear()
+            self.steady_timeouts_[-1] = 0.0
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
         mismatches = episode.mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
