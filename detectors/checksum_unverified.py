@@ -10,7 +10,9 @@ some PD nodes and not on others is the same gap by configuration (a warning), ju
 `one_sided_grace_seconds` after a configuration change so that a rolling restart (one node
 already restarted with the new setting, its peer not yet) is not reported; a PD node on an
 engine that has the checksum but runs with it off is `info`, a warning when a restart turned it
-off after the node ran with it on. A prefill also says the gap in its own
+off after the node ran with it on. A PD node on a release known to predate the checksum
+counts as off beside a node running it: it writes no digest, so nothing is verified; one whose
+release and setting are both unread is not judged. A prefill also says the gap in its own
 log, once a decode registers: `Decode ... registered 14 metadata buffers but this prefill has 13`
 (an optional buffer, the checksum among them, on one engine only). Decode says nothing then (a
 prefill writing no digest is skipped silently, 0.5.23 `_kv_checksum_comparable`), so with no
@@ -183,27 +185,54 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         ):
             on = sorted(c.node for c in configs if c.kv_checksum is True)
             off = sorted(c.node for c in configs if c.kv_checksum is False)
-            if not (on and off):
+            older = sorted(
+                (c.node, c.version)
+                for c in configs
+                if c.kv_checksum is None and self._predates_checksum(c.version)
+            )
+            if not (on and (off or older)):
                 continue
+            gaps = []
+            if off:
+                gaps.append(f"not on {', '.join(off)}")
+            if older:
+                named = ", ".join(f"{node} (SGLang {version})" for node, version in older)
+                ending = "s" if len(older) == 1 else ""
+                gaps.append(
+                    f"{named} predate{ending} it (first in "
+                    f"{self.config.checksum_since_version}) and write{ending} no digest"
+                )
+            unverified = [*off, *(node for node, _ in older)]
+            remedy = (
+                f"upgrade {', '.join(node for node, _ in older)} and set it on both prefill and "
+                f"decode, or transfers go unverified"
+                if older
+                else "it must be set on both prefill and decode, or transfers go unverified"
+            )
             findings.append(
                 self._finding(
                     "warning",
                     time=at,
                     node=None,
                     summary=(
-                        f"KV checksum is enabled on {', '.join(on)} but not on "
-                        f"{', '.join(off)}: it must be set on both prefill and decode, or "
-                        f"transfers go unverified"
+                        f"KV checksum is enabled on {', '.join(on)} but {'; '.join(gaps)}: {remedy}"
                     ),
-                    subject=f"one-sided:{','.join(on)}|{','.join(off)}",
+                    subject=f"one-sided:{','.join(on)}|{','.join(unverified)}",
                     evidence={
                         "enabled_nodes": len(on),
                         "disabled_nodes": len(off),
+                        "predating_nodes": len(older),
                         "model": model,
                     },
                 )
             )
         return findings
+
+    def _predates_checksum(self, version: str | None) -> bool:
+        """A release known to be older than the flag: it writes no digest, so its peers verify
+        nothing (blind review: a 0.5.19 prefill behind a decode verifying was not reported). An
+        unknown release is not judged: its setting is merely unseen."""
+        return is_below(version, self.config.checksum_since_version)
 
 
 def _deployments(configs: Iterable[NodeConfig]) -> dict[tuple[str | None, str], list[NodeConfig]]:

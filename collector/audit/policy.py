@@ -414,6 +414,18 @@ def checksum_checks(
                 evidence,
             )
         )
+    older = _predating_peers(peers, deployment, policy)
+    if on is True and older and not seen.one_side:
+        named = ", ".join(f"{node} ({version})" for node, version in older)
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum on here, but {named} predate{'s' if len(older) == 1 else ''} it "
+                f"(first in {policy.checksum_since}: no digest written, transfers unverified)",
+                {**evidence, "predating_peers": [node for node, _ in older]},
+            )
+        )
     silent = _unsigned_peers(facts, peers_on, deployment, policy)
     if on is True and silent:
         results.append(
@@ -493,6 +505,21 @@ def checksum_checks(
             reason = "KV checksum on (verification shows only in the logs: audit them too)"
         results.append(CheckResult("checksum", "PASS", reason, evidence))
     return results
+
+
+def _predating_peers(
+    peers: frozenset[str], deployment: Deployment, policy: AuditPolicy
+) -> list[tuple[str, str]]:
+    """The peers, setting unstated, on a release known to predate the checksum: they compute
+    none, so this node's checksum verifies nothing from them (blind review: a decode verifying
+    behind a 0.5.19 prefill passed). A peer whose release is not known is not judged here: its
+    own line says its setting is unknown."""
+    stated = set(deployment.checksum_on) | set(deployment.checksum_off)
+    return [
+        (node, version)
+        for node, version in deployment.pd_versions
+        if node in peers and node not in stated and is_below(version, policy.checksum_since)
+    ]
 
 
 def _unsigned_peers(

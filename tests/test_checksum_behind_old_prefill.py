@@ -1,0 +1,145 @@
+"""A checksum on one side behind a release that predates it verifies nothing.
+
+Blind review: a decode running the KV checksum behind a prefill on SGLang 0.5.19 (no checksum
+flag before 0.5.21: its `/server_info` and startup args state no setting) raised no
+`checksum_unverified`, and the audit passed the decode, while the same deployment with a
+0.5.22 prefill running the checksum off was warned of and failed. A prefill whose setting is
+merely not seen (no `/server_info` saved, release unknown) stays unknown: no warning.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from collector.audit import AuditPolicy, Deployment, NodeFacts, judge_node
+from collector.events import Event
+from collector.forensics.driver import run_forensics
+from detectors.checksum_unverified import ChecksumUnverified
+from simulator.offline import run_offline
+from simulator.scenario import scenario_from_dict
+from tests.test_audit import lines, run
+from tests.test_detectors_config import T, ev
+from tests.test_detectors_config import run as detect
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
+
+
+def _old_prefill(prefill_version: str = "0.5.19", **prefill: Any) -> Any:
+    """The healthy long-context pair, ten minutes, decode 0.5.23 with the checksum on, the
+    prefill on `prefill_version` with `prefill` options (the checksum unset by default)."""
+    data = yaml.safe_load((SCENARIOS / "healthy-long-context-small.yaml").read_text())
+    data["end"] = "2026-10-12T12:10:00Z"
+    side = data["deployment"]["prefill"]
+    side.pop("kv_checksum")
+    side.pop("kv_canary")
+    side.update(version=prefill_version, **prefill)
+    return scenario_from_dict(data, "old-prefill")
+
+
+@pytest.fixture(scope="module")
+def old_sim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sim = tmp_path_factory.mktemp("old") / "sim"
+    run_offline(_old_prefill(), sim)
+    return sim
+
+
+def _unverified(sim_parts: list[Path], out: Path) -> list[dict[str, Any]]:
+    result = run_forensics([str(p) for p in sim_parts], out, write_parquet=False)
+    return [f for f in result.summary["findings"] if f["detector"] == "checksum_unverified"]
+
+
+def _prefill_infos(sim: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((sim / "snapshots").glob("prefill-*.json"))]
+
+
+def test_a_decode_verifying_behind_a_prefill_that_predates_the_checksum_is_warned(
+    old_sim: Path, tmp_path: Path
+) -> None:
+    # The premise: a 0.5.19 engine states no checksum setting anywhere.
+    infos = _prefill_infos(old_sim)
+    assert infos and all(i["version"] == "0.5.19" for i in infos)
+    assert not any("kv_checksum" in key for i in infos for key in i)
+    assert "kv_checksum" not in (old_sim / "logs" / "prefill-0.log").read_text()
+    (warning,) = _unverified([old_sim / "logs", old_sim / "snapshots"], tmp_path / "out")
+    assert warning["severity"] == "warning" and warning["node"] is None
+    assert "enabled on decode-0" in warning["summary"]
+    assert "prefill-0 (SGLang 0.5.19) predates it (first in 0.5.21)" in warning["summary"]
+    assert "upgrade prefill-0" in warning["summary"]
+    assert warning["evidence"]["predating_nodes"] == 1
+
+
+def test_the_same_prefill_unseen_is_not_warned(old_sim: Path, tmp_path: Path) -> None:
+    """Logs alone: the prefill's release and setting are unknown, not known to be missing."""
+    assert _unverified([old_sim / "logs"], tmp_path / "out") == []
+
+
+def test_a_prefill_with_the_checksum_off_is_warned_as_before(tmp_path: Path) -> None:
+    run_offline(_old_prefill("0.5.22", kv_checksum=False), tmp_path / "sim")
+    found = _unverified([tmp_path / "sim" / "logs", tmp_path / "sim" / "snapshots"], tmp_path / "o")
+    warnings = [f for f in found if f["severity"] == "warning"]
+    assert [f["summary"] for f in warnings] == [
+        "KV checksum is enabled on decode-0 but not on prefill-0: it must be set on both "
+        "prefill and decode, or transfers go unverified"
+    ]
+
+
+def test_audit_fails_the_decode_behind_a_prefill_that_predates_the_checksum(
+    old_sim: Path,
+) -> None:
+    code, out, _ = run(str(old_sim / "logs"), str(old_sim / "snapshots"))
+    decode = [line for line in lines(out) if line.startswith("decode-0")]
+    assert decode == [
+        "decode-0   decode   FAIL  KV checksum on here, but prefill-0 (0.5.19) predates it "
+        "(first in 0.5.21: no digest written, transfers unverified)"
+    ]
+    assert code == 1
+
+
+def test_audit_of_logs_alone_says_the_prefill_unknown_and_fails_nothing_for_it(
+    old_sim: Path,
+) -> None:
+    code, out, _ = run(str(old_sim / "logs"))
+    said = lines(out)
+    assert any(line.startswith("prefill-0  prefill  UNKNOWN") for line in said)
+    assert not any("FAIL" in line or "predate" in line for line in said)
+    assert code == 3
+
+
+def _config(node: str, role: str, version: str | None, checksum: bool | None) -> list[Event]:
+    """A node's startup args and `/server_info`; a release without the flag states none."""
+    fields: dict[str, Any] = {"disaggregation_mode": role, "transfer_backend": "mooncake"}
+    if checksum is not None:
+        fields["kv_checksum"] = checksum
+    said = [ev("server_args", node, T, **fields)]
+    return said if version is None else [*said, ev("server_info", node, T + 1, version=version)]
+
+
+def test_a_prefill_verifying_behind_a_decode_that_predates_the_checksum_is_warned() -> None:
+    events = [
+        *_config("prefill-0", "prefill", "0.5.23", True),
+        *_config("decode-0", "decode", "0.5.20", None),
+    ]
+    (warning,) = [f for f in detect(ChecksumUnverified(), events) if f.severity == "warning"]
+    assert "enabled on prefill-0 but decode-0 (SGLang 0.5.20) predates it" in warning.summary
+    prefill = NodeFacts("prefill-0", role="prefill", version="0.5.23", kv_checksum=True)
+    decode = NodeFacts("decode-0", role="decode", version="0.5.20")
+    result = judge_node(prefill, Deployment.of([prefill, decode]), AuditPolicy())
+    assert result.status == "FAIL"
+    assert any("decode-0 (0.5.20) predates it" in reason for reason in result.reasons)
+
+
+def test_an_unknown_release_with_no_setting_is_not_judged() -> None:
+    events = [
+        *_config("prefill-0", "prefill", "0.5.23", True),
+        *_config("decode-0", "decode", None, None),
+    ]
+    assert [f for f in detect(ChecksumUnverified(), events) if f.severity == "warning"] == []
+    prefill = NodeFacts("prefill-0", role="prefill", version="0.5.23", kv_checksum=True)
+    decode = NodeFacts("decode-0", role="decode")
+    result = judge_node(prefill, Deployment.of([prefill, decode]), AuditPolicy())
+    assert not any("predate" in reason for reason in result.reasons)
