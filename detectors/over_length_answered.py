@@ -15,6 +15,7 @@ not leaked) a warning.
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import Any, ClassVar, Final
 
@@ -29,6 +30,7 @@ from detectors.finding import Finding
 from detectors.pool_in_force import (
     LENIENT_BASIS,
     PoolInForce,
+    host_owner_stranger,
     largest_prefill_pool,
     pairing_undecided,
     pool_in_force,
@@ -54,8 +56,8 @@ class OverLengthAnsweredConfig(DetectorConfig):
     # answer it): a prompt that might have met such a node is no warning.
     leak_fixed_version: str = LEAK_FIXED
     # PD answers judged while no prefill pool of their deployment was read yet, held to be
-    # judged again at the end of the input (`_unpriced`); beyond this many, judged at once
-    # (by no pool: not judged, as without the hold).
+    # judged again at the end of the input (`_unpriced`); beyond this many, those with the
+    # shortest prompts are judged at once, by what is known then (`_hold`).
     max_held: int = Field(default=10_000, ge=0)
 
 
@@ -83,7 +85,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # Decode answers no prefill pool of their deployment was known for when they were
         # judged (`_unpriced`). Not kept in the state: a question of one forensics pass, asked
         # again at its end.
-        self.held_: list[RequestRecord] = []
+        # A heap by prompt length (prompt, order held, record): the shortest let go first.
+        self.held_: list[tuple[int, int, RequestRecord]] = []
+        self.held_count_ = 0
         # Decode answers with no prefill side read, by decode node, waiting on the node's next
         # answers to tell whether its prefill node is one of those read (`pairing_undecided`):
         # at most `MIN_UNPAIRED` a node.
@@ -92,7 +96,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
         if not math.isinf(now):
             return []
-        held, self.held_ = self.held_, []
+        held = [record for _, _, record in sorted(self.held_, key=lambda entry: entry[1])]
+        self.held_ = []
         held += [record for waiting in self.pairing_.values() for record in waiting]
         self.pairing_ = {}
         findings = []
@@ -122,7 +127,11 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         pool = pool_in_force(record, ctx)
         if pool is None:
             if not late and self._unpriced(record, serving, ctx):
-                return []
+                released = self._hold(record, prompt)
+                if released is None:
+                    return []
+                if released is not record:
+                    return self._judge(released, ctx, late=True)
             return self._prefill_host_unread(record, serving, prompt, ctx)
         if late and not self._ran_by_then(record, pool, ctx):
             return []
@@ -267,12 +276,27 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         if serving.role != "decode" or record.prefill is not None:
             return False
         when = record.start_time if record.start_time is not None else record.time
-        if largest_prefill_pool(ctx, when, serving_model(record, ctx)) is not None:
+        if largest_prefill_pool(
+            ctx, when, serving_model(record, ctx)
+        ) is not None and not host_owner_stranger(record, ctx):
             return False
-        if len(self.held_) >= self.config.max_held:
-            return False
-        self.held_.append(record)
         return True
+
+    def _hold(self, record: RequestRecord, prompt: int) -> RequestRecord | None:
+        """Hold `record` to the end of the input; past `max_held`, let go (return) the held
+        answer with the shortest prompt, the likeliest to have fit any pool.
+
+        Why: blind review 27, a deployment whose oldest prefill rotation was gone held its
+        decode nodes' every answer, and at 10,000 the long prompts that came next were judged
+        by no pool: exposures named by their timing alone, one not at all."""
+        self.held_count_ += 1
+        entry = (prompt, self.held_count_, record)
+        if len(self.held_) < self.config.max_held:
+            heapq.heappush(self.held_, entry)
+            return None
+        if not self.held_:
+            return record
+        return heapq.heappushpop(self.held_, entry)[2]
 
     def _prefill_host_unread(
         self, record: RequestRecord, serving: SideRecord, prompt: int, ctx: DetectionContext

@@ -16,6 +16,9 @@ never this one's, its prefill node is one not read, pool unknown (`collector.sta
 whatever address it names (two clusters may reach their prefill nodes at one). Answers that met
 a prefill node's request lines also teach the addresses it is reached at: one naming none of
 the read nodes' addresses went to a node not read.
+The node that announced an address is not the one a decode's answers naming it go to when its
+rooms met other decode nodes', never that decode's (two deployments announcing the same
+addresses, one's announcement rotated away): the node those answers met there is used, or none.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from detectors.context import DetectionContext
 _MEMO_KEY: Final = "pool_in_force"
 # The basis of the most lenient choice: no line named the prefill node the request met.
 LENIENT_BASIS: Final = "largest prefill pool in force"
+# The basis where another node announced the host decode named: the node its answers met there.
+STRANGER_BASIS: Final = "prefill node its decode met at that host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,7 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
     if serving is not None and host is not None:
         owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, when)
         if owner is not None:
-            return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
+            return _owner_pool(owner, serving.node, host, when, ctx)
         # An address other answers met a node at says no more than that (two clusters may
         # reach theirs at one address: blind review 8a's v34 was judged against the other's
         # pool); one none of the read nodes were met at says they are not its.
@@ -152,6 +157,39 @@ def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce 
             return _largest_of_the_rest(ctx, when, model, ruled_out)
     largest = ctx.timeline.largest_prefill_pool(when, model)
     return _lenient(ctx, when, *largest) if largest is not None else None
+
+
+def _owner_pool(
+    owner: str, decode: str, host: str, when: float | None, ctx: DetectionContext
+) -> PoolInForce | None:
+    """The pool of `owner`, the node read that announced `host`, unless `decode`'s answers go
+    to another node at that address (`RoomPairs.stranger`): then the most lenient pool of the
+    nodes its answers naming `host` met, none while they met none (held to the end of the
+    input by `OverLengthAnswered`, when the node's later lines may tell)."""
+    if ctx.pairs.stranger(owner, decode, host) is False:
+        return PoolInForce.known_for(ctx.config_at(owner, when), "bootstrap host")
+    best: PoolInForce | None = None
+    for node in sorted(ctx.pairs.met_by(decode, host)):
+        pool = PoolInForce.known_for(ctx.config_at(node, when), STRANGER_BASIS)
+        if pool is None:
+            return None  # one of them could take longer prompts
+        if best is None or pool.longest_accepted > best.longest_accepted:
+            best = pool
+    return best
+
+
+def host_owner_stranger(record: RequestRecord, ctx: DetectionContext) -> bool:
+    """Whether the node that announced `record`'s decode's `bootstrap_host` is not (or may not
+    be) the one its decode's answers go to: where `pool_in_force` then knows no pool, the
+    lines of the node they go to (or its configuration as its logs begin) may come later."""
+    serving = record.serving
+    if record.prefill is not None or serving is None or serving.role != "decode":
+        return False
+    host = serving.bootstrap_host
+    if host is None:
+        return False
+    owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, _when(record))
+    return owner is not None and ctx.pairs.stranger(owner, serving.node, host) is not False
 
 
 def _met_elsewhere(host: str, when: float | None, model: str | None, ctx: DetectionContext) -> bool:

@@ -30,7 +30,16 @@ class RoomPairs:
     not; and the prefill nodes whose request lines some decode answer met. Counts only: bounded
     by the nodes."""
 
-    __slots__ = ("paired", "unpaired", "met_prefills", "hosts", "spelled")
+    __slots__ = (
+        "paired",
+        "unpaired",
+        "met_prefills",
+        "hosts",
+        "spelled",
+        "partners",
+        "met_at",
+        "missed",
+    )
 
     def __init__(self) -> None:
         self.paired: dict[str, int] = {}
@@ -41,6 +50,13 @@ class RoomPairs:
         self.hosts: dict[str, set[str]] = {}
         # The same, as the answers spelled them.
         self.spelled: dict[str, set[str]] = {}
+        # The decode nodes whose answers met a prefill node's request lines, by prefill node.
+        self.partners: dict[str, set[str]] = {}
+        # The prefill nodes a decode node's answers met, by decode node and the bootstrap host
+        # they named (as spelled: one node's answers spell it one way).
+        self.met_at: dict[str, dict[str | None, set[str]]] = {}
+        # A decode node's answers that met no prefill side, by decode node and host named.
+        self.missed: dict[tuple[str, str | None], int] = {}
 
     def note(self, record: RequestRecord) -> None:
         serving = record.serving
@@ -49,6 +65,8 @@ class RoomPairs:
         prefill = record.prefill
         if prefill is None:
             self.unpaired[serving.node] = self.unpaired.get(serving.node, 0) + 1
+            key = (serving.node, serving.bootstrap_host)
+            self.missed[key] = self.missed.get(key, 0) + 1
         elif not prefill.traced_only:
             self.paired[serving.node] = self.paired.get(serving.node, 0) + 1
             if prefill.has_finish or prefill.has_stats or prefill.received_time is not None:
@@ -57,6 +75,8 @@ class RoomPairs:
                 # decode node it serves looked served elsewhere (blind review 8c E12).
                 self.met_prefills.add(prefill.node)
                 host = serving.bootstrap_host
+                self.partners.setdefault(prefill.node, set()).add(serving.node)
+                self.met_at.setdefault(serving.node, {}).setdefault(host, set()).add(prefill.node)
                 spelled = self.spelled.setdefault(prefill.node, set())
                 if host is not None and host not in spelled and len(spelled) < MAX_HOSTS:
                     # Each spelling once: normalising an address costs more than the rest.
@@ -99,3 +119,24 @@ class RoomPairs:
             and self.unpaired.get(decode, 0) >= MIN_UNPAIRED
             and all(node in self.met_prefills for node in read)
         )
+
+    def stranger(self, owner: str, decode: str, host: str) -> bool | None:
+        """Whether `owner`, the node read that announced `host`, is not the prefill node that
+        decode node `decode`'s answers naming `host` went to: its request lines met other
+        decode nodes' rooms, never `decode`'s, and `decode`'s answers naming `host` met another
+        node's or, `MIN_UNPAIRED` of them at least, none read. None while too few tell.
+
+        Why: blind review 27, two deployments of one model whose prefill nodes announce the
+        same addresses, one's oldest prefill rotation gone: every answer of its decode nodes
+        before the first line kept was judged against the other deployment's large pool, and
+        58 exposures were named by their timing alone (one not at all)."""
+        partners = self.partners.get(owner)
+        if not partners or decode in partners:
+            return False
+        if self.met_at.get(decode, {}).get(host):
+            return True
+        return True if self.missed.get((decode, host), 0) >= MIN_UNPAIRED else None
+
+    def met_by(self, decode: str, host: str) -> frozenset[str]:
+        """The prefill nodes read whose request lines `decode`'s answers naming `host` met."""
+        return frozenset(self.met_at.get(decode, {}).get(host, ()))
