@@ -51,7 +51,7 @@ from collector.sglang.otlp_framing import framed_export_head
 from collector.sglang.request_log import CUT_REASON, cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
-from collector.text_encoding import as_utf8
+from collector.text_encoding import as_utf8, wide_encoding
 
 FileKind = Literal["log", "prom", "json", "otlp"]
 
@@ -1154,8 +1154,19 @@ class _CrowdedFolders:
         return self._known[key]
 
 
+# How much of a log's head and of its tail tells whether it is an engine's: a fixed amount of
+# each, never the whole file.
+_SNIFF_BYTES: Final = 64 << 10
+
+
 def _speaks_sglang(path: Path) -> bool:
-    """Whether the first lines of a log hold an SGLang event (a start-up, request or batch line)."""
+    """Whether the lines at a log's head or its end hold an SGLang event (a start-up, request
+    or batch line), read as the parser reads them: colour codes taken off, a line a progress
+    bar wrote over as the terminal showed it, junk lines dropped.
+
+    Why: told from the raw first 64 KiB, a coloured container log, a terminal capture, or a
+    log opening with a launcher's preamble or a block of junk longer than that was no engine's,
+    and a folder of two such engines was taken for one host: their lines one node."""
     from collector.sglang.logs import (
         NOISE_PREFIX,
         UNCLASSIFIED_ENGINE,
@@ -1164,13 +1175,54 @@ def _speaks_sglang(path: Path) -> bool:
     )
 
     parser = LineParser("")
-    for line in head_lines(path):
-        bucket, _ = parser.parse(line, "")
-        if bucket not in (UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER) and not bucket.startswith(
-            NOISE_PREFIX
-        ):
-            return True
-    return False
+
+    def speaks(lines: list[str]) -> bool:
+        for line in lines:
+            if line == DROPPED:
+                continue
+            bucket, _ = parser.parse(line, "")
+            if bucket not in (UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER) and not bucket.startswith(
+                NOISE_PREFIX
+            ):
+                return True
+        return False
+
+    head, whole = _sniffed_head(path)
+    return speaks(head) or (not whole and speaks(_sniffed_tail(path)))
+
+
+def _sniffed_head(path: Path) -> tuple[list[str], bool]:
+    """The whole lines in the first `_SNIFF_BYTES` of a file's text (gzip read through, UTF-16
+    as UTF-8), as the parser reads them; and whether they are all of it."""
+    read = head_bytes(path, _SNIFF_BYTES)
+    if read is None:
+        return [], True
+    head, whole = read
+    if not whole:
+        head = head[: head.rfind(b"\n") + 1]  # the last piece of a cut head is no line
+    return _decode_block(head, ReadStats()), whole
+
+
+def _sniffed_tail(path: Path) -> list[str]:
+    """The whole lines in the last `_SNIFF_BYTES` of a plain file, as the parser reads them;
+    none of a compressed one (its end is reached only through all of it) nor of a UTF-16 or
+    UTF-32 one (its end read alone is no whole characters)."""
+    try:
+        with open(path, "rb") as raw:
+            start = raw.read(MAGIC_BYTES)
+            if compression_of(start) is not None or unreadable_compression(start):
+                return []
+            raw.seek(0)
+            if wide_encoding(raw.read(4096)) is not None:
+                return []
+            size = os.fstat(raw.fileno()).st_size
+            raw.seek(max(size - _SNIFF_BYTES, 0))
+            tail = raw.read(_SNIFF_BYTES)
+    except OSError:
+        return []
+    if size > _SNIFF_BYTES:
+        tail = tail[tail.find(b"\n") + 1 :]  # the first piece of a cut tail is no line
+    return _decode_block(tail, ReadStats()) if tail else []
 
 
 def _source(f: TelemetryFile) -> tuple[str, str]:

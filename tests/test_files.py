@@ -549,3 +549,63 @@ def test_a_junk_file_read_in_parts_is_named_undecodable_once(tmp_path: Path) -> 
     assert stats.dropped[files.BINARY] == 200
     assert stats.dropped[files.UNDECODABLE] == 1
     assert stats.dropped_files[files.UNDECODABLE] == [str(junk)]
+
+
+def _engine_log(second: int, salt: int, lines: int = 40) -> str:
+    """An engine's batch lines from `second` on, told from any other engine's by `salt`."""
+    return "".join(_line((second + i) % 60, salt * 1000 + i) + "\n" for i in range(lines))
+
+
+def _as_saved(text: str, how: str) -> bytes:
+    """An engine's log as a terminal, a launcher or a damaged copy left it."""
+    if how in ("coloured", "coloured-gzip"):
+        coloured = "".join(
+            f"\x1b[32m{line[:26]}\x1b[0m{line[26:]}\x1b[K\n" for line in text.splitlines()
+        ).encode()
+        return gzip.compress(coloured) if how == "coloured-gzip" else coloured
+    if how == "progress-bar":  # a bar redrawn before each line, as a terminal capture keeps it
+        return "".join(
+            f"Prefill:  42%|####      | 42/100\r{line}\n" for line in text.splitlines()
+        ).encode()
+    if how == "long-preamble":  # pip, a wrapper script: 80 KiB of lines no engine writes
+        preamble = "".join(f"Requirement already satisfied: package-{i}\n" for i in range(2000))
+        return preamble.encode() + text.encode()
+    assert how == "junk-head"  # a block of junk where the file was damaged
+    return (b"\x00\x81\xfe\x9c" * 250 + b"\n") * 80 + text.encode()
+
+
+@pytest.mark.parametrize(
+    "how", ["coloured", "coloured-gzip", "progress-bar", "long-preamble", "junk-head"]
+)
+def test_a_folder_of_several_engines_is_told_by_lines_read_as_the_parser_reads_them(
+    tmp_path: Path, how: str
+) -> None:
+    """Two clusters' `logs/` folders, each holding a prefill's and a decode's log. Whether a
+    folder holds several engines was told from the raw first 64 KiB: colour codes, a progress
+    bar's carriage returns, or a preamble or junk longer than that hid the engines' lines, each
+    cluster's folder was taken for one host, and its prefill and decode became one node."""
+    for salt, cluster in enumerate(("cluster-a", "cluster-b")):
+        (tmp_path / cluster / "logs").mkdir(parents=True)
+        for offset, node in enumerate(("prefill-0", "decode-0")):
+            text = _engine_log(0, 10 * salt + offset)
+            name = f"{node}.log.1.gz" if how.endswith("gzip") else f"{node}.log"
+            (tmp_path / cluster / "logs" / name).write_bytes(_as_saved(text, how))
+    assert sorted({f.node for f in discover([tmp_path])}) == [
+        "cluster-a/decode-0",
+        "cluster-a/prefill-0",
+        "cluster-b/decode-0",
+        "cluster-b/prefill-0",
+    ]
+
+
+def test_whether_a_file_is_an_engine_log_reads_its_head_and_its_tail_only(tmp_path: Path) -> None:
+    """Bounded: an engine's lines found only in the middle of a big file are not looked for."""
+    filler = "".join(f"Requirement already satisfied: package-{i}\n" for i in range(4000))
+    middle = tmp_path / "middle.log"
+    middle.write_text(filler + _engine_log(0, 1) + filler)
+    assert not files._speaks_sglang(middle)
+    engine = _engine_log(0, 1)
+    for where, text in (("head", engine + filler), ("tail", filler + engine)):
+        path = tmp_path / f"{where}.log"
+        path.write_text(text)
+        assert files._speaks_sglang(path), where
