@@ -126,6 +126,40 @@ _DOCKER_BOOKKEEPING: Final = frozenset(
     {"config.v2.json", "hostconfig.json", "hostname", "hosts", "resolv.conf", "resolv.conf.hash"}
 )
 _DOCKER_CONFIG_MAX_BYTES: Final = 1 << 20
+# Folders named for the kind of files they hold, not for a host: they never name a node
+# (`cluster-a/logs/decode-0.log` is `cluster-a`'s `decode-0`), and a host's files kept in
+# several of them (`cluster-a/logs/decode-0.log`, `cluster-a/exports/decode-0.jsonl`) are
+# one host's. Compared case-insensitively.
+GENERIC_FOLDERS: Final = frozenset(
+    {"logs", "log", "exports", "export", "metrics", "requests", "traces"}
+)
+
+
+def _is_generic(name: str) -> bool:
+    return name.lower() in GENERIC_FOLDERS
+
+
+def host_folder(folder: Path) -> Path:
+    """The folder that names the host whose files `folder` holds: `folder`, or past the generic
+    folders it lies in, the nearest one above it named otherwise (`cluster-a/logs/metrics`:
+    `cluster-a`). A relative path of generic folders alone (`logs`, given from inside the host's
+    folder) is followed up from where it is given; nothing to skip, `folder` as it is.
+
+    >>> host_folder(Path("case/cluster-a/Logs/exports"))
+    PosixPath('case/cluster-a')
+    """
+    if not _is_generic(folder.name):
+        return folder
+    for above in folder.parents:
+        if above.name in ("", ".", ".."):
+            break
+        if not _is_generic(above.name):
+            return above
+    if not folder.is_absolute():
+        return host_folder(Path(os.path.abspath(folder)))
+    return folder
+
+
 _COMPRESSED_SUFFIXES: Final = (".gz", ".xz", ".bz2", ".zst", ".lz4")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # kvwatch's own table of findings, passed over without a count when a report folder is read.
@@ -269,10 +303,10 @@ def describe(path: Path) -> TelemetryFile | None:
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
     if kind != "log" and name in _ENDPOINT_NAMES:  # `node-0/server_info.json`: the folder's
-        name = path.parent.name
+        name = host_folder(path.parent).name
     elif kind == "log" and _DOCKER_LOG.match(name):  # `decode-2/<container id>-json.log`
-        name = path.parent.name
-        if _DOCKER_FOLDER.match(name):  # `containers/<id>/<id>-json.log`
+        name = host_folder(path.parent).name
+        if _DOCKER_FOLDER.match(path.parent.name):  # `containers/<id>/<id>-json.log`
             name = docker_container_name(path.parent)
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and kind in ("prom", "json") and _SAVED_AT.search(name):
@@ -283,7 +317,7 @@ def describe(path: Path) -> TelemetryFile | None:
         if kind != "log" and name in _ENDPOINT_NAMES:
             # `prefill-3/metrics-20260903.prom`: the folder's, as `metrics.prom` there is
             # (blind review 10a: a node named `metrics`).
-            name = path.parent.name
+            name = host_folder(path.parent).name
     cloud_export = ""
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if extension == ".json" and _kvwatch_summary(path):
@@ -310,7 +344,7 @@ def describe(path: Path) -> TelemetryFile | None:
             snapshot_time = None
     elif (
         kind in ("prom", "json")
-        and name != path.parent.name  # `20260827T090500Z/server_info.json` names no node
+        and name != host_folder(path.parent).name  # `<time>/server_info.json`: no node
         and (folder := _FOLDER_STAMP.fullmatch(path.parent.name))
     ):
         # `snapshots/20260827T090500Z/decode-0.prom`: a scrape job's folder per round.
@@ -610,7 +644,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             # One node's log kept in a folder of its own name (`decode-0/sglang.log` beside
             # `decode-0@….prom`): read as the node `sglang`, apart from its snapshots, it was
             # said never to have been read (blind review).
-            folders = {f.path.parent.name for f in logs_of[node]}
+            folders = {host_folder(f.path.parent).name for f in logs_of[node]}
             folder = folders.pop() if len(folders) == 1 else None
             to = folder if folder in known else None
         if to is not None:
@@ -865,7 +899,8 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             continue
         # A folder of several engines' files: the file's name is the node's.
         node_named = any(crowded(folder, key[1]) for cluster in clusters for folder in cluster)
-        named = folder_names({cluster[0] for cluster in clusters})
+        hosts = folder_names({host_folder(cluster[0]) for cluster in clusters})
+        named = {cluster[0]: hosts[host_folder(cluster[0])] for cluster in clusters}
         if not node_named:
             for cluster in clusters:
                 for folder in cluster:
@@ -914,7 +949,7 @@ def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> li
         apart = by_folder + by_file
         if _period_ranks([_time_span(held[o]) for o in apart]) is not None:
             continue  # one engine's periods, saved apart
-        where = {o: o[1] if o in by_folder else o[1] / o[0] for o in apart}
+        where = {o: o[1] if o in by_folder else host_folder(o[1]) / o[0] for o in apart}
         named = _distinct_ends(set(where.values()))
         for origin in apart:
             renamed[(node, *origin)] = named[where[origin]]
@@ -935,11 +970,18 @@ def _distinct_ends(paths: set[Path]) -> dict[Path, str]:
     >>> sorted(_distinct_ends({Path("x/dep-a/n1"), Path("y/dep-b/n1")}).values())
     ['dep-a/n1', 'dep-b/n1']
     """
-    for depth in range(1, max(len(p.parts) for p in paths) + 1):
-        named = {path: "/".join(path.parts[-depth:]) for path in paths}
+    parts = {path: _naming_parts(path) for path in paths}
+    for depth in range(1, max(len(p) for p in parts.values()) + 1):
+        named = {path: "/".join(p[-depth:]) for path, p in parts.items()}
         if len(set(named.values())) == len(named):
             return named
     return {path: str(path) for path in paths}
+
+
+def _naming_parts(path: Path) -> tuple[str, ...]:
+    """A path's parts that may name a node: its generic folders left out, the last part kept."""
+    kept = tuple(part for part in path.parts[:-1] if not _is_generic(part))
+    return (*kept, *path.parts[-1:])
 
 
 def _documents_follow_logs(
@@ -963,7 +1005,7 @@ def _documents_follow_logs(
         if f.kind in ("prom", "json"):
             folder, name = f.path.parent, described_as.get(f.path, f.node)
             owners = by_name.get((folder, name))
-            if owners is None and name == folder.name:
+            if owners is None and name == host_folder(folder).name:
                 owners = in_folder.get(folder)
             if owners is not None and len(owners) == 1 and f.node not in owners:
                 f = replace(f, node=next(iter(owners)))
@@ -1128,6 +1170,7 @@ class _CrowdedFolders:
     only the deployment, so the node is both (`cluster-a/logs/decode-0.log` is
     `cluster-a/decode-0`). A folder per host holds one engine's log (perhaps beside a proxy's,
     which speaks no SGLang, or copies of it under other names): there the folder is the node.
+    A host's generic folders (`cluster-a/logs`, `cluster-a/exports`) are counted as its own.
 
     Why: two clusters saved side by side (`cluster-a/logs`, `cluster-b/logs`, each with
     `prefill-0.log` and `decode-0.log`) made one node per cluster of its prefill and decode,
@@ -1139,11 +1182,12 @@ class _CrowdedFolders:
             # Request-metric exports are named alike on every node: a host's companions.
             if f.node == EXPORT_NAME or _source(f) not in repeated:
                 continue
-            self._files.setdefault((f.path.parent, _source(f)[1]), {}).setdefault(f.node, f.path)
+            at = (host_folder(f.path.parent), _source(f)[1])
+            self._files.setdefault(at, {}).setdefault(f.node, f.path)
         self._known: dict[tuple[Path, str], bool] = {}
 
     def __call__(self, folder: Path, kind: str) -> bool:
-        key = (folder, kind)
+        key = (host_folder(folder), kind)
         if key not in self._known:
             paths = list(self._files.get(key, {}).values())
             if kind == "log":  # only logs that speak SGLang count, a log and its copies once
@@ -1302,7 +1346,7 @@ def folder_names(folders: set[Path]) -> dict[Path, str]:
     >>> sorted(folder_names({Path("a/n1"), Path("b/n1"), Path("c/n2")}).values())
     ['a/n1', 'b/n1', 'c/n2']
     """
-    parts = {folder: folder.parts for folder in folders}
+    parts = {folder: _naming_parts(folder) for folder in folders}
     shared = 0
     while all(len(p) > shared + 1 for p in parts.values()) and (
         len({p[-1 - shared] for p in parts.values()}) == 1

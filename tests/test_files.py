@@ -16,9 +16,11 @@ from collector import files
 from collector.events import iso_time
 from collector.files import (
     BLOCK_SIZE,
+    GENERIC_FOLDERS,
     ReadStats,
     describe,
     discover,
+    host_folder,
     line_aligned_ranges,
     read_line_blocks,
     read_lines,
@@ -609,3 +611,59 @@ def test_whether_a_file_is_an_engine_log_reads_its_head_and_its_tail_only(tmp_pa
         path = tmp_path / f"{where}.log"
         path.write_text(text)
         assert files._speaks_sglang(path), where
+
+
+def test_a_host_s_folder_is_found_past_generic_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert GENERIC_FOLDERS == {"logs", "log", "exports", "export", "metrics", "requests", "traces"}
+    assert host_folder(Path("case/cluster-a/logs")) == Path("case/cluster-a")
+    assert host_folder(Path("case/cluster-a/Logs/METRICS")) == Path("case/cluster-a")
+    assert host_folder(Path("/var/log/sglang/decode-0")) == Path("/var/log/sglang/decode-0")
+    assert host_folder(Path("case/logs/week1")) == Path("case/logs/week1")
+    assert host_folder(Path(".")) == Path(".")  # nothing to skip: the folder as given
+    # Given from inside the host's folder (`kvwatch forensics logs/ exports/`): the host is
+    # where they lie.
+    (tmp_path / "cluster-a" / "logs").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cluster-a")
+    assert host_folder(Path("logs")) == tmp_path / "cluster-a"
+
+
+def _two_layouts(root: Path, layout: str) -> None:
+    """Two deployments' prefill and decode, running at once: `cluster-a`'s in its `logs/`
+    folder, `cluster-b`'s in another layout."""
+    for salt, node in enumerate(("prefill-0", "decode-0")):
+        (root / "cluster-a" / layout.split("+")[0]).mkdir(parents=True, exist_ok=True)
+        (root / "cluster-a" / layout.split("+")[0] / f"{node}.log").write_text(_engine_log(0, salt))
+        if layout.endswith("+flat"):
+            other = root / "cluster-b" / f"{node}.log"
+        else:  # a folder per host
+            other = root / "cluster-b" / node / "sglang.log"
+        other.parent.mkdir(parents=True, exist_ok=True)
+        other.write_text(_engine_log(1, 10 + salt))
+
+
+@pytest.mark.parametrize("layout", ["logs+flat", "Logs+flat", "logs+by-folder"])
+def test_a_generic_folder_never_names_a_node(tmp_path: Path, layout: str) -> None:
+    """`cluster-a/logs/decode-0.log` beside another deployment laid out otherwise was
+    `logs/decode-0`: the folder that tells the deployments apart is `cluster-a`."""
+    _two_layouts(tmp_path, layout)
+    assert sorted({f.node for f in discover([tmp_path])}) == [
+        "cluster-a/decode-0",
+        "cluster-a/prefill-0",
+        "cluster-b/decode-0",
+        "cluster-b/prefill-0",
+    ]
+
+
+def test_files_in_a_host_s_generic_folder_are_named_by_the_host(tmp_path: Path) -> None:
+    """A document saved under its endpoint's name in `decode-0/metrics/` was the node
+    `metrics`; one host's log in `decode-0/logs/sglang.log` beside `decode-0@….prom` was the
+    node `sglang`, apart from its snapshots."""
+    described = describe(Path("case/decode-0/metrics/server_info.json"))
+    assert described is not None and described.node == "decode-0"
+    (tmp_path / "decode-0" / "logs").mkdir(parents=True)
+    (tmp_path / "decode-0" / "logs" / "sglang.log").write_text(_engine_log(0, 1))
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / "snapshots" / "decode-0@20261102T100000Z.prom").write_text("# none\n")
+    assert {f.node for f in discover([tmp_path])} == {"decode-0"}
