@@ -79,6 +79,9 @@ _PREVIOUS = re.compile(r"[._-]previous$")
 # The two streams of one process saved apart (supervisord's, systemd's `StandardError=`).
 _CHANNEL = re.compile(r"[._-](stdout|stderr)$")
 _CHANNEL_EXTENSIONS: Final = {".out": "stdout", ".err": "stderr"}
+# The channels a file written beside its node's log is read as, in turn, when the log's files
+# have not taken them (`_disambiguate_nodes`).
+_SIDE_CHANNELS: Final = ("stdout", "stderr")
 # What a browser, Finder or Explorer adds to a file saved again under the same name.
 _COPY_MARK = re.compile(r"(?: \(\d{1,3}\)| - Copy(?: \(\d{1,3}\))?| copy(?: \d{1,3})?)$")
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
@@ -874,6 +877,8 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
         held.setdefault((_source(f), f.path.parent), []).append(f)
     names: dict[tuple[tuple[str, str], Path], str] = {}
     periods: dict[tuple[tuple[str, str], Path], int] = {}
+    # A log written beside its host's log (its request log exported apart): its place there.
+    beside: dict[tuple[tuple[str, str], Path], int] = {}
     crowded = _CrowdedFolders(files, {key for key, folders in parents.items() if len(folders) > 1})
     # Logs first: a node's documents in the folders its logs were found one node across follow
     # them (`day1/prefill-0.server_info.json` beside `day1/prefill-0.log`, and so for `day2/`).
@@ -894,8 +899,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             and not any((logs, folder) in names for folder in parents[logs])
         ):
             continue
-        clusters = _folder_clusters(key, files, sorted(folders))
-        if len(clusters) == 1:  # copies of one node's log
+        clusters, places = _joined_by_host(_folder_clusters(key, files, sorted(folders)))
+        if key[1] == "log":
+            beside.update(((key, folder), place) for folder, place in places.items())
+        if len(clusters) == 1:  # copies of one node's log, or its files in one host's folders
             continue
         # A folder of several engines' files: the file's name is the node's.
         node_named = any(crowded(folder, key[1]) for cluster in clusters for folder in cluster)
@@ -915,6 +922,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
                     if deployment is not None:
                         names[(key, folder)] = f"{deployment}/{key[0]}"
                     periods[(key, folder)] = rank
+    # Read beside the host's log, a stream of its own merged with it by time, as a process's
+    # stdout beside its stderr is: read after it, every request of the export was late (the
+    # incident replay with its request log exported apart: 0 of 16 exposures, NOT JUDGED).
+    own = {at[0]: {f.channel for f in held[at]} for at in held if at not in beside}
     out = []
     for f in files:
         at = (_source(f), f.path.parent)
@@ -922,8 +933,40 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             f = replace(f, node=names[at])
         if periods.get(at):
             f = _in_period(f, periods[at])
+        if at in beside and not f.channel:
+            free = [c for c in _SIDE_CHANNELS if c not in own.get(at[0], ())]
+            if beside[at] <= len(free):
+                f = replace(f, channel=free[beside[at] - 1])
         out.append(f)
     return out
+
+
+def _joined_by_host(
+    clusters: list[list[Path]],
+) -> tuple[list[list[Path]], dict[Path, int]]:
+    """Folder clusters of one name's files, those in one host's folders joined (`cluster-a/logs`,
+    `cluster-a/exports`: `host_folder`): one host's engine whose request log was exported apart
+    from its log is one node, not one per folder. With them, the folders whose files are not
+    the host's log nor copies of it but written beside it, each with its place among them
+    (from 1; the log's own, in a `logs` folder if one is, is 0)."""
+    groups: list[tuple[list[list[Path]], set[Path]]] = []  # a host's clusters, their hosts
+    for cluster in clusters:
+        members, hosts = [cluster], {host_folder(folder) for folder in cluster}
+        for group in [g for g in groups if g[1] & hosts]:
+            groups.remove(group)
+            members, hosts = group[0] + members, hosts | group[1]
+        groups.append((members, hosts))
+    if len(groups) == len(clusters):
+        return clusters, {}
+    places: dict[Path, int] = {}
+    for members, _ in groups:
+        members.sort(key=lambda c: (not any(f.name.lower() in ("logs", "log") for f in c), c))
+        for place, cluster in enumerate(members[1:], 1):
+            places.update((folder, place) for folder in cluster)
+    joined = sorted(
+        sorted(folder for cluster in members for folder in cluster) for members, _ in groups
+    )
+    return joined, places
 
 
 def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> list[TelemetryFile]:
