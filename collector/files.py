@@ -51,7 +51,7 @@ from collector.sglang.otlp_framing import framed_export_head
 from collector.sglang.request_log import CUT_REASON, cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
-from collector.text_encoding import as_utf8
+from collector.text_encoding import as_utf8, wide_encoding
 
 FileKind = Literal["log", "prom", "json", "otlp"]
 
@@ -79,6 +79,9 @@ _PREVIOUS = re.compile(r"[._-]previous$")
 # The two streams of one process saved apart (supervisord's, systemd's `StandardError=`).
 _CHANNEL = re.compile(r"[._-](stdout|stderr)$")
 _CHANNEL_EXTENSIONS: Final = {".out": "stdout", ".err": "stderr"}
+# The channels a file written beside its node's log is read as, in turn, when the log's files
+# have not taken them (`_disambiguate_nodes`).
+_SIDE_CHANNELS: Final = ("stdout", "stderr")
 # What a browser, Finder or Explorer adds to a file saved again under the same name.
 _COPY_MARK = re.compile(r"(?: \(\d{1,3}\)| - Copy(?: \(\d{1,3}\))?| copy(?: \d{1,3})?)$")
 _SNAPSHOT_TIME = re.compile(r"@(\d{8}T\d{6}Z)$")
@@ -126,6 +129,40 @@ _DOCKER_BOOKKEEPING: Final = frozenset(
     {"config.v2.json", "hostconfig.json", "hostname", "hosts", "resolv.conf", "resolv.conf.hash"}
 )
 _DOCKER_CONFIG_MAX_BYTES: Final = 1 << 20
+# Folders named for the kind of files they hold, not for a host: they never name a node
+# (`cluster-a/logs/decode-0.log` is `cluster-a`'s `decode-0`), and a host's files kept in
+# several of them (`cluster-a/logs/decode-0.log`, `cluster-a/exports/decode-0.jsonl`) are
+# one host's. Compared case-insensitively.
+GENERIC_FOLDERS: Final = frozenset(
+    {"logs", "log", "exports", "export", "metrics", "requests", "traces"}
+)
+
+
+def _is_generic(name: str) -> bool:
+    return name.lower() in GENERIC_FOLDERS
+
+
+def host_folder(folder: Path) -> Path:
+    """The folder that names the host whose files `folder` holds: `folder`, or past the generic
+    folders it lies in, the nearest one above it named otherwise (`cluster-a/logs/metrics`:
+    `cluster-a`). A relative path of generic folders alone (`logs`, given from inside the host's
+    folder) is followed up from where it is given; nothing to skip, `folder` as it is.
+
+    >>> host_folder(Path("case/cluster-a/Logs/exports"))
+    PosixPath('case/cluster-a')
+    """
+    if not _is_generic(folder.name):
+        return folder
+    for above in folder.parents:
+        if above.name in ("", ".", ".."):
+            break
+        if not _is_generic(above.name):
+            return above
+    if not folder.is_absolute():
+        return host_folder(Path(os.path.abspath(folder)))
+    return folder
+
+
 _COMPRESSED_SUFFIXES: Final = (".gz", ".xz", ".bz2", ".zst", ".lz4")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
 # kvwatch's own table of findings, passed over without a count when a report folder is read.
@@ -269,10 +306,10 @@ def describe(path: Path) -> TelemetryFile | None:
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
     if kind != "log" and name in _ENDPOINT_NAMES:  # `node-0/server_info.json`: the folder's
-        name = path.parent.name
+        name = host_folder(path.parent).name
     elif kind == "log" and _DOCKER_LOG.match(name):  # `decode-2/<container id>-json.log`
-        name = path.parent.name
-        if _DOCKER_FOLDER.match(name):  # `containers/<id>/<id>-json.log`
+        name = host_folder(path.parent).name
+        if _DOCKER_FOLDER.match(path.parent.name):  # `containers/<id>/<id>-json.log`
             name = docker_container_name(path.parent)
     hourly = _HOURLY_SUFFIX.search(name)
     if hourly and kind in ("prom", "json") and _SAVED_AT.search(name):
@@ -283,7 +320,7 @@ def describe(path: Path) -> TelemetryFile | None:
         if kind != "log" and name in _ENDPOINT_NAMES:
             # `prefill-3/metrics-20260903.prom`: the folder's, as `metrics.prom` there is
             # (blind review 10a: a node named `metrics`).
-            name = path.parent.name
+            name = host_folder(path.parent).name
     cloud_export = ""
     if kind == "json" or (kind == "log" and ".jsonl" in path.name):  # `x.jsonl.2.gz` too
         if extension == ".json" and _kvwatch_summary(path):
@@ -310,7 +347,7 @@ def describe(path: Path) -> TelemetryFile | None:
             snapshot_time = None
     elif (
         kind in ("prom", "json")
-        and name != path.parent.name  # `20260827T090500Z/server_info.json` names no node
+        and name != host_folder(path.parent).name  # `<time>/server_info.json`: no node
         and (folder := _FOLDER_STAMP.fullmatch(path.parent.name))
     ):
         # `snapshots/20260827T090500Z/decode-0.prom`: a scrape job's folder per round.
@@ -610,7 +647,7 @@ def _adopt_known_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             # One node's log kept in a folder of its own name (`decode-0/sglang.log` beside
             # `decode-0@….prom`): read as the node `sglang`, apart from its snapshots, it was
             # said never to have been read (blind review).
-            folders = {f.path.parent.name for f in logs_of[node]}
+            folders = {host_folder(f.path.parent).name for f in logs_of[node]}
             folder = folders.pop() if len(folders) == 1 else None
             to = folder if folder in known else None
         if to is not None:
@@ -840,6 +877,8 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
         held.setdefault((_source(f), f.path.parent), []).append(f)
     names: dict[tuple[tuple[str, str], Path], str] = {}
     periods: dict[tuple[tuple[str, str], Path], int] = {}
+    # A log written beside its host's log (its request log exported apart): its place there.
+    beside: dict[tuple[tuple[str, str], Path], int] = {}
     crowded = _CrowdedFolders(files, {key for key, folders in parents.items() if len(folders) > 1})
     # Logs first: a node's documents in the folders its logs were found one node across follow
     # them (`day1/prefill-0.server_info.json` beside `day1/prefill-0.log`, and so for `day2/`).
@@ -860,12 +899,15 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             and not any((logs, folder) in names for folder in parents[logs])
         ):
             continue
-        clusters = _folder_clusters(key, files, sorted(folders))
-        if len(clusters) == 1:  # copies of one node's log
+        clusters, places = _joined_by_host(_folder_clusters(key, files, sorted(folders)))
+        if key[1] == "log":
+            beside.update(((key, folder), place) for folder, place in places.items())
+        if len(clusters) == 1:  # copies of one node's log, or its files in one host's folders
             continue
         # A folder of several engines' files: the file's name is the node's.
         node_named = any(crowded(folder, key[1]) for cluster in clusters for folder in cluster)
-        named = folder_names({cluster[0] for cluster in clusters})
+        hosts = folder_names({host_folder(cluster[0]) for cluster in clusters})
+        named = {cluster[0]: hosts[host_folder(cluster[0])] for cluster in clusters}
         if not node_named:
             for cluster in clusters:
                 for folder in cluster:
@@ -880,6 +922,10 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
                     if deployment is not None:
                         names[(key, folder)] = f"{deployment}/{key[0]}"
                     periods[(key, folder)] = rank
+    # Read beside the host's log, a stream of its own merged with it by time, as a process's
+    # stdout beside its stderr is: read after it, every request of the export was late (the
+    # incident replay with its request log exported apart: 0 of 16 exposures, NOT JUDGED).
+    own = {at[0]: {f.channel for f in held[at]} for at in held if at not in beside}
     out = []
     for f in files:
         at = (_source(f), f.path.parent)
@@ -887,8 +933,40 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             f = replace(f, node=names[at])
         if periods.get(at):
             f = _in_period(f, periods[at])
+        if at in beside and not f.channel:
+            free = [c for c in _SIDE_CHANNELS if c not in own.get(at[0], ())]
+            if beside[at] <= len(free):
+                f = replace(f, channel=free[beside[at] - 1])
         out.append(f)
     return out
+
+
+def _joined_by_host(
+    clusters: list[list[Path]],
+) -> tuple[list[list[Path]], dict[Path, int]]:
+    """Folder clusters of one name's files, those in one host's folders joined (`cluster-a/logs`,
+    `cluster-a/exports`: `host_folder`): one host's engine whose request log was exported apart
+    from its log is one node, not one per folder. With them, the folders whose files are not
+    the host's log nor copies of it but written beside it, each with its place among them
+    (from 1; the log's own, in a `logs` folder if one is, is 0)."""
+    groups: list[tuple[list[list[Path]], set[Path]]] = []  # a host's clusters, their hosts
+    for cluster in clusters:
+        members, hosts = [cluster], {host_folder(folder) for folder in cluster}
+        for group in [g for g in groups if g[1] & hosts]:
+            groups.remove(group)
+            members, hosts = group[0] + members, hosts | group[1]
+        groups.append((members, hosts))
+    if len(groups) == len(clusters):
+        return clusters, {}
+    places: dict[Path, int] = {}
+    for members, _ in groups:
+        members.sort(key=lambda c: (not any(f.name.lower() in ("logs", "log") for f in c), c))
+        for place, cluster in enumerate(members[1:], 1):
+            places.update((folder, place) for folder in cluster)
+    joined = sorted(
+        sorted(folder for cluster in members for folder in cluster) for members, _ in groups
+    )
+    return joined, places
 
 
 def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> list[TelemetryFile]:
@@ -914,7 +992,7 @@ def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> li
         apart = by_folder + by_file
         if _period_ranks([_time_span(held[o]) for o in apart]) is not None:
             continue  # one engine's periods, saved apart
-        where = {o: o[1] if o in by_folder else o[1] / o[0] for o in apart}
+        where = {o: o[1] if o in by_folder else host_folder(o[1]) / o[0] for o in apart}
         named = _distinct_ends(set(where.values()))
         for origin in apart:
             renamed[(node, *origin)] = named[where[origin]]
@@ -935,11 +1013,18 @@ def _distinct_ends(paths: set[Path]) -> dict[Path, str]:
     >>> sorted(_distinct_ends({Path("x/dep-a/n1"), Path("y/dep-b/n1")}).values())
     ['dep-a/n1', 'dep-b/n1']
     """
-    for depth in range(1, max(len(p.parts) for p in paths) + 1):
-        named = {path: "/".join(path.parts[-depth:]) for path in paths}
+    parts = {path: _naming_parts(path) for path in paths}
+    for depth in range(1, max(len(p) for p in parts.values()) + 1):
+        named = {path: "/".join(p[-depth:]) for path, p in parts.items()}
         if len(set(named.values())) == len(named):
             return named
     return {path: str(path) for path in paths}
+
+
+def _naming_parts(path: Path) -> tuple[str, ...]:
+    """A path's parts that may name a node: its generic folders left out, the last part kept."""
+    kept = tuple(part for part in path.parts[:-1] if not _is_generic(part))
+    return (*kept, *path.parts[-1:])
 
 
 def _documents_follow_logs(
@@ -963,7 +1048,7 @@ def _documents_follow_logs(
         if f.kind in ("prom", "json"):
             folder, name = f.path.parent, described_as.get(f.path, f.node)
             owners = by_name.get((folder, name))
-            if owners is None and name == folder.name:
+            if owners is None and name == host_folder(folder).name:
                 owners = in_folder.get(folder)
             if owners is not None and len(owners) == 1 and f.node not in owners:
                 f = replace(f, node=next(iter(owners)))
@@ -1128,6 +1213,7 @@ class _CrowdedFolders:
     only the deployment, so the node is both (`cluster-a/logs/decode-0.log` is
     `cluster-a/decode-0`). A folder per host holds one engine's log (perhaps beside a proxy's,
     which speaks no SGLang, or copies of it under other names): there the folder is the node.
+    A host's generic folders (`cluster-a/logs`, `cluster-a/exports`) are counted as its own.
 
     Why: two clusters saved side by side (`cluster-a/logs`, `cluster-b/logs`, each with
     `prefill-0.log` and `decode-0.log`) made one node per cluster of its prefill and decode,
@@ -1139,11 +1225,12 @@ class _CrowdedFolders:
             # Request-metric exports are named alike on every node: a host's companions.
             if f.node == EXPORT_NAME or _source(f) not in repeated:
                 continue
-            self._files.setdefault((f.path.parent, _source(f)[1]), {}).setdefault(f.node, f.path)
+            at = (host_folder(f.path.parent), _source(f)[1])
+            self._files.setdefault(at, {}).setdefault(f.node, f.path)
         self._known: dict[tuple[Path, str], bool] = {}
 
     def __call__(self, folder: Path, kind: str) -> bool:
-        key = (folder, kind)
+        key = (host_folder(folder), kind)
         if key not in self._known:
             paths = list(self._files.get(key, {}).values())
             if kind == "log":  # only logs that speak SGLang count, a log and its copies once
@@ -1154,8 +1241,19 @@ class _CrowdedFolders:
         return self._known[key]
 
 
+# How much of a log's head and of its tail tells whether it is an engine's: a fixed amount of
+# each, never the whole file.
+_SNIFF_BYTES: Final = 64 << 10
+
+
 def _speaks_sglang(path: Path) -> bool:
-    """Whether the first lines of a log hold an SGLang event (a start-up, request or batch line)."""
+    """Whether the lines at a log's head or its end hold an SGLang event (a start-up, request
+    or batch line), read as the parser reads them: colour codes taken off, a line a progress
+    bar wrote over as the terminal showed it, junk lines dropped.
+
+    Why: told from the raw first 64 KiB, a coloured container log, a terminal capture, or a
+    log opening with a launcher's preamble or a block of junk longer than that was no engine's,
+    and a folder of two such engines was taken for one host: their lines one node."""
     from collector.sglang.logs import (
         NOISE_PREFIX,
         UNCLASSIFIED_ENGINE,
@@ -1164,13 +1262,54 @@ def _speaks_sglang(path: Path) -> bool:
     )
 
     parser = LineParser("")
-    for line in head_lines(path):
-        bucket, _ = parser.parse(line, "")
-        if bucket not in (UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER) and not bucket.startswith(
-            NOISE_PREFIX
-        ):
-            return True
-    return False
+
+    def speaks(lines: list[str]) -> bool:
+        for line in lines:
+            if line == DROPPED:
+                continue
+            bucket, _ = parser.parse(line, "")
+            if bucket not in (UNCLASSIFIED_ENGINE, UNCLASSIFIED_OTHER) and not bucket.startswith(
+                NOISE_PREFIX
+            ):
+                return True
+        return False
+
+    head, whole = _sniffed_head(path)
+    return speaks(head) or (not whole and speaks(_sniffed_tail(path)))
+
+
+def _sniffed_head(path: Path) -> tuple[list[str], bool]:
+    """The whole lines in the first `_SNIFF_BYTES` of a file's text (gzip read through, UTF-16
+    as UTF-8), as the parser reads them; and whether they are all of it."""
+    read = head_bytes(path, _SNIFF_BYTES)
+    if read is None:
+        return [], True
+    head, whole = read
+    if not whole:
+        head = head[: head.rfind(b"\n") + 1]  # the last piece of a cut head is no line
+    return _decode_block(head, ReadStats()), whole
+
+
+def _sniffed_tail(path: Path) -> list[str]:
+    """The whole lines in the last `_SNIFF_BYTES` of a plain file, as the parser reads them;
+    none of a compressed one (its end is reached only through all of it) nor of a UTF-16 or
+    UTF-32 one (its end read alone is no whole characters)."""
+    try:
+        with open(path, "rb") as raw:
+            start = raw.read(MAGIC_BYTES)
+            if compression_of(start) is not None or unreadable_compression(start):
+                return []
+            raw.seek(0)
+            if wide_encoding(raw.read(4096)) is not None:
+                return []
+            size = os.fstat(raw.fileno()).st_size
+            raw.seek(max(size - _SNIFF_BYTES, 0))
+            tail = raw.read(_SNIFF_BYTES)
+    except OSError:
+        return []
+    if size > _SNIFF_BYTES:
+        tail = tail[tail.find(b"\n") + 1 :]  # the first piece of a cut tail is no line
+    return _decode_block(tail, ReadStats()) if tail else []
 
 
 def _source(f: TelemetryFile) -> tuple[str, str]:
@@ -1250,7 +1389,7 @@ def folder_names(folders: set[Path]) -> dict[Path, str]:
     >>> sorted(folder_names({Path("a/n1"), Path("b/n1"), Path("c/n2")}).values())
     ['a/n1', 'b/n1', 'c/n2']
     """
-    parts = {folder: folder.parts for folder in folders}
+    parts = {folder: _naming_parts(folder) for folder in folders}
     shared = 0
     while all(len(p) > shared + 1 for p in parts.values()) and (
         len({p[-1 - shared] for p in parts.values()}) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -16,15 +17,18 @@ from collector import files
 from collector.events import iso_time
 from collector.files import (
     BLOCK_SIZE,
+    GENERIC_FOLDERS,
     ReadStats,
     describe,
     discover,
+    host_folder,
     line_aligned_ranges,
     read_line_blocks,
     read_lines,
 )
+from collector.forensics.driver import run_forensics
 from collector.forensics.report import unread_line
-from collector.parse import ParseStats, events_by_node, events_in_time_order
+from collector.parse import ParseStats, events_by_node, events_in_time_order, streams_of
 
 DECODE = (
     "Decode batch, #running-req: {n}, #token: 10, token usage: 0.00, cuda graph: True, "
@@ -549,3 +553,242 @@ def test_a_junk_file_read_in_parts_is_named_undecodable_once(tmp_path: Path) -> 
     assert stats.dropped[files.BINARY] == 200
     assert stats.dropped[files.UNDECODABLE] == 1
     assert stats.dropped_files[files.UNDECODABLE] == [str(junk)]
+
+
+def _engine_log(second: int, salt: int, lines: int = 40) -> str:
+    """An engine's batch lines from `second` on, told from any other engine's by `salt`."""
+    return "".join(_line((second + i) % 60, salt * 1000 + i) + "\n" for i in range(lines))
+
+
+def _as_saved(text: str, how: str) -> bytes:
+    """An engine's log as a terminal, a launcher or a damaged copy left it."""
+    if how in ("coloured", "coloured-gzip"):
+        coloured = "".join(
+            f"\x1b[32m{line[:26]}\x1b[0m{line[26:]}\x1b[K\n" for line in text.splitlines()
+        ).encode()
+        return gzip.compress(coloured) if how == "coloured-gzip" else coloured
+    if how == "progress-bar":  # a bar redrawn before each line, as a terminal capture keeps it
+        return "".join(
+            f"Prefill:  42%|####      | 42/100\r{line}\n" for line in text.splitlines()
+        ).encode()
+    if how == "long-preamble":  # pip, a wrapper script: 80 KiB of lines no engine writes
+        preamble = "".join(f"Requirement already satisfied: package-{i}\n" for i in range(2000))
+        return preamble.encode() + text.encode()
+    assert how == "junk-head"  # a block of junk where the file was damaged
+    return (b"\x00\x81\xfe\x9c" * 250 + b"\n") * 80 + text.encode()
+
+
+@pytest.mark.parametrize(
+    "how", ["coloured", "coloured-gzip", "progress-bar", "long-preamble", "junk-head"]
+)
+def test_a_folder_of_several_engines_is_told_by_lines_read_as_the_parser_reads_them(
+    tmp_path: Path, how: str
+) -> None:
+    """Two clusters' `logs/` folders, each holding a prefill's and a decode's log. Whether a
+    folder holds several engines was told from the raw first 64 KiB: colour codes, a progress
+    bar's carriage returns, or a preamble or junk longer than that hid the engines' lines, each
+    cluster's folder was taken for one host, and its prefill and decode became one node."""
+    for salt, cluster in enumerate(("cluster-a", "cluster-b")):
+        (tmp_path / cluster / "logs").mkdir(parents=True)
+        for offset, node in enumerate(("prefill-0", "decode-0")):
+            text = _engine_log(0, 10 * salt + offset)
+            name = f"{node}.log.1.gz" if how.endswith("gzip") else f"{node}.log"
+            (tmp_path / cluster / "logs" / name).write_bytes(_as_saved(text, how))
+    assert sorted({f.node for f in discover([tmp_path])}) == [
+        "cluster-a/decode-0",
+        "cluster-a/prefill-0",
+        "cluster-b/decode-0",
+        "cluster-b/prefill-0",
+    ]
+
+
+def test_whether_a_file_is_an_engine_log_reads_its_head_and_its_tail_only(tmp_path: Path) -> None:
+    """Bounded: an engine's lines found only in the middle of a big file are not looked for."""
+    filler = "".join(f"Requirement already satisfied: package-{i}\n" for i in range(4000))
+    middle = tmp_path / "middle.log"
+    middle.write_text(filler + _engine_log(0, 1) + filler)
+    assert not files._speaks_sglang(middle)
+    engine = _engine_log(0, 1)
+    for where, text in (("head", engine + filler), ("tail", filler + engine)):
+        path = tmp_path / f"{where}.log"
+        path.write_text(text)
+        assert files._speaks_sglang(path), where
+
+
+def test_a_host_s_folder_is_found_past_generic_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert GENERIC_FOLDERS == {"logs", "log", "exports", "export", "metrics", "requests", "traces"}
+    assert host_folder(Path("case/cluster-a/logs")) == Path("case/cluster-a")
+    assert host_folder(Path("case/cluster-a/Logs/METRICS")) == Path("case/cluster-a")
+    assert host_folder(Path("/var/log/sglang/decode-0")) == Path("/var/log/sglang/decode-0")
+    assert host_folder(Path("case/logs/week1")) == Path("case/logs/week1")
+    assert host_folder(Path(".")) == Path(".")  # nothing to skip: the folder as given
+    # Given from inside the host's folder (`kvwatch forensics logs/ exports/`): the host is
+    # where they lie.
+    (tmp_path / "cluster-a" / "logs").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "cluster-a")
+    assert host_folder(Path("logs")) == tmp_path / "cluster-a"
+
+
+def _two_layouts(root: Path, layout: str) -> None:
+    """Two deployments' prefill and decode, running at once: `cluster-a`'s in its `logs/`
+    folder, `cluster-b`'s in another layout."""
+    for salt, node in enumerate(("prefill-0", "decode-0")):
+        (root / "cluster-a" / layout.split("+")[0]).mkdir(parents=True, exist_ok=True)
+        (root / "cluster-a" / layout.split("+")[0] / f"{node}.log").write_text(_engine_log(0, salt))
+        if layout.endswith("+flat"):
+            other = root / "cluster-b" / f"{node}.log"
+        else:  # a folder per host
+            other = root / "cluster-b" / node / "sglang.log"
+        other.parent.mkdir(parents=True, exist_ok=True)
+        other.write_text(_engine_log(1, 10 + salt))
+
+
+@pytest.mark.parametrize("layout", ["logs+flat", "Logs+flat", "logs+by-folder"])
+def test_a_generic_folder_never_names_a_node(tmp_path: Path, layout: str) -> None:
+    """`cluster-a/logs/decode-0.log` beside another deployment laid out otherwise was
+    `logs/decode-0`: the folder that tells the deployments apart is `cluster-a`."""
+    _two_layouts(tmp_path, layout)
+    assert sorted({f.node for f in discover([tmp_path])}) == [
+        "cluster-a/decode-0",
+        "cluster-a/prefill-0",
+        "cluster-b/decode-0",
+        "cluster-b/prefill-0",
+    ]
+
+
+def _request_records(second: int, rid: str, count: int = 40) -> str:
+    """`--log-requests-format json` finish records, ids and counts only (no prompt, no text)."""
+    records = []
+    for i in range(count):
+        at = f"2026-11-02T10:00:{(second + i) % 60:02d}Z"
+        meta = {"id": f"{rid}{i}", "prompt_tokens": 100 + i, "completion_tokens": 4}
+        obj = {"rid": f"{rid}{i}", "bootstrap_room": 1000 + i}
+        out = {"meta_info": {**meta, "cached_tokens": 0, "e2e_latency": 1.5}}
+        record = {"timestamp": at, "event": "request.finished", "rid": f"{rid}{i}"}
+        records.append(json.dumps({**record, "obj": obj, "out": out}) + "\n")
+    return "".join(records)
+
+
+@pytest.mark.parametrize("clusters", [["cluster-a"], ["cluster-a", "cluster-b"]])
+@pytest.mark.parametrize("exported", [["prefill-0", "decode-0"], ["decode-0"]])
+def test_a_request_log_export_in_a_host_s_generic_folder_is_its_log_s_node(
+    tmp_path: Path, clusters: list[str], exported: list[str]
+) -> None:
+    """`cluster-a/exports/decode-0.jsonl` beside `cluster-a/logs/decode-0.log` was a node of its
+    own, `exports/decode-0` (or `exports`), apart from the engine's log (`logs/decode-0`): the
+    two folders are one host's."""
+    for salt, cluster in enumerate(clusters):
+        for offset, node in enumerate(("prefill-0", "decode-0")):
+            (tmp_path / cluster / "logs").mkdir(parents=True, exist_ok=True)
+            (tmp_path / cluster / "logs" / f"{node}.log").write_text(
+                _engine_log(salt, 10 * salt + offset)
+            )
+            if node in exported:
+                (tmp_path / cluster / "EXPORTS").mkdir(exist_ok=True)
+                (tmp_path / cluster / "EXPORTS" / f"{node}.jsonl").write_text(
+                    _request_records(salt, f"{cluster}-{node}-")
+                )
+    held: dict[str, set[str]] = {}
+    for f in discover([tmp_path]):
+        held.setdefault(f.node, set()).add(str(f.path.relative_to(tmp_path)))
+    named = (
+        (lambda cluster, node: f"{cluster}/{node}")
+        if len(clusters) > 1
+        else (lambda cluster, node: node)
+    )
+    # Read beside the log, merged with it by time, as a process's stdout beside its stderr.
+    assert {f.channel for f in discover([tmp_path]) if f.path.suffix == ".jsonl"} == {"stdout"}
+    assert held == {
+        named(cluster, node): {f"{cluster}/logs/{node}.log"}
+        | ({f"{cluster}/EXPORTS/{node}.jsonl"} if node in exported else set())
+        for cluster in clusters
+        for node in ("prefill-0", "decode-0")
+    }
+
+
+def test_an_export_given_beside_its_log_from_inside_the_host_s_folder_is_its_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kvwatch forensics logs/ exports/`, run in `cluster-a/`: the folders given are the
+    host's, named by where they lie."""
+    host = tmp_path / "cluster-a"
+    for offset, node in enumerate(("prefill-0", "decode-0")):
+        (host / "logs").mkdir(parents=True, exist_ok=True)
+        (host / "logs" / f"{node}.log").write_text(_engine_log(0, offset))
+        (host / "exports").mkdir(exist_ok=True)
+        (host / "exports" / f"{node}.jsonl").write_text(_request_records(0, f"{node}-"))
+    monkeypatch.chdir(host)
+    assert sorted((f.node, str(f.path)) for f in discover(["logs", "exports"])) == [
+        ("decode-0", "exports/decode-0.jsonl"),
+        ("decode-0", "logs/decode-0.log"),
+        ("prefill-0", "exports/prefill-0.jsonl"),
+        ("prefill-0", "logs/prefill-0.log"),
+    ]
+
+
+def test_files_in_a_host_s_generic_folder_are_named_by_the_host(tmp_path: Path) -> None:
+    """A document saved under its endpoint's name in `decode-0/metrics/` was the node
+    `metrics`; one host's log in `decode-0/logs/sglang.log` beside `decode-0@….prom` was the
+    node `sglang`, apart from its snapshots."""
+    described = describe(Path("case/decode-0/metrics/server_info.json"))
+    assert described is not None and described.node == "decode-0"
+    (tmp_path / "decode-0" / "logs").mkdir(parents=True)
+    (tmp_path / "decode-0" / "logs" / "sglang.log").write_text(_engine_log(0, 1))
+    (tmp_path / "snapshots").mkdir()
+    (tmp_path / "snapshots" / "decode-0@20261102T100000Z.prom").write_text("# none\n")
+    assert {f.node for f in discover([tmp_path])} == {"decode-0"}
+
+
+@pytest.mark.parametrize("kept_in_log", [False, True], ids=["moved", "kept"])
+def test_a_deployment_whose_request_logs_were_exported_apart_is_read_as_one(
+    tmp_path: Path, kept_in_log: bool
+) -> None:
+    """The incident replay with request logging as JSON records and time stats off, each
+    engine's records saved as `exports/<node>.jsonl` beside `logs/<node>.log` (taken out of
+    the log, or kept in it too): the nodes are the engines, each export read beside its log
+    (read after it, its records were late: 0 of 16 exposures, NOT JUDGED), and the run finds
+    what the unsplit logs give."""
+    import yaml
+
+    from simulator.offline import run_offline
+    from simulator.scenario import scenario_from_dict
+
+    scenarios = Path(__file__).parents[1] / "simulator" / "scenarios"
+    data = yaml.safe_load((scenarios / "incident-replay-small.yaml").read_text())
+    for role in ("prefill", "decode"):
+        data["deployment"][role].update(
+            log_requests_format="json", log_requests_level=1, request_time_stats=False
+        )
+    run_offline(scenario_from_dict(data, "exported"), tmp_path / "whole")
+    truth = json.loads((tmp_path / "whole" / "ground_truth.json").read_text())
+    (tmp_path / "whole" / "ground_truth.json").unlink()
+    case = tmp_path / "case" / "cluster-a"
+    (case / "logs").mkdir(parents=True)
+    (case / "exports").mkdir()
+    for log in (tmp_path / "whole" / "logs").glob("*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        records = [line for line in lines if line.startswith('{"timestamp"')]
+        assert records
+        (case / "exports" / f"{log.stem}.jsonl").write_text("".join(records))
+        kept = lines if kept_in_log else [x for x in lines if x not in records]
+        (case / "logs" / log.name).write_text("".join(kept))
+    shutil.copytree(tmp_path / "whole" / "snapshots", case / "snapshots")
+    assert set(streams_of([tmp_path / "case"])) == {
+        (node, kind)
+        for node in ("prefill-0", "decode-0")
+        for kind in ("log", "log:stdout", "prom", "json")
+    }
+    whole = run_forensics([str(tmp_path / "whole")], tmp_path / "a", write_parquet=False).summary
+    split = run_forensics([str(tmp_path / "case")], tmp_path / "b", write_parquet=False).summary
+    assert sorted(split["nodes"]) == sorted(whole["nodes"]) == ["decode-0", "prefill-0"]
+    rooms = {str(r["bootstrap_room"]) for r in split["exposure"]["requests"]}
+    assert rooms == {str(r["bootstrap_room"]) for r in truth["exposed"]} and len(rooms) >= 10
+    assert rooms == {str(r["bootstrap_room"]) for r in whole["exposure"]["requests"]}
+    assert split["requests"]["total"] == whole["requests"]["total"]
+    assert split["requests"].get("late_lines", 0) == 0
+    findings = [(f["detector"], f["severity"], f.get("node")) for f in whole["findings"]]
+    assert sorted(findings) == sorted(
+        (f["detector"], f["severity"], f.get("node")) for f in split["findings"]
+    )
