@@ -43,6 +43,7 @@ from collector.line_order import (
     line_time,
     newest_first,
     oldest_first,
+    tail_bytes,
 )
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
@@ -51,7 +52,7 @@ from collector.sglang.otlp_framing import framed_export_head
 from collector.sglang.request_log import CUT_REASON, cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
 from collector.shown_text import printable
-from collector.text_encoding import as_utf8, wide_encoding
+from collector.text_encoding import as_utf8
 
 FileKind = Literal["log", "prom", "json", "otlp"]
 
@@ -1294,20 +1295,11 @@ def _sniffed_tail(path: Path) -> list[str]:
     """The whole lines in the last `_SNIFF_BYTES` of a plain file, as the parser reads them;
     none of a compressed one (its end is reached only through all of it) nor of a UTF-16 or
     UTF-32 one (its end read alone is no whole characters)."""
-    try:
-        with open(path, "rb") as raw:
-            start = raw.read(MAGIC_BYTES)
-            if compression_of(start) is not None or unreadable_compression(start):
-                return []
-            raw.seek(0)
-            if wide_encoding(raw.read(4096)) is not None:
-                return []
-            size = os.fstat(raw.fileno()).st_size
-            raw.seek(max(size - _SNIFF_BYTES, 0))
-            tail = raw.read(_SNIFF_BYTES)
-    except OSError:
+    read = tail_bytes(path, _SNIFF_BYTES)
+    if read is None:
         return []
-    if size > _SNIFF_BYTES:
+    tail, cut = read
+    if cut:
         tail = tail[tail.find(b"\n") + 1 :]  # the first piece of a cut tail is no line
     return _decode_block(tail, ReadStats()) if tail else []
 

@@ -26,7 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from collector.compression import MAGIC_BYTES, compression_of, decompressed_head, stream_blocks
+from collector.compression import (
+    MAGIC_BYTES,
+    compression_of,
+    decompressed_head,
+    stream_blocks,
+    unreadable_compression,
+)
 from collector.text_encoding import head_as_utf8, wide_encoding
 
 if TYPE_CHECKING:
@@ -166,21 +172,34 @@ def _head(path: Path, size: int) -> tuple[list[str], bool]:
     return (lines[:-1] if len(lines) > 1 else lines), read[1]
 
 
-def tail_lines(path: Path) -> list[str]:
-    """The whole lines in the last `_TAIL_BYTES` of a plain file; none of a gzip file (its end
-    is only reached through all of it)."""
+def tail_bytes(path: Path, size: int) -> tuple[bytes, bool] | None:
+    """The last `size` bytes of a plain file, and whether they are cut (the file is longer);
+    None for a compressed file (its end is only reached through all of it), a UTF-16/32 one
+    (its end read alone is no whole characters), or one that cannot be read."""
     try:
         with open(path, "rb") as raw:
             start = raw.read(4096)
-            if compression_of(start) is not None or wide_encoding(start) is not None:
-                return []  # nor of a UTF-16/32 one: its end read alone is no whole characters
-            size = os.fstat(raw.fileno()).st_size
-            raw.seek(max(size - _TAIL_BYTES, 0))
-            tail = raw.read(_TAIL_BYTES)
+            if (
+                compression_of(start) is not None
+                or unreadable_compression(start)
+                or wide_encoding(start) is not None
+            ):
+                return None
+            length = os.fstat(raw.fileno()).st_size
+            raw.seek(max(length - size, 0))
+            return raw.read(size), length > size
     except OSError:
+        return None
+
+
+def tail_lines(path: Path) -> list[str]:
+    """The whole lines in the last `_TAIL_BYTES` of a plain file (`tail_bytes`)."""
+    read = tail_bytes(path, _TAIL_BYTES)
+    if read is None:
         return []
+    tail, cut = read
     lines = tail.decode("utf-8", "replace").split("\n")
-    return lines[1:] if size > _TAIL_BYTES else lines
+    return lines[1:] if cut else lines
 
 
 # A gzip file's end is reached by reading through it: done for files up to this size only.
