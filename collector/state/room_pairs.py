@@ -33,7 +33,6 @@ class RoomPairs:
     __slots__ = (
         "paired",
         "unpaired",
-        "met_prefills",
         "hosts",
         "spelled",
         "partners",
@@ -44,13 +43,13 @@ class RoomPairs:
     def __init__(self) -> None:
         self.paired: dict[str, int] = {}
         self.unpaired: dict[str, int] = {}
-        self.met_prefills: set[str] = set()
         # The bootstrap hosts decode answers named when they met a prefill node's request
         # lines, by that node: the addresses it is reached at (at most `MAX_HOSTS` a node).
         self.hosts: dict[str, set[str]] = {}
         # The same, as the answers spelled them.
         self.spelled: dict[str, set[str]] = {}
-        # The decode nodes whose answers met a prefill node's request lines, by prefill node.
+        # The decode nodes whose answers met a prefill node's request lines, by prefill node:
+        # its keys, the prefill nodes some answer met.
         self.partners: dict[str, set[str]] = {}
         # The prefill nodes a decode node's answers met, by decode node and the bootstrap host
         # they named (as spelled: one node's answers spell it one way).
@@ -73,7 +72,6 @@ class RoomPairs:
                 # Its request lines name rooms. A refusal line names a rid at most: a prefill
                 # that logs only its refusals meets no room of the requests it takes, and every
                 # decode node it serves looked served elsewhere (blind review 8c E12).
-                self.met_prefills.add(prefill.node)
                 host = serving.bootstrap_host
                 self.partners.setdefault(prefill.node, set()).add(serving.node)
                 self.met_at.setdefault(serving.node, {}).setdefault(host, set()).add(prefill.node)
@@ -105,7 +103,7 @@ class RoomPairs:
             bool(read)
             and self.paired.get(decode, 0) == 0
             and self.unpaired.get(decode, 0) < MIN_UNPAIRED
-            and all(node in self.met_prefills for node in read)
+            and all(node in self.partners for node in read)
         )
 
     def served_elsewhere(self, decode: str, prefills: Iterable[str]) -> bool:
@@ -117,7 +115,7 @@ class RoomPairs:
             bool(read)
             and self.paired.get(decode, 0) == 0
             and self.unpaired.get(decode, 0) >= MIN_UNPAIRED
-            and all(node in self.met_prefills for node in read)
+            and all(node in self.partners for node in read)
         )
 
     def stranger(self, owner: str, decode: str, host: str) -> bool | None:
