@@ -143,3 +143,26 @@ def test_an_unknown_release_with_no_setting_is_not_judged() -> None:
     decode = NodeFacts("decode-0", role="decode")
     result = judge_node(prefill, Deployment.of([prefill, decode]), AuditPolicy())
     assert not any("predate" in reason for reason in result.reasons)
+
+
+def test_a_decode_verifying_behind_a_prefill_whose_setting_is_unknown_does_not_pass() -> None:
+    """Its checksum verifies the prefill's transfers only if the prefill runs it too: the
+    decode's own line must not vouch for what nothing stated."""
+    decode = NodeFacts("decode-0", role="decode", version="0.5.23", kv_checksum=True)
+    unknown = NodeFacts("prefill-0", role="prefill", version="0.5.23")
+    result = judge_node(decode, Deployment.of([decode, unknown]), AuditPolicy())
+    (checksum,) = [c for c in result.checks if c.check == "checksum"]
+    assert checksum.status == "UNKNOWN" and "setting unknown for prefill-0" in checksum.reason
+    stated = NodeFacts("prefill-0", role="prefill", version="0.5.23", kv_checksum=True)
+    result = judge_node(decode, Deployment.of([decode, stated]), AuditPolicy())
+    assert [c.status for c in result.checks if c.check == "checksum"] == ["PASS"]
+
+
+def test_audit_of_logs_alone_does_not_pass_the_decode_behind_the_unseen_prefill(
+    old_sim: Path,
+) -> None:
+    _, out, _ = run(str(old_sim / "logs"))
+    (decode,) = [line for line in lines(out) if line.startswith("decode-0")]
+    assert decode.startswith("decode-0   decode   UNKNOWN  ")
+    assert "KV checksum on here, setting unknown for prefill-0" in decode
+    assert "PASS" not in decode

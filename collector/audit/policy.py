@@ -426,6 +426,18 @@ def checksum_checks(
                 {**evidence, "predating_peers": [node for node, _ in older]},
             )
         )
+    unstated = _unstated_peers(peers, older, deployment)
+    if on is True and unstated and not seen.one_side:
+        results.append(
+            CheckResult(
+                "checksum",
+                "UNKNOWN",
+                f"KV checksum on here, setting unknown for {', '.join(unstated)} (verified only "
+                f"if {'it runs' if len(unstated) == 1 else 'they run'} it too: audit "
+                f"{'its' if len(unstated) == 1 else 'their'} /server_info or startup args)",
+                {**evidence, "unstated_peers": unstated},
+            )
+        )
     silent = _unsigned_peers(facts, peers_on, deployment, policy)
     if on is True and silent:
         results.append(
@@ -520,6 +532,18 @@ def _predating_peers(
         for node, version in deployment.pd_versions
         if node in peers and node not in stated and is_below(version, policy.checksum_since)
     ]
+
+
+def _unstated_peers(
+    peers: frozenset[str], older: list[tuple[str, str]], deployment: Deployment
+) -> list[str]:
+    """The peers whose checksum setting nothing stated and whose release is not known to
+    predate it: this node's checksum verifies their transfers only if they run it too, so a
+    PASS here would vouch for what was never seen (the decode passed while its prefill's own
+    line said its setting was unknown)."""
+    known = set(deployment.checksum_on) | set(deployment.checksum_off)
+    known.update(node for node, _ in older)
+    return sorted(node for node in peers if node not in known)
 
 
 def _unsigned_peers(
