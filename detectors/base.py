@@ -215,6 +215,12 @@ class Detector(Generic[C]):
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
         return []
 
+    def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
+        """`finding` (one of this detector's) restated with what the whole input told by its
+        end, for a report read afterwards; by default as it was. Only the words and evidence
+        change: its severity and time say what was known when it was raised."""
+        return finding
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _finding(

@@ -353,6 +353,21 @@ class DetectionPipeline:
                 self._dedup.popitem(last=False)
         return True
 
+    def revised(self, findings: list[Finding]) -> list[Finding]:
+        """`findings` as their detectors restate them with all the input read (`Detector.revise`):
+        for a report, once the stream has ended."""
+        by_name = {det.name: det for det in self.detectors}
+        revised = []
+        for finding in findings:
+            det = by_name.get(finding.detector)
+            try:
+                revised.append(det.revise(finding, self.context) if det is not None else finding)
+            except Exception:
+                if det is None or self._failed(det):
+                    raise
+                revised.append(finding)
+        return revised
+
     # -- persistence ---------------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:

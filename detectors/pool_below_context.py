@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import ClassVar
 
 from pydantic import Field
@@ -369,34 +370,12 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             # Never bounded by how its start-up lines look: 0.5.19 already prints server_args
             # as a dict, which the reference gives as 0.5.23's (audit U, against its source).
             version = config.version
-            if version is None:
-                # Not "refused" as if that were safe: the incident's engines refused and still
-                # answered. Which it is depends on the version, not known yet.
-                why = (
-                    "prompts longer than the pool are refused on engines >= "
-                    f"{self.config.leak_fixed_version}, answered from other requests' KV "
-                    "before; the engine version is not known yet"
-                )
             if version is not None and is_below(version, self.config.leak_fixed_version):
                 severity = "critical"
-                why = (
-                    f"SGLang {version} < {self.config.leak_fixed_version} admits them and "
-                    f"decode answers from other requests' KV"
-                )
             elif version is None and self.unretired_.get(config.node, 0) > 0:
                 severity, told_by_answers = "critical", True
-                # Said as the input shows it: answered, or an answer not read (blind review
-                # 9b: "decode did not retire them" where no decode log was read).
-                retired = (
-                    "decode answered them"
-                    if config.node in self.answered_
-                    else "decode's answers to them are not in the input"
-                )
-                why = (
-                    f"the node refuses over-length prompts, {retired}, and the engine version "
-                    "is unknown: on engines < 0.5.20 decode answers them from other requests' "
-                    "KV"
-                )
+            if version is None or severity == "critical":
+                why = self._why(version, told_by_answers, config.node in self.answered_)
         since = self.faults_.began(
             config.node, (config.role, pool, reference, severity), config.generation
         )
@@ -438,6 +417,75 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "generation": config.generation,
                 "refusals": self.refusals_.get(config.node, 0),
             },
+        )
+
+    def _why(self, version: str | None, told_by_answers: bool, answered: bool) -> str:
+        """What a prefill's gap means, by its release (`version`) and by what its refusals
+        came to (`told_by_answers`: the release unknown, decode answered a refused prompt)."""
+        fixed = self.config.leak_fixed_version
+        if told_by_answers:
+            # Said as the input shows it: answered, or an answer not read (blind review 9b:
+            # "decode did not retire them" where no decode log was read).
+            retired = (
+                "decode answered them"
+                if answered
+                else ("decode's answers to them are not in the input")
+            )
+            if version is None:
+                return (
+                    f"the node refuses over-length prompts, {retired}, and the engine version "
+                    f"is unknown: on engines < {fixed} decode answers them from other requests' "
+                    "KV"
+                )
+            if is_below(version, fixed):
+                return (
+                    f"the node refuses over-length prompts, {retired}, and SGLang {version} < "
+                    f"{fixed} answers them from other requests' KV"
+                )
+            return (
+                f"the node refuses over-length prompts and {retired}, though SGLang {version} "
+                f"(>= {fixed}) should not"
+            )
+        if version is None:
+            # Not "refused" as if that were safe: the incident's engines refused and still
+            # answered. Which it is depends on the version, not known yet.
+            return (
+                f"prompts longer than the pool are refused on engines >= {fixed}, answered "
+                "from other requests' KV before; the engine version is not known yet"
+            )
+        if is_below(version, fixed):
+            return (
+                f"SGLang {version} < {fixed} admits them and decode answers from other requests' KV"
+            )
+        return f"prompts longer than the pool are refused (SGLang {version} >= {fixed})"
+
+    def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
+        """A prefill's gap said while its release was unknown, restated with the release the
+        input states later (a `/server_info` saved after the incident tells it for the whole
+        generation): the report read afterwards said "the engine version is unknown" beside
+        the node's 0.5.19 (blind review 27). Its severity and time stay what was known then."""
+        evidence = finding.evidence
+        if evidence.get("version") is not None or evidence.get("role") != "prefill":
+            return finding
+        config = ctx.config_at(finding.node or "", finding.time)
+        if (
+            config is None
+            or config.version is None
+            or config.generation != evidence.get("generation")
+        ):
+            return finding
+        for told_by_answers, answered in ((True, True), (True, False), (False, False)):
+            said = self._why(None, told_by_answers, answered)
+            if said in finding.summary:
+                break
+        else:
+            return finding
+        now_said = self._why(config.version, told_by_answers, answered)
+        summary = finding.summary.replace(said, f"{now_said} (release stated later in the input)")
+        return replace(
+            finding,
+            summary=summary,
+            evidence={**evidence, "version": config.version, "version_stated_later": True},
         )
 
     def _gap_began(self, config: NodeConfig, reference: int, ctx: DetectionContext) -> float | None:

@@ -862,6 +862,7 @@ def build_summary(
 ) -> dict[str, Any]:
     exposed = sorted(evidence.exposed.values(), key=lambda e: (e.time or 0.0, e.rid or ""))
     times = [e.time for e in exposed if e.time is not None]
+    evidence.findings = pipeline.revised(evidence.findings)
     findings = _without_superseded(
         sorted(
             evidence.findings, key=lambda f: (f.time if f.time is not None else -1.0, f.detector)
