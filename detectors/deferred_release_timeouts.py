@@ -622,7 +622,11 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         mismatches = window.mismatches + sum(self.recent_mismatches_)
         if cfg.mismatch_lookback_windows:
             self.recent_mismatches_.append(window.mismatches)
-        span_start = self._span(window, start) if score >= cfg.threshold else start
+        # A gauge is one instant's reading: what it counts was held then, in this window, not
+        # somewhere since the scrape before (blind review 28b: a held-gauge storm dated back
+        # into the quiet hours by the timeouts counter's spread increase).
+        spread = score >= cfg.threshold and rule != "held"
+        span_start = self._span(window, start) if spread else start
         if span_start < start:
             mismatches = window.mismatches + sum(
                 count

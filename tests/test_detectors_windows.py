@@ -1052,3 +1052,26 @@ def test_a_storm_seen_only_between_far_apart_samples_is_dated_in_their_span():
     # Without the mismatch, a warning, still dated in the span.
     (finding,) = run(DeferredReleaseTimeouts(), samples + after)
     assert finding.severity == "warning" and finding.time == storm_at - 1800 + 300
+
+
+def test_a_held_gauge_dates_a_storm_where_it_was_read_not_back_to_the_scrape_before() -> None:
+    """Blind review 28b: logs kept at ERROR level, so the storm was in the 15-minute scrapes
+    alone; the held gauge fired, and the finding was dated by the timeouts counter's increase
+    spread back to the scrape before, inside the quiet hours. A gauge is one instant's reading:
+    the pages it counts were held then."""
+    scrapes = [T + 420 + 900 * k for k in range(14)]  # 7 minutes past a window, as in the review
+    quiet = []
+    for k, t in enumerate(scrapes[:-1]):
+        quiet += [held(t, 1.0), counter(t, 30.0 * k, "drained"), counter(t, 0.0, "timeout")]
+    storm_at = scrapes[-1]
+    storm = [
+        held(storm_at, 40.0),
+        counter(storm_at, 30.0 * 13, "drained"),
+        counter(storm_at, 39.0, "timeout"),
+    ]
+    findings = run(DeferredReleaseTimeouts(), quiet + storm)
+    assert findings and findings[0].evidence["rule"] == "held"
+    window_start = storm_at - (storm_at - T) % 300
+    assert findings[0].time == window_start + 300
+    assert findings[0].evidence["window_start"] == iso_time(window_start)
+    assert "lies somewhere between" not in findings[0].summary
