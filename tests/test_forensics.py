@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import json
@@ -17,7 +18,13 @@ import pytest
 
 from collector.events import parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
-from collector.forensics.report import TABLE_ROWS, config_gaps, findings_table, status_line
+from collector.forensics.report import (
+    TABLE_ROWS,
+    config_gaps,
+    findings_table,
+    status_line,
+    write_markdown,
+)
 from detectors.registry import REGISTRY
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
@@ -529,3 +536,17 @@ def test_the_parsing_workers_are_forked_without_the_plotting_and_parquet_librari
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_a_finding_of_no_one_node_reads_without_a_blank_node_in_the_markdown(
+    abort_race: Run, tmp_path: Path
+) -> None:
+    """Blind review 28b: a storm over several nodes (node null, as a storm turned critical by
+    corruptions after it is) read "`deferred_release_timeouts` : ..." in report.md."""
+    summary = copy.deepcopy(abort_race.summary)
+    storm = next(f for f in summary["findings"] if f["detector"] == "deferred_release_timeouts")
+    storm["node"] = None
+    write_markdown(tmp_path / "report.md", summary)
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert any(line.endswith(f"`deferred_release_timeouts`: {storm['summary']}") for line in lines)
+    assert not any("` : " in line for line in lines if line.startswith("- **"))

@@ -1584,8 +1584,8 @@ def write_markdown(path: Path, summary: dict[str, Any]) -> None:
     shown, rest = findings_table(summary)
     for finding in shown:
         out.append(
-            f"- **{finding['severity']}** {finding['time'] or _UNDATED} `{finding['detector']}` "
-            f"{finding['node'] or ''}: {finding['summary']}"
+            f"- **{finding['severity']}** {finding['time'] or _UNDATED} `{finding['detector']}`"
+            f"{' ' + finding['node'] if finding['node'] else ''}: {finding['summary']}"
         )
     if not shown:
         out.append("None.")
