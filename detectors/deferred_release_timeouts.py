@@ -625,8 +625,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # A gauge is one instant's reading: what it counts was held then, in this window, not
         # somewhere since the scrape before (blind review 28b: a held-gauge storm dated back
         # into the quiet hours by the timeouts counter's spread increase).
-        spread = score >= cfg.threshold and rule != "held"
-        span_start = self._span(window, start) if spread else start
+        spread_back = score >= cfg.threshold and rule != "held"
+        span_start = self._span(window, start) if spread_back else start
         if span_start < start:
             mismatches = window.mismatches + sum(
                 count

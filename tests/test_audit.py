@@ -972,3 +972,40 @@ def test_a_log_in_a_format_not_read_fails_closed(tmp_path: Path) -> None:
         )
     )
     _fails_closed_not_read_whole(case, "unrecognised", case / "prefill-1.jsonl")
+
+
+def _healthy_with(tmp_path: Path, decode_lines: list[str]) -> Path:
+    tmp_path.mkdir()
+    for path in (DATA / "healthy").iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    with (tmp_path / "decode-0.log").open("a") as log:
+        log.writelines(line + "\n" for line in decode_lines)
+    return tmp_path
+
+
+def _corruption(second: int, rank: int, room: int) -> str:
+    return (
+        f"[2026-11-02 09:16:{second:02d} TP{rank}] Context corruption detected: Request r{room} "
+        f"(bootstrap_room={room}) received metadata from bootstrap_room={room + 1}. Metadata "
+        "buffer index: 7. This indicates metadata buffer index collision."
+    )
+
+
+def test_metadata_corruptions_are_said_with_the_mismatches_caught(tmp_path: Path) -> None:
+    """Blind review 28b: the node's line said its checksum mismatches and not the metadata of
+    another room its decode received, the same race's other sign (one room a line per rank)."""
+    corruptions = [_corruption(10, 0, 300), _corruption(10, 1, 300), _corruption(20, 0, 500)]
+    mismatch = (
+        "[2026-11-02 09:16:30 TP0] KV checksum mismatch req=7c2e bootstrap_room=900 "
+        "expected=0x5e1a03c7 got=0x5e1a03c6"
+    )
+    code, out, _ = run(str(_healthy_with(tmp_path / "both", [*corruptions, mismatch])))
+    (decode,) = [line for line in lines(out) if line.startswith("decode-0")]
+    assert decode == (
+        "decode-0   decode   WARN  1 KV checksum mismatch and 2 metadata corruptions caught "
+        "(corrupted transfers: run kvwatch forensics)"
+    )
+    code, out, _ = run(str(_healthy_with(tmp_path / "alone", corruptions[:1])))
+    (decode,) = [line for line in lines(out) if line.startswith("decode-0")]
+    assert "WARN  1 metadata corruption caught" in decode
+    assert code == 0

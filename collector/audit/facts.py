@@ -46,6 +46,9 @@ class ChecksumEvidence:
     one_side_source: str | None = None
     # `KV checksum mismatch` lines: the checksum verified and caught corrupted transfers.
     mismatches: int = 0
+    # `Context corruption detected` lines (metadata of another room): caught whatever the
+    # checksum setting, the same race's other sign.
+    corruptions: int = 0
 
     def to_json_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +58,7 @@ class ChecksumEvidence:
             "checksum_one_side": self.one_side,
             "one_side_source": self.one_side_source,
             "checksum_mismatches": self.mismatches,
+            "metadata_corruptions": self.corruptions,
         }
 
 

@@ -89,6 +89,7 @@ class _Generation:
     version: str | None = None
     evidence: ChecksumEvidence = field(default_factory=ChecksumEvidence)
     mismatch_keys: set[str] = field(default_factory=set)
+    corruption_keys: set[str] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     doubts: dict[str, str] = field(default_factory=dict)
 
@@ -144,6 +145,11 @@ class _Tracker:
             room = event.get("bootstrap_room") or event.get("rid") or event.source
             gen.mismatch_keys.add(str(room))
             gen.evidence.mismatches = len(gen.mismatch_keys)
+        elif kind == "metadata_corruption":
+            gen = self._generation(event.node)
+            room = event.get("bootstrap_room") or event.get("rid") or event.source
+            gen.corruption_keys.add(str(room))
+            gen.evidence.corruptions = len(gen.corruption_keys)
 
     def _generation(self, node: str) -> _Generation:
         gens = self.generations[node]
