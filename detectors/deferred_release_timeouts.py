@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar, Final
 
 from pydantic import Field
@@ -234,6 +235,73 @@ class _Counts:
         self.held = window.held.get("*", 0.0)
 
 
+class _StormTally:
+    """What one storm counted from its first window over the bar to its last: each finding
+    says the window it was raised in, and a responder asks how long the storm ran and how
+    much it held (blind review 28b: "39 timeouts in 300s" of a 26-minute storm of 190 on two
+    nodes). Quiet windows inside its gap count once another window fires after them."""
+
+    __slots__ = ("start", "end", "windows", "timeouts", "errors", "nodes", "mismatches", "_gap")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.end = start
+        self.windows = 0
+        self.timeouts = 0.0
+        self.errors = 0.0
+        self.nodes: set[str] = set()
+        self.mismatches = 0
+        self._gap: list[tuple[float, float, set[str]]] = []
+
+    def fired(self, end: float, timeouts: float, errors: float, nodes: set[str]) -> None:
+        for gap_timeouts, gap_errors, gap_nodes in self._gap:
+            self._add(gap_timeouts, gap_errors, gap_nodes)
+        self._gap.clear()
+        self._add(timeouts, errors, nodes)
+        self.end = end
+
+    def quiet(self, timeouts: float, errors: float, nodes: set[str]) -> None:
+        self._gap.append((timeouts, errors, nodes))
+
+    def _add(self, timeouts: float, errors: float, nodes: set[str]) -> None:
+        self.windows += 1
+        self.timeouts += timeouts
+        self.errors += errors
+        self.nodes |= nodes
+
+    def said(self) -> str:
+        minutes = (self.end - self.start) / 60
+        errors = f" and {self.errors:,.0f} failed releases" if self.errors else ""
+        names = sorted(self.nodes)
+        on = f" on {' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}"
+        corrupt = (
+            f", {self.mismatches} sign{'s' if self.mismatches != 1 else ''} of corrupt KV"
+            if self.mismatches
+            else ""
+        )
+        return (
+            f"; the whole storm: {iso_time(self.start)} to {iso_time(self.end)} "
+            f"({minutes:g} min), {self.timeouts:,.0f} timeouts{errors}{on if names else ''}"
+            f"{corrupt}"
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "start": iso_time(self.start),
+            "end": iso_time(self.end),
+            "windows": self.windows,
+            "timeouts": self.timeouts,
+            "errors": self.errors,
+            "nodes": sorted(self.nodes),
+            "mismatches": self.mismatches,
+        }
+
+
+_MAX_CORRUPT_SEEN: Final = 4096
+# Storms remembered for `revise` (forensics restates each one's findings once it is read).
+_MAX_STORMS: Final = 256
+
+
 class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Window]):
     """Deferred-release timeouts or holds far above baseline; feeds
     `KVWatchDeferredReleaseTimeouts`.
@@ -270,6 +338,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         super()._init_learned()
         cfg = self.config
         self.held_now_: dict[str, dict[str, float]] = {}
+        self.held_at_: dict[str, float] = {}  # node -> the time of its last held reading
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows)
         self.baseline_errors_ = Baseline(cfg.baseline_windows)
         self.baseline_share_ = Baseline(cfg.baseline_windows)
@@ -281,6 +350,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # corrupt KV during a storm counted only between two far-apart /metrics samples.
         self.mismatch_history_: deque[tuple[float, int]] = deque(maxlen=cfg.baseline_windows)
         self.episode_ = Episode()
+        # The corrupt transfers counted lately, by node, kind and room (`_fold`).
+        self.corrupt_seen_: dict[str, None] = {}
+        # episode start -> what the storm counted (`revise`); not persisted: a report's alone.
+        self.storms_: dict[str, _StormTally] = {}
         # The timeouts of the windows that did not fire, as counted (the baselines above rest
         # on a warm-up's one seeded level, the median of its windows): the rate the rises are
         # judged against (`_rise_rate`).
@@ -296,6 +369,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         return {
             **super()._learned_state(),
             "held_now": {k: dict(v) for k, v in self.held_now_.items()},
+            "held_at": dict(self.held_at_),
             "baseline_timeouts": self.baseline_timeouts_.to_list(),
             "baseline_errors": self.baseline_errors_.to_list(),
             "baseline_share": self.baseline_share_.to_list(),
@@ -315,6 +389,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         super()._load_learned(state)
         cfg = self.config
         self.held_now_ = {k: dict(v) for k, v in (state.get("held_now") or {}).items()}
+        self.held_at_ = {k: float(v) for k, v in (state.get("held_at") or {}).items()}
         self.baseline_timeouts_ = Baseline(cfg.baseline_windows, state["baseline_timeouts"])
         self.baseline_errors_ = Baseline(cfg.baseline_windows, state.get("baseline_errors", ()))
         self.baseline_share_ = Baseline(cfg.baseline_windows, state["baseline_share"])
@@ -353,7 +428,15 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                     rooms.add(room)
                     self._log_shows(f"{event.node}|{outcome}")
         elif event.kind in ("checksum_mismatch", "metadata_corruption"):
-            window.mismatches += 1
+            # Every TP rank may log the same request's (and `on a peer rank` again): one sign.
+            room = event.get("bootstrap_room") or event.get("rid")
+            key = f"{event.node}|{event.kind}|{room}" if room is not None else None
+            if key is None or key not in self.corrupt_seen_:
+                window.mismatches += 1
+            if key is not None:
+                self.corrupt_seen_[key] = None
+                if len(self.corrupt_seen_) > _MAX_CORRUPT_SEEN:
+                    del self.corrupt_seen_[next(iter(self.corrupt_seen_))]
         elif event.kind == "kv_canary_violation":
             # Proof of overwritten pages as much as a mismatch (review: the storm holding 19
             # violations and most exposures stayed a warning).
@@ -395,7 +478,20 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             dp = str(labels.get("dp_rank", ""))
             per_dp = self.held_now_.setdefault(event.node, {})
             per_dp[dp] = value
-            total = sum(sum(v.values()) for v in self.held_now_.values())
+            # The deployment's pages held at this instant: the other nodes' readings of the
+            # same scrape, not one a window or more old (blind review 28b: one node's 16 of
+            # the scrape before, summed with the next scrape's first zero, fired a window
+            # where none was held).
+            when = event.time
+            if when is not None:
+                self.held_at_[event.node] = when
+            recent = self.held_at_
+            width = self.config.window_seconds
+            total = sum(
+                sum(values.values())
+                for node, values in self.held_now_.items()
+                if when is None or recent.get(node, when) > when - width
+            )
             node_total = sum(per_dp.values())
             window = self.window_
             window.held[event.node] = max(window.held.get(event.node, 0.0), node_total)
@@ -481,6 +577,29 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if timeouts >= cfg.min_timeouts or errors >= cfg.min_errors:
             return start  # the window's own lines show a storm: it is where they are
         return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
+
+    def _tally(self, key: str, start: float | None) -> _StormTally:
+        tally = self.storms_.get(key)
+        if tally is None:
+            tally = self.storms_[key] = _StormTally(start if start is not None else float(key))
+            if len(self.storms_) > _MAX_STORMS:
+                del self.storms_[next(iter(self.storms_))]
+        return tally
+
+    def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
+        """A storm's finding, which says the window it was raised in, with the whole storm
+        after it: from when to when, its timeouts, nodes and signs of corrupt KV."""
+        _, marked, subject = finding.dedup_key.partition(":episode:")
+        tally = self.storms_.get(subject.split(":")[0]) if marked else None
+        if tally is None or (
+            tally.windows < 2 and tally.mismatches <= int(finding.evidence.get("mismatches") or 0)
+        ):
+            return finding
+        return replace(
+            finding,
+            summary=finding.summary + tally.said(),
+            evidence={**finding.evidence, "storm": tally.to_json_dict()},
+        )
 
     def _corrupt_after(self, episode: Episode, mismatches: int, start: float) -> Finding:
         """A storm reported as a warning turns critical when signs of corrupt KV come within
@@ -650,6 +769,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 own.add(node_counts.get(node, 0.0))
             warned = episode.severity == "warning"
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
+            tally = self.storms_.get(str(episode.start))
+            if tally is not None:
+                tally.quiet(timeouts, errors, _troubled(window, nodes))
+                tally.mismatches = episode.mismatches
             if warned and window.mismatches and episode.start is not None:
                 return self._corrupt_after(episode, window.mismatches, start)
             return None
@@ -666,6 +789,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             self.steady_timeouts_[-1] = 0.0
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
         mismatches = episode.mismatches
+        tally = self._tally(str(episode.start), span_start if new else None)
+        if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
+            tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
+        else:  # fired by the hour before it, not by its own few: the storm's tail, not its end
+            tally.quiet(timeouts, errors, _troubled(window, nodes))
+        tally.mismatches = mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
         if not new and (episode.severity == "critical" or severity == episode.severity):
             return None
@@ -674,7 +803,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
         extra = (
-            f"; {mismatches} signs of corrupt KV alongside (checksum or metadata mismatches, "
+            f"; {mismatches} sign{'s' if mismatches != 1 else ''} of corrupt KV alongside "
+            "(checksum or metadata mismatches, "
             "KV canary violations)"
             if mismatches
             else ""
@@ -760,3 +890,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 "threshold": cfg.threshold,
             },
         )
+
+
+def _troubled(window: _Window, nodes: set[str]) -> set[str]:
+    """The nodes whose releases timed out, failed or held pages in `window`."""
+    return {
+        node
+        for node in nodes
+        if window.outcome_count(node, "timeout")
+        or window.outcome_count(node, "error")
+        or window.held.get(node, 0.0) > 0
+    }

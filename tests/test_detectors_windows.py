@@ -1075,3 +1075,57 @@ def test_a_held_gauge_dates_a_storm_where_it_was_read_not_back_to_the_scrape_bef
     assert findings[0].time == window_start + 300
     assert findings[0].evidence["window_start"] == iso_time(window_start)
     assert "lies somewhere between" not in findings[0].summary
+
+
+def _revised(events: list[Event]) -> list:
+    pipeline = DetectionPipeline(detectors=[DeferredReleaseTimeouts()], raise_errors=True)
+    findings = list(pipeline.run(sorted(events, key=lambda e: e.time)))
+    return pipeline.revised(findings)
+
+
+def _mismatch(t: float, room: int, node: str = "decode-0", **fields) -> Event:
+    return ev("checksum_mismatch", node, t, bootstrap_room=str(room), **fields)
+
+
+def test_a_storm_s_finding_says_the_whole_storm_once_the_input_is_read() -> None:
+    """Blind review 28b: the findings said "39 timeouts in 300s" of a 25-minute storm of
+    about 190 on two nodes with 8 corruptions, and nothing said when it ended or how much."""
+    storm = [
+        timeout(T + 6 * 3600 + 10 * k, 1000 + k, f"decode-{k % 2}") for k in range(150)
+    ]  # 25 minutes, 75 on each of two nodes
+    corrupt = [_mismatch(T + 6 * 3600 + 600 + 60 * k, 5000 + k) for k in range(3)]
+    first = _revised(quiet_hours() + storm + corrupt)[0]
+    said = first.evidence["storm"]
+    assert said["start"] == iso_time(T + 6 * 3600) and said["end"] == iso_time(T + 6 * 3600 + 1500)
+    assert said["timeouts"] == 150 and said["nodes"] == ["decode-0", "decode-1"]
+    assert said["mismatches"] == 3
+    assert first.summary.endswith(
+        f"; the whole storm: {iso_time(T + 6 * 3600)} to {iso_time(T + 6 * 3600 + 1500)} "
+        "(25 min), 150 timeouts on decode-0 and decode-1, 3 signs of corrupt KV"
+    )
+    # A storm of one window, all said by its finding, is left as it was said.
+    (short,) = _revised(quiet_hours() + storm[:30])
+    assert "whole storm" not in short.summary and "storm" not in short.evidence
+
+
+def test_a_corrupt_transfer_every_rank_logs_is_one_sign() -> None:
+    storm = [timeout(T + 6 * 3600 + 5 * k, 1000 + k) for k in range(60)]
+    same = [_mismatch(T + 6 * 3600 + 100, 7, tp_rank=str(rank)) for rank in range(8)]
+    (finding,) = _revised(quiet_hours() + storm + same)
+    assert finding.evidence["mismatches"] == 1
+    assert "1 signs" not in finding.summary
+
+
+def test_the_pages_held_are_summed_over_one_scrape_not_with_an_older_one() -> None:
+    """Blind review 28b: decode-1's 16 held of the scrape before, summed with decode-0's zero
+    of the next scrape before decode-1's own zero came in, fired a window none were held in."""
+    events = []
+    for k in range(12):  # six hours of half-hourly scrapes, one page held now and then
+        t = T + 600 + 1800 * k
+        events += [held(t, float(k % 2), "decode-0"), held(t + 1, 0.0, "decode-1")]
+    t = T + 600 + 1800 * 12
+    events += [held(t, 8.0, "decode-0"), held(t + 1, 16.0, "decode-1")]  # a storm's pages
+    (storm,) = run(DeferredReleaseTimeouts(), events)
+    assert storm.evidence["held"] == 24.0
+    after = [held(t + 1800, 0.0, "decode-0"), held(t + 1801, 0.0, "decode-1")]
+    assert [f.time for f in run(DeferredReleaseTimeouts(), events + after)] == [storm.time]
