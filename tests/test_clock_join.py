@@ -7,6 +7,8 @@ all 31 over-length answers were missed ("decode's logs left out").
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import jsonschema
 import pytest
 import yaml
 
+from collector.audit import add_audit_arguments, run_audit
 from collector.events import parse_iso_time
 from collector.files import TelemetryFile
 from collector.forensics.driver import SCHEMA_PATH, run_forensics
@@ -370,3 +373,25 @@ def test_request_metrics_exports_set_a_zoneless_prefill_against_utc(tmp_path: Pa
     readings = {("prefill-0", "log"): ZoneReading(0.0, False, True)}
     samples = {("prefill-0", "log"): prefill, ("decode-0", "log:export"): records}
     assert align(readings, samples)[("prefill-0", "log")].zone == 2 * 3600.0
+
+
+def test_audit_reads_a_zoneless_node_s_restarts_in_the_zone_forensics_reads_them(
+    tmp_path: Path,
+) -> None:
+    """Blind review 28a: a prefill at UTC-4 whose lines tell no zone (no time stats, no
+    metrics) was read by the audit as UTC, its restarts four hours early against snapshots
+    named in UTC; a roll-back to the small pool then came before a snapshot of the good one,
+    and the gate passed. Set against decode's rooms, as forensics sets it, the restart back
+    on the large pool is at 13:35 UTC."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    data["deployment"]["prefill"].update(
+        log_utc_offset_minutes=-240, request_time_stats=False, enable_metrics=False
+    )
+    folder = tmp_path / "sim"
+    run_offline(scenario_from_dict(data, "zoneless-prefill"), folder)
+    out, err = io.StringIO(), io.StringIO()
+    parser = argparse.ArgumentParser(prog="kvwatch audit")
+    add_audit_arguments(parser)
+    run_audit(parser.parse_args([str(folder / "logs"), str(folder / "snapshots")]), out, err)
+    (prefill,) = [line for line in out.getvalue().splitlines() if line.startswith("prefill-0")]
+    assert "an earlier configuration failed until 2026-09-08 13:35:00 UTC" in prefill

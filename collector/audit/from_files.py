@@ -37,6 +37,7 @@ from collector.audit.facts import (
 )
 from collector.events import Event
 from collector.files import (
+    EXPORT_STREAM,
     ReadStats,
     TelemetryFile,
     discover,
@@ -50,6 +51,7 @@ from collector.parse import (
     file_events,
     stream_clock,
     stream_repeats,
+    stream_zones,
 )
 from collector.repeated_lines import in_reading_order
 from collector.state.config_timeline import (
@@ -214,14 +216,18 @@ def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
         _dated_together(read)
         for _, events in read:
             documents[node].extend(events)
+    zones = stream_zones(_streams(logs, saved), stats)
     tracker = _Tracker()
     for node in sorted(set(documents) | set(logs)):
         pending = sorted(documents.get(node, []), key=_time_key)
         index = 0
         node_logs = logs.get(node, [])
-        # Snapshots are dated in UTC: the logs are too, once their zone is known.
+        # Snapshots are dated in UTC: the logs are too, once their zone is known, by their own
+        # stamps or, where none tells it, by the rooms they share with other nodes, as
+        # forensics reads them (blind review 28a: a prefill's local times read as UTC put its
+        # roll-back to the small pool before a snapshot of the good one, and the gate passed).
         own_logs = in_reading_order([tf for tf in node_logs if not is_export(tf.path)])
-        clock = stream_clock((node, "log"), own_logs)
+        clock = stream_clock((node, "log"), own_logs, zones.get((node, "log")))
         repeats = stream_repeats((node, "log"), own_logs)
         node_logs = own_logs + [tf for tf in node_logs if is_export(tf.path)]
         for tf in node_logs:
@@ -240,6 +246,26 @@ def gather(paths: Iterable[str | Path], stats: ParseStats) -> Gathered:
         for event in pending[index:]:
             tracker.feed(event)
     return _facts(tracker, logged=frozenset(logs))
+
+
+def _streams(
+    logs: dict[str, list[TelemetryFile]],
+    saved: dict[str, list[tuple[TelemetryFile, list[Event]]]],
+) -> dict[tuple[str, str], list[TelemetryFile]]:
+    """The files as `parse.streams_of` keys them, for `stream_zones`: each node's own logs,
+    its request exports, its snapshots by kind."""
+    streams: dict[tuple[str, str], list[TelemetryFile]] = {}
+    for node, node_logs in logs.items():
+        own = in_reading_order([tf for tf in node_logs if not is_export(tf.path)])
+        if own:
+            streams[(node, "log")] = own
+        exports = [tf for tf in node_logs if is_export(tf.path)]
+        if exports:
+            streams[(node, EXPORT_STREAM)] = exports
+    for node, read in saved.items():
+        for tf, _ in read:
+            streams.setdefault((node, tf.kind), []).append(tf)
+    return streams
 
 
 def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
