@@ -365,6 +365,19 @@ def test_a_zone_set_against_other_nodes_is_said_with_whom() -> None:
         "finishes) they read -05:00 from those of prefill-0 and prefill-1 (read as UTC), and "
         "were moved by that."
     ) in log_zones_line(summary)
+    # Set in turn (blind review 28a): prefill-0 against decode-0, itself just set; the node
+    # is not named among those its own clock was read from.
+    moved = {"offset": "+02:00", "against_known": True}
+    summary["input"]["log_zone_aligned"] = {
+        "decode-0": {**moved, "against": ["prefill-1"]},
+        "prefill-0": {**moved, "against": ["decode-0", "decode-1"]},
+    }
+    assert (
+        "The log stamps of decode-0 and prefill-0 carry no zone; for the same requests (the "
+        "lines both logged of the same rooms or rids: receipts, refusals, time stats, "
+        "finishes) they read +02:00 from those of decode-1 and prefill-1 (UTC), and were "
+        "moved by that."
+    ) in log_zones_line(summary)
 
 
 def test_a_room_numbered_again_holds_another_prompt_not_parallel_samples() -> None:

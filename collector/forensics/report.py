@@ -288,7 +288,9 @@ def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:
         met.setdefault(key, set()).update(how["against"])
     parts = []
     for (offset, known), nodes in sorted(by_move.items()):
-        against = sorted(met[(offset, known)])
+        # Set in turn, one of them may be another's reference: named among the references,
+        # it read "decode-0 ... from those of decode-0" (blind review 28a).
+        against = sorted(met[(offset, known)] - set(nodes)) or sorted(met[(offset, known)])
         theirs = f"those of {_listed(against)} ({'UTC' if known else 'read as UTC'})"
         moved = (
             f"they agree with {theirs}, and are UTC"
