@@ -1205,7 +1205,20 @@ def _time_span(files: list[TelemetryFile]) -> tuple[float, float] | None:
     last = first_line_time(reversed(end_lines(ordered[-1].path)))
     if first is None or last is None or last < first:
         return None
-    return first, last
+    zone = _told_zone(ordered)
+    return first - zone, last - zone
+
+
+def _told_zone(files: list[TelemetryFile]) -> float:
+    """The zone a node's first lines tell by their own stamps (0 when none does): spans are
+    compared in UTC. Why: blind review 29a, two clusters with the same pod names, one on
+    UTC-04:00 and one on UTC+02:00, ran the same hours; read in local time their spans kept
+    apart, they were taken for one deployment's periods, and the healthy one's honest answers
+    were judged against the leaking one's pool."""
+    from collector.sglang.log_clock import read_zone  # reads files as the parser does
+
+    reading = read_zone(files[0].node, files)
+    return reading.zone if reading.voted else 0.0
 
 
 class _CrowdedFolders:

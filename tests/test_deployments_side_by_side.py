@@ -9,10 +9,18 @@ them; a third deployment's critical stated the other's gap (748,576 tokens inste
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import yaml
+
 from collector.forensics.driver import run_forensics
+from simulator.offline import run_offline
+from simulator.scenario import scenario_from_dict
 from tests.engine_lines import finish_line
+
+SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
 
 DAY = "2026-10-22"
 
@@ -117,3 +125,39 @@ def test_a_gap_opened_by_the_decode_s_restart_is_dated_from_it(tmp_path: Path) -
     (finding,) = [f for f in result.summary["findings"] if f["detector"] == "pool_below_context"]
     assert finding["evidence"]["context_len"] == 262_144
     assert finding["time"] == f"{DAY}T09:00:00.000Z"
+
+
+def _cluster(case: Path, name: str, minutes: int, pool: int, seed: int) -> set[str]:
+    """The small incident replay's deployment as cluster `name`, its hosts `minutes` off UTC
+    (their time stats tell it), its prefill pool `pool`: the exposed rooms it answered."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    for role in ("prefill", "decode"):
+        data["deployment"][role].update(
+            log_utc_offset_minutes=minutes, request_time_stats=True, enable_metrics=True
+        )
+    data["deployment"]["prefill"]["max_total_num_tokens"] = pool
+    sim = case.parent / f"sim-{name}"
+    run_offline(scenario_from_dict(data, name), sim, seed=seed)
+    shutil.copytree(sim / "logs", case / name)
+    truth = json.loads((sim / "ground_truth.json").read_text())["exposed"]
+    return {str(exposed["bootstrap_room"]) for exposed in truth}
+
+
+def test_clusters_of_one_model_in_other_zones_ran_at_once_not_one_after_the_other(
+    tmp_path: Path,
+) -> None:
+    """Blind review 29a: the same pod names under `cluster-a/` (UTC-04:00, leaking) and
+    `cluster-b/` (UTC+02:00, a pool that holds the context), the same hours. In local time their
+    logs kept apart, so they were read as one deployment's two periods: four nodes, and eight of
+    cluster-b's honest answers were called exposed against cluster-a's pool."""
+    case = tmp_path / "case"
+    leaked = _cluster(case, "cluster-a", -240, 681_280, seed=1)
+    honest = _cluster(case, "cluster-b", 120, 2_040_000, seed=2)
+    assert leaked and not honest
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert set(summary["nodes"]) == {
+        f"{cluster}/{node}"
+        for cluster in ("cluster-a", "cluster-b")
+        for node in ("prefill-0", "decode-0")
+    }
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == leaked
