@@ -395,3 +395,23 @@ def test_audit_reads_a_zoneless_node_s_restarts_in_the_zone_forensics_reads_them
     run_audit(parser.parse_args([str(folder / "logs"), str(folder / "snapshots")]), out, err)
     (prefill,) = [line for line in out.getvalue().splitlines() if line.startswith("prefill-0")]
     assert "an earlier configuration failed until 2026-09-08 13:35:00 UTC" in prefill
+
+
+def test_a_router_s_log_beside_the_engines_is_said_of_no_zone(tmp_path: Path) -> None:
+    """Blind review 29a: every line of the router's log had a UTC stamp of its own and of
+    kubectl's, and the report said "the log stamps of smg-router carry no zone": its lines are
+    noise, none of them read for a time."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    data["deployment"]["prefill"].update(request_time_stats=False, enable_metrics=False)
+    folder = tmp_path / "sim"
+    run_offline(scenario_from_dict(data, "with-router"), folder)
+    (folder / "logs" / "smg-router.log").write_text(
+        "".join(
+            f"2026-09-08T12:0{i}:00.000000102Z 2026-09-08T12:0{i}:00.000000Z  INFO "
+            f"smg::routers::http::pd_router: PD routing bootstrap_room={1000 + i}\n"
+            for i in range(10)
+        )
+    )
+    summary = run_forensics([str(folder / "logs")], tmp_path / "out", write_parquet=False).summary
+    assert "smg-router" not in summary["input"]["log_zone_unknown"]
+    assert "smg-router" not in (tmp_path / "out" / "report.md").read_text()
