@@ -712,3 +712,32 @@ def test_a_pool_known_only_from_a_later_restart_is_said_until_then() -> None:
     # Known from the start, later restarts with or without a capacity line say nothing new.
     summary["nodes"]["prefill-0"]["config"].reverse()
     assert pool_unknown_line(summary) == ""
+
+
+def test_a_canary_violation_names_the_request_spans_alone_show_in_flight_there(
+    tmp_path: Path, traces: Path
+) -> None:
+    """Blind review 29b: decode logged no request, its answers only in spans under SGLang's
+    default service name (`sglang-decode@9b2e6d0c55a8`), and its canary violations were on
+    `decode-0`: no violation was matched to the request in flight, 0 exposures, all clear. With
+    one decode node read and one decode server spanned, they are one."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    with (logs / "decode-0.log").open("a") as log:
+        log.write(  # at 10:12:05 the honest request held KV on decode from 10:12:01 to 10:12:08
+            "[2026-08-27 10:12:05 TP0] kv_canary violation: launch_tag=TAIL_K_FULL "
+            "fail_reason=verify_chain_hash slot_idx=18433 position=511 stored_token=7 "
+            "expected_token=9 stored_chain_hash=0x0000000000000001 "
+            "expected_aux=0x0000000000000002\n"
+        )
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+    named = [
+        f
+        for f in summary["findings"]
+        if f["detector"] == "kv_canary_violation" and f["bootstrap_room"] is not None
+    ]
+    assert [(f["bootstrap_room"], f["rid"], f["exposure"]) for f in named] == [
+        (HONEST_ROOM, DECODE_RIDS[0], True)
+    ]
+    assert HONEST_ROOM in _exposed_rooms(summary)

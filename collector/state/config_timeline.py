@@ -516,6 +516,19 @@ class ConfigTimeline:
         """Whether `node` is a server that trace spans alone name (no log or snapshot of it)."""
         return node in self._traced_only
 
+    def traced_stand_in(self, node: str) -> str | None:
+        """The node read that a server trace spans alone name must be: the only one read in
+        its role, when spans name only one server there (SGLang's default service name,
+        `sglang`, names no node). None when that is not certain."""
+        if node not in self._traced_only:
+            return None
+        role = self.role_at(node)
+        in_role = [other for other in self._nodes if self.role_at(other) == role]
+        read = [other for other in in_role if other not in self._traced_only]
+        if len(read) != 1 or len(in_role) - len(read) != 1:
+            return None
+        return read[0]
+
     def traced_servers_fit(self, role: Role) -> bool:
         """Whether each server that trace spans alone name in `role` may be one of the nodes
         read: no more of them than nodes read in that role (more, and one at least has no
