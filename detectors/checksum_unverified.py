@@ -38,6 +38,9 @@ from detectors.finding import Finding
 class ChecksumUnverifiedConfig(DetectorConfig):
     # The first engine with the KV checksum; PD nodes at or above it with it off are noted.
     checksum_since_version: str = "0.5.21"
+    # From it, decode compares each digest's layout signature and skips, without a word, the
+    # unsigned digests earlier prefills write (`collector.audit.policy`, audit T).
+    signed_checksum_since_version: str = "0.5.23"
     # Report PD nodes with the checksum off (severity info).
     note_disabled: bool = True
     # Judge "enabled on some nodes only" this long after a configuration change (rolling
@@ -185,6 +188,9 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         ):
             on = sorted(c.node for c in configs if c.kv_checksum is True)
             off = sorted(c.node for c in configs if c.kv_checksum is False)
+            unsigned = self._unsigned(configs, at, model)
+            if unsigned is not None:
+                findings.append(unsigned)
             older = sorted(
                 (c.node, c.version)
                 for c in configs
@@ -227,6 +233,51 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                 )
             )
         return findings
+
+    def _unsigned(
+        self, configs: list[NodeConfig], at: float | None, model: str | None
+    ) -> Finding | None:
+        """Both sides on, a decode that checks layout signatures behind prefills whose release
+        writes none: every digest from them is skipped and nothing logged (blind review 29b:
+        the audit failed the decode, forensics said nothing)."""
+        since = self.config.signed_checksum_since_version
+        checking = sorted(
+            (c.node, c.version)
+            for c in configs
+            if c.role == "decode"
+            and c.kv_checksum is True
+            and c.version is not None
+            and not is_below(c.version, since)
+        )
+        unsigned = sorted(
+            (c.node, c.version)
+            for c in configs
+            if c.role == "prefill" and c.kv_checksum is True and is_below(c.version, since)
+        )
+        if not (checking and unsigned):
+            return None
+        decodes = ", ".join(f"{node} (SGLang {version})" for node, version in checking)
+        prefills = ", ".join(f"{node} (SGLang {version})" for node, version in unsigned)
+        return self._finding(
+            "warning",
+            time=at,
+            node=None,
+            summary=(
+                f"KV checksum is on on both sides, but {decodes} "
+                f"skip{'s' if len(checking) == 1 else ''} the unsigned digests {prefills} "
+                f"write{'s' if len(unsigned) == 1 else ''} (layout signatures first written in "
+                f"{since}), without a word: requests from them are admitted unverified; upgrade "
+                f"{', '.join(node for node, _ in unsigned)} to {since}"
+            ),
+            subject=(
+                f"unsigned:{','.join(n for n, _ in checking)}|{','.join(n for n, _ in unsigned)}"
+            ),
+            evidence={
+                "checking_decodes": len(checking),
+                "unsigned_prefills": len(unsigned),
+                "model": model,
+            },
+        )
 
     def _predates_checksum(self, version: str | None) -> bool:
         """A release known to be older than the flag: it writes no digest, so its peers verify

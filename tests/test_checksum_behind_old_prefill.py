@@ -166,3 +166,30 @@ def test_audit_of_logs_alone_does_not_pass_the_decode_behind_the_unseen_prefill(
     assert decode.startswith("decode-0   decode   UNKNOWN  ")
     assert "KV checksum on here, setting unknown for prefill-0" in decode
     assert "PASS" not in decode
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "warned"),
+    [("0.5.21", "0.5.23", True), ("0.5.22", "0.5.24", True), ("0.5.23", "0.5.23", False)]
+    + [("0.5.21", "0.5.22", False)],
+)
+def test_a_decode_that_checks_signatures_behind_a_prefill_that_writes_none_is_warned(
+    prefill: str, decode: str, warned: bool
+) -> None:
+    """Blind review 29b: both sides on, a 0.5.23 decode behind a 0.5.21 prefill; the audit
+    failed the decode (it skips their unsigned digests without a word), forensics said
+    nothing."""
+    events = [
+        *_config("prefill-0", "prefill", prefill, True),
+        *_config("decode-0", "decode", decode, True),
+    ]
+    found = [f for f in detect(ChecksumUnverified(), events) if f.severity == "warning"]
+    if not warned:
+        assert found == []
+        return
+    (warning,) = found
+    assert (
+        f"KV checksum is on on both sides, but decode-0 (SGLang {decode}) skips the unsigned "
+        f"digests prefill-0 (SGLang {prefill}) writes" in warning.summary
+    )
+    assert "upgrade prefill-0 to 0.5.23" in warning.summary
