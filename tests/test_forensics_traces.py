@@ -741,3 +741,27 @@ def test_a_canary_violation_names_the_request_spans_alone_show_in_flight_there(
         (HONEST_ROOM, DECODE_RIDS[0], True)
     ]
     assert HONEST_ROOM in _exposed_rooms(summary)
+
+
+@pytest.mark.parametrize("reasons", ["names", "objects"])
+def test_a_request_known_from_spans_alone_has_its_span_s_counts_in_the_table(
+    tmp_path: Path, traces: Path, reasons: str
+) -> None:
+    """Blind review 29b: the rows of span-only requests had no completion tokens and no
+    finish type, though the spans carry both; the finish reasons may be names or the objects
+    meta_info holds (`{"type": "stop", "matched": ...}`)."""
+    if reasons == "objects":
+        text = traces.read_text()
+        assert '[\\"stop\\"]' in text
+        traces.write_text(
+            text.replace('[\\"stop\\"]', '[{\\"type\\": \\"stop\\", \\"matched\\": 7}]')
+        )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    run_forensics([str(logs), str(traces.parent)], tmp_path / "out")
+    rows = {r["key"]: r for r in pq.read_table(tmp_path / "out" / "requests.parquet").to_pylist()}
+    assert (rows[HONEST_ROOM]["completion_tokens"], rows[HONEST_ROOM]["finish_type"]) == (
+        256,
+        "stop",
+    )

@@ -113,8 +113,15 @@ class RequestParquetWriter:
         rows["sent"].append(_ms(serving.sent_time) if serving else None)
         rows["prompt_tokens"].append(_int64(record.prompt_tokens))
         rows["cached_tokens"].append(_int64(record.cached_tokens))
-        rows["completion_tokens"].append(_int64(serving.completion_tokens) if serving else None)
-        rows["finish_type"].append(serving.finish_type if serving else None)
+        # A side known from spans alone: what its span says (`SideRecord.trace_*`).
+        completion = serving.completion_tokens if serving else None
+        if completion is None and serving is not None:
+            completion = serving.trace_completion_tokens
+        rows["completion_tokens"].append(_int64(completion))
+        finish = serving.finish_type if serving else None
+        rows["finish_type"].append(
+            finish if finish is not None or serving is None else serving.trace_finish
+        )
         rows["status_code"].append(_int64(serving.status_code) if serving else None)
         rows["e2e_latency"].append(serving.end_to_end if serving else None)
         rows["first_token_latency"].append(serving.time_to_first_token if serving else None)

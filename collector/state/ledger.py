@@ -1412,7 +1412,12 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         )
         reasons = fields.get("finish_reasons")
         if isinstance(reasons, list) and reasons:
-            side.trace_finish = text_or_none(reasons[0])
+            first = reasons[0]
+            # `["stop"]`, or the finish reason as meta_info has it, `[{"type": "stop", ...}]`
+            # (blind review 29b: the span-only rows of the Parquet table had no finish type).
+            side.trace_finish = text_or_none(
+                first.get("type") if isinstance(first, dict) else first
+            )
         start = _float(fields.get("start"), None)
         if start is not None and side.received_time is None:
             side.received_time = start
