@@ -403,3 +403,27 @@ def test_an_empty_log_of_a_name_read_in_another_folder_is_no_node_and_no_crash(
     assert repeated_lines.log_clusters([[], []]) == [[0, 1]]
     result = run_forensics([str(tmp_path)], tmp_path / "out", write_parquet=False, workers=1)
     assert list(result.summary["nodes"]) == ["decode-0"]
+
+
+def test_a_block_a_shipper_sent_twice_in_place_is_read_once_not_late(tmp_path: Path) -> None:
+    """Blind review 30b: a shipper re-sent blocks of a decode log in place (at-least-once
+    delivery). Their request lines came after their requests were judged and were counted late,
+    a clock blamed, and a healthy fleet's run was NOT JUDGED."""
+    sim = tmp_path / "sim"
+    run_offline(load_scenario("healthy-long-context-small"), sim)
+    log = sim / "logs" / "decode-0.log"
+    lines = log.read_text().splitlines(keepends=True)
+    requests = [i for i, line in enumerate(lines) if "request.finished" in line]
+    assert len(requests) > 40
+    # The lines from the 10th request's to the 30th's, given again after the 35th's.
+    start, end, after = requests[10], requests[30] + 1, requests[35] + 1
+    log.write_text("".join(lines[:after] + lines[start:end] + lines[after:]))
+    summary = run_forensics(
+        [str(sim / "logs"), str(sim / "snapshots")], tmp_path / "out", write_parquet=False
+    ).summary
+    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
+    assert summary["requests"]["late_lines"] == 0
+    again = summary["requests"]["repeated_lines_by_node"]
+    assert set(again) == {"decode-0"} and again["decode-0"] >= 20
+    assert summary["verdict"]["outcome"] == "none_found"
+    assert "came again inside their requests' time" in repeated_lines_line(summary)

@@ -946,6 +946,7 @@ def build_summary(
             "unattributed_exports": evidence.unattributed,
             "late_lines": pipeline.ledger.stats.late_events - pipeline.ledger.stats.late_spans,
             "late_lines_by_node": dict(sorted(pipeline.ledger.stats.late_nodes.items())),
+            "repeated_lines_by_node": dict(sorted(pipeline.ledger.stats.repeated_nodes.items())),
             "refused_outcome_unknown": evidence.refused_outcome_unknown,
             "prefill_node_unknown": evidence.prefill_node_unknown,
             "prefill_host_unread": evidence.prefill_host_unread,

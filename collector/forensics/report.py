@@ -341,7 +341,8 @@ def repeated_lines_line(summary: dict[str, Any]) -> str:
     """Logs that began with lines an earlier file of their node held (copies, exports saved
     again later), read once: said, since the lines read count them and the events do not."""
     repeated: dict[str, dict[str, Any]] = summary["input"].get("repeated_lines") or {}
-    if not repeated:
+    again: dict[str, int] = summary["requests"].get("repeated_lines_by_node") or {}
+    if not repeated and not again:
         return ""
     parts = []
     for path, said in list(repeated.items())[:_LISTED_REPEATS]:
@@ -353,6 +354,16 @@ def repeated_lines_line(summary: dict[str, Any]) -> str:
         parts.append(f"{later} began with {said['lines']:,} lines {earlier} held")
     if len(repeated) > _LISTED_REPEATS:
         parts.append(f"{len(repeated) - _LISTED_REPEATS:,} more files alike")
+    if again:
+        named = sorted(again.items(), key=lambda item: (-item[1], item[0]))
+        where = ", ".join(f"{node} {count:,}" for node, count in named[:3])
+        where += f" and {len(named) - 3:,} more nodes" if len(named) > 3 else ""
+        total = sum(again.values())
+        parts.append(
+            f"{total:,} request {'line' if total == 1 else 'lines'} ({where}) came again inside "
+            "their requests' time, after those were judged (a block the log gave twice, as a "
+            "shipper re-sending does)"
+        )
     return f"{'; '.join(parts)}: each line read once."
 
 

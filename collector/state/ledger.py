@@ -126,6 +126,9 @@ class LedgerStats:
     late_spans: int = 0
     # Late lines (not spans) by the node that logged them: where a clock disagrees.
     late_nodes: dict[str, int] = field(default_factory=dict)
+    # Lines of a judged request stamped within its life, by the node that logged them: its
+    # stream went back in time over lines it had held (a shipper re-sending a block), not late.
+    repeated_nodes: dict[str, int] = field(default_factory=dict)
     evicted: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
@@ -381,6 +384,9 @@ class RequestLedger:
                 entry = self._reused_room(key, room, rid, time)
         if entry is None:
             if key in self._recent:
+                if kind != "request_trace" and self._again(key, rid, time):
+                    stats.repeated_nodes[node] = stats.repeated_nodes.get(node, 0) + 1
+                    return False
                 stats.late_events += 1
                 if kind == "request_trace":
                     stats.late_spans += 1
@@ -1024,6 +1030,18 @@ class RequestLedger:
             self._ended.pop(entry.key, None)
         while len(recent) > self.config.late_memory:
             self._ended.pop(recent.popitem(last=False)[0], None)
+
+    def _again(self, key: str, rid: str | None, time: float | None) -> bool:
+        """Whether a line of the judged request `key` is one its stream gave before: stamped
+        within the request's life, naming one of its rids. A clock that disagrees puts its lines
+        after the others', not back inside a request already over. Why: blind review 30b, a
+        shipper re-sent four blocks of a decode log in place; their 404 lines were "late" (a
+        clock blamed) and a healthy fleet's run was NOT JUDGED."""
+        ended = self._ended.get(key)
+        if ended is None or time is None:
+            return False
+        last, marks = ended
+        return time <= last and (rid is None or _rid_mark(rid) in _unpack(marks))
 
     def _reused_room(
         self, key: str, room: str, rid: str | None, time: float | None
