@@ -271,6 +271,16 @@ def file_events(
                         reads = [read_line, *more]
                         more.clear()
                     else:
+                        bucket, event = read_line
+                        # Most lines: an event, or a batch line the lane took, counted here
+                        # without the loop below.
+                        if event is not None:
+                            events[bucket] += 1
+                            yield event
+                            continue
+                        if bucket in taken:
+                            events[bucket] += 1
+                            continue
                         reads = (read_line,)
                 for bucket, event in reads:
                     if event is not None:

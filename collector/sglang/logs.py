@@ -568,8 +568,8 @@ class LineParser:
                     if embedded is not None:
                         return self._interleaved(line, start, embedded, source)
             dates = self._dates
-            dates.last_tod = when % 86400
-            dates.day = when - dates.last_tod
+            tod = dates.last_tod = when % 86400
+            dates.day = when - tod
             clock = self.clock
             if clock is not None:
                 when -= clock.shift
