@@ -271,6 +271,16 @@ def file_events(
                         reads = [read_line, *more]
                         more.clear()
                     else:
+                        bucket, event = read_line
+                        # Most lines: an event, or a batch line the lane took, counted here
+                        # without the loop below.
+                        if event is not None:
+                            events[bucket] += 1
+                            yield event
+                            continue
+                        if bucket in taken:
+                            events[bucket] += 1
+                            continue
                         reads = (read_line,)
                 for bucket, event in reads:
                     if event is not None:
@@ -677,11 +687,17 @@ class StampsInLine:
             out = self.tick(when if when is not None else math.inf)
         if lane_clock > self.clock:
             self.clock = lane_clock
-        if when is not None and when > self.clock + OUT_OF_LINE_SECONDS > -math.inf:
-            held.append(event)
-            return out
         if when is not None:
-            self._read_at(when)
+            if when > self.clock + OUT_OF_LINE_SECONDS > -math.inf:
+                held.append(event)
+                return out
+            # `_read_at`, spelt out: this runs for every event.
+            if when < self.first:
+                self.first = when
+            if when > self.last:
+                self.last = when
+            if when > self.clock:
+                self.clock = when
         out.append(event)
         return out
 

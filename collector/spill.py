@@ -90,14 +90,15 @@ class ChainedStages:
 
     def __init__(self, stages: Iterable[Stage]) -> None:
         self.stages = tuple(stages)
+        self._observers = tuple(stage.observe for stage in self.stages)
         # Each stage's `observe_batch` when every stage has one (`BatchStage`), else empty.
         observers = [s.observe_batch for s in self.stages if isinstance(s, BatchStage)]
         self.batch_observers = tuple(observers) if len(observers) == len(self.stages) else ()
 
     def observe(self, event: Event) -> Sequence[Event]:
         out: Sequence[Event] = ()
-        for stage in self.stages:
-            shipped = stage.observe(event)
+        for observe in self._observers:
+            shipped = observe(event)
             if shipped:
                 out = shipped if not out else [*out, *shipped]
         return out
@@ -223,7 +224,14 @@ def _stream(
                 yield from hand_on(order.tick(lane_clock()))
                 yield from outbox
                 outbox.clear()
-            yield from hand_on(order.take(event, lane_clock()))
+            # `hand_on`, spelt out: this runs for every event.
+            for taken in order.take(event, lane.last_time if lane is not None else -math.inf):
+                if observe is not None:
+                    shipped = observe(taken)
+                    if shipped:
+                        yield from shipped
+                if wanted(taken):
+                    yield taken
         if outbox:
             yield from hand_on(order.tick(lane_clock()))
             yield from outbox

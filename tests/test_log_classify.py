@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from collector.sglang.logs import UNCLASSIFIED_OTHER, LineParser
+from collector.sglang.logs import (
+    _CRASH,
+    _CRASH_RULE,
+    _HEADS,
+    RULES,
+    UNCLASSIFIED_OTHER,
+    LineParser,
+)
 from collector.sglang.values import as_int, number
 
 
@@ -266,3 +273,13 @@ def test_a_raised_canary_line_outside_a_crash_is_not_a_violation() -> None:
     parser.parse("[2026-09-03 06:09:59 TP0] Scheduler hit an exception: Traceback", "d:3")
     parser.parse("[2026-09-03 06:09:59 TP0] Decode batch, #running-req: 1, #token: 9", "d:4")
     assert parser.parse(_RAISED_CANARY, "d:5") == ("noise:traceback", None)
+
+
+def test_a_line_meets_the_crash_rule_exactly_when_it_starts_with_the_crash() -> None:
+    """`LineParser.parse` tells the scheduler's crash by the rule its head meets: no rule before
+    the crash's may take its lines, and none may start with it."""
+    before = RULES[: RULES.index(_CRASH_RULE)]
+    assert not [rule.head for rule in before if _CRASH.startswith(rule.head)]
+    assert [rule for rule in RULES if rule.head.startswith(_CRASH)] == [_CRASH_RULE]
+    hit = _HEADS.match("[x] " + _CRASH + ": Traceback", 4)
+    assert hit is not None and hit[0] is _CRASH_RULE

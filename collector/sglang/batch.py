@@ -128,7 +128,7 @@ class _Sampling:
     """One learnt shape read for a few keys: its pattern captures only their values, by name, so
     one `group(*names)` call returns them in the order picked."""
 
-    __slots__ = ("pattern", "names", "groups", "converters", "slots")
+    __slots__ = ("pattern", "names", "groups", "converters", "slots", "every_pick")
 
     def __init__(self, shape: _Shape, picks: tuple[str, ...]) -> None:
         # The last of repeated keys wins, as in the dict the full read builds.
@@ -146,6 +146,8 @@ class _Sampling:
         self.groups = tuple(f"p{slot}" for slot in self.slots)
         by_slot = {slot: shape.converters[index] for index, slot in wanted.items()}
         self.converters = tuple(by_slot[slot] for slot in self.slots)
+        # Two or more picks, every one on the line: `group` gives their values in pick order.
+        self.every_pick = 1 < len(self.slots) == len(picks)
 
 
 class BatchSampler:
@@ -172,6 +174,9 @@ class BatchSampler:
             if m is not None:
                 if index:
                     recent.insert(0, recent.pop(index))
+                if sampling.every_pick:  # `_values`, in one call (most lines)
+                    converted = map(call, sampling.converters, m.group(*sampling.groups))
+                    return sampling.names, list(converted)
                 return sampling.names, self._values(sampling, m)
         shape = _shape_of(line[offset:])
         if shape is None:

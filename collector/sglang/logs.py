@@ -267,11 +267,12 @@ class _HeadIndex:
     __slots__ = ("_by_first",)
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
-        by_first: dict[str, list[tuple[str, Rule, StaticOutcome | None]]] = {}
+        by_first: dict[str, list[tuple[str, Rule, StaticOutcome | None, int]]] = {}
         for rule in rules:
             handle = rule.handle
             static = handle.outcome if isinstance(handle, _Static) else None
-            by_first.setdefault(rule.head[0], []).append((rule.head, rule, static))
+            candidate = (rule.head, rule, static, len(rule.head))
+            by_first.setdefault(rule.head[0], []).append(candidate)
         self._by_first = {first: tuple(candidates) for first, candidates in by_first.items()}
 
     def match(self, text: str, start: int = 0) -> tuple[Rule, StaticOutcome | None, int] | None:
@@ -279,9 +280,9 @@ class _HeadIndex:
         for the message at `text[start:]`, else None."""
         candidates = self._by_first.get(text[start : start + 1])
         if candidates is not None:
-            for head, rule, static in candidates:
+            for head, rule, static, size in candidates:
                 if text.startswith(head, start):
-                    return rule, static, start + len(head)
+                    return rule, static, start + size
         return None
 
 
@@ -439,6 +440,9 @@ class _RidLines:
 
 # The scheduler's crash: the traceback that follows holds a `--kv-canary raise` violation.
 _CRASH: Final = "Scheduler hit an exception"
+# Its rule: what a line starting with `_CRASH` meets, as no rule before it has a head that begins
+# `_CRASH` or that `_CRASH` begins (so meeting it is starting with `_CRASH`).
+_CRASH_RULE: Final = next(rule for rule in RULES if rule.head == _CRASH)
 
 
 class LineParser:
@@ -564,13 +568,14 @@ class LineParser:
                     if embedded is not None:
                         return self._interleaved(line, start, embedded, source)
             dates = self._dates
-            dates.last_tod = when % 86400
-            dates.day = when - dates.last_tod
+            tod = dates.last_tod = when % 86400
+            dates.day = when - tod
             clock = self.clock
             if clock is not None:
                 when -= clock.shift
-            self._crashed_at = when if line.startswith(_CRASH, start) else None
             head = _HEADS.match(line, start)
+            # The crash's own rule is the one its lines meet (`_CRASH_RULE`): no second look.
+            self._crashed_at = when if head is not None and head[0] is _CRASH_RULE else None
             if head is not None:
                 static = head[1]
                 if static is not None:

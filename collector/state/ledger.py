@@ -1394,8 +1394,9 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         value = get("attempts")
         side.attempts = value if type(value) is int else _int(value, side.attempts)
         durations = side.durations
-        for key in [key for key in fields if key.endswith("_duration")]:
-            value = fields[key]
+        for key, value in fields.items():
+            if not key.endswith("_duration"):
+                continue
             if type(value) is float and value == value:
                 durations[key] = value
             else:

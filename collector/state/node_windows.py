@@ -212,8 +212,13 @@ class NodeWindowAggregator:
         """Take the stream's next event; return the partials to ship before it."""
         out: list[Event] = []
         time = event.time
-        if time is not None and (self._latest is None or time > self._latest):
-            self._advance(time, out)
+        latest = self._latest
+        if time is not None and (latest is None or time > latest):
+            # Within the open window (most events): only the watermark moves.
+            if time < self._end and self._start is not None:
+                self._latest = time
+            else:
+                self._advance(time, out)
         if event.kind in SOURCE_KINDS:
             self._fold(event, out)
         return out
@@ -224,9 +229,15 @@ class NodeWindowAggregator:
         """`observe` for a batch line read as a sample (a `BatchSampler` of `BATCH_PICKS`)
         instead of an event: the same windows, sums and hints, without the event's cost."""
         out: list[Event] = []
-        if self._latest is None or time > self._latest:
-            self._advance(time, out)
-        self._own(node)
+        latest = self._latest
+        if latest is None or time > latest:
+            # Within the open window (most lines): only the watermark moves.
+            if time < self._end and self._start is not None:
+                self._latest = time
+            else:
+                self._advance(time, out)
+        if node != self._node:
+            self._own(node)
         keys, (usage, queue, throughput) = sample
         self._window.add_batch(usage, queue, throughput)
         self._events += 1

@@ -127,9 +127,13 @@ class RequestSideAssembler:
         out: list[Event] = []
         time = event.time
         advanced = False
-        if time is not None and (self._latest is None or time > self._latest):
+        latest = self._latest
+        if time is not None and (latest is None or time > latest):
             advanced = True
-            self._advance(time, out)
+            if latest is None:
+                self._advance(time, out)
+            else:  # `_advance` once the stream has a time: the watermark moves, nothing else
+                self._latest = time
         kind = event.kind
         if kind in SIDE_SOURCE_KINDS:
             # Folded before the sides due by now go out, as the ledger adds an event before it
@@ -143,7 +147,7 @@ class RequestSideAssembler:
             self._warming = True
         elif kind == SERVER_READY:
             self._warming = False
-        if advanced and time is not None:
+        if advanced and time is not None and self._heap and self._heap[0][0] <= time:
             self._ship_due(time, out)
         if kind == _TIME_STATS and not self._role_forwarded and _names_role(event):
             self._role_forwarded = True
@@ -155,9 +159,15 @@ class RequestSideAssembler:
     ) -> list[Event]:
         """`observe` for a batch line read as a sample: to the assembler only its time counts."""
         out: list[Event] = []
-        if self._latest is None or time > self._latest:
-            self._advance(time, out)
-            self._ship_due(time, out)
+        latest = self._latest
+        if latest is None or time > latest:
+            if latest is None:
+                self._advance(time, out)
+            else:  # `_advance` once the stream has a time: the watermark moves, nothing else
+                self._latest = time
+            heap = self._heap
+            if heap and heap[0][0] <= time:
+                self._ship_due(time, out)
         return out
 
     def _advance(self, time: float, out: list[Event]) -> None:
