@@ -108,6 +108,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Per node, the nodes a request's room joined it to (prefill and decode): its
         # deployment, whose contexts its pool is judged against.
         self.links_: dict[str, set[str]] = {}
+        # Per node, (generation, the longest prompt its scheduler refused for the pool): the
+        # tokenizer passed it, so the context is at least that long (`_context_floor`).
+        self.refused_longest_: dict[str, tuple[int, int]] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -128,9 +131,13 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             "faults_": self.faults_.to_state(),
             "deferred_": dict(self.deferred_),
             "links_": {node: sorted(linked) for node, linked in self.links_.items()},
+            "refused_longest_": {node: list(seen) for node, seen in self.refused_longest_.items()},
         }
 
     def _load_learned(self, state: dict[str, object]) -> None:
+        raw = state.get("refused_longest_")
+        if isinstance(raw, dict):
+            self.refused_longest_ = {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
         raw = state.get("refusals_")
         if isinstance(raw, dict):
             self.refusals_ = {str(k): int(v) for k, v in raw.items()}
@@ -201,7 +208,20 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         reason = event.get("reason")
         if reason is None or str(reason) in self.config.refusal_reasons:
             self.refusals_[event.node] = self.refusals_.get(event.node, 0) + 1
-        return []
+        tokens = event.get("input_tokens")
+        if reason != "input_too_long" or type(tokens) is not int:
+            return []
+        config = ctx.config_at(event.node, event.time)
+        if config is None:
+            return []
+        generation, longest = self.refused_longest_.get(event.node, (-1, 0))
+        if generation == config.generation and tokens <= longest:
+            return []
+        self.refused_longest_[event.node] = (config.generation, tokens)
+        if config.context_len is not None or config.prompt_pool is None:
+            return []
+        # A longer context floor: judged again now, as a node whose context was stated would be.
+        return self._evaluate_nodes([event.node], ctx)
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
         return self._note_link(record, ctx) + self._on_refusal(record, ctx)
@@ -359,6 +379,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
     ) -> Finding | None:
         pool = config.prompt_pool  # what one prompt can take (`NodeConfig.capacity`)
         reference = advertised if config.is_pd else config.context_len
+        floor = None
+        if reference is None and pool is not None:
+            floor = self._context_floor(config)
+            reference = floor if floor is not None and floor > pool else None
         if pool is None or reference is None or pool >= reference:
             if pool is not None and reference is not None:
                 self.faults_.mended(config.node)
@@ -377,7 +401,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             if version is None or severity == "critical":
                 why = self._why(version, told_by_answers, config.node in self.answered_)
         since = self.faults_.began(
-            config.node, (config.role, pool, reference, severity), config.generation
+            config.node,
+            (config.role, pool, reference if floor is None else "floor", severity),
+            config.generation,
         )
         gap = reference - pool
         role = config.role or "unknown role"
@@ -386,10 +412,18 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # engine stated (its refusals', with no pool read).
         widened = config.pool_tokens is None or capacity.said != f"pool {config.pool_tokens:,}"
         said = f"KV {capacity.said}" if widened else f"KV pool {pool:,} tokens"
+        if floor is None:
+            against = (
+                f"context {reference:,} ({gap:,} tokens, {gap / reference:.0%} of the window "
+                "cannot fit)"
+            )
+        else:  # no context read: the longest prompt it refused for the pool passed the check
+            against = (
+                f"a context of at least {reference:,} tokens (a {reference:,}-token prompt it "
+                "refused for the pool had passed the context check)"
+            )
         summary = (
-            f"{config.node} ({role}) {said} < context "
-            f"{reference:,} "
-            f"({gap:,} tokens, {gap / reference:.0%} of the window cannot fit): {why}; "
+            f"{config.node} ({role}) {said} < {against}: {why}; "
             f"raise the pool or lower --context-length"
         )
         began = self._gap_began(config, reference, ctx)
@@ -404,11 +438,15 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             time=ctx.since(began),
             node=config.node,
             summary=summary,
-            subject=f"{config.node}:{config.role}:{pool}:{reference}:{severity}:since{since}",
+            subject=(
+                f"{config.node}:{config.role}:{pool}:"
+                f"{reference if floor is None else 'floor'}:{severity}:since{since}"
+            ),
             evidence={
                 "pool_tokens": config.pool_tokens,
                 **({"dcp_size": config.dcp_size, "prompt_pool_tokens": pool} if widened else {}),
-                "context_len": reference,
+                "context_len": reference if floor is None else None,
+                **({"context_at_least": floor} if floor is not None else {}),
                 "node_context_len": config.context_len,
                 "gap_tokens": gap,
                 "gap_fraction": round(gap / reference, 4),
@@ -418,6 +456,17 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "refusals": self.refusals_.get(config.node, 0),
             },
         )
+
+    def _context_floor(self, config: NodeConfig) -> int | None:
+        """The longest prompt the node's scheduler refused for its pool in this generation
+        (`Input length (N tokens) exceeds the maximum allowed length`): the tokenizer lets
+        through only prompts within the context, so the context is at least that. Why: blind
+        review 30a, the start-up lines rotated away; refusals of 758,885-token prompts against
+        a 681,274 limit proved the gap, and it was never said."""
+        seen = self.refused_longest_.get(config.node)
+        if seen is None or seen[0] != config.generation:
+            return None
+        return seen[1]
 
     def _why(self, version: str | None, told_by_answers: bool, answered: bool) -> str:
         """What a prefill's gap means, by its release (`version`) and by what its refusals
@@ -460,10 +509,33 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         return f"prompts longer than the pool are refused (SGLang {version} >= {fixed})"
 
     def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
+        """A gap restated with what the whole input told: the release (`_with_release`) and
+        the longest refused prompt (`_with_floor`). Its severity and time stay what was known
+        when it was raised."""
+        return self._with_floor(self._with_release(finding, ctx))
+
+    def _with_floor(self, finding: Finding) -> Finding:
+        """A gap against a context floor (`_context_floor`) said with the longest prompt the
+        node refused for its pool in that generation, not the first."""
+        evidence = finding.evidence
+        said = evidence.get("context_at_least")
+        seen = self.refused_longest_.get(finding.node or "")
+        if not isinstance(said, int) or seen is None or seen[0] != evidence.get("generation"):
+            return finding
+        longest = seen[1]
+        if longest <= said:
+            return finding
+        return replace(
+            finding,
+            summary=finding.summary.replace(f"{said:,}", f"{longest:,}"),
+            evidence={**evidence, "context_at_least": longest},
+        )
+
+    def _with_release(self, finding: Finding, ctx: DetectionContext) -> Finding:
         """A prefill's gap said while its release was unknown, restated with the release the
         input states later (a `/server_info` saved after the incident tells it for the whole
         generation): the report read afterwards said "the engine version is unknown" beside
-        the node's 0.5.19 (blind review 27). Its severity and time stay what was known then."""
+        the node's 0.5.19 (blind review 27)."""
         evidence = finding.evidence
         if evidence.get("version") is not None or evidence.get("role") != "prefill":
             return finding

@@ -129,3 +129,26 @@ def test_a_failing_detector_is_said_and_no_all_clear(
     # Where it failed, never what it was reading.
     assert "a value read from the input" not in json.dumps(summary) + terminal
     assert "pool_below_context failed" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_with_no_context_read_the_refused_prompts_show_the_gap(tmp_path: Path) -> None:
+    """Blind review 30a: every start-up line rotated away, so no context was read anywhere;
+    the scheduler refused prompts of up to 987,311 tokens against its 681,274 limit, which only
+    prompts the tokenizer let through (within the context) reach, and the gap went unsaid."""
+    case = _case(tmp_path, POOL, EXPOSED, {**EXPOSED, **HONEST})
+    decode = case / "decode-0.log"
+    batch = (  # a decode node by its batch lines, its start-up gone
+        f"[{DAY} 06:00:00 TP0] Decode batch, #running-req: 1, #token: 9000, token usage: 0.01, "
+        "pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, "
+        "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0\n"
+    )
+    decode.write_text(batch + decode.read_text().replace(server_args(DAY, "decode"), ""))
+    summary = run_forensics([str(case)], tmp_path / "out", workers=1).summary
+    jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
+    longest = max(EXPOSED.values())
+    (critical,) = [f for f in _pool_findings(summary) if f["severity"] == "critical"]
+    assert critical["node"] == "prefill-0"
+    assert critical["evidence"]["context_at_least"] == longest
+    assert critical["evidence"]["context_len"] is None
+    assert f"a context of at least {longest:,} tokens" in critical["summary"]
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == set(EXPOSED)
