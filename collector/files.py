@@ -1655,7 +1655,9 @@ def read_line_blocks(
             elif its_rest is not None:
                 yield number, [lines[0] + its_rest]
             elif lines[0] != DROPPED and cut_record(lines[0]):
-                stats.drop(CUT_REASON)
+                # Named: the line said lost must be findable (blind review 30a: only the cut
+                # gzip beside it was named).
+                stats.drop_file(CUT_REASON, path)
             else:
                 yield number, lines
     stats.lines += number

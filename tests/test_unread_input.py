@@ -621,3 +621,20 @@ def test_the_reports_input_section_counts_binary_lines_among_those_not_used(
     for text in (markdown, html):
         said = text.split("Read and not used: ", 1)[1]
         assert "binary 3" in said.split(")", 1)[0]
+
+
+def test_a_request_line_cut_at_the_end_names_its_file(tmp_path: Path) -> None:
+    """Blind review 30a: UNREAD said `truncated_request_line 2` beside a cut gzip and named
+    only the gzip; the two logs whose last request line was cut went unnamed."""
+    from collector.forensics.driver import run_forensics
+    from tests.engine_lines import finish_line, server_args
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    whole = finish_line("2026-08-27 10:00:00", "a" * 32, 11, 4000)
+    cut = finish_line("2026-08-27 10:00:05", "b" * 32, 12, 4000)
+    (logs / "decode-0.log").write_text(server_args("2026-08-27", "decode") + whole + cut[:300])
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
+    assert summary["input"]["dropped_by_reason"]["truncated_request_line"] == 1
+    named = summary["input"]["dropped_files"]["truncated_request_line"]
+    assert named == [str(logs / "decode-0.log")]
