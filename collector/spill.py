@@ -30,6 +30,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from collector.events import BATCH_KINDS, Event
 from collector.files import TelemetryFile, settled
 from collector.parse import (
+    OUT_OF_LINE_SECONDS,
     ParseStats,
     StampsInLine,
     file_events,
@@ -138,16 +139,31 @@ class BatchLane:
     A line no learnt shape fits is declined and becomes an event as usual. `last_time`: the
     latest batch line's time, part of the stream's clock (`StampsInLine`)."""
 
-    __slots__ = ("node", "observe", "outbox", "_sample", "last_time")
+    __slots__ = ("node", "observe", "outbox", "_sample", "last_time", "order")
 
-    def __init__(self, node: str, observe: ObserveBatch, outbox: list[Event]) -> None:
+    def __init__(
+        self,
+        node: str,
+        observe: ObserveBatch,
+        outbox: list[Event],
+        order: StampsInLine | None = None,
+    ) -> None:
         self.node = node
         self.observe = observe
         self.outbox = outbox
         self._sample = BatchSampler(BATCH_PICKS)
         self.last_time = -math.inf
+        # The stream's order: a line it holds on a zone's change comes as an event instead.
+        self.order = order
 
     def __call__(self, kind: str, time: float, source: str, line: str, offset: int) -> bool:
+        order = self.order
+        if (
+            order is not None
+            and (order.zone_held is not None or time > self.last_time + OUT_OF_LINE_SECONDS)
+            and order.holds(time, self.last_time)
+        ):
+            return False
         sample = self._sample(line, offset)
         if sample is None:
             return False
@@ -194,15 +210,15 @@ def _stream(
     observe = stage.observe if stage is not None else None
     observe_batch = batch_observer(stage, wanted)
     outbox: list[Event] = []
-    lane = BatchLane(key[0], observe_batch, outbox) if observe_batch is not None else None
+    files = settled(files)
+    clock = stream_clock(key, files, reading)
+    order = StampsInLine(stats, note_span=is_log_stream(key[1]), zone_clock=clock)
+    lane = BatchLane(key[0], observe_batch, outbox, order) if observe_batch is not None else None
     # Unwanted samples of a `.prom` file are never built, unless a stage reads every event.
     keep_metric = (
         wanted.keeps_metric if isinstance(wanted, KindFilter) and observe is None else None
     )
-    files = settled(files)
-    clock = stream_clock(key, files, reading)
     repeats = stream_repeats(key, files)
-    order = StampsInLine(stats, note_span=is_log_stream(key[1]))
 
     def lane_clock() -> float:
         return lane.last_time if lane is not None else -math.inf

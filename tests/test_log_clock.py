@@ -550,3 +550,41 @@ def test_a_docker_log_s_records_tell_the_engine_s_zone(tmp_path: Path, hours: in
     assert log_zone("decode-0", [tf]) == hours * 3600.0
     events = list(events_by_node([tmp_path], ParseStats()))
     assert events and events[0].time == utc.timestamp()
+
+
+def _clocks_go_forward(folder: Path, at: float) -> None:
+    """Logs written at UTC-04:00 read UTC-03:00 from `at` on (Chile's spring change)."""
+    for log in (folder / "logs").iterdir():
+        lines = []
+        for line in log.read_text().splitlines(keepends=True):
+            m = _PREFIX.match(line)
+            if m:
+                local = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+                utc = local.replace(tzinfo=UTC).timestamp() + 4 * 3600
+                if utc >= at:
+                    local += timedelta(hours=1)
+                    line = f"[{local:%Y-%m-%d %H:%M:%S}" + line[m.end() :]
+            lines.append(line)
+        log.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_daylight_saving_change_forward_amid_the_exposures(tmp_path: Path, workers: int) -> None:
+    """Blind review 30b: the lines between the change and the votes that moved the zone were
+    read an hour ahead; their stream waited an hour in the merge, and the hour of request lines
+    after came late: 13 of 20 exposures named, and a healthy fleet's run NOT JUDGED. Held
+    until the zone moves, they are read in the zone they were printed in."""
+    folder = tmp_path / "sim"
+    run_offline(_zoned(-240), folder)
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    times = sorted(parse_iso_time(r["time"]) or 0.0 for r in truth)
+    change = times[len(times) // 2] - 30  # half of the exposures after it
+    _clocks_go_forward(folder, change)
+    summary = run_forensics(
+        _inputs(folder), tmp_path / "out", write_parquet=False, workers=workers
+    ).summary
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    assert summary["requests"]["late_lines"] == 0
+    assert summary["exposure"]["last"] == max(r["time"] for r in truth)
+    assert set(map(tuple, summary["input"]["log_utc_offsets"].values())) == {("-04:00", "-03:00")}
