@@ -290,20 +290,25 @@ def test_the_audit_of_a_local_time_deployment_reads_as_the_same_deployment_in_ut
 _PREFIX = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
-def _clocks_go_back(folder: Path, at: float) -> None:
-    """Logs written at UTC+02:00 read UTC+01:00 from `at` on (Europe's autumn change)."""
+def _clocks_change(folder: Path, at: float, zone: int, step: int) -> None:
+    """Logs written at UTC`zone` (hours) read UTC`zone + step` from `at` on."""
     for log in (folder / "logs").iterdir():
         lines = []
         for line in log.read_text().splitlines(keepends=True):
             m = _PREFIX.match(line)
             if m:
                 local = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
-                utc = local.replace(tzinfo=UTC).timestamp() - 7200
+                utc = local.replace(tzinfo=UTC).timestamp() - zone * 3600
                 if utc >= at:
-                    local -= timedelta(hours=1)
+                    local += timedelta(hours=step)
                     line = f"[{local:%Y-%m-%d %H:%M:%S}" + line[m.end() :]
             lines.append(line)
         log.write_text("".join(lines))
+
+
+def _clocks_go_back(folder: Path, at: float) -> None:
+    """Logs written at UTC+02:00 read UTC+01:00 from `at` on (Europe's autumn change)."""
+    _clocks_change(folder, at, zone=2, step=-1)
 
 
 def test_a_daylight_saving_change_between_the_exposures_and_the_restart(
@@ -554,18 +559,7 @@ def test_a_docker_log_s_records_tell_the_engine_s_zone(tmp_path: Path, hours: in
 
 def _clocks_go_forward(folder: Path, at: float) -> None:
     """Logs written at UTC-04:00 read UTC-03:00 from `at` on (Chile's spring change)."""
-    for log in (folder / "logs").iterdir():
-        lines = []
-        for line in log.read_text().splitlines(keepends=True):
-            m = _PREFIX.match(line)
-            if m:
-                local = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
-                utc = local.replace(tzinfo=UTC).timestamp() + 4 * 3600
-                if utc >= at:
-                    local += timedelta(hours=1)
-                    line = f"[{local:%Y-%m-%d %H:%M:%S}" + line[m.end() :]
-            lines.append(line)
-        log.write_text("".join(lines))
+    _clocks_change(folder, at, zone=-4, step=1)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
