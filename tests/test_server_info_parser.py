@@ -390,3 +390,18 @@ def test_a_model_list_of_several_cards_advertises_the_largest_context() -> None:
     )
     (event,) = outcome.events
     assert (event.get("model"), event.get("context_len")) == ("glm-5.3", 2_097_152)
+
+
+@pytest.mark.parametrize(
+    ("stated", "read"),
+    [(1_788_956_970.0, 1_788_956_970.0), (1_788_956_970, 1_788_956_970.0)]
+    + [(132.5, None), ("2026-09-09T12:29:30Z", None), (True, None), (None, None)],
+)
+def test_the_startup_time_is_read_only_as_an_epoch(stated: object, read: float | None) -> None:
+    """The time the engine started dates a restart a later snapshot shows; a figure that is no
+    epoch (a duration, a string, a flag) dates nothing."""
+    document = json.dumps(
+        {"version": "0.5.22", "max_total_num_tokens": 2_040_000, "startup_time": stated}
+    )
+    (event,) = parse_server_info(document, node="p", source="s.json", time=1.79e9).events
+    assert event.fields.get("started_at") == read

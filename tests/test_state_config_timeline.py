@@ -739,3 +739,41 @@ def test_a_capacity_line_whose_pool_cannot_be_read_changes_nothing():
     assert len(tl.history("p0")) == 1
     assert tl.config_at("p0", T + 700) == before
     assert before is not None and before.pool_tokens == 681_280
+
+
+def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
+    """Blind review 30a: prefill's logs missing, its snapshot saved ten minutes after a restart
+    to a 2.04M pool; dated by the file, an honest answer in those minutes was judged by the old
+    pool and called exposed. `/server_info` states when the engine started."""
+    tl = ConfigTimeline()
+    tl.update(ev("server_info", "p0", T, version="0.5.19", max_total_num_tokens=681_280))
+    change = tl.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 3_600,
+            version="0.5.22",
+            max_total_num_tokens=2_040_000,
+            started_at=T + 3_000,
+        )
+    )
+    assert change is not None and change.restart
+    assert tl.config_at("p0", T + 2_999).pool_tokens == 681_280
+    assert tl.config_at("p0", T + 3_001).pool_tokens == 2_040_000
+    assert tl.config_at("p0", T + 3_001).version == "0.5.22"
+    # A start before the generation it would end, or after the snapshot, says nothing of when.
+    for started in (T - 60, T + 9_000):
+        tl = ConfigTimeline()
+        tl.update(ev("server_info", "p0", T, version="0.5.19", max_total_num_tokens=681_280))
+        tl.update(
+            ev(
+                "server_info",
+                "p0",
+                T + 3_600,
+                version="0.5.22",
+                max_total_num_tokens=2_040_000,
+                started_at=started,
+            )
+        )
+        assert tl.config_at("p0", T + 3_001).pool_tokens == 681_280
+        assert tl.config_at("p0", T + 3_600).pool_tokens == 2_040_000

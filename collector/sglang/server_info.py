@@ -194,6 +194,11 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
     }
     if by_rank:
         fields["max_total_num_tokens_by_dp_rank"] = by_rank
+    started = data.get("startup_time")
+    if isinstance(started, int | float) and not isinstance(started, bool) and 1e9 < started < 1e11:
+        # When the engine started (epoch seconds): a restart a snapshot shows is dated by it,
+        # not by when the snapshot was saved (`config_timeline._on_server_info`).
+        fields["started_at"] = float(started)
     fields.update(_deferred(data))
     return fields
 

@@ -962,6 +962,24 @@ def _states_mode(event: Event) -> bool:
     return event.get("role") is not None
 
 
+def _started(event: Event, current: NodeConfig | None) -> float | None:
+    """When the restart a `/server_info` shows began: the `startup_time` it states, when that
+    lies after the generation before began and before the snapshot was saved; else the
+    snapshot's time. Why: blind review 30a, prefill logs missing, a snapshot saved ten minutes
+    after a restart to a 2.04M pool: an honest 786,136-token answer in those minutes was judged
+    by the old 681,280 pool and called exposed."""
+    started = event.get("started_at")
+    if (
+        current is None
+        or type(started) is not float
+        or event.time is None
+        or current.since is None
+        or not current.since < started < event.time
+    ):
+        return event.time
+    return started
+
+
 def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     pool = _tokens(event.get("max_total_num_tokens"))
     version = event.get("version")
@@ -980,7 +998,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         )
     )
     if restart:
-        history.start(event.time, event.source, running=True)
+        history.start(_started(event, current), event.source, running=True)
     changes: dict[str, Any] = {"source": event.source}
     if version is not None:
         if instant and history.is_stated("version"):
