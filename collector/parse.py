@@ -677,7 +677,17 @@ class StampsInLine:
     "late", its prefill side long judged, and 12 of 16 exposed responses went unnamed; a
     year-2099 line made the logs "cover" 73 years."""
 
-    __slots__ = ("stats", "note_span", "first", "last", "clock", "held", "zone_clock", "zone_held")
+    __slots__ = (
+        "stats",
+        "note_span",
+        "first",
+        "last",
+        "clock",
+        "held",
+        "zone_clock",
+        "zone_held",
+        "zone_jump",
+    )
 
     def __init__(
         self, stats: ParseStats, *, note_span: bool = False, zone_clock: LogClock | None = None
@@ -695,6 +705,7 @@ class StampsInLine:
         # exposures unnamed, and a healthy fleet's run NOT JUDGED.
         self.zone_clock = zone_clock
         self.zone_held: float | None = None
+        self.zone_jump = 0.0  # how far ahead the line that began the hold was
 
     def take(self, event: Event, lane_clock: float = -math.inf) -> list[Event]:
         """The events to hand on once `event` is read (none while a line ahead waits)."""
@@ -705,7 +716,11 @@ class StampsInLine:
             moved = self._zone_moved()
             if moved:
                 out = self._moved_back(moved)
-                if when is not None and when - moved <= self.clock + OUT_OF_LINE_SECONDS:
+                if (
+                    self._explains(moved)
+                    and when is not None
+                    and when - moved <= self.clock + OUT_OF_LINE_SECONDS
+                ):
                     event.time = when = when - moved  # the line that moved it, read before
             elif len(held) < MAX_ZONE_HELD:
                 held.append(event)
@@ -724,6 +739,7 @@ class StampsInLine:
                 held.append(event)
                 if self.zone_clock is not None and _zone_step(when - self.clock):
                     self.zone_held = self.zone_clock.shift
+                    self.zone_jump = when - self.clock
                 return out
             # `_read_at`, spelt out: this runs for every event.
             if when < self.first:
@@ -775,9 +791,16 @@ class StampsInLine:
         assert self.zone_clock is not None and self.zone_held is not None
         return self.zone_clock.shift - self.zone_held
 
+    def _explains(self, moved: float) -> bool:
+        """Whether the zone's move is the jump that began the hold (else the jump was the
+        stream's own, an idle hour say, and the zone moved for another reason)."""
+        return abs(moved - self.zone_jump) <= 2 * ZONE_JUMP_SLACK_SECONDS
+
     def _moved_back(self, moved: float) -> list[Event]:
-        """The held events, read `moved` seconds earlier: the zone they were read in until
-        the stream's votes moved it."""
+        """The held events, read `moved` seconds earlier (the zone they were read in until
+        the stream's votes moved it), when that move is the jump's; else as they were."""
+        if not self._explains(moved):
+            return self._release()
         for event in self.held:
             if event.time is not None:
                 event.time -= moved

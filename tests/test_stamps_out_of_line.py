@@ -9,6 +9,7 @@ unnamed; the year-2099 line also made the logs "cover" 73 years.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from collector.events import Event, parse_iso_time
 from collector.forensics.driver import run_forensics
 from collector.parse import MAX_OUT_OF_LINE, OUT_OF_LINE, ParseStats, stamps_in_line
+from collector.sglang.log_clock import LogClock
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
 
@@ -77,3 +79,41 @@ def test_one_line_stamped_ahead_hides_no_exposure(tmp_path: Path, stamp: str) ->
     assert result.summary["input"]["dropped_by_reason"][OUT_OF_LINE] == 1
     end = parse_iso_time(result.summary["input"]["last_time"])
     assert end == parse_iso_time(clean.summary["input"]["last_time"])
+
+
+def _zoned(times: list[float], moves: dict[int, float]) -> list[float | None]:
+    """`times` through `StampsInLine` with a `LogClock` whose zone moves by `moves[i]` as the
+    `i`-th line is read: as the parser does, that line is read in the zone before, then its vote
+    moves the zone for the lines after."""
+    clock = LogClock(-4 * 3600.0)
+
+    def lines() -> Iterator[Event]:
+        moved = 0.0
+        for i, when in enumerate(times):
+            read = when - moved
+            if i in moves:
+                clock.shift += moves[i]
+                moved += moves[i]
+            yield Event("http_access", "decode-0", read, f"d.log:{i}")
+
+    return [e.time for e in stamps_in_line(lines(), ParseStats(), zone_clock=clock)]
+
+
+def test_lines_after_a_jump_of_whole_hours_wait_for_the_zone_to_move() -> None:
+    """Blind review 30b: a daylight-saving change forward; read in the old zone until its votes
+    moved it, the lines between came an hour ahead."""
+    ahead = [T + 3600 + 10 * k for k in range(1, 6)]
+    assert _zoned([T, T + 5, *ahead], {5: 3600.0}) == [
+        T,
+        T + 5,
+        *(t - 3600 for t in ahead),
+    ]
+    # The zone moving by another amount (an idle hour, then a zone set back) explains nothing.
+    assert _zoned([T, T + 5, *ahead], {5: -3600.0}) == [
+        T,
+        T + 5,
+        *ahead[:4],
+        ahead[4] + 3600,
+    ]
+    # An idle hour, the zone unmoved: the lines stay where the stream went.
+    assert _zoned([T, T + 5, *ahead], {}) == [T, T + 5, *ahead]
