@@ -737,7 +737,8 @@ class StampsInLine:
         if when is not None:
             if when > self.clock + OUT_OF_LINE_SECONDS > -math.inf:
                 held.append(event)
-                if self.zone_clock is not None and _zone_step(when - self.clock):
+                if self._zone_jump(when, self.clock):
+                    assert self.zone_clock is not None
                     self.zone_held = self.zone_clock.shift
                     self.zone_jump = when - self.clock
                 return out
@@ -781,10 +782,12 @@ class StampsInLine:
         sums, the lane's clock would run an hour ahead and its windows with it."""
         if self.zone_held is not None:
             return True
-        if self.zone_clock is None:
-            return False
         clock = max(self.clock, lane_clock)
-        return when > clock + OUT_OF_LINE_SECONDS > -math.inf and _zone_step(when - clock)
+        return when > clock + OUT_OF_LINE_SECONDS > -math.inf and self._zone_jump(when, clock)
+
+    def _zone_jump(self, when: float, clock: float) -> bool:
+        """Whether a line at `when`, ahead of `clock`, begins a hold on a zone's change."""
+        return self.zone_clock is not None and _zone_step(when - clock)
 
     def _zone_moved(self) -> float:
         """How far the stream's zone moved since the hold began (0: not at all)."""

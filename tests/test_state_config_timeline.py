@@ -741,10 +741,9 @@ def test_a_capacity_line_whose_pool_cannot_be_read_changes_nothing():
     assert before is not None and before.pool_tokens == 681_280
 
 
-def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
-    """Blind review 30a: prefill's logs missing, its snapshot saved ten minutes after a restart
-    to a 2.04M pool; dated by the file, an honest answer in those minutes was judged by the old
-    pool and called exposed. `/server_info` states when the engine started."""
+def _restarted(started: float) -> ConfigTimeline:
+    """p0 on 0.5.19 and a 681,280 pool at T; a snapshot at T + 3,600 of 0.5.22 and a 2.04M pool,
+    stating the engine started at `started`."""
     tl = ConfigTimeline()
     tl.update(ev("server_info", "p0", T, version="0.5.19", max_total_num_tokens=681_280))
     change = tl.update(
@@ -754,26 +753,23 @@ def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
             T + 3_600,
             version="0.5.22",
             max_total_num_tokens=2_040_000,
-            started_at=T + 3_000,
+            started_at=started,
         )
     )
     assert change is not None and change.restart
+    return tl
+
+
+def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
+    """Blind review 30a: prefill's logs missing, its snapshot saved ten minutes after a restart
+    to a 2.04M pool; dated by the file, an honest answer in those minutes was judged by the old
+    pool and called exposed. `/server_info` states when the engine started."""
+    tl = _restarted(T + 3_000)
     assert tl.config_at("p0", T + 2_999).pool_tokens == 681_280
     assert tl.config_at("p0", T + 3_001).pool_tokens == 2_040_000
     assert tl.config_at("p0", T + 3_001).version == "0.5.22"
     # A start before the generation it would end, or after the snapshot, says nothing of when.
     for started in (T - 60, T + 9_000):
-        tl = ConfigTimeline()
-        tl.update(ev("server_info", "p0", T, version="0.5.19", max_total_num_tokens=681_280))
-        tl.update(
-            ev(
-                "server_info",
-                "p0",
-                T + 3_600,
-                version="0.5.22",
-                max_total_num_tokens=2_040_000,
-                started_at=started,
-            )
-        )
+        tl = _restarted(started)
         assert tl.config_at("p0", T + 3_001).pool_tokens == 681_280
         assert tl.config_at("p0", T + 3_600).pool_tokens == 2_040_000
