@@ -44,6 +44,8 @@ from detectors.pool_in_force import (
 NO_PREFILL_NAMED: Final = "no prefill node named"
 # ... and of the one given where decode names a prefill host whose logs are not here.
 PREFILL_HOST_UNREAD: Final = "prefill host not read"
+# ... and of the one given where the pool was last told of before the decode node restarted.
+PREFILL_UNTOLD_SINCE_RESTART: Final = "prefill not read since decode restart"
 # ... and of the one given where no room of the decode node met a prefill side read, while
 # other decode nodes' did (`collector.state.room_pairs`).
 PREFILL_NOT_READ: Final = "prefill node not read"
@@ -59,6 +61,10 @@ class OverLengthAnsweredConfig(DetectorConfig):
     # judged again at the end of the input (`_unpriced`); beyond this many, those with the
     # shortest prompts are judged at once, by what is known then (`_hold`).
     max_held: int = Field(default=10_000, ge=0)
+    # PD answers judged against a prefill pool last read before their decode node (re)started
+    # wait this long (event time) for a line or snapshot that tells the pool since
+    # (`_untold_since_restart`), then are judged by what is known (at most `max_held` wait).
+    untold_wait_seconds: float = Field(default=3600.0, gt=0)
 
 
 class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
@@ -92,15 +98,23 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # answers to tell whether its prefill node is one of those read (`pairing_undecided`):
         # at most `MIN_UNPAIRED` a node.
         self.pairing_: dict[str, list[RequestRecord]] = {}
+        # Decode answers waiting to be told the prefill pool since their node's restart: a
+        # heap of (until when, order held, record).
+        self.untold_: list[tuple[float, int, RequestRecord]] = []
+
+    def due_at(self) -> float:
+        return self.untold_[0][0] if self.untold_ else math.inf
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        findings = []
+        while self.untold_ and self.untold_[0][0] <= now:
+            findings.extend(self._judge(heapq.heappop(self.untold_)[2], ctx, late=True))
         if not math.isinf(now):
-            return []
+            return findings
         held = [record for _, _, record in sorted(self.held_, key=lambda entry: entry[1])]
         self.held_ = []
         held += [record for waiting in self.pairing_.values() for record in waiting]
         self.pairing_ = {}
-        findings = []
         for record in held:
             findings.extend(self._judge(record, ctx, late=True))
         return findings
@@ -152,6 +166,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             return []
         pd = serving.role == "decode"
         if pd:
+            untold = self._untold_since_restart(record, serving, prompt, pool, ctx)
+            if untold is not None:
+                return untold if late else self._wait_untold(record, ctx)
             consequence = "the answer was probably generated from other requests' KV"
         else:
             consequence = "the prompt was probably truncated"
@@ -245,6 +262,69 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             largest_pool_tokens=pool.tokens,
             largest_longest_accepted=pool.longest_accepted,
         )
+
+    def _untold_since_restart(
+        self,
+        record: RequestRecord,
+        serving: SideRecord,
+        prompt: int,
+        pool: PoolInForce,
+        ctx: DetectionContext,
+    ) -> list[Finding] | None:
+        """A warning, not an exposure, where no prefill side of the answer was read and the
+        prefill pool judged against was last told of before the decode node (re)started.
+
+        Why: blind review 30a, decode logs and prefill snapshots taken 3.3 hours before the
+        deployment restarted with a bigger pool: the 33 honest long answers after the restart
+        were called exposed against the old pool (precision 0.69). A restart is when a
+        deployment's configuration changes; a prefill nothing told of since may have changed
+        with it, so the answer leaked only if it still ran that pool."""
+        prefill = record.prefill
+        if prefill is not None and not prefill.traced_only:
+            return None
+        when = record.start_time if record.start_time is not None else record.time
+        own = ctx.config_at(serving.node, when)
+        if own is None or own.since is None:
+            return None
+        if own.generation == 0 and ctx.timeline.began_mid_run(serving.node):
+            return None  # it ran before its logs begin: no start of it was read
+        told = ctx.timeline.last_told(pool.node)
+        if told is None or told >= own.since:
+            return None
+        started = "restarted" if own.generation else "started"
+        summary = (
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')} after it "
+            f"{started} at {iso_time(own.since)}; the prefill pool last read, {pool.tokens or 0:,} "
+            f"tokens on {pool.node} (prompts of up to {pool.longest_accepted:,}), was read at "
+            f"{iso_time(told)}, before that, and nothing read tells of {pool.node} since. If it "
+            f"still ran that pool, the answer was generated from other requests' KV: read "
+            f"{pool.node}'s logs or a snapshot of it after {iso_time(own.since)} to tell"
+        )
+        return self._possible(
+            record,
+            serving,
+            summary,
+            PREFILL_UNTOLD_SINCE_RESTART,
+            pool_node=pool.node,
+            pool_tokens=pool.tokens,
+            longest_accepted=pool.longest_accepted,
+            pool_last_read=iso_time(told),
+            decode_started=iso_time(own.since),
+        )
+
+    def _wait_untold(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        """Hold `record` until a later line or snapshot may tell the prefill pool since the
+        restart; past `max_held`, judge the one held longest by what is known now.
+
+        Why: judged at once, an honest long answer after a restart was a warning although a
+        snapshot 13 minutes later told the prefill's bigger pool."""
+        when = record.start_time if record.start_time is not None else record.time
+        until = (when if when is not None else ctx.now or 0.0) + self.config.untold_wait_seconds
+        self.held_count_ += 1
+        heapq.heappush(self.untold_, (until, self.held_count_, record))
+        if len(self.untold_) <= self.config.max_held:
+            return []
+        return self._judge(heapq.heappop(self.untold_)[2], ctx, late=True)
 
     @staticmethod
     def _read_after(

@@ -74,7 +74,11 @@ from collector.parse import ParseStats
 from collector.sglang.log_clock import zone_name
 from collector.shown_text import clipped, printable_lines
 from collector.spill import ChainedStages, KindFilter, Stage, parallel_events_in_time_order
-from collector.state.config_timeline import TIMELINE_KINDS, TIMELINE_METRIC_SIGNALS
+from collector.state.config_timeline import (
+    TIMELINE_KINDS,
+    TIMELINE_METRIC_SIGNALS,
+    ConfigTimeline,
+)
 from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.request_record import RequestRecord, SideRecord
@@ -857,6 +861,31 @@ def _subject(finding: Finding) -> tuple[Any, ...]:
     return (finding.detector, finding.node, finding.time, finding.rid, finding.bootstrap_room)
 
 
+def _started_unread(timeline: ConfigTimeline, node: str, told: float | None) -> dict[str, Any]:
+    """The first start of another node of `node`'s deployment after anything read last told of
+    `node` ({} when none): from then on its configuration is carried forward, not known.
+
+    Why: blind review 30a, a prefill known from one snapshot 3.3 hours before the deployment
+    restarted with a bigger pool read as "still in force when the logs end", and the verdict
+    "Not over"."""
+    config = timeline.current(node)
+    if told is None or config is None:
+        return {}
+    starts = [
+        (c.since, other, c.generation > 0)
+        for other in timeline.nodes_with_model(config.model)
+        if other != node
+        for c in timeline.history(other)
+        if c.since is not None
+        and c.since > told
+        and (c.generation > 0 or not timeline.began_mid_run(other))
+    ]
+    if not starts:
+        return {}
+    when, other, restart = min(starts)
+    return {"unread_since": {"time": iso_time(when), "node": other, "restart": restart}}
+
+
 def build_summary(
     paths: list[str], stats: ParseStats, pipeline: DetectionPipeline, evidence: _Evidence
 ) -> dict[str, Any]:
@@ -872,9 +901,12 @@ def build_summary(
     nodes: dict[str, Any] = {}
     for node in pipeline.timeline.nodes():
         history = pipeline.timeline.history(node)
+        told = pipeline.timeline.last_told(node)
         nodes[node] = {
             "role": _last_role(pipeline, node),
             **({"traced_only": True} if pipeline.timeline.traced_only(node) else {}),
+            "last_read": iso_time(told),
+            **_started_unread(pipeline.timeline, node, told),
             "config": [
                 {
                     "time": iso_time(c.since),

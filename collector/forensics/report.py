@@ -1125,6 +1125,16 @@ class ConfigGap(NamedTuple):
     # The prompt limit the engine stated (its refusals', a snapshot's) when no pool was read:
     # `pool` is then the capacity that limit implies.
     stated_limit: int | None = None
+    # Of a gap open at the end: when the node was last read, and the start of another node
+    # of its deployment after that (time, node), from which on the gap is only carried forward.
+    last_read: str | None = None
+    unread_since: tuple[str, str, bool] | None = None
+
+    @property
+    def open_unread(self) -> bool:
+        """Open at the end as far as anything read tells, but nothing read told of the node
+        since its deployment (re)started a node: whether it still holds is not known."""
+        return self.until is None and self.unread_since is not None
 
     def pool_said(self, unit: str = "") -> str:
         """The pool as the logs show it: stated, or inferred from the engine's own limit."""
@@ -1146,7 +1156,15 @@ class ConfigGap(NamedTuple):
         # No time: a snapshot no name or line dated, of a node whose logs are not here, taken
         # as in force from the start (`parse._from_start`).
         since = self.since or "the start of the logs (a snapshot saved with no time)"
-        if self.until is None:
+        if self.unread_since is not None and self.until is None:
+            when, other, restart = self.unread_since
+            said = (
+                f"from {since}, as last read at {self.last_read}; {other} "
+                f"{'restarted' if restart else 'started'} at "
+                f"{when}, and nothing read tells of {self.node} since, so whether it was still "
+                "in force when the logs end is not known"
+            )
+        elif self.until is None:
             said = f"from {since}, still in force when the logs end"
         else:
             said = f"from {since} until {self.until}"
@@ -1204,6 +1222,10 @@ def _race_aside(still: list[str]) -> str:
     )
 
 
+def _first_three(nodes: list[str]) -> str:
+    return ", ".join(nodes[:3]) + (f" and {len(nodes) - 3:,} more" if len(nodes) > 3 else "")
+
+
 def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     """(`status_line`'s verdict as a word, its sentence): `not_over`, `possibly_not_over`,
     `stopped`, `last_seen` (only the last exposure's age is known), `unknown` (no exposure
@@ -1223,11 +1245,23 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     gaps = list(config_gaps(summary))
     # A gap still open on a release that refuses what it leaves out exposes nothing more (blind
     # review: a restart onto 0.5.22 with the same pool read as "Not over").
-    still_open = sorted({gap.node for gap in gaps if gap.until is None and not gap.refused})
-    if still_open:
-        shown = ", ".join(still_open[:3]) + (
-            f" and {len(still_open) - 3:,} more" if len(still_open) > 3 else ""
+    leaving = [gap for gap in gaps if gap.until is None and not gap.refused]
+    still_open = sorted({gap.node for gap in leaving if not gap.open_unread})
+    unread = sorted({gap.node for gap in leaving if gap.open_unread})
+    if not still_open and unread:
+        shown = _first_three(unread)
+        gap = min((gap for gap in leaving if gap.open_unread), key=lambda g: g.unread_since or ())
+        when, other, restart = gap.unread_since or ("", "", False)
+        return "possibly_not_over", (
+            f"Possibly not over: {before}; {shown} ran a pool below the context when last "
+            f"read, but {other} {'restarted' if restart else 'started'} at {when} and nothing "
+            "read tells of "
+            f"{'them' if len(unread) > 1 else 'it'} since: read their logs or a snapshot "
+            "after that to tell whether a prompt longer than that pool would still be "
+            "answered from other requests' KV."
         )
+    if still_open:
+        shown = _first_three(still_open)
         return "not_over", (
             f"Not over when the logs end: {before}, and {shown} still ran a pool below the "
             "context, so a prompt longer than that pool would still be answered from other "
@@ -1235,9 +1269,7 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
         )
     refusing = sorted({gap.node for gap in gaps if gap.until is None})
     if refusing:
-        shown = ", ".join(refusing[:3]) + (
-            f" and {len(refusing) - 3:,} more" if len(refusing) > 3 else ""
-        )
+        shown = _first_three(refusing)
         return "stopped", (
             f"Stopped within these logs: {before}; {shown} still ran a pool below the context, "
             f"but refused the prompts that pool cannot hold.{_race_aside(still)}"
@@ -1432,6 +1464,8 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             # them, or the limit the engine stated (`collector.state.prompt_capacity`).
             capacity = point.get("prompt_capacity")
             until = points[at + 1]["time"] if at + 1 < len(points) else None
+            unread = info.get("unread_since") if until is None else None
+            unread_since = (unread["time"], unread["node"], unread["restart"]) if unread else None
             stated = None
             if pool is None and capacity is not None:
                 pool, stated = capacity, point.get("max_req_input_len")
@@ -1441,7 +1475,16 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                     role = point.get("role") or info.get("role")
                     version = point.get("version")
                     yield ConfigGap(
-                        node, role, pool, context, point["time"], until, version, stated
+                        node,
+                        role,
+                        pool,
+                        context,
+                        point["time"],
+                        until,
+                        version,
+                        stated,
+                        info.get("last_read"),
+                        unread_since,
                     )
 
 

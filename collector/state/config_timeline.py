@@ -167,6 +167,7 @@ class _NodeHistory:
         "scrapes",
         "metric_ranks",
         "instant",
+        "told",
     )
 
     def __init__(self, node: str) -> None:
@@ -194,6 +195,8 @@ class _NodeHistory:
         # When the instant began whose figures (pool, context, release) this generation stated
         # last (see `ONE_INSTANT_SECONDS`).
         self.instant: float | None = None
+        # The latest time an event of the node's was read (a line, a scrape, a snapshot).
+        self.told: float | None = None
 
     def same_instant(self, time: float | None) -> bool:
         """Whether a figure stated at `time` is of the instant of the generation's last stated
@@ -425,8 +428,11 @@ class ConfigTimeline:
         history = self._nodes.get(event.node)
         if history is None:
             history = self._nodes[event.node] = _NodeHistory(event.node)
-        if event.kind == "metric" and event.time is not None:
-            history.note_scrape(event.time)
+        if event.time is not None:
+            if history.told is None or event.time > history.told:
+                history.told = event.time
+            if event.kind == "metric":
+                history.note_scrape(event.time)
         before = history.current
         late = (
             before is not None
@@ -573,6 +579,12 @@ class ConfigTimeline:
     def history(self, node: str) -> list[NodeConfig]:
         history = self._nodes.get(node)
         return list(history.generations) if history else []
+
+    def last_told(self, node: str) -> float | None:
+        """When anything read last told of `node` (its lines, scrapes or snapshots): after
+        that, its configuration is only carried forward."""
+        history = self._nodes.get(node)
+        return history.told if history else None
 
     def began_mid_run(self, node: str) -> bool:
         """Whether `node`'s logs begin with it running, no start-up line of its first
@@ -721,6 +733,7 @@ class ConfigTimeline:
                 "traced_only": node in self._traced_only,
                 "scrapes": list(h.scrapes),
                 "instant": h.instant,
+                "told": h.told,
                 "metric_ranks": {
                     field: [[list(map(list, rank)), value] for rank, value in by_rank.items()]
                     for field, by_rank in h.metric_ranks.items()
@@ -752,6 +765,7 @@ class ConfigTimeline:
             latest, before = data.get("scrapes") or (None, None)
             history.scrapes = (latest, before)
             history.instant = data.get("instant")
+            history.told = data.get("told")
             history.metric_ranks = {
                 field: {
                     tuple((str(k), str(v)) for k, v in rank): int(value) for rank, value in pairs
