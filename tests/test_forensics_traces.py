@@ -765,3 +765,20 @@ def test_a_request_known_from_spans_alone_has_its_span_s_counts_in_the_table(
         256,
         "stop",
     )
+
+
+def test_half_missing_lists_a_node_spans_alone_stand_for_once(tmp_path: Path, traces: Path) -> None:
+    """Blind review 29b: decode's log and decode's spans under SGLang's default service name,
+    no prefill at all: HALF MISSING listed decode-0 and `sglang-decode@9b2e6d0c` as two decode
+    nodes. With one decode node read and one decode server spanned, they are one."""
+    exports = traces.read_text().splitlines(keepends=True)
+    kept = [line for line in exports if "Prefill Scheduler" not in line]
+    assert 0 < len(kept) < len(exports)
+    traces.write_text("".join(kept))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _startup_only(logs)
+    (logs / "prefill-0.log").unlink()
+    summary = run_forensics([str(logs), str(traces.parent)], tmp_path / "out").summary
+    missing = summary["requests"]["pd_role_missing"]
+    assert (missing["role"], missing["present"]) == ("prefill", ["decode-0"])

@@ -985,7 +985,7 @@ def build_summary(
             "nodes_not_judged": nodes_not_judged(
                 stats, nodes, evidence.judged_sides, evidence.traced_nodes
             ),
-            "pd_role_missing": pd_role_missing(evidence, nodes),
+            "pd_role_missing": pd_role_missing(evidence, nodes, pipeline.timeline),
             "refused_without_decode": {
                 "count": evidence.refused_without_decode,
                 "rooms": list(evidence.refused_without_decode_rooms),
@@ -1022,20 +1022,25 @@ def _untimed_long(serving: SideRecord, long_prompt_tokens: int) -> bool:
     )
 
 
-def pd_role_missing(evidence: _Evidence, nodes: dict[str, Any]) -> dict[str, Any] | None:
+def pd_role_missing(
+    evidence: _Evidence, nodes: dict[str, Any], timeline: ConfigTimeline
+) -> dict[str, Any] | None:
     """The half of a PD deployment none of whose nodes is in the input, beside the other's
     (None when both are, or neither). Without decode, no response a client got was read, and
     whether decode answered what prefill refused (on releases before 0.5.20 it did, from
     stale pages) cannot be told; without prefill, no refusal and no prefill pool is seen, and
     decode's answers are judged by their timing alone (audit R: one half's logs alone gave
-    "no exposed responses found" over a 912,384-token answer)."""
+    "no exposed responses found" over a 912,384-token answer). A server only trace spans name
+    is listed as the node read it stands for, when that is certain (blind review 29b: SGLang's
+    default service name listed decode-0 twice, once as `sglang-decode@host`)."""
     if not evidence.pd_requests:
         return None
-    present = {role: set(found) for role, found in evidence.pd_nodes.items()}
-    for node, info in nodes.items():
-        role = (info or {}).get("role")
+    present: dict[str, set[str]] = {role: set() for role in evidence.pd_nodes}
+    seen = [*((node, role) for role, found in evidence.pd_nodes.items() for node in found)]
+    seen += [(node, (info or {}).get("role")) for node, info in nodes.items()]
+    for node, role in seen:
         if role in present:
-            present[role].add(node)
+            present[role].add(timeline.traced_stand_in(node) or node)
     missing = [role for role, found in present.items() if not found]
     if len(missing) != 1:
         return None
