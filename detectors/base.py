@@ -218,7 +218,9 @@ class Detector(Generic[C]):
     def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
         """`finding` (one of this detector's) restated with what the whole input told by its
         end, for a report read afterwards; by default as it was. Only the words and evidence
-        change: its severity and time say what was known when it was raised."""
+        change: its severity and time say what was known when it was raised. One exception:
+        a warning the whole input refutes is withdrawn, restated at info saying so (never an
+        exposure: an answer a client got stays named)."""
         return finding
 
     # -- helpers -------------------------------------------------------------------------------

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from pydantic import Field
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.config_timeline import ConfigChange, NodeConfig
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
@@ -229,10 +230,39 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                         "disabled_nodes": len(off),
                         "predating_nodes": len(older),
                         "model": model,
+                        "unverified": ",".join(unverified),
                     },
                 )
             )
         return findings
+
+    def revise(self, finding: Finding, ctx: DetectionContext) -> Finding:
+        """A one-sided checksum the whole input refutes, withdrawn (restated at info): the
+        nodes it said were not verifying ran with the checksum on at that time, as a snapshot
+        read later dates their restart.
+
+        Why: blind review 30a, a deployment restarted at 12:29:30 with the checksum on, decode
+        logs and hourly snapshots: five minutes on, prefill's snapshot not read yet, the
+        report warned that prefill-0, prefill-1 did not verify, though the snapshot of 12:39:30
+        said they had started at 12:29:30 with it on."""
+        unverified = finding.evidence.get("unverified")
+        if finding.severity == "info" or not isinstance(unverified, str) or not unverified:
+            return finding
+        nodes = unverified.split(",")
+        configs = [ctx.config_at(node, finding.time) for node in nodes]
+        if not all(config is not None and config.kv_checksum is True for config in configs):
+            return finding
+        started = sorted({iso_time(config.since) for config in configs if config is not None})
+        return replace(
+            finding,
+            severity="info",
+            summary=(
+                f"Withdrawn, the input read whole shows {', '.join(nodes)} running with the KV "
+                f"checksum on then too (started {', '.join(started)}); said while it did not "
+                f"yet: {finding.summary}"
+            ),
+            evidence={**finding.evidence, "withdrawn": True},
+        )
 
     def _unsigned(
         self, configs: list[NodeConfig], at: float | None, model: str | None

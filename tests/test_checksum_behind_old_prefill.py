@@ -20,10 +20,12 @@ from collector.audit import AuditPolicy, Deployment, NodeFacts, judge_node
 from collector.events import Event
 from collector.forensics.driver import run_forensics
 from detectors.checksum_unverified import ChecksumUnverified
+from detectors.finding import Finding
+from detectors.pipeline import DetectionPipeline
 from simulator.offline import run_offline
 from simulator.scenario import scenario_from_dict
 from tests.test_audit import lines, run
-from tests.test_detectors_config import T, ev
+from tests.test_detectors_config import T, args, ev, info
 from tests.test_detectors_config import run as detect
 
 SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
@@ -193,3 +195,45 @@ def test_a_decode_that_checks_signatures_behind_a_prefill_that_writes_none_is_wa
         f"digests prefill-0 (SGLang {prefill}) writes" in warning.summary
     )
     assert "upgrade prefill-0 to 0.5.23" in warning.summary
+
+
+def _restart_told_late(prefill_checksum_after: bool) -> tuple[DetectionPipeline, list[Finding]]:
+    """Both sides off, then a restart at T + 3,600 with the checksum on: decode's log says it
+    at once, prefill's only in a snapshot ten minutes later that dates its start."""
+    events = [
+        info("prefill-0", T, "0.5.22", disaggregation_mode="prefill", kv_checksum=False),
+        args("decode-0", T, "decode", kv_checksum=False),
+        info("decode-0", T + 1, "0.5.22"),
+        args("decode-0", T + 3_600, "decode", kv_checksum=True),
+        info("decode-0", T + 3_601, "0.5.22"),
+        ev("decode_batch", "decode-0", T + 3_900, running_req=1),
+        info(
+            "prefill-0",
+            T + 4_200,
+            "0.5.22",
+            disaggregation_mode="prefill",
+            kv_checksum=prefill_checksum_after,
+            max_total_num_tokens=2_040_000,
+            started_at=T + 3_600,
+        ),
+    ]
+    pipeline = DetectionPipeline(detectors=[ChecksumUnverified()], raise_errors=True)
+    findings = [f for f in pipeline.run(events) if f.node is None]
+    return pipeline, findings
+
+
+def test_a_one_sided_checksum_a_later_snapshot_refutes_is_withdrawn_in_the_report() -> None:
+    """Blind review 30a: five minutes after the restart, prefill's snapshot not read yet, the
+    warning said prefill-0 did not verify; the snapshot read later dated its start with the
+    checksum on. Raised as known then, withdrawn (info) once the input is read whole."""
+    pipeline, findings = _restart_told_late(prefill_checksum_after=True)
+    assert [(f.severity, f.time) for f in findings] == [("warning", T + 3_900)]
+    (withdrawn,) = pipeline.revised(findings)
+    assert (withdrawn.severity, withdrawn.time) == ("info", T + 3_900)
+    assert withdrawn.summary.startswith("Withdrawn, the input read whole shows prefill-0")
+    assert withdrawn.evidence["withdrawn"] is True
+
+
+def test_a_one_sided_checksum_a_later_snapshot_confirms_stays_a_warning() -> None:
+    pipeline, findings = _restart_told_late(prefill_checksum_after=False)
+    assert [f.severity for f in pipeline.revised(findings)] == ["warning"]
