@@ -252,7 +252,9 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         configs = [ctx.config_at(node, finding.time) for node in nodes]
         if not all(config is not None and config.kv_checksum is True for config in configs):
             return finding
-        started = sorted({iso_time(config.since) for config in configs if config is not None})
+        started = sorted(
+            {iso_time(config.since) or "?" for config in configs if config is not None}
+        )
         return replace(
             finding,
             severity="info",

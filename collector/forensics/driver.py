@@ -1036,7 +1036,9 @@ def pd_role_missing(
     if not evidence.pd_requests:
         return None
     present: dict[str, set[str]] = {role: set() for role in evidence.pd_nodes}
-    seen = [*((node, role) for role, found in evidence.pd_nodes.items() for node in found)]
+    seen: list[tuple[str, str | None]] = [
+        (node, role) for role, found in evidence.pd_nodes.items() for node in found
+    ]
     seen += [(node, (info or {}).get("role")) for node, info in nodes.items()]
     for node, role in seen:
         if role in present:
