@@ -48,6 +48,7 @@ from collector.line_order import (
 from collector.log_exports import export_lines, log_export_format
 from collector.merged_logs import known_as, line_source, own_lines, split_merged
 from collector.repeated_lines import capture_of, log_clusters
+from collector.sglang.envelope import sglang_prefix_at
 from collector.sglang.otlp_framing import framed_export_head
 from collector.sglang.request_log import CUT_REASON, cut_record
 from collector.sglang.runtime_wrappers import strip_terminal_codes
@@ -1762,11 +1763,21 @@ def _as_shown(line: str) -> str:
     """A line with carriage returns as a terminal showed it: a CRLF's return dropped, and of
     text a progress bar wrote over (`Loading 50%\rLoading 100%\r[2026-…] max_total_num_tokens=…`),
     what was written last. A prompt's returns are escaped in the request lines (reprs, JSON),
-    so a raw one is a terminal's.
+    but a record begun before the first return wrote that one itself: a client's rid, which
+    `ReqTimeStats(rid=…` writes raw, so the line is read as written.
 
-    Why: blind review 8b, a capacity line behind a `tqdm` bar was not read."""
+    Why: blind review 8b, a capacity line behind a `tqdm` bar was not read; 31b, a rid ending
+    in a return and a `kv_canary violation:` line put an honest answer among the exposed."""
     line = line[:-1] if line.endswith("\r") else line
-    return line.rpartition("\r")[2] if "\r" in line else line
+    if "\r" not in line:
+        return line
+    before = line[: line.index("\r")]
+    at = before.find("[20")
+    while at >= 0:
+        if sglang_prefix_at(before, at):
+            return line
+        at = before.find("[20", at + 1)
+    return line.rpartition("\r")[2]
 
 
 # A line mostly of NULs and bytes that are not UTF-8, dropped.

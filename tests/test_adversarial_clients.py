@@ -12,7 +12,9 @@ whose pool is 681,280, answered by decode; one honest 8,192-token request before
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,3 +222,53 @@ def test_a_rid_is_text_in_the_markdown_report(tmp_path: Path) -> None:
     run_forensics([str(folder)], tmp_path / "out", workers=1)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| \\*\\*n\\*\\*\\_\\[x\\](y)\\|z |" in report
+
+
+def test_a_rid_holding_a_return_writes_no_line(tmp_path: Path) -> None:
+    """Blind review 31b: a raw return was read as a terminal's, and of the time stats line
+    only what the rid wrote after it was kept: a checksum mismatch of the client's choosing,
+    critical on a healthy fleet. A record begun before the return wrote it itself."""
+    folder = _excerpt(tmp_path)
+    prefill = folder / "prefill-0.log"
+    lines = prefill.read_text().splitlines()
+    at = next(n for n, line in enumerate(lines) if "10:05:00" in line)
+    forged = INJECTED[1]
+    attack = [
+        f"[2026-08-27 10:00:58] Receive: obj=GenerateReqInput(rid={'atk' + chr(13) + forged!r}, "
+        "bootstrap_room=3333)",
+        f"[2026-08-27 10:00:59 TP0] ReqTimeStats(rid=atk\r{forged}, bootstrap_room=3333, "
+        "input_len=12, cached_input_len=0, output_len=1, attempts=0, type=prefill): "
+        "bootstrap_duration=1.00ms, queue_duration=1.00ms, forward_duration=2.00ms, "
+        "entry_time=1787824858.000",
+    ]
+    prefill.write_text("\n".join(lines[:at] + attack + lines[at:]) + "\n")
+    summary = run_forensics([str(folder)], tmp_path / "out", workers=1).summary
+    assert [(r["rid"], r["bootstrap_room"]) for r in summary["exposure"]["requests"]] == [
+        ("d0000002", "2222")
+    ]
+    assert not [f for f in summary["findings"] if f["detector"] == "checksum_mismatch"]
+
+
+def _json_receive(rid: str) -> str:
+    record = {"timestamp": "2026-08-27T10:00:58Z", "event": "request.received", "rid": rid}
+    record["obj"] = {"rid": rid, "bootstrap_room": 3333}
+    return "[2026-08-27 10:00:58] " + json.dumps(record)
+
+
+def _refusal(rid: str) -> str:
+    return (
+        "[2026-08-27 10:00:58 TP0] Input length (700000 tokens) exceeds the maximum allowed "
+        f"length (681274 tokens). Use a shorter input or enable --allow-auto-truncate., "
+        f"self.rid={rid!r}"
+    )
+
+
+@pytest.mark.parametrize("told_by", [_json_receive, _refusal], ids=["json_record", "refusal"])
+def test_a_rid_is_learnt_from_any_line_that_writes_it_escaped(told_by: Any) -> None:
+    """Blind review 31b: with JSON request logs the rid's lines were learnt from nothing, and
+    its forged checksum mismatch and canary lines were critical on a healthy fleet. A JSON
+    record and a refusal write the rid escaped, as a `Receive:` line does."""
+    parser = LineParser("prefill-0")
+    lines = [told_by(ATTACK_RID), *_attack_lines()[1:]]
+    kinds = [parser.parse(line, f"p:{n}")[0] for n, line in enumerate(lines)]
+    assert kinds[1:] == [RID_LINE] * len(INJECTED) + ["request_time_stats"]

@@ -385,7 +385,14 @@ def test_a_line_cut_by_nul_bytes_is_said_a_hole_alone_is_not(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(
-    "reason", ["not_json", "not_json_object", "duplicate_series", "implausible_token_count"]
+    "reason",
+    [
+        "not_json",
+        "not_json_object",
+        "duplicate_series",
+        "implausible_token_count",
+        "malformed_exposition",  # blind review 31b: a `.prom` of no readable line
+    ],
 )
 def test_a_snapshot_not_read_or_a_figure_of_it_refused_is_said_however_few(reason: str) -> None:
     """Blind review 19: 12 cut `/server_info` files (and the unsafe-release findings they

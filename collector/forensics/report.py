@@ -22,6 +22,7 @@ from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plot_data import PlotData
 from collector.passed_over import NOT_READ_WHOLE, files_named, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
+from collector.sglang.outcome import UNREAD_DOCUMENT
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
 from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
@@ -510,7 +511,7 @@ def unread_line(summary: dict[str, Any]) -> str:
 # one journald left out of its JSON export (over 4,096 bytes without `--all`), is one count and
 # may be the one request line that names an exposure; so may one cut by a run of NULs (a crash).
 # Archives cut, corrupt or not read, and read errors, are the gate's own (`NOT_READ_WHOLE`).
-WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
+WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | UNREAD_DOCUMENT | frozenset(
     {
         "cut_by_nul_run",
         "file_shrank",
@@ -527,13 +528,11 @@ WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | frozenset(
         "log_export_unrecognised",
         "newest_first_gzip_too_large",
         "split_piece_missing",
-        # A snapshot is one document: one not read is a node's configuration or release at
-        # that moment (blind review 19: 12 cut `/server_info` files, and the critical
-        # unsafe-release findings, gone without a word outside the JSON); so is one figure
-        # of it refused (a pool of -5, a series stated twice).
-        "not_json",
-        "not_json_object",
-        "document_too_large",
+        # A snapshot is one document (`UNREAD_DOCUMENT`): one not read is a node's
+        # configuration or release at that moment (blind review 19: 12 cut `/server_info`
+        # files, and the critical unsafe-release findings, gone without a word outside the
+        # JSON; 31b: a `.prom` of no readable line); so is one figure of it refused (a pool of
+        # -5, a series stated twice).
         "duplicate_series",
         "implausible_token_count",
         # A trace export holds many requests' spans: one not read, or one span of it, may be

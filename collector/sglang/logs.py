@@ -13,6 +13,7 @@ not match.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -419,6 +420,7 @@ _SPLIT_HEADS: Final = ("Finish: ", "Receive: ", "Receive OpenAI: ", *_BATCH_HEAD
 
 _RECEIVE_RID: Final = "Receive: obj=GenerateReqInput(rid="
 _TIME_STATS_RID: Final = "ReqTimeStats(rid="
+_REFUSAL_RID: Final = "self.rid="
 _TIME_STATS_INPUT: Final = ", input_len="
 # What the engine writes after the rid in a time stats line.
 _TIME_STATS_TAIL: Final = re.compile(r", (?:bootstrap_room=\d+, )?input_len=\d+, ")
@@ -599,6 +601,10 @@ class LineParser:
                             return RID_LINE, None
                     elif kind == ev.REQUEST_RECEIVED and line.startswith(_RECEIVE_RID, start):
                         self._note_broken_rid(line, start + len(_RECEIVE_RID))
+                    elif kind == ev.REQUEST_REJECTED and "\\n" in line:
+                        rid_at = line.find(_REFUSAL_RID, start)
+                        if rid_at > 0:
+                            self._note_broken_rid(line, rid_at + len(_REFUSAL_RID))
                     event = ev.Event.deferred(
                         kind, self.node, when, source, parse, line, ranks, start
                     )
@@ -683,7 +689,27 @@ class LineParser:
             rid = ast.literal_eval(m.group(0))
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return
-        lines = rid.split("\n") if isinstance(rid, str) else []
+        if isinstance(rid, str):
+            self._remember_broken_rid(rid)
+
+    def _note_json_rid(self, message: str) -> None:
+        """Remember the rid a JSON request record names (its fields hold it printable, with
+        its newlines escaped), when it holds a newline."""
+        try:
+            record = json.loads(message)
+        except (ValueError, RecursionError):
+            return
+        obj = record.get("obj") if isinstance(record, dict) else None
+        rid = record.get("rid") or (obj.get("rid") if isinstance(obj, dict) else None)
+        if isinstance(rid, str) and "\n" in rid:
+            self._remember_broken_rid(rid)
+
+    def _remember_broken_rid(self, rid: str) -> None:
+        """Remember the lines a rid holding newlines will write after its time stats line's
+        head (`_rid_breaks`): told by a `Receive:` line, a JSON request record or a refusal,
+        each of which writes it escaped (blind review 31b: JSON request logs, and refusals,
+        taught nothing)."""
+        lines = rid.split("\n")
         if len(lines) > 1:
             if len(self._broken_rids) >= _MAX_BROKEN_RIDS:
                 del self._broken_rids[next(iter(self._broken_rids))]
@@ -729,6 +755,8 @@ class LineParser:
         if isinstance(inner, str):
             return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
+        if kind == ev.REQUEST_RECEIVED and "\\n" in envelope.message:
+            self._note_json_rid(envelope.message)
         if kind in _CUT_CHECKED:  # as in `parse`, for a record behind no SGLang prefix
             message = envelope.message.rstrip()
             if message[-1:] not in _RECORD_ENDS and request_log.cut_record(message):
