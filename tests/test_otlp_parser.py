@@ -456,6 +456,10 @@ def test_a_refusal_is_read_only_from_the_engine_s_own_sentence(
         '[{"type": "my secret plan"}]',
         '[{"type": "stop", "matched": {"text": "my secret plan"}}]',
         '[{"type": "abort", "err_type": "my secret plan", "detail": "my secret plan"}]',
+        # A client's marker is one word (blind review 31b: it reached `finish_type`).
+        '["QXZVsecretSUUSN"]',
+        '[{"type": "QXZVsecretSUUSN"}]',
+        '[{"type": "abort", "err_type": "QXZVsecretSUUSN"}]',
     ],
 )
 def test_no_request_text_leaves_a_span(finish_reasons: str) -> None:

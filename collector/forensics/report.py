@@ -511,7 +511,7 @@ def unread_line(summary: dict[str, Any]) -> str:
 # one journald left out of its JSON export (over 4,096 bytes without `--all`), is one count and
 # may be the one request line that names an exposure; so may one cut by a run of NULs (a crash).
 # Archives cut, corrupt or not read, and read errors, are the gate's own (`NOT_READ_WHOLE`).
-WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | UNREAD_DOCUMENT | frozenset(
+_FILE_ENTRY_LOSSES: Final = frozenset(
     {
         "cut_by_nul_run",
         "file_shrank",
@@ -546,6 +546,7 @@ WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | UNREAD_DOCUMENT | frozenset(
         "truncated_export",
     }
 )
+WHOLE_FILE_LOSSES: Final = NOT_READ_WHOLE | UNREAD_DOCUMENT | _FILE_ENTRY_LOSSES
 # The share of unusable lines that is said on its own line.
 _UNREAD_SHARE = 0.05
 

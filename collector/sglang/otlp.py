@@ -702,20 +702,28 @@ def _finish_reasons(value: Any) -> list[Any] | None:
     return [_reason_names(item) for item in parsed]
 
 
-_REASON_WORD: Final = re.compile(r"[A-Za-z_]{1,32}")
+# The finish reasons SGLang and the OpenAI API name, kept as they are; any other word a span
+# holds in their place is "other": a client's text may be a single word (blind review 31b: a
+# prompt's marker reached the Parquet table's finish_type column).
+_REASON_NAMES: Final = frozenset(
+    {"stop", "length", "abort", "eos", "tool_calls", "function_call", "content_filter"}
+)
+# An error's class name (`BadRequestError`, `KVTransferError`): CamelCase, ending as one does.
+_ERROR_NAME: Final = re.compile(r"[A-Z][A-Za-z]{0,40}(?:Error|Exception)")
 
 
 def _reason_names(item: Any) -> Any:
-    """A finish reason as names and numbers only: its `type` and `err_type` when they are
-    words, `status_code` and a stop token's id (`matched`) when whole numbers, and its abort
-    `message` as a code (`abort_code`). A stop string, a message, or anything else may carry
-    the request's text."""
+    """A finish reason as names and numbers only: its `type` when a reason's name and its
+    `err_type` when an error class's, `status_code` and a stop token's id (`matched`) when
+    whole numbers, and its abort `message` as a code (`abort_code`). A stop string, a message,
+    or anything else may carry the request's text."""
     if isinstance(item, dict):
         kept: dict[str, Any] = {}
-        for key in ("type", "err_type"):
-            value = item.get(key)
-            if isinstance(value, str):
-                kept[key] = value if _REASON_WORD.fullmatch(value) else "other"
+        kind, error = item.get("type"), item.get("err_type")
+        if isinstance(kind, str):
+            kept["type"] = kind if kind in _REASON_NAMES else "other"
+        if isinstance(error, str):
+            kept["err_type"] = error if _ERROR_NAME.fullmatch(error) else "other"
         for key in ("matched", "status_code"):
             value = item.get(key)
             if type(value) is int:
@@ -723,7 +731,7 @@ def _reason_names(item: Any) -> Any:
         if "message" in item:
             kept["message_code"] = abort_code(_text(item["message"]))
         return kept
-    if isinstance(item, str) and _REASON_WORD.fullmatch(item):
+    if isinstance(item, str) and item in _REASON_NAMES:
         return item
     if item is None or type(item) in (int, float, bool):
         return item
