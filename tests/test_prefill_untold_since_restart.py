@@ -10,13 +10,16 @@ is not known.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from collector.forensics.driver import run_forensics
+from collector.forensics.driver import print_outcome, run_forensics
 from detectors.over_length_answered import PREFILL_UNTOLD_SINCE_RESTART
 from simulator.offline import run_offline
 from simulator.scenario import load_scenario
@@ -61,7 +64,8 @@ def test_answers_after_a_restart_nothing_read_of_the_prefill_follows_are_possibl
     sim: Path, tmp_path: Path
 ) -> None:
     case = _case(sim, tmp_path / "case", snapshot_after_restart=False)
-    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    result = run_forensics([str(case)], tmp_path / "out", write_parquet=False)
+    summary = result.summary
     named = {entry["rid"] for entry in summary["exposure"]["requests"]}
     assert named == _exposed_truth(sim)
     untold = _untold(summary)
@@ -74,6 +78,9 @@ def test_answers_after_a_restart_nothing_read_of_the_prefill_follows_are_possibl
     assert unread["node"] == "decode-0" and unread["restart"] is True
     assert summary["nodes"]["prefill-0"]["last_read"] < RESTART_AT
     assert summary["verdict"]["status"] == "possibly_not_over"
+    terminal = io.StringIO()
+    print_outcome(result, terminal)
+    assert "PREFILL UNTOLD: " in terminal.getvalue()
     report = (tmp_path / "out" / "report.md").read_text()
     assert ", still in force when the logs end" not in report
     assert "nothing read tells of prefill-0 since" in report
@@ -86,3 +93,23 @@ def test_a_snapshot_after_the_restart_tells_the_pool_again(sim: Path, tmp_path: 
     assert not _untold(summary)
     assert "unread_since" not in summary["nodes"]["prefill-0"]
     assert summary["verdict"]["status"] != "possibly_not_over"
+
+
+def test_possible_exposures_alone_are_no_all_clear(sim: Path, tmp_path: Path) -> None:
+    """The decode's log from its restart on, and prefill snapshots from before it: the long
+    answers are warnings only, and the run is NOT JUDGED (exit 2), never "no exposed
+    responses found"."""
+    case = _case(sim, tmp_path / "case", snapshot_after_restart=False)
+    log = case / "decode-0.log"
+    lines = log.read_text().splitlines(keepends=True)
+    back = next(n for n, line in enumerate(lines) if "server_args" in line and n > 0)
+    log.write_text("".join(lines[back:]))
+    done = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet"]
+        + [str(case), "--out", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "NOT JUDGED" in done.stderr and "nothing read tells that pool since" in done.stderr

@@ -143,9 +143,16 @@ def test_with_no_context_read_the_refused_prompts_show_the_gap(tmp_path: Path) -
         "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0\n"
     )
     decode.write_text(batch + decode.read_text().replace(server_args(DAY, "decode"), ""))
-    summary = run_forensics([str(case)], tmp_path / "out", workers=1).summary
+    result = run_forensics([str(case)], tmp_path / "out", workers=1)
+    summary = result.summary
     jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
     longest = max(EXPOSED.values())
+    # Blind review 31c: the gap line and the status the floor gives, not the last exposure's
+    # age alone.
+    terminal = io.StringIO()
+    print_outcome(result, terminal)
+    assert f"< a context of at least {longest:,} from " in terminal.getvalue()
+    assert summary["verdict"]["status"] == "not_over"
     (critical,) = [f for f in _pool_findings(summary) if f["severity"] == "critical"]
     assert critical["node"] == "prefill-0"
     assert critical["evidence"]["context_at_least"] == longest

@@ -126,6 +126,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         pd_role_missing_line,
         prefill_unknown_line,
         prefill_unread_line,
+        prefill_untold_line,
         refused_without_decode_line,
         too_late_line,
         unattributed_exports_line,
@@ -203,6 +204,7 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         outcome_unknown_line,
         prefill_unknown_line,
         prefill_unread_line,
+        prefill_untold_line,
         unread_files_line,
         unattributed_exports_line,
     )

@@ -58,6 +58,7 @@ from collector.forensics.report import (
     possible_line,
     prefill_unknown_line,
     prefill_unread_line,
+    prefill_untold_line,
     prompts_answered,
     refused_without_decode_line,
     repeated_lines_line,
@@ -1360,6 +1361,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("OUTCOME UNKNOWN: ", _beside_exposures(outcome_unknown_line)),
         ("PREFILL UNKNOWN: ", _beside_exposures(prefill_unknown_line)),
         ("PREFILL UNREAD: ", _beside_exposures(prefill_unread_line)),
+        ("PREFILL UNTOLD: ", _beside_exposures(prefill_untold_line)),
         ("HALF MISSING: ", _beside_exposures(pd_role_missing_line)),
         ("NO DECODE SIDE: ", _beside_exposures(refused_without_decode_line)),
         ("ARCHIVES: ", archives_line),
@@ -1379,7 +1381,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             out.write(f"{label}{line}\n")
     for gap in config_gaps(summary):
         out.write(
-            f"config gap: {gap.node} ({gap.role}) {gap.pool_said()} < context {gap.context:,} "
+            f"config gap: {gap.node} ({gap.role}) {gap.pool_said()} < {gap.context_said} "
             f"{gap.period()}\n"
         )
     for name, path in result.outputs.items():

@@ -25,7 +25,11 @@ from collector.sglang.log_clock import zone_name
 from collector.sglang.outcome import UNREAD_DOCUMENT
 from collector.shown_text import printable_lines
 from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
-from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
+from detectors.over_length_answered import (
+    NO_PREFILL_NAMED,
+    PREFILL_HOST_UNREAD,
+    PREFILL_UNTOLD_SINCE_RESTART,
+)
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -783,6 +787,32 @@ def prefill_unread_line(summary: dict[str, Any]) -> str:
     )
 
 
+def prefill_untold_line(summary: dict[str, Any]) -> str:
+    """Answers after a decode node (re)started to prompts longer than the prefill pool last
+    read before that start (`over_length_answered`, a warning each): whether the pool still
+    held is not in the input, so they are neither exposures nor cleared."""
+    found = [
+        f
+        for f in summary["findings"]
+        if (f.get("evidence") or {}).get("pool_basis") == PREFILL_UNTOLD_SINCE_RESTART
+    ]
+    if not found:
+        return ""
+    first = found[0]["evidence"]
+    pools = sorted({str(f["evidence"].get("pool_node")) for f in found})
+    decodes = sorted({str(f["node"]) for f in found})
+    rooms = [str(f["bootstrap_room"] or f["rid"]) for f in found]
+    noun, _ = _request_it(len(found))
+    they = "it was" if len(found) == 1 else "they were"
+    return (
+        f"{len(found):,} {noun} {_names(decodes)} answered after (re)starting had prompts longer "
+        f"than the prefill pool last read ({_names(pools)}, read at {first.get('pool_last_read')}"
+        f"; {_some_rooms(rooms, len(found))}; warnings in the report): nothing read tells that "
+        f"pool since. If it still held, {they} answered from other requests' KV: add the "
+        "prefill logs, or a snapshot saved after the restart."
+    )
+
+
 def decode_apart_line(summary: dict[str, Any]) -> str:
     """Decode nodes whose requests overlap no prefill node's in time (`input.decode_apart`)."""
     apart: list[dict[str, Any]] = summary["input"].get("decode_apart") or []
@@ -1129,6 +1159,15 @@ class ConfigGap(NamedTuple):
     # of its deployment after that (time, node), from which on the gap is only carried forward.
     last_read: str | None = None
     unread_since: tuple[str, str, bool] | None = None
+    # Whether `context` is only a floor: the longest prompt the node refused for its pool
+    # (no context read; `pool_below_context`'s `context_at_least`).
+    context_floor: bool = False
+
+    @property
+    def context_said(self) -> str:
+        if self.context_floor:
+            return f"a context of at least {self.context:,}"
+        return f"context {self.context:,}"
 
     @property
     def open_unread(self) -> bool:
@@ -1466,10 +1505,10 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             until = points[at + 1]["time"] if at + 1 < len(points) else None
             unread = info.get("unread_since") if until is None else None
             unread_since = (unread["time"], unread["node"], unread["restart"]) if unread else None
-            stated = None
+            stated, floor = None, False
             if pool is None and capacity is not None:
                 pool, stated = capacity, point.get("max_req_input_len")
-                context = judged.get((node, at), context)
+                context, floor = judged.get((node, at), (context, False))
             if pool is not None and capacity is not None and context is not None:
                 if capacity < context:
                     role = point.get("role") or info.get("role")
@@ -1485,21 +1524,28 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                         stated,
                         info.get("last_read"),
                         unread_since,
+                        floor,
                     )
 
 
-def _judged_contexts(summary: dict[str, Any]) -> dict[tuple[str, int], int]:
+def _judged_contexts(summary: dict[str, Any]) -> dict[tuple[str, int], tuple[int, bool]]:
     """The context each node's configuration was judged against by `pool_below_context`, keyed
-    by node and generation (a node's configurations are listed one per generation)."""
-    contexts: dict[tuple[str, int], int] = {}
+    by node and generation (a node's configurations are listed one per generation), and
+    whether it is only a floor (`context_at_least`)."""
+    contexts: dict[tuple[str, int], tuple[int, bool]] = {}
     for finding in summary.get("findings", ()):
         evidence = finding.get("evidence") or {}
         if finding.get("detector") != "pool_below_context":
             continue
-        context, generation = evidence.get("context_len"), evidence.get("generation")
+        # With no context read, the floor the longest refused prompt set (blind review 31c: a
+        # gap known from refusals alone left no gap line, and the status only the last
+        # exposure's age).
+        stated = evidence.get("context_len")
+        context = stated or evidence.get("context_at_least")
+        generation = evidence.get("generation")
         if isinstance(context, int) and isinstance(generation, int) and finding.get("node"):
             key = (finding["node"], generation)
-            contexts[key] = max(context, contexts.get(key, 0))
+            contexts[key] = max((context, stated is None), contexts.get(key, (0, True)))
     return contexts
 
 
@@ -1576,7 +1622,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     for gap in config_gaps(summary):
         lines.append(
             f"{gap.node} ({gap.role or 'role unknown'}): {gap.pool_said(' tokens')} below "
-            f"context {gap.context:,} {gap.period()}."
+            f"{gap.context_said} {gap.period()}."
         )
     return lines
 
