@@ -1261,10 +1261,6 @@ def _race_aside(still: list[str]) -> str:
     )
 
 
-def _first_three(nodes: list[str]) -> str:
-    return ", ".join(nodes[:3]) + (f" and {len(nodes) - 3:,} more" if len(nodes) > 3 else "")
-
-
 def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     """(`status_line`'s verdict as a word, its sentence): `not_over`, `possibly_not_over`,
     `stopped`, `last_seen` (only the last exposure's age is known), `unknown` (no exposure
@@ -1288,7 +1284,7 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     still_open = sorted({gap.node for gap in leaving if not gap.open_unread})
     unread = sorted({gap.node for gap in leaving if gap.open_unread})
     if not still_open and unread:
-        shown = _first_three(unread)
+        shown = _names(unread)
         gap = min((gap for gap in leaving if gap.open_unread), key=lambda g: g.unread_since or ())
         when, other, restart = gap.unread_since or ("", "", False)
         return "possibly_not_over", (
@@ -1300,7 +1296,7 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
             "answered from other requests' KV."
         )
     if still_open:
-        shown = _first_three(still_open)
+        shown = _names(still_open)
         return "not_over", (
             f"Not over when the logs end: {before}, and {shown} still ran a pool below the "
             "context, so a prompt longer than that pool would still be answered from other "
@@ -1308,7 +1304,7 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
         )
     refusing = sorted({gap.node for gap in gaps if gap.until is None})
     if refusing:
-        shown = _first_three(refusing)
+        shown = _names(refusing)
         return "stopped", (
             f"Stopped within these logs: {before}; {shown} still ran a pool below the context, "
             f"but refused the prompts that pool cannot hold.{_race_aside(still)}"
