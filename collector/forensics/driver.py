@@ -40,6 +40,7 @@ from collector.forensics.report import (
     csv_files_line,
     decode_apart_line,
     detector_errors_line,
+    exposure_periods,
     exposure_status,
     exposure_window,
     info_kinds,
@@ -54,6 +55,7 @@ from collector.forensics.report import (
     passed_over_line,
     pd_role_missing_line,
     per_response,
+    periods_line,
     pool_unknown_line,
     possible_line,
     prefill_unknown_line,
@@ -717,6 +719,7 @@ def run_forensics(
             name: {"count": count, "first": sites.get(name, "unknown error")}
             for name, count in sorted(errors.items())
         }
+    summary["exposure"]["periods"] = exposure_periods(summary)
     summary["verdict"] = verdict(summary)
     summary["outputs"] = {}
     plot_data = _plot_data(pipeline, evidence, summary)
@@ -1322,6 +1325,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             f"carried another request's data, {exposure_window(exposure, ' .. ')}\n"
         )
         out.write(f"STATUS: {status_line(summary)}\n")
+        if periods := periods_line(summary):
+            out.write(f"PERIODS: {periods}\n")
         for req in exposure["requests"][:5]:
             out.write(
                 f"  {req['time'] or 'time unknown'}  {req['node']}  "

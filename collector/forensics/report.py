@@ -11,6 +11,7 @@ import base64
 import csv
 import html
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -1226,6 +1227,63 @@ def exposure_window(exposure: dict[str, Any], joiner: str, opening: str = "") ->
     return window + (f" ({undated:,} of them at times no line states)" if undated else "")
 
 
+def exposure_periods(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dated exposed responses in periods: a new one begins when the pool gap open at an
+    exposure had closed and another opened before the next (a restart that mended the pool,
+    a rollback that broke it again).
+
+    Why: blind review 31c, two incidents three days apart read as one window of five days,
+    which is not the answer to "since when". Exposures outside any gap that could leak (the
+    abort race) never split a period: nothing read says the hole closed in between."""
+    spans = sorted(
+        (_at_or(gap.since, -math.inf), _at_or(gap.until, math.inf))
+        for gap in config_gaps(summary)
+        if not gap.refused
+    )
+    joined: list[list[float]] = []
+    for start, end in spans:
+        if joined and start <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], end)
+        else:
+            joined.append([start, end])
+
+    def gap_index(at: float) -> int | None:
+        return next((i for i, (s, e) in enumerate(joined) if s <= at <= e), None)
+
+    dated = sorted(
+        (at, req["time"])
+        for req in summary["exposure"]["requests"]
+        if (at := parse_iso_time(req["time"])) is not None
+    )
+    periods: list[dict[str, Any]] = []
+    open_gap: int | None = None
+    for at, said in dated:
+        index = gap_index(at)
+        if periods and (index is None or open_gap is None or index == open_gap):
+            periods[-1]["last"] = said
+            periods[-1]["count"] += 1
+        else:
+            periods.append({"first": said, "last": said, "count": 1})
+        open_gap = index if index is not None else open_gap
+    return periods
+
+
+def _at_or(said: str | None, default: float) -> float:
+    at = parse_iso_time(said)
+    return default if at is None else at
+
+
+def periods_line(summary: dict[str, Any]) -> str:
+    """The exposure's periods when there are more than one ("" else)."""
+    periods = summary["exposure"].get("periods") or []
+    if len(periods) < 2:
+        return ""
+    said = "; ".join(
+        f"{p['first']} .. {p['last']} ({p['count']:,} {_responses(p['count'])})" for p in periods
+    )
+    return f"{len(periods)} periods, a pool gap closed between each and the next: {said}"
+
+
 def status_line(summary: dict[str, Any]) -> str:
     """Whether it is still happening, as far as the logs tell: the time from the last exposed
     response to the end of the logs, and whether a pool gap was still open then ("" without
@@ -1560,6 +1618,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             f"{exposure_window(exposure, ' and ', 'between ')}."
         )
         lines.append(status_line(summary))
+        if periods := periods_line(summary):
+            lines.append(f"In {periods}.")
     elif reason := not_judged_reason(summary):
         lines.append(f"Not judged: {reason}")
     elif answering_not_judged(summary):

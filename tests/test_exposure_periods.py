@@ -1,0 +1,92 @@
+"""Exposures in periods: two incidents days apart are two windows, not one.
+
+Blind review 31c: a prefill pool below context for a day and a half, mended by a restart, then
+a rollback three days later that broke it again; the report said one window of five days."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collector.forensics.report import _headline, exposure_periods, periods_line
+
+CONTEXT = 1_048_576
+
+
+def _summary(times: list[str | None], pools: list[tuple[str, int]]) -> dict[str, Any]:
+    config = [
+        {"time": at, "max_total_num_tokens": pool, "prompt_capacity": pool, "context_len": CONTEXT}
+        for at, pool in pools
+    ]
+    dated = sorted(t for t in times if t)
+    return {
+        "exposure": {
+            "count": len(times),
+            "requests": [{"time": t, "bootstrap_room": str(i)} for i, t in enumerate(times)],
+            "first": dated[0] if dated else None,
+            "last": dated[-1] if dated else None,
+            "undated": len(times) - len(dated),
+        },
+        "findings": [],
+        "nodes": {"prefill-0": {"role": "prefill", "config": config}},
+        "requests": {"total": 400, "nodes_not_judged": [], "pd_role_missing": None},
+        "input": {
+            "first_time": "2026-08-24T00:00:00.000Z",
+            "last_time": "2026-08-31T00:00:00.000Z",
+            "dropped_by_reason": {},
+        },
+        "abort_signals": {},
+    }
+
+
+ROLLBACK = [
+    ("2026-08-24T00:00:00.000Z", 681_280),  # below context
+    ("2026-08-25T14:00:00.000Z", 1_200_000),  # mended by a restart
+    ("2026-08-28T09:00:00.000Z", 681_280),  # rolled back
+    ("2026-08-29T16:00:00.000Z", 1_200_000),  # mended again
+]
+
+
+def test_a_pool_mended_between_exposures_splits_them_into_two_periods() -> None:
+    times = [
+        "2026-08-25T12:20:33.351Z",
+        "2026-08-24T00:35:40.954Z",
+        "2026-08-24T09:00:00.000Z",
+        "2026-08-28T09:11:46.032Z",
+        "2026-08-29T15:49:06.403Z",
+    ]
+    summary = _summary(times, ROLLBACK)
+    summary["exposure"]["periods"] = exposure_periods(summary)
+    assert summary["exposure"]["periods"] == [
+        {"first": "2026-08-24T00:35:40.954Z", "last": "2026-08-25T12:20:33.351Z", "count": 3},
+        {"first": "2026-08-28T09:11:46.032Z", "last": "2026-08-29T15:49:06.403Z", "count": 2},
+    ]
+    said = periods_line(summary)
+    assert said.startswith("2 periods")
+    assert "2026-08-24T00:35:40.954Z .. 2026-08-25T12:20:33.351Z (3 responses)" in said
+    assert "2026-08-28T09:11:46.032Z .. 2026-08-29T15:49:06.403Z (2 responses)" in said
+    assert any(said in line for line in _headline(summary))
+
+
+def test_exposures_within_one_gap_are_one_period_however_far_apart() -> None:
+    """Days without an exposure are not a mended pool: the gap stayed open throughout."""
+    times = ["2026-08-24T01:00:00.000Z", "2026-08-27T01:00:00.000Z", "2026-08-30T01:00:00.000Z"]
+    summary = _summary(times, [("2026-08-24T00:00:00.000Z", 681_280)])
+    summary["exposure"]["periods"] = exposure_periods(summary)
+    assert summary["exposure"]["periods"] == [{"first": times[0], "last": times[-1], "count": 3}]
+    assert periods_line(summary) == ""
+
+
+def test_exposures_no_pool_gap_explains_never_split() -> None:
+    """The abort race leaks with the pool above context: nothing read says the hole closed
+    between two of its exposures, so a quiet day does not make two periods."""
+    race = ["2026-08-24T01:00:00.000Z", "2026-08-26T01:00:00.000Z"]
+    healthy_pool = _summary(race, [("2026-08-24T00:00:00.000Z", 1_200_000)])
+    assert [p["count"] for p in exposure_periods(healthy_pool)] == [2]
+
+
+def test_undated_exposures_are_in_no_period() -> None:
+    summary = _summary(["2026-08-24T01:00:00.000Z", None], ROLLBACK)
+    assert exposure_periods(summary) == [
+        {"first": "2026-08-24T01:00:00.000Z", "last": "2026-08-24T01:00:00.000Z", "count": 1}
+    ]
+    assert exposure_periods(_summary([None], ROLLBACK)) == []
