@@ -15,6 +15,7 @@ wants the batch events themselves: over half of all lines then never become even
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import pickle
@@ -232,14 +233,28 @@ def _stream(
             if wanted(event):
                 yield event
 
+    def released_with_outbox() -> Iterator[Event]:
+        """What the lane's lines shipped and the events their clock released from a hold, in
+        time order (ties: as shipped). The lane may have moved the stages past a held line,
+        and what they shipped then (a side whose wait ended before that line) must not follow
+        the line into the merge, which takes each stream as ordered. Blind review 31c: a quiet
+        prefill's side reached the ledger after its request was judged, "LATE LINES"."""
+        released = list(hand_on(order.tick(lane_clock())))
+        # Stamped by each stage its own way: a window's role hint at the line that gave it, a
+        # side at the end of its wait, which may come earlier.
+        shipped = sorted(outbox, key=_time_or_first)
+        outbox.clear()
+        if released:
+            yield from heapq.merge(shipped, released, key=_time_or_first)
+        else:
+            yield from shipped
+
     for tf in files:
         for event in file_events(
             tf, stats, batch_lane=lane, keep_metric=keep_metric, clock=clock, repeats=repeats
         ):
             if outbox:  # what the lane's lines shipped comes before this event
-                yield from hand_on(order.tick(lane_clock()))
-                yield from outbox
-                outbox.clear()
+                yield from released_with_outbox()
             # `hand_on`, spelt out: this runs for every event.
             for taken in order.take(event, lane.last_time if lane is not None else -math.inf):
                 if observe is not None:
@@ -249,13 +264,15 @@ def _stream(
                 if wanted(taken):
                     yield taken
         if outbox:
-            yield from hand_on(order.tick(lane_clock()))
-            yield from outbox
-            outbox.clear()
+            yield from released_with_outbox()
     yield from hand_on(order.close())
     note_clock(key, clock, stats)
     if stage is not None:
         yield from stage.flush()
+
+
+def _time_or_first(event: Event) -> float:
+    return event.time if event.time is not None else -math.inf
 
 
 def _merged(

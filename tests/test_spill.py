@@ -209,3 +209,39 @@ def _running(pid: int) -> bool:
             return stat.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_what_the_lane_shipped_and_a_released_line_come_in_time_order(tmp_path: Path) -> None:
+    """Blind review 31c: a refusal five minutes after a prefill's last request was held (a
+    line ahead of its stream); the batch line beside it, read by the lane, let the side of that
+    request go out, stamped at the end of its wait, but the held line and what it made the
+    stages ship came first. The stream ran backwards and the side reached the ledger after its
+    request was judged: LATE LINES on a quiet node."""
+    from collector.forensics.driver import WorkerStages, _anomaly_window, _for_workers, consumed
+    from collector.parse import streams_of
+    from detectors.pipeline import DetectionPipeline, PipelineConfig
+    from tests.engine_lines import finish_line, prefill_start, refusal_line, server_args
+
+    day = "2026-08-24"
+    batch = (
+        "[{day} {at} TP0] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, "
+        "token usage: 0.05, #running-req: 0, #queue-req: 0\n"
+    )
+    lines = [server_args(day, "prefill"), prefill_start(day, "10.1.0.11", 200_000)]
+    lines += [batch.format(day=day, at=f"00:01:{s:02d}") for s in range(0, 60, 5)]
+    lines.append(finish_line(f"{day} 00:02:00", "r1", 101, 9000, tokens=1))
+    # The jump: a refusal line 400 s on, then batch lines at the same moment.
+    lines.append(refusal_line(f"{day} 00:08:40", "r2", 300_000, 200_000))
+    lines += [batch.format(day=day, at=f"00:08:{s:02d}") for s in (40, 41, 45)]
+    lines.append(finish_line(f"{day} 00:08:50", "r3", 102, 9000, tokens=1))
+    (tmp_path / "prefill-0.log").write_text("".join(lines))
+
+    config = _for_workers(PipelineConfig())
+    wanted = consumed(DetectionPipeline(config), node_windows=True)
+    stages = WorkerStages(config.ledger, _anomaly_window(config))
+    stats = ParseStats()
+    events = list(spill._merged(streams_of([tmp_path]), stats, wanted, stages, {}))
+    sides = [e for e in events if e.kind == "request_side"]
+    assert [e.fields["side"].rid for e in sides] == ["r1", "r2", "r3"]
+    times = [e.time for e in events if e.time is not None]
+    assert times == sorted(times), [(e.kind, e.time) for e in events]
