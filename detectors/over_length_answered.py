@@ -238,7 +238,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         margin = self.config.margin_tokens
         if strictest is None or prompt <= strictest.longest_accepted + margin:
             return []
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         config = ctx.config_at(strictest.node, when)
         version = config.version if config is not None else None
         if refuses_for_good(version, self.config.leak_fixed_version):
@@ -282,7 +282,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         prefill = record.prefill
         if prefill is not None and not prefill.traced_only:
             return None
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         own = ctx.config_at(serving.node, when)
         if own is None or own.since is None:
             return None
@@ -318,7 +318,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
 
         Why: judged at once, an honest long answer after a restart was a warning although a
         snapshot 13 minutes later told the prefill's bigger pool."""
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         until = (when if when is not None else ctx.now or 0.0) + self.config.untold_wait_seconds
         self.held_count_ += 1
         heapq.heappush(self.untold_, (until, self.held_count_, record))
@@ -331,7 +331,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         record: RequestRecord, pool: PoolInForce, ctx: DetectionContext
     ) -> float | None:
         """When `pool`'s node was first read, if after the answer `record` judges."""
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         generations = ctx.timeline.history(pool.node)
         first = generations[0].since if generations else None
         return first if first is not None and when is not None and first > when else None
@@ -355,7 +355,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         a node's first configuration as in force before its first line."""
         if serving.role != "decode" or record.prefill is not None:
             return False
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         if largest_prefill_pool(
             ctx, when, serving_model(record, ctx)
         ) is not None and not host_owner_stranger(record, ctx):
@@ -391,7 +391,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         unread node may have had a larger pool."""
         if serving.role != "decode":
             return []
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         model = serving_model(record, ctx)
         host = unread_prefill_host(record, ctx)
         if host is None and not served_elsewhere(serving.node, when, model, ctx):

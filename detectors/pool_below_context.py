@@ -256,7 +256,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         serving = record.serving
         if serving is not None and not serving.succeeded:
             return []  # decode retired it: on this engine the path is closed
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         if serving is None:
             self.unanswered_.setdefault(node, when)
             return []

@@ -97,10 +97,6 @@ def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce |
     return pool
 
 
-def _when(record: RequestRecord) -> float | None:
-    return record.start_time if record.start_time is not None else record.time
-
-
 def _model(record: RequestRecord, ctx: DetectionContext, when: float | None) -> str | None:
     """The model the serving node ran at `when`: the deployment the request belongs to."""
     serving = record.serving
@@ -109,7 +105,7 @@ def _model(record: RequestRecord, ctx: DetectionContext, when: float | None) -> 
 
 
 def _pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
-    when = _when(record)
+    when = record.began
     prefill = record.prefill
     if prefill is not None:
         at = prefill.start_time if prefill.start_time is not None else when
@@ -188,7 +184,7 @@ def host_owner_stranger(record: RequestRecord, ctx: DetectionContext) -> bool:
     host = serving.bootstrap_host
     if host is None:
         return False
-    owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, _when(record))
+    owner = ctx.timeline.bootstrap_node(host, serving.bootstrap_port, record.began)
     return owner is not None and ctx.pairs.stranger(owner, serving.node, host) is not False
 
 
@@ -221,7 +217,7 @@ def pairing_undecided(record: RequestRecord, ctx: DetectionContext) -> bool:
         or record.bootstrap_room is None
     ):
         return False
-    when = _when(record)
+    when = record.began
     model = _model(record, ctx, when)
     prefills = [c.node for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
     return ctx.pairs.undecided(serving.node, prefills)
@@ -248,7 +244,7 @@ def _lenient(
 
 def serving_model(record: RequestRecord, ctx: DetectionContext) -> str | None:
     """The model the serving node ran at the request's time: the deployment it belongs to."""
-    return _model(record, ctx, _when(record))
+    return _model(record, ctx, record.began)
 
 
 def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | None:
@@ -259,7 +255,7 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
     serving = record.serving
     if record.prefill is not None or serving is None or serving.bootstrap_host is None:
         return None
-    when = _when(record)
+    when = record.began
     host, port = serving.bootstrap_host, serving.bootstrap_port
     timeline = ctx.timeline
     if timeline.bootstrap_node(host, port, when) is not None:
@@ -283,7 +279,7 @@ def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> Pool
     the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the
     pool that would have refused a longer prompt, had the request met it. None when a prefill
     node's capacity is not known (it could be stricter still)."""
-    when = _when(record)
+    when = record.began
     strictest: PoolInForce | None = None
     for config in ctx.timeline.configs_at(when, _model(record, ctx, when)):
         if config.role != "prefill":

@@ -275,7 +275,7 @@ class _Evidence:
             self.pd_nodes["prefill"].add(record.sides[0].node)
             side = record.sides[0]
             if len(self._refused_alone_held) < MAX_REFUSALS_HELD:
-                when = record.start_time if record.start_time is not None else record.time
+                when = record.began
                 self._refused_alone_held.append((side.node, side.last_time, side.rid, when))
             else:
                 self._refused_without_decode(record, rid=side.rid)
@@ -354,7 +354,7 @@ class _Evidence:
     def _refused_without_decode(
         self, record: RequestRecord, *, room: str | None = None, rid: str | None = None
     ) -> None:
-        when = record.start_time if record.start_time is not None else record.time
+        when = record.began
         self._count_refused_without_decode(when, room=room, rid=rid)
 
     def _count_refused_without_decode(

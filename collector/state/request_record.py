@@ -293,6 +293,7 @@ class RequestRecord:
         "cached_tokens",
         "time",
         "start_time",
+        "began",
     )
 
     key: str
@@ -318,6 +319,9 @@ class RequestRecord:
         self.time: float | None = _time(self)
         # When the request began: the earliest start any side reports.
         self.start_time: float | None = _start_time(self)
+        # When the request began as far as its lines tell (the answer's time when no side
+        # dates its start): the moment whose configuration the detectors judge it by.
+        self.began: float | None = self.start_time if self.start_time is not None else self.time
 
     def remember(self, name: str, derive: Callable[[RequestRecord], _T]) -> _T:
         """`derive(self)`, computed once per record and kept in `memo` under `name`."""
