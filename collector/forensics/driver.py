@@ -84,6 +84,7 @@ from collector.state.config_timeline import (
 )
 from collector.state.ledger import LedgerConfig, request_key
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
+from collector.state.prefill_traffic import PrefillTraffic
 from collector.state.request_record import RequestRecord, SideRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
 from detectors.exposure import exposed_response
@@ -172,6 +173,7 @@ class _Evidence:
         # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
         self.long_prompt_tokens = long_prompt_tokens
         self.records = 0
+        self.prefill_traffic = PrefillTraffic()
         # (node, role) of the sides some request was judged on: from any source.
         self.judged_sides: set[tuple[str, str | None]] = set()
         # Of those, the servers known from trace spans alone (`service@host`).
@@ -260,6 +262,7 @@ class _Evidence:
         # Called from inside the pipeline, before the driver notes these findings: the entry
         # is made here, so the request's details reach it (the findings then add their names).
         self.records += 1
+        self.prefill_traffic.note(record)
         if any(side.node == EXPORT_NAME for side in record.sides):
             self.unattributed += 1
         # A refusal alone (`_claim_refusal`) is no sign that its node logs its requests.
@@ -890,6 +893,46 @@ def _started_unread(timeline: ConfigTimeline, node: str, told: float | None) -> 
     return {"unread_since": {"time": iso_time(when), "node": other, "restart": restart}}
 
 
+def _replaced(
+    pipeline: DetectionPipeline, traffic: PrefillTraffic, node: str, told: float | None
+) -> dict[str, Any]:
+    """Of a prefill node whose log ends before the others: the nodes of its deployment that
+    took its requests after its last line, when it took none ({} else). Its configuration
+    then held no more: the node was gone (`collector.state.prefill_traffic`)."""
+    timeline = pipeline.timeline
+    config = timeline.current(node)
+    if told is None or config is None or _last_role(pipeline, node) != "prefill":
+        return {}
+    roles: dict[str, list[str]] = {"prefill": [], "decode": []}
+    deployment = timeline.nodes_with_model(config.model)
+    models = {c.model for c in map(timeline.current, timeline.nodes()) if c is not None}
+    if models <= {config.model, None}:
+        # Nodes whose model no line read states (logs begun mid-run, a pod's start-up lines
+        # rotated away) beside one model's: that deployment's.
+        deployment += timeline.nodes_with_model(None)
+    for other in deployment:
+        role = _last_role(pipeline, other)
+        if role in roles:
+            roles[role].append(other)
+    pairs = pipeline.context.pairs
+
+    def went_to(decode: str, host: str, port: int | None, when: float) -> str | None:
+        """The node that had announced `host` then, unless `decode`'s answers naming it met
+        another's request lines: a pod replaced at one address whose start-up lines were
+        not kept announced nothing."""
+        owner = timeline.bootstrap_node(host, port, when)
+        met = pairs.met_by(decode, host)
+        if not met or owner in met:
+            return owner
+        return next(iter(met)) if len(met) == 1 else None
+
+    found = traffic.replaced(node, told, roles["prefill"], roles["decode"], went_to)
+    if found is None:
+        return {}
+    by, first = found
+    return {"replaced": {"time": iso_time(first), "by": by}}
+
+
 def build_summary(
     paths: list[str], stats: ParseStats, pipeline: DetectionPipeline, evidence: _Evidence
 ) -> dict[str, Any]:
@@ -910,7 +953,10 @@ def build_summary(
             "role": _last_role(pipeline, node),
             **({"traced_only": True} if pipeline.timeline.traced_only(node) else {}),
             "last_read": iso_time(told),
-            **_started_unread(pipeline.timeline, node, told),
+            **(
+                _replaced(pipeline, evidence.prefill_traffic, node, told)
+                or _started_unread(pipeline.timeline, node, told)
+            ),
             "config": [
                 {
                     "time": iso_time(c.since),

@@ -1163,6 +1163,9 @@ class ConfigGap(NamedTuple):
     # Whether `context` is only a floor: the longest prompt the node refused for its pool
     # (no context read; `pool_below_context`'s `context_at_least`).
     context_floor: bool = False
+    # The nodes that took the node's requests from `until` on, its log having ended: it was
+    # gone (a pod replaced under a new name), and the gap with it.
+    replaced_by: tuple[str, ...] = ()
 
     @property
     def context_said(self) -> str:
@@ -1206,6 +1209,12 @@ class ConfigGap(NamedTuple):
             )
         elif self.until is None:
             said = f"from {since}, still in force when the logs end"
+        elif self.replaced_by:
+            said = (
+                f"from {since} until {self.until}, replaced: its log ends at {self.last_read}, "
+                f"and from then on {_names(list(self.replaced_by))} took its deployment's "
+                "requests"
+            )
         else:
             said = f"from {since} until {self.until}"
         if self.role not in ("unified", "decode") and refuses_for_good(self.version):
@@ -1343,7 +1352,9 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     unread = sorted({gap.node for gap in leaving if gap.open_unread})
     if not still_open and unread:
         shown = _names(unread)
-        gap = min((gap for gap in leaving if gap.open_unread), key=lambda g: g.unread_since or ())
+        # The latest of their starts: nothing read tells of any of them since that one (the
+        # earliest may be a start of one of them: blind review 33, "q4m8s … but q4m8s started").
+        gap = max((gap for gap in leaving if gap.open_unread), key=lambda g: g.unread_since or ())
         when, other, restart = gap.unread_since or ("", "", False)
         return "possibly_not_over", (
             f"Possibly not over: {before}; {shown} ran a pool below the context when last "
@@ -1477,8 +1488,8 @@ def _unsafe_in_force(summary: dict[str, Any]) -> bool:
     restarted on 0.5.22 needs no upgrade, whatever it ran before)."""
     for info in summary["nodes"].values():
         points = info.get("config") or []
-        if not points or info.get("role") not in ("prefill", "decode"):
-            continue
+        if not points or info.get("role") not in ("prefill", "decode") or info.get("replaced"):
+            continue  # a node gone runs nothing (blind review 33: "Upgrade" for replaced pods)
         last = points[-1]
         verdict = version_verdict(
             last.get("version"), pd=True, backend=last.get("transfer_backend")
@@ -1557,6 +1568,9 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             # them, or the limit the engine stated (`collector.state.prompt_capacity`).
             capacity = point.get("prompt_capacity")
             until = points[at + 1]["time"] if at + 1 < len(points) else None
+            replaced = info.get("replaced") if until is None else None
+            if replaced:
+                until = replaced["time"]
             unread = info.get("unread_since") if until is None else None
             unread_since = (unread["time"], unread["node"], unread["restart"]) if unread else None
             stated, floor = None, False
@@ -1579,6 +1593,7 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                         info.get("last_read"),
                         unread_since,
                         floor,
+                        tuple(replaced["by"]) if replaced else (),
                     )
 
 

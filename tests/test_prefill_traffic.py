@@ -1,0 +1,99 @@
+"""A prefill node whose log ends early is said replaced only when the requests show it gone."""
+
+from __future__ import annotations
+
+from collector.state.prefill_traffic import PrefillTraffic
+from collector.state.request_record import RequestRecord, SideRecord
+
+LAST_LINE = 10_000.0  # the old prefill's last line
+OLD, NEW = "prefill-old", "prefill-new"
+ANNOUNCED = {"10.0.0.1": [(0.0, OLD)], "10.0.0.2": [(LAST_LINE + 600.0, NEW)]}
+
+
+def went_to(decode: str, host: str, port: int | None, when: float) -> str | None:
+    """The node that had announced `host` by `when` (the first announcement before any)."""
+    owners = ANNOUNCED.get(host, [])
+    earlier = [node for at, node in owners if at <= when]
+    return earlier[-1] if earlier else (owners[0][1] if owners else None)
+
+
+def answer(at: float, *, prefill: str | None = None, host: str | None = None) -> RequestRecord:
+    """A PD request decode answered at `at`, with its prefill side read on `prefill`, else
+    naming `host` as its bootstrap address."""
+    sides = [
+        SideRecord(
+            node="decode-0",
+            rid=f"d{at}",
+            role="decode",
+            first_time=at,
+            last_time=at + 2,
+            finished_time=at + 2,
+            has_finish=True,
+            bootstrap_host=host,
+            bootstrap_port=8998 if host else None,
+        )
+    ]
+    if prefill is not None:
+        sides.append(SideRecord(node=prefill, rid=f"p{at}", role="prefill", first_time=at))
+    return RequestRecord(key=f"r{at}", bootstrap_room=str(int(at)), sides=sides, complete=True)
+
+
+def replaced(traffic: PrefillTraffic) -> tuple[list[str], float] | None:
+    return traffic.replaced(OLD, LAST_LINE, [OLD, NEW], ["decode-0"], went_to)
+
+
+def fed(*records: RequestRecord) -> PrefillTraffic:
+    traffic = PrefillTraffic()
+    for record in records:
+        traffic.note(record)
+    return traffic
+
+
+def test_a_node_whose_requests_went_to_another_after_its_last_line_is_replaced() -> None:
+    before = [answer(LAST_LINE - 60 * k, prefill=OLD) for k in range(1, 5)]
+    after = [answer(LAST_LINE + 900 + 60 * k, prefill=NEW) for k in range(4)]
+    found = replaced(fed(*before, *after))
+    assert found == ([NEW], (LAST_LINE + 900) // 60 * 60)  # the first minute it took one
+    # By the address decode's answers name, the prefill's own lines not read (no request logs).
+    named = [answer(LAST_LINE + 900 + 60 * k, host="10.0.0.2") for k in range(4)]
+    assert replaced(fed(*before, *named)) == ([NEW], (LAST_LINE + 900) // 60 * 60)
+
+
+def test_answers_still_naming_the_node_after_its_last_line_say_its_logs_stopped_not_it() -> None:
+    after = [answer(LAST_LINE + 900 + 60 * k, prefill=NEW) for k in range(4)]
+    still_old = answer(LAST_LINE + 1800, host="10.0.0.1")
+    assert replaced(fed(*after)) is not None
+    assert replaced(fed(*after, still_old)) is None
+    # An answer naming no prefill at all: nothing says where it went.
+    unplaced = answer(LAST_LINE + 1800)
+    assert replaced(fed(*after, unplaced)) is None
+
+
+def test_too_little_traffic_after_the_last_line_says_nothing() -> None:
+    after = [answer(LAST_LINE + 900 + 60 * k, prefill=NEW) for k in range(2)]
+    assert replaced(fed(*after)) is None
+    # Many requests in one minute count as one minute.
+    burst = [answer(LAST_LINE + 900 + k, prefill=NEW) for k in range(30)]
+    assert replaced(fed(*burst)) is None
+
+
+def test_an_unannounced_address_counts_only_when_first_named_after_the_last_line() -> None:
+    """A new pod whose start-up lines rotated away announced nothing; an address answers named
+    all along may be the old node's own, spelt another way."""
+    after = [answer(LAST_LINE + 900 + 60 * k, host="10.0.0.9") for k in range(4)]
+    found = replaced(fed(*after))
+    assert found is not None and found[0] == ["the prefill at 10.0.0.9"]
+    all_along = [answer(LAST_LINE - 600, host="10.0.0.9"), *after]
+    assert replaced(fed(*all_along)) is None
+
+
+def test_an_address_is_resolved_at_the_time_in_its_minute_not_the_minute_start() -> None:
+    """A pod announced at one address 16 s into a minute took that minute's requests after it
+    (blind review 33, a rollout keeping the pod's address)."""
+    announced = LAST_LINE + 616.0
+    ANNOUNCED["10.0.0.1"].append((announced, NEW))
+    try:
+        after = [answer(announced + 4 + 60 * k, host="10.0.0.1") for k in range(4)]
+        assert replaced(fed(*after)) is not None
+    finally:
+        ANNOUNCED["10.0.0.1"].pop()
