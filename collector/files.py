@@ -24,7 +24,7 @@ import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from itertools import combinations
+from itertools import combinations, pairwise
 from pathlib import Path
 from typing import BinaryIO, Final, Literal
 
@@ -566,6 +566,13 @@ def _kubernetes_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             pods[index] = (named["pod"], named["container"], 0)
     if not pods:
         return files
+    # A pod created again under its name (a StatefulSet's) has a folder per uid: its lives in
+    # the order they began, each after all of the one before (`_pod_lives_joined`).
+    life = _pod_lives([files[index] for index in pods])
+    pods = {
+        index: (pod, container, life.get(files[index].path.parent.parent, 0) * _LIVES + restarts)
+        for index, (pod, container, restarts) in pods.items()
+    }
     containers: dict[str, set[str]] = {}
     for pod, container, _ in pods.values():
         containers.setdefault(pod, set()).add(container)
@@ -580,6 +587,36 @@ def _kubernetes_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             )
         out.append(f)
     return out
+
+
+# Restarts counted within one life of a pod (`0.log`, `1.log`, …) before the next life's.
+_LIVES: Final = 1000
+
+
+def _pod_lives(pod_files: list[TelemetryFile]) -> dict[Path, int]:
+    """Each kubelet pod folder's place among the folders of one namespace and pod (differing by
+    uid), by when its logs begin: 0 for the first (or the only one)."""
+    folders: dict[str, dict[Path, list[TelemetryFile]]] = {}
+    for f in pod_files:
+        folder = f.path.parent.parent
+        match = _POD_FOLDER.match(folder.name)
+        if match is not None:
+            same_pod = folder.name[: match.end("pod")]  # `<ns>_<pod>`
+            folders.setdefault(same_pod, {}).setdefault(folder, []).append(f)
+    lives: dict[Path, int] = {}
+    for held in folders.values():
+        if len(held) < 2:
+            continue
+        begins = {folder: _begins(files) for folder, files in held.items()}
+        for place, folder in enumerate(sorted(begins, key=lambda d: (begins[d], str(d)))):
+            lives[folder] = place
+    return lives
+
+
+def _begins(files: list[TelemetryFile]) -> float:
+    """When the earliest of these logs begins (infinity: no line of theirs says)."""
+    spans = [_time_span([f]) for f in files]
+    return min((span[0] for span in spans if span is not None), default=math.inf)
 
 
 def _copies_by_mark(files: list[TelemetryFile]) -> list[TelemetryFile]:
@@ -903,6 +940,8 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             continue
         clusters, places = _joined_by_host(_folder_clusters(key, files, sorted(folders)))
         if key[1] == "log":
+            clusters = _pod_lives_joined(clusters, held, key)
+        if key[1] == "log":
             beside.update(((key, folder), place) for folder, place in places.items())
         if len(clusters) == 1:  # copies of one node's log, or its files in one host's folders
             continue
@@ -940,6 +979,47 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
             if beside[at] <= len(free):
                 f = replace(f, channel=free[beside[at] - 1])
         out.append(f)
+    return out
+
+
+def _pod_container(folder: Path) -> tuple[str, str] | None:
+    """(`<ns>_<pod>`, container) of a kubelet container folder (`<ns>_<pod>_<uid>/<container>`)."""
+    match = _POD_FOLDER.match(folder.parent.name)
+    return (folder.parent.name[: match.end("pod")], folder.name) if match else None
+
+
+def _pod_lives_joined(
+    clusters: list[list[Path]],
+    held: dict[tuple[tuple[str, str], Path], list[TelemetryFile]],
+    key: tuple[str, str],
+) -> list[list[Path]]:
+    """Clusters of kubelet container folders of one namespace, pod and container that differ by
+    the pod's uid, joined when their logs follow each other: one pod created again under its
+    name (a StatefulSet's), read as one node in the order of its lives (`_pod_lives`).
+
+    Why: blind review 33 (D3), `sglang-prefill-0` re-created at the fix became two nodes named
+    by namespace and uid. Logs of one name running at once are two pods (two clusters with the
+    same pod names) and stay apart."""
+    lives: dict[tuple[str, str], list[list[Path]]] = {}
+    for cluster in clusters:
+        names = {_pod_container(folder) for folder in cluster}
+        name = names.pop() if len(names) == 1 else None
+        if name is not None:
+            lives.setdefault(name, []).append(cluster)
+    joined: dict[int, list[Path]] = {}
+    for group in lives.values():
+        spans = [(_time_span([f for d in c for f in held[(key, d)]]), c) for c in group]
+        timed = sorted((span, c) for span, c in spans if span is not None)
+        if len(group) < 2 or len(timed) < len(group):
+            continue
+        if all(later[0] >= earlier[1] for (earlier, _), (later, _) in pairwise(timed)):
+            one = sorted(folder for cluster in group for folder in cluster)
+            joined.update((id(cluster), one) for cluster in group)
+    out: list[list[Path]] = []
+    for cluster in clusters:
+        one = joined.get(id(cluster), cluster)
+        if not any(one is kept for kept in out):
+            out.append(one)
     return out
 
 

@@ -252,6 +252,40 @@ def test_a_container_s_restarts_are_read_in_order(tmp_path: Path) -> None:
     ]
 
 
+def test_a_pod_created_again_under_its_name_is_one_node_in_the_order_of_its_lives(
+    tmp_path: Path,
+) -> None:
+    """Blind review 33 (D3): a StatefulSet's pod re-created at the fix has a kubelet folder per
+    uid; each became a node named by namespace and uid. Two pods of one name whose logs run
+    at once (two clusters) stay apart."""
+    pods = tmp_path / "sts" / "var" / "log" / "pods"
+    line = "[2026-09-08 {at} TP0] Decode batch, #token: 1\n"
+    later, earlier = "0123abcd-0000-4000-8000-00000000000a", "fedc0000-0000-4000-8000-00000000000b"
+    # The later life's uid sorts first: only the times tell the order.
+    _touch(
+        pods / f"sglang_sglang-prefill-0_{later}" / "sglang" / "0.log", line.format(at="13:35:00")
+    )
+    _touch(
+        pods / f"sglang_sglang-prefill-0_{earlier}" / "sglang" / "0.log", line.format(at="11:57:30")
+    )
+    _touch(
+        pods / f"sglang_sglang-prefill-0_{earlier}" / "sglang" / "1.log", line.format(at="12:40:00")
+    )
+    found = [
+        (f.node, f.path.parent.parent.name[-1], f.path.name) for f in discover([tmp_path / "sts"])
+    ]
+    assert found == [
+        ("sglang-prefill-0", "b", "0.log"),
+        ("sglang-prefill-0", "b", "1.log"),
+        ("sglang-prefill-0", "a", "0.log"),
+    ]
+    at_once = tmp_path / "at-once" / "var" / "log" / "pods"
+    for uid in (later, earlier):
+        lines = line.format(at="12:00:00") + line.format(at="13:00:00")
+        _touch(at_once / f"sglang_sglang-prefill-0_{uid}" / "sglang" / "0.log", lines)
+    assert len({f.node for f in discover([tmp_path / "at-once"])}) == 2
+
+
 def test_split_past_89_pieces_and_a_missing_piece(tmp_path: Path) -> None:
     """`split -d` goes on at `.9000` after `.89`; a piece missing is said, never joined across."""
     whole = "".join(_line(i) + "\n" for i in range(400)).encode()
