@@ -302,7 +302,33 @@ def test_a_decode_seen_only_in_its_snapshots_turns_no_exposure_into_not_judged(
     assert summary["requests"]["nodes_not_judged"] == [
         {"node": "decode-1", "role": "decode", "batch_lines": 0, "snapshots_only": True}
     ]
-    assert "NOT JUDGED NODES: decode-1 seen only in snapshots: no log of theirs" in done.stdout
+    assert "NOT JUDGED NODES: decode-1 seen only in snapshots: no log read was matched to it," in (
+        done.stdout
+    )
+    assert "matched to no snapshot" not in done.stdout  # decode-0's log met its own
+
+
+def test_a_decode_s_log_saved_under_another_name_is_said_as_perhaps_its_own(
+    tmp_path: Path,
+) -> None:
+    """Blind review 33 (D8): logs in folders named by address beside snapshots named by node
+    were all read, and the report said "no log of theirs was read". The logs read that met no
+    snapshot are named, as what may be the node's."""
+    _healthy_reference(tmp_path / "case")
+    (tmp_path / "case" / "decode-0.log").rename(tmp_path / "case" / "10.0.2.11.log")
+    saved = Path(__file__).parent / "testdata" / "golden" / "server_info"
+    (tmp_path / "case" / "snapshots").mkdir()
+    shutil.copy(
+        saved / "server_info_decode_0_5_23.json",
+        tmp_path / "case" / "snapshots" / "decode-0@20260906T000000Z.server_info.json",
+    )
+    done, summary = _forensics(tmp_path / "case", tmp_path / "out")
+    (row,) = summary["requests"]["nodes_not_judged"]
+    assert row["node"] == "decode-0" and row["logs_unmatched"] == ["10.0.2.11"]
+    assert "no log read was matched to it, so no response it served was judged (the logs of " in (
+        done.stdout
+    )
+    assert "10.0.2.11 were read and matched to no snapshot" in done.stdout
 
 
 def test_a_log_search_exported_as_csv_is_counted_and_said(tmp_path: Path) -> None:

@@ -1167,6 +1167,14 @@ def nodes_not_judged(
             # Its refusals were read and judged (SGLang logs them whatever the flags).
             row["refusals"] = kinds["request_rejected"]
         out.append(row)
+    unmatched = [n for n in stats.node_events if n not in stats.snapshot_nodes and n in judged]
+    for row in out:
+        if row.get("snapshots_only"):
+            # Its log may be among them, under another name (blind review 33, D8).
+            role = row["role"]
+            logs = sorted(n for n in unmatched if (nodes.get(n) or {}).get("role") == role)
+            if logs:
+                row["logs_unmatched"] = logs
     return _with_request_logs(out, stats, nodes, judged_sides)
 
 

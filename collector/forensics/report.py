@@ -840,6 +840,32 @@ def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [row for row in rows if row["role"] != "prefill" and not row.get("request_logs")]
 
 
+def _them(rows: list[dict[str, Any]]) -> str:
+    return "it" if len(rows) == 1 else "them"
+
+
+def _they(rows: list[dict[str, Any]]) -> str:
+    return "it" if len(rows) == 1 else "they"
+
+
+def _their(rows: list[dict[str, Any]]) -> str:
+    return "its" if len(rows) == 1 else "their"
+
+
+def _logged_apart(rows: list[dict[str, Any]]) -> str:
+    """Of snapshot-only nodes: the logs of their role read and matched to no snapshot, which may
+    be theirs. Why: blind review 33 (D8), logs in folders named by address beside snapshots
+    named by node read as "no log of theirs was read", though every log was."""
+    logs = sorted({log for row in rows for log in row.get("logs_unmatched") or ()})
+    if not logs:
+        return ""
+    if len(rows) == 1:
+        which = "if one of them is its log, name that file or its folder after it"
+    else:
+        which = "if some of them are theirs, name those files or their folders after them"
+    return f" (the logs of {_names(logs)} were read and matched to no snapshot: {which})"
+
+
 def nodes_not_judged_line(summary: dict[str, Any]) -> str:
     """Nodes that ran requests but logged none of them, and engines seen only in their
     snapshots: said, since every verdict is silent on what they served."""
@@ -856,14 +882,16 @@ def nodes_not_judged_line(summary: dict[str, Any]) -> str:
     unlogged_prefill = [row for row in unlogged if row["role"] == "prefill"]
     if unlogged_answering:
         parts.append(
-            f"{_node_names(unlogged_answering)} seen only in snapshots: no log of theirs was "
-            "read, so no response they served was judged"
+            f"{_node_names(unlogged_answering)} seen only in snapshots: no log read was matched "
+            f"to {_them(unlogged_answering)}, so no response {_they(unlogged_answering)} served "
+            f"was judged{_logged_apart(unlogged_answering)}"
         )
     if unlogged_prefill:
         parts.append(
-            f"{_node_names(unlogged_prefill)} (prefill) seen only in snapshots: no log of theirs "
-            "was read, so their side of each request (refusals, prefill times) is missing from "
-            "the verdicts"
+            f"{_node_names(unlogged_prefill)} (prefill) seen only in snapshots: no log read was "
+            f"matched to {_them(unlogged_prefill)}, so {_their(unlogged_prefill)} side of each "
+            "request (refusals, prefill times) is missing from the verdicts"
+            f"{_logged_apart(unlogged_prefill)}"
         )
     if answering:
         parts.append(
