@@ -97,3 +97,20 @@ def test_an_address_is_resolved_at_the_time_in_its_minute_not_the_minute_start()
         assert replaced(fed(*after)) is not None
     finally:
         ANNOUNCED["10.0.0.1"].pop()
+
+
+def test_prefill_sides_without_an_answer_say_nothing_of_where_traffic_went() -> None:
+    """Decode's request lines not logged: the records are prefill sides alone, and one prefill's
+    log ending while another's goes on says nothing of whether it still served."""
+    alone = [
+        RequestRecord(
+            key=f"r{k}",
+            bootstrap_room=str(k),
+            sides=[
+                SideRecord(node=NEW, rid=f"p{k}", role="prefill", first_time=LAST_LINE + 900 * k)
+            ],
+            complete=True,
+        )
+        for k in range(1, 5)
+    ]
+    assert replaced(fed(*alone)) is None

@@ -37,7 +37,8 @@ Resolve = Callable[[str, str, int | None, float], str | None]
 
 
 class PrefillTraffic:
-    """Per prefill node, the minutes it took requests in (its prefill sides read); per decode
+    """Of decode's answers (PD requests decode answered): per prefill node, the minutes it took
+    them in (their prefill sides read); per decode
     node and the bootstrap address its answers name, the minutes of those with no prefill side
     read (resolved to a node by `replaced`, once every node's announcements are read); per
     decode node, the minutes of its answers that name no prefill at all."""
@@ -55,15 +56,16 @@ class PrefillTraffic:
         when = record.began
         if when is None:
             return
+        serving = record.serving
+        if serving is None or serving.role != "decode" or record.bootstrap_room is None:
+            # Only an answer tells where the deployment's traffic went: with decode's request
+            # lines not logged, a prefill whose log ends looks as gone as one that was.
+            return
         minute = int(when // MINUTE)
         prefill = record.prefill
         if prefill is not None and not prefill.traced_only:
             _add(self.by_node, prefill.node, minute, when)
-            return
-        serving = record.serving
-        if serving is None or serving.role != "decode" or record.bootstrap_room is None:
-            return
-        if serving.bootstrap_host is not None:
+        elif serving.bootstrap_host is not None:
             key = (serving.node, serving.bootstrap_host, serving.bootstrap_port)
             _add(self.by_address, key, minute, when)
         else:
