@@ -114,3 +114,12 @@ def test_prefill_sides_without_an_answer_say_nothing_of_where_traffic_went() -> 
         for k in range(1, 5)
     ]
     assert replaced(fed(*alone)) is None
+
+
+def test_an_address_named_before_by_answers_with_a_prefill_side_is_not_new() -> None:
+    """A prefill whose start-up lines rotated away announced nothing and logged only its
+    refusals: its address was named before its last line by the answers joined to those, and
+    the honest answers after it that name it are its own, not a new pod's."""
+    joined = [answer(LAST_LINE - 60 * k, prefill=OLD, host="10.0.0.9") for k in range(1, 4)]
+    after = [answer(LAST_LINE + 900 + 60 * k, host="10.0.0.9") for k in range(4)]
+    assert replaced(fed(*joined, *after)) is None

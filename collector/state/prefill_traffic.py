@@ -26,6 +26,8 @@ MAX_MINUTES: Final = 100_000
 # the hosts' clocks) before it is said to be replaced.
 MIN_MINUTES_TAKEN: Final = 3
 CLOCK_MARGIN_SECONDS: Final = 120.0
+# Bootstrap hosts whose first naming is kept (a deployment's prefill addresses).
+MAX_HOSTS: Final = 4096
 
 _K = TypeVar("_K")
 
@@ -43,7 +45,7 @@ class PrefillTraffic:
     read (resolved to a node by `replaced`, once every node's announcements are read); per
     decode node, the minutes of its answers that name no prefill at all."""
 
-    __slots__ = ("by_node", "by_address", "unplaced")
+    __slots__ = ("by_node", "by_address", "unplaced", "first_named", "hosts_overflowed")
 
     def __init__(self) -> None:
         # Each minute kept with the latest time read in it: an address is resolved at that
@@ -51,6 +53,9 @@ class PrefillTraffic:
         self.by_node: dict[str, dict[int, float]] = {}
         self.by_address: dict[Address, dict[int, float]] = {}
         self.unplaced: dict[str, dict[int, float]] = {}
+        # The first minute an answer named each bootstrap host, its prefill side read or not.
+        self.first_named: dict[str, int] = {}
+        self.hosts_overflowed = False  # past `MAX_HOSTS`: no address is known to be new
 
     def note(self, record: RequestRecord) -> None:
         when = record.began
@@ -62,6 +67,16 @@ class PrefillTraffic:
             # lines not logged, a prefill whose log ends looks as gone as one that was.
             return
         minute = int(when // MINUTE)
+        host = serving.bootstrap_host
+        if host is not None:
+            named = self.first_named.get(host)
+            if named is None:
+                if len(self.first_named) < MAX_HOSTS:
+                    self.first_named[host] = minute
+                else:
+                    self.hosts_overflowed = True
+            elif minute < named:
+                self.first_named[host] = minute
         prefill = record.prefill
         if prefill is not None and not prefill.traced_only:
             _add(self.by_node, prefill.node, minute, when)
@@ -92,17 +107,15 @@ class PrefillTraffic:
             if later:
                 taken[prefill] = later
         # Addresses answers named before the node's last line: one no node read announced may
-        # be the node's own, spelt another way.
-        named_before = {
-            host for (_, host, _), minutes in self.by_address.items() if min(minutes) < first
-        }
+        # be the node's own (its start-up lines rotated away, or spelt another way).
+        named_before = {host for host, named in self.first_named.items() if named < first}
         for (decode, host, port), minutes in self.by_address.items():
             if decode not in decodes:
                 continue
             for minute, latest in minutes.items():
                 if minute >= first:
                     owner = resolve(decode, host, port, latest)
-                    if owner is None and host not in named_before:
+                    if owner is None and host not in named_before and not self.hosts_overflowed:
                         # A prefill at an address first named after the node's last line, its
                         # announcement not read (a new pod's start-up lines rotated away).
                         owner = f"the prefill at {host}"
