@@ -23,11 +23,13 @@ attempt's alone. Two floors:
   exact direct method: `detectors.quantile_line`), divided by `safety_factor`. It learns only
   from requests that cannot be the leak (prompt within the pool in force, not refused, not
   already too fast), and each fit leaves out what is `outlier_factor` times faster per token
-  than the window's median (leaks no pool ruled out before the floor knew them), so the leak
-  does not teach it that leaks are normal. Time to first token
-  moves with load (a storm inflates it, a quiet minute after a restart deflates it), so the
-  learned floor is conservative (2% quantile, divided by 8, and by 4 more for timings that
-  carry the queue), judges only long prompts
+  than the node's pace (leaks no pool ruled out before the floor knew them), so the leak
+  does not teach it that leaks are normal; the pace is the window's median but answers
+  `outlier_factor` times slower than the pace at the fit before, which waited in a queue (a
+  backlog filling half a fresh node's window made its honest answers look like leaks). Time
+  to first token moves with load (a storm inflates it, a quiet minute after a restart
+  deflates it), so the learned floor is conservative (2% quantile, divided by 8, and by 4
+  more for timings that carry the queue), judges only long prompts
   (`learned_min_uncached_tokens`), and is not learned from `e2e_latency`, which mostly
   measures the answer's length. For timings that carry the queue (time to first token), the
   line keeps its slope and drops a positive intercept: the queue is a cost per request, so
@@ -112,9 +114,11 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     )
     min_history: int = Field(default=50, ge=5)
     max_history: int = Field(default=512, ge=10)
-    # A sample this many times faster per uncached token than the window's median is left out
-    # of the fit (`_without_the_leak`): where no pool or refusal tells an answer was the leak,
-    # leaked answers the floor had not yet caught taught it that they were normal.
+    # A sample this many times faster per uncached token than the node's pace is left out of
+    # the fit (`_without_the_leak`): where no pool or refusal tells an answer was the leak,
+    # leaked answers the floor had not yet caught taught it that they were normal. The pace
+    # is the window's median but what is this many times slower than the pace at the fit
+    # before (`_pace`: queued answers, slow, not leaks).
     outlier_factor: float = Field(default=20.0, gt=1)
     refit_every: int = Field(default=64, ge=1)
     # "exact": the one-feature solver in detectors.quantile_line (same optimum, ~30x faster);
@@ -178,6 +182,7 @@ class FloorModel:
         "_quantile",
         "_solver",
         "_outlier_factor",
+        "pace",
         "since_fit",
         "last_fit",
         "fits",
@@ -194,6 +199,9 @@ class FloorModel:
         self._quantile = 0.0
         self._solver = "exact"
         self._outlier_factor = math.inf
+        # The median seconds per token of the last due window but its queued answers
+        # (`_pace`): what a leak is measured against (`_without_the_leak`).
+        self.pace: float | None = None
         self.since_fit = 0
         self.last_fit: float | None = None
         self.fits = 0
@@ -270,20 +278,20 @@ class FloorModel:
                 or now - last_fit >= cfg.refit_interval_seconds
             ):
                 return
-        self._due_window = tuple(samples)
+        self._due_window = window = tuple(samples)
         self._quantile, self._solver = cfg.quantile, cfg.solver
         self._outlier_factor = cfg.outlier_factor
+        # At every due fit, read or not: each pace is told from the one before it.
+        self.pace = _pace(_as_array(window), self.pace, cfg.outlier_factor)
         self.since_fit = 0
         self.last_fit = now
         self.fits += 1
 
     def _solve(self) -> None:
         pairs = self._due_window
-        assert pairs is not None
+        assert pairs is not None and self.pace is not None
         self._due_window = None
-        # `np.asarray(pairs)`, without numpy inspecting each pair as a sequence.
-        data = np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
-        data = _without_the_leak(data, self._outlier_factor)
+        data = _without_the_leak(_as_array(pairs), self._outlier_factor, self.pace)
         if self._solver == "sklearn":
             from sklearn.linear_model import QuantileRegressor  # a second to import: when chosen
 
@@ -299,6 +307,7 @@ class FloorModel:
             "samples": [list(s) for s in self.samples],
             "coef": list(self.coef) if self.coef is not None else None,
             "rate": self.rate if math.isfinite(self.rate) else None,
+            "pace": self.pace,
             "since_fit": self.since_fit,
             "last_fit": self.last_fit,
             "fits": self.fits,
@@ -312,6 +321,8 @@ class FloorModel:
         model._coef = (float(coef[0]), float(coef[1])) if coef is not None else None
         rate = state.get("rate")
         model._rate = float(rate) if rate is not None else math.inf
+        pace = state.get("pace")
+        model.pace = float(pace) if pace is not None else None
         model.since_fit = int(state.get("since_fit", 0))
         model.last_fit = state.get("last_fit")
         model.fits = int(state.get("fits", 0))
@@ -439,6 +450,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             below = self.judging_model(key, band, fitted=False)
             if below is not None:
                 model.samples.extend(below.samples)
+                model.pace = below.pace
             bands[band] = model
         sample = (float(timing.uncached_tokens), float(max(timing.seconds, _MIN_SECONDS)))
         for model_band, model in bands.items():
@@ -618,9 +630,36 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         return pool is None or prompt is None or prompt <= pool.longest_accepted
 
 
-def _without_the_leak(data: np.ndarray, factor: float) -> np.ndarray:
+def _as_array(pairs: tuple[tuple[float, float], ...]) -> np.ndarray:
+    """`np.asarray(pairs)`, without numpy inspecting each pair as a sequence."""
+    return np.fromiter(chain.from_iterable(pairs), float, 2 * len(pairs)).reshape(-1, 2)
+
+
+def _pace(data: np.ndarray, before: float | None, factor: float) -> float:
+    """The median seconds per token of a window's (tokens, seconds) rows but those `factor`
+    times slower than the pace `before` it (all of them when every row is).
+
+    Why: an answer that far over the node's pace waited in a queue; it is slow, not a
+    measure of the node. Minutes after a decode node started, a backlog gave half the window
+    of its fourth fit 160 to 290 s to a first token; the median of that window made the node's
+    honest answers look 20 times too fast, `_without_the_leak` left them out, and the line of
+    the queue that remained (kept 3 h, to the next refit) called honest answers exposures (blind
+    review 33 D4: 9 on the fresh node). Leaving out only the slowest rows, the pace is never
+    above the window's median, so nothing is taken for a leak that was not before. The pace
+    follows a node that slows by up to `factor` a fit, and a window slower throughout starts it
+    anew."""
+    rates = data[:, 1] / data[:, 0]
+    if before is not None:
+        waited = rates > factor * before
+        if not waited.all():
+            rates = rates[~waited]
+    return float(np.median(rates))
+
+
+def _without_the_leak(data: np.ndarray, factor: float, pace: float) -> np.ndarray:
     """The (tokens, seconds) rows of a fit window but those `factor` times faster per token
-    than its median: at most half of them, so the honest majority always stays.
+    than the node's `pace` (`_pace`, at most the window's median): at most half of them, so
+    the honest majority always stays.
 
     Why: learning skips only answers the floor caught or the pool ruled out. With decode's logs
     alone (no pool, no refusal), the leaked answers of the first hours entered the window, a 2%
@@ -628,8 +667,7 @@ def _without_the_leak(data: np.ndarray, factor: float) -> np.ndarray:
     leak after (blind review 12f: 91 of 150 named, 10x below the leaks' own speed). A leaked
     answer skips hundreds of times the work; honest speeds within a context band stay within a
     few times of each other."""
-    rates = data[:, 1] / data[:, 0]
-    keep = rates * factor >= float(np.median(rates))
+    keep = data[:, 1] / data[:, 0] * factor >= pace
     return data if bool(keep.all()) else data[keep]
 
 

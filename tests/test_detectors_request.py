@@ -978,6 +978,48 @@ def test_leaked_answers_in_the_history_do_not_teach_the_floor_that_leaks_are_nor
     assert detector.score_one(dict(leak, seconds=864_512 * 2e-5)) < 1.0
 
 
+def test_a_backlog_in_a_fresh_node_s_first_fits_does_not_make_its_honest_answers_leaks():
+    """Blind review 33 D4: prefill on SGLang's default logging, so decode's time to first
+    token is the only timing. Minutes after a decode node started, a backlog gave its answers
+    150 to 300 s to a first token and filled more than half of the window its fourth fit
+    learned from; its median was the queue's, the node's honest answers were left out as
+    leaks, and the line of the queue that remained (kept 3 h, until the next refit) called
+    honest answers of 40k to 50k tokens exposures. Queued answers are slow, not a measure of
+    the node: a leak is still told by the pace the node showed before the backlog."""
+    rng = np.random.default_rng(33)
+
+    def honest(room: int, t: float, prompt: int) -> list[Event]:
+        seconds = 0.02 + 3e-5 * prompt * float(rng.uniform(1.0, 1.3))
+        return decode_answer(room, t, prompt, ttft=seconds)
+
+    def prompts(n: int) -> list[int]:  # one context band (16k to 32k tokens attended at most)
+        return [int(p) for p in rng.integers(16_400, 32_000, n)]
+
+    started = T + 100  # the node's first answer
+    first = [honest(100 + k, started + 10 * k, p) for k, p in enumerate(prompts(50))]
+    # The backlog, shared by the prompts in it: each waits 8 to 10 ms a token of its own.
+    backlog = [
+        decode_answer(200 + k, started + 600 + 2 * k, p, ttft=p * float(rng.uniform(8e-3, 1e-2)))
+        for k, p in enumerate(prompts(150))
+    ]
+    after = [honest(400 + k, started + 1_200 + 10 * k, p) for k, p in enumerate(prompts(42))]
+    # The 242nd answer is the fourth fit's; these come after it, within the 3 h to the next.
+    judged = [honest(500 + k, started + 2_000 + 60 * k, 40_000 + 2_000 * k) for k in range(6)]
+    # A leaked answer: 600k tokens in 0.1 s, where the node's honest pace takes 18 s.
+    leak = decode_answer(9, started + 2_500, 600_000, ttft=0.1)
+    findings = run(
+        ImpossiblyFastPrefill(),
+        boot("decode-0", "decode", T, 2_040_000),
+        *first,
+        *backlog,
+        *after,
+        *judged,
+        leak,
+    )
+    assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+    assert "below the learned floor" in findings[0].summary
+
+
 def test_a_one_token_stub_prefill_finished_with_success_is_a_refusal():
     """0.5.19 with no refusal line for the room (DP attention: only the global rank 0 logs
     it): all prefill says is the stub it finished `length`."""
