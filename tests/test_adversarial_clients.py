@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
+from collector import events as ev
 from collector.events import Event
 from collector.forensics.driver import print_outcome, run_forensics
-from collector.sglang.logs import RID_LINE, LineParser
+from collector.sglang.logs import INTERLEAVED_HELD, RID_LINE, LineParser
 from collector.sglang.refusals import parse_input_too_long, parse_no_bootstrap_room
 from collector.state.ledger import RequestLedger
 from collector.state.request_sides import RequestSideAssembler
@@ -263,7 +264,23 @@ def _refusal(rid: str) -> str:
     )
 
 
-@pytest.mark.parametrize("told_by", [_json_receive, _refusal], ids=["json_record", "refusal"])
+def _json_batch_receive(rid: str) -> str:
+    """A batch's JSON record: a rid for each of its requests."""
+    record = {"timestamp": "2026-08-27T10:00:58Z", "event": "request.received"}
+    record["obj"] = {"text": ["SECRET\n", "SECRET\n"], "rid": ["b0000001", rid]}
+    return "[2026-08-27 10:00:58] " + json.dumps(record)
+
+
+def _unstamped_receive(rid: str) -> str:
+    """0.5.10's request logger wrote no prefix; the prompt at level 2, the default, first."""
+    return f"Receive: obj=GenerateReqInput(text='SECRET\\n', rid={rid!r}, bootstrap_room=3333)"
+
+
+@pytest.mark.parametrize(
+    "told_by",
+    [_json_receive, _json_batch_receive, _unstamped_receive, _refusal],
+    ids=["json_record", "json_batch", "receive_without_prefix", "refusal"],
+)
 def test_a_rid_is_learnt_from_any_line_that_writes_it_escaped(told_by: Any) -> None:
     """Blind review 31b: with JSON request logs the rid's lines were learnt from nothing, and
     its forged checksum mismatch and canary lines were critical on a healthy fleet. A JSON
@@ -272,3 +289,102 @@ def test_a_rid_is_learnt_from_any_line_that_writes_it_escaped(told_by: Any) -> N
     lines = [told_by(ATTACK_RID), *_attack_lines()[1:]]
     kinds = [parser.parse(line, f"p:{n}")[0] for n, line in enumerate(lines)]
     assert kinds[1:] == [RID_LINE] * len(INJECTED) + ["request_time_stats"]
+
+
+def _receive_at_level_2(
+    rid: str, prompt: str = "SECRET\nsecond line", key: str = "", after: bool = False
+) -> str:
+    """A `Receive:` line as SGLang writes it at request-log level 2, its default (reference
+    §2.5; the simulator's): the prompt's `text=` first, the rid after the sampling params,
+    and the keys of a client's dicts (`key`: one before the rid, or `after` it) unescaped."""
+    params, labels = ("", key) if after else (key, "")
+    return (
+        f"[2026-08-27 10:00:58] Receive: obj=GenerateReqInput(text={prompt!r}, input_ids=None, "
+        f"sampling_params={{'max_new_tokens': 1{params}}}, rid={rid!r}, return_logprob=False, "
+        "stream=False, bootstrap_host='10.0.0.1', bootstrap_port=8998, bootstrap_room=3333, "
+        f"custom_labels={{'team': 'a'{labels}}})"
+    )
+
+
+def test_a_rid_after_the_prompt_writes_no_engine_line() -> None:
+    """Blind review 33 D5: the rid was learnt only when `rid=` opened the `Receive:` line (levels
+    0 and 1); at level 2 the rid's forged restart onto a 2.04M pool was read as the engine's,
+    and the status said a leak that went on had stopped."""
+    parser = LineParser("prefill-0")
+    lines = [_receive_at_level_2(ATTACK_RID), *_attack_lines()[1:]]
+    parsed = [parser.parse(line, f"p:{n}") for n, line in enumerate(lines)]
+    kinds = [kind for kind, _ in parsed]
+    assert kinds == ["request_received"] + [RID_LINE] * len(INJECTED) + ["request_time_stats"]
+    received, stats = parsed[0][1], parsed[-1][1]
+    assert received is not None and stats is not None
+    assert stats.fields["rid"] == received.fields["rid"] == repr(ATTACK_RID)[1:-1]
+    assert parser.close() == {}
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        f"as logged: GenerateReqInput(rid='{ATTACK_RID}', bootstrap_room=3333)",
+        f"as logged: rid='{ATTACK_RID}', bootstrap_room=3333",
+    ],
+    ids=["quoting_a_call", "quoting_a_field"],
+)
+def test_a_rid_the_prompt_spells_is_no_rid(prompt: str) -> None:
+    """A prompt quoting a request line with a rid holding newlines (its repr writes them
+    escaped, as a rid's): the request's rid is the one SGLang wrote, and the prompt's teaches
+    the parser nothing, so what follows is read as it would be after any other prompt. Read
+    as the call's first argument, `GenerateReqInput(rid='…` in a prompt named the request."""
+    after = _attack_lines()[1:]  # a cut time stats line whose request line was not this one
+
+    def read(receive: str) -> tuple[list[str], dict[str, int], ev.Event | None]:
+        parser = LineParser("prefill-0")
+        parsed = [parser.parse(line, f"p:{n}") for n, line in enumerate([receive, *after])]
+        return [kind for kind, _ in parsed], parser.close(), parsed[0][1]
+
+    kinds, dropped, received = read(_receive_at_level_2("p0000009", prompt))
+    assert received is not None and received.fields["rid"] == "p0000009"
+    assert (kinds, dropped) == read(_receive_at_level_2("p0000009"))[:2]
+    assert RID_LINE not in kinds
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before_the_rid", "after_the_rid"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        # A key's own `rid='…'` outside the literals, beginning as the request's rid does.
+        ", 'k', rid='atk\\nsomething else', z=''",
+        # An odd quote: the literals turn inside out, and where the rid is is unknown.
+        ", 'k', rid='atk\\nsomething else', z='x",
+    ],
+    ids=["planted_rid", "odd_quote"],
+)
+def test_a_dict_key_spelling_a_rid_hides_none_of_the_rids_lines(key: str, after: bool) -> None:
+    """Which `rid=` is the request's is unknown: every one that may be is learnt, and a rid
+    alike so far is never taken for the one that wrote the lines (the first or the last one
+    alone was: the key's, before or after the rid)."""
+    parser = LineParser("prefill-0")
+    lines = [_receive_at_level_2(ATTACK_RID, key=key, after=after), *_attack_lines()[1:]]
+    kinds = []
+    for n, line in enumerate(lines):
+        # The odd quote leaves the line open where the rid writes a prefix: held for the next.
+        kinds += [kind for kind, _ in [parser.parse(line, f"p:{n}"), *parser.more]]
+        parser.more.clear()
+    kinds = [kind for kind in kinds if kind != INTERLEAVED_HELD]
+    assert kinds == ["request_received"] + [RID_LINE] * len(INJECTED) + ["request_time_stats"]
+    assert parser.close() == {}
+
+
+def test_a_rid_that_goes_on_outweighs_one_that_would_end() -> None:
+    """The key's rid would end at the rid's second line, which spells the engine's last
+    fields: taken for ended, the checksum mismatch after it was read as the engine's."""
+    tail = _attack_lines()[-1].removeprefix("x")
+    rid = "\n".join(["atk", "y" + tail, INJECTED[1], "x"])
+    parser = LineParser("prefill-0")
+    lines = [
+        _receive_at_level_2(rid, key=", 'k', rid='atk\\ny', z=''", after=True),
+        "[2026-08-27 10:00:59 TP0] ReqTimeStats(rid=atk",
+        *rid.split("\n")[1:-1],
+        "x" + tail,
+    ]
+    kinds = [parser.parse(line, f"p:{n}")[0] for n, line in enumerate(lines)]
+    assert kinds == ["request_received", RID_LINE, RID_LINE, RID_LINE, "request_time_stats"]

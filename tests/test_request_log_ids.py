@@ -35,7 +35,8 @@ def _reference(obj_text: str) -> tuple[str | None, str | None]:
     often, each key where it stands outside the literals (blanked), when the literals close as
     a repr's and it stands there with one value, else unknown."""
     first = obj_text.find("rid=")
-    first_argument = first >= 6 and obj_text[:first].endswith("Input(")
+    # Right after the call's own bracket, its first: one a prompt quotes comes after that.
+    first_argument = obj_text[:first].endswith("Input(") and obj_text.find("(") == first - 1
     anchored = _rid_at(obj_text, first) if first_argument else None
     once = anchored is not None or obj_text.count("rid=") <= 1
     if once and obj_text.count("bootstrap_room=") <= 1:
@@ -59,6 +60,7 @@ def _reference(obj_text: str) -> tuple[str | None, str | None]:
 _pieces = st.sampled_from(
     [
         "GenerateReqInput(text='",
+        "GenerateReqInput(",
         "hello ",
         "rid='u-1'",
         "rid=None",
@@ -91,6 +93,31 @@ def test_ids_read_up_to_an_end_ignore_what_follows(text: str, tail: str) -> None
     """A finish line's ids are read from its `obj` without copying it out: what follows (the
     `out` dict, its text) is never looked at."""
     assert _obj_ids(text + tail, len(text)) == _reference(text)
+
+
+@given(st.lists(_pieces, max_size=12).map("".join))
+def test_the_rid_read_is_one_a_rid_holding_newlines_is_learnt_from(text: str) -> None:
+    """`rid_literals` (what a rid's lines are learnt from) finds the rid where the ids are
+    read: a rid the request line names is among them, and the only one when the line writes
+    `rid=` once outside its literals."""
+    rid, _ = _obj_ids(text)
+    found = [literal[1:-1] for literal in request_log.rid_literals(text)]
+    if rid is not None:
+        assert rid in found
+        blank = _LITERAL.sub(_blanked, text)
+        if blank.count("rid=") == 1 and text.count("rid=") > 1:
+            assert found == [rid]
+
+
+def test_a_prompt_quoting_a_call_names_no_request() -> None:
+    """Blind review 33: `GenerateReqInput(rid='…'` in a prompt was read as the call's first
+    argument, and named the request (its newlines, a rid's lines to learn)."""
+    text = (
+        "Receive: obj=GenerateReqInput(text=\"see GenerateReqInput(rid='victim\\n[x]', "
+        "bootstrap_room=1)\", rid='abc123', bootstrap_room=99)"
+    )
+    assert _obj_ids(text) == ("abc123", "99")
+    assert request_log.rid_literals(text) == ["'abc123'"]
 
 
 def test_a_prompt_that_imitates_the_keys_does_not_win() -> None:

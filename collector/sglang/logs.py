@@ -418,7 +418,7 @@ _BATCH_HEADS: Final = ("Decode batch", "Prefill batch")
 _SPLIT_HEADS: Final = ("Finish: ", "Receive: ", "Receive OpenAI: ", *_BATCH_HEADS)
 
 
-_RECEIVE_RID: Final = "Receive: obj=GenerateReqInput(rid="
+_RECEIVE: Final = "Receive: "
 _TIME_STATS_RID: Final = "ReqTimeStats(rid="
 _REFUSAL_RID: Final = "self.rid="
 _TIME_STATS_INPUT: Final = ", input_len="
@@ -428,14 +428,16 @@ _MAX_BROKEN_RIDS: Final = 256
 
 
 class _RidLines:
-    """A time stats line cut by a newline in its rid (`head`: up to the rid), the rid's lines,
-    and which of them comes next (the first is in the head's line)."""
+    """A time stats line cut by a newline in its rid (`head`: up to the rid), the lines of
+    each rid that may have cut it (one, unless its request line left which rid was its own
+    unknown: each that the lines so far fit), and which line comes next (the first is in the
+    head's line)."""
 
-    __slots__ = ("head", "lines", "source", "next")
+    __slots__ = ("head", "rids", "source", "next")
 
-    def __init__(self, head: str, lines: list[str], source: str) -> None:
+    def __init__(self, head: str, rids: list[list[str]], source: str) -> None:
         self.head = head
-        self.lines = lines
+        self.rids = rids
         self.source = source
         self.next = 1
 
@@ -493,9 +495,9 @@ class LineParser:
         # Request lines printing the time of day alone that nothing dated (`parse` counts).
         self.undated_requests = 0
         self._runtime = RuntimeLines()
-        # Rids holding a newline, as `Receive:` lines wrote them (escaped): their first line's
-        # text -> the rest, line by line (`_note_broken_rid`).
-        self._broken_rids: dict[str, list[str]] = {}
+        # Rids holding a newline, as request lines wrote them (escaped): their first line's
+        # text -> each such rid, line by line (`_remember_broken_rid`).
+        self._broken_rids: dict[str, list[list[str]]] = {}
         # The lines a client's rid is writing into the log now (`_rid_line`).
         self._rid_lines: _RidLines | None = None
         # Time stats lines cut by a rid whose lines did not follow (dropped; the lines that did
@@ -599,8 +601,8 @@ class LineParser:
                     if self._broken_rids and kind == ev.REQUEST_TIME_STATS:
                         if self._rid_breaks(line, start, source):
                             return RID_LINE, None
-                    elif kind == ev.REQUEST_RECEIVED and line.startswith(_RECEIVE_RID, start):
-                        self._note_broken_rid(line, start + len(_RECEIVE_RID))
+                    elif kind == ev.REQUEST_RECEIVED and line.find("\\n", start) > 0:
+                        self._note_receive_rids(line, start)
                     elif kind == ev.REQUEST_REJECTED and "\\n" in line:
                         rid_at = line.find(_REFUSAL_RID, start)
                         if rid_at > 0:
@@ -673,20 +675,27 @@ class LineParser:
     # same rid escaped: its lines are known, and taken for what they are when they come, each
     # exactly as the rid has it, right after the time stats line they cut.
 
+    def _note_receive_rids(self, line: str, start: int) -> None:
+        """Remember the rid a `Receive:` line (`line[start:]`, seen to write a newline's escape)
+        writes, when it holds a newline: wherever `rid=` stands among the fields (first at
+        request-log levels 0 and 1, after the prompt at level 2, SGLang's default: blind review
+        33 D5, a forged restart onto a 2.04M pool stopped a leak that went on), and never one
+        the prompt spells (`request_log.rid_literals`)."""
+        if line.startswith(_RECEIVE, start):
+            for literal in request_log.rid_literals(line, start):
+                if "\\n" in literal:
+                    self._remember_rid_literal(literal)
+
     def _note_broken_rid(self, line: str, at: int) -> None:
-        """Remember the rid a `Receive:` line writes as its first argument (`at`: its opening
-        quote) when it holds a newline."""
-        quote = line[at : at + 1]
-        if quote not in ("'", '"'):
-            return
-        close = line.find(quote, at + 1)
-        if close < 0 or line.find("\\n", at, close) < 0:
-            return
+        """Remember the rid a refusal writes (`at`: its opening quote) when it holds a
+        newline."""
         m = request_log.STRING_LITERAL.match(line, at)
-        if m is None:
-            return
+        if m is not None and "\\n" in m.group(0):
+            self._remember_rid_literal(m.group(0))
+
+    def _remember_rid_literal(self, literal: str) -> None:
         try:
-            rid = ast.literal_eval(m.group(0))
+            rid = ast.literal_eval(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return
         if isinstance(rid, str):
@@ -701,8 +710,9 @@ class LineParser:
             return
         obj = record.get("obj") if isinstance(record, dict) else None
         rid = record.get("rid") or (obj.get("rid") if isinstance(obj, dict) else None)
-        if isinstance(rid, str) and "\n" in rid:
-            self._remember_broken_rid(rid)
+        for one in rid if isinstance(rid, list) else (rid,):  # a batch: one for each request
+            if isinstance(one, str) and "\n" in one:
+                self._remember_broken_rid(one)
 
     def _remember_broken_rid(self, rid: str) -> None:
         """Remember the lines a rid holding newlines will write after its time stats line's
@@ -711,34 +721,46 @@ class LineParser:
         taught nothing)."""
         lines = rid.split("\n")
         if len(lines) > 1:
-            if len(self._broken_rids) >= _MAX_BROKEN_RIDS:
-                del self._broken_rids[next(iter(self._broken_rids))]
-            self._broken_rids[lines[0]] = lines
+            rids = self._broken_rids.get(lines[0])
+            if rids is None:
+                if len(self._broken_rids) >= _MAX_BROKEN_RIDS:
+                    del self._broken_rids[next(iter(self._broken_rids))]
+                self._broken_rids[lines[0]] = [lines]
+            elif lines not in rids:
+                # Two rids the line may name (a dict key spelt `rid='…'`) that begin alike:
+                # the lines that come tell which (`_rid_line`), never the later one alone.
+                rids.append(lines)
 
     def _rid_breaks(self, line: str, start: int, source: str) -> bool:
         """Whether a time stats line ends where a known rid's first line ends (its lines then
         follow); it is held until they have come."""
         if not line.startswith(_TIME_STATS_RID, start) or _TIME_STATS_TAIL.search(line, start):
             return False
-        lines = self._broken_rids.pop(line[start + len(_TIME_STATS_RID) :], None)
-        if lines is None:
+        rids = self._broken_rids.pop(line[start + len(_TIME_STATS_RID) :], None)
+        if rids is None:
             return False
-        self._rid_lines = _RidLines(line[:start] + _TIME_STATS_RID, lines, source)
+        self._rid_lines = _RidLines(line[:start] + _TIME_STATS_RID, rids, source)
         return True
 
     def _rid_line(self, held: _RidLines, line: str) -> tuple[str, ev.Event | None] | None:
         """A line the rid being written (`held`) is expected to write: taken (the last one ends
         the time stats line, parsed whole); None when the line is not it (the time stats line
-        is lost, and the line read as any other)."""
-        expected = held.lines[held.next]
+        is lost, and the line read as any other). Of rids alike so far, one that goes on
+        outweighs one that would end here: taken for ended, the other's lines still to come
+        would be read as the engine's."""
+        at = held.next
         held.next += 1
-        if held.next < len(held.lines):
-            if line == expected:
-                return RID_LINE, None
-        elif line.startswith(expected) and _TIME_STATS_TAIL.match(line, len(expected)):
-            self._rid_lines = None
-            written = repr("\n".join(held.lines))[1:-1]  # as the `Receive:` line wrote it
-            return self.parse(held.head + written + line[len(expected) :], held.source)
+        going = [lines for lines in held.rids if at + 1 < len(lines) and lines[at] == line]
+        if going:
+            held.rids = going
+            return RID_LINE, None
+        for lines in held.rids:
+            expected = lines[at]
+            if len(lines) == at + 1 and line.startswith(expected):
+                if _TIME_STATS_TAIL.match(line, len(expected)):
+                    self._rid_lines = None
+                    written = repr("\n".join(lines))[1:-1]  # as the `Receive:` line wrote it
+                    return self.parse(held.head + written + line[len(expected) :], held.source)
         self._rid_lines = None
         self._lost_rid_break += 1
         return None
@@ -756,7 +778,10 @@ class LineParser:
             return self.parse(inner, source)
         kind, payload = classify(envelope.message, envelope.engine)
         if kind == ev.REQUEST_RECEIVED and "\\n" in envelope.message:
-            self._note_json_rid(envelope.message)
+            if envelope.message.startswith("{"):
+                self._note_json_rid(envelope.message)
+            else:  # a `Receive:` line without SGLang's prefix (0.5.10's request logger)
+                self._note_receive_rids(envelope.message, 0)
         if kind in _CUT_CHECKED:  # as in `parse`, for a record behind no SGLang prefix
             message = envelope.message.rstrip()
             if message[-1:] not in _RECORD_ENDS and request_log.cut_record(message):

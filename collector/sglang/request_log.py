@@ -175,7 +175,7 @@ def _obj_scan(text: str, end: int | None = None) -> _ObjScan:
     rid = None
     rid_end = -1
     rid_at = text.find("rid=", 0, end)
-    if rid_at >= 6 and text.startswith("Input(", rid_at - 6):  # the call's first argument
+    if _first_argument(text, rid_at):
         m = _OBJ_RID_PLAIN.match(text, rid_at, end) or _OBJ_RID.match(text, rid_at, end)
         if m:
             rid = m.group(1) if m.group(1) is not None else m.group(2)
@@ -203,6 +203,64 @@ def _obj_scan(text: str, end: int | None = None) -> _ObjScan:
             if m.end() > ids_end:
                 ids_end = m.end()
     return _ObjScan(rid, room, host, ids_end, _streamed(text, rid_end, end))
+
+
+def _first_argument(text: str, rid_at: int, start: int = 0) -> bool:
+    """Whether the `rid=` at `rid_at` is the call's first argument (`…ReqInput(rid=`): right
+    after the first bracket the message (`text[start:]`) opens, so nothing a client wrote
+    comes before it. A prompt quoting `GenerateReqInput(rid='victim'` writes the same text
+    inside its literal, after the call's own bracket (read as the first argument, it named
+    the request `victim`)."""
+    return (
+        rid_at >= start + 6
+        and text.startswith("Input(", rid_at - 6)
+        and text.find("(", start, rid_at) == rid_at - 1
+    )
+
+
+def rid_literals(text: str, start: int = 0) -> list[str]:
+    """The string literals, as written (quotes and escapes kept), that may hold the request's
+    rid in a `GenerateReqInput(…)` repr (`text[start:]`), each of a batch's list of rids too.
+
+    Found where `_obj_scan` finds the rid: the call's first argument (request-log levels 0 and
+    1), else a `rid=` written once (level 2 and 3 write the prompt's `text=` first). Written
+    more than once, each `rid=` outside the literals may be it (a prompt is a literal, so its
+    `rid='…'` never is; a client's dict key can spell one outside them), and each `rid=` when a
+    key's odd quote turned the literals inside out: which one is the request's is then
+    unknown, and none may be passed over. No rid is cut to a length here (`_OBJ_RID` stops at
+    1,024 characters)."""
+    rid_at = text.find("rid=", start)
+    if rid_at < 0:
+        return []
+    if _first_argument(text, rid_at, start) or text.find("rid=", rid_at + 4) < 0:
+        places = [rid_at]
+    else:
+        blank = blank_literals(text[start:])
+        places = [
+            start + at for at in _all(text[start:] if _quoting_broken(blank) else blank, "rid=")
+        ]
+    literals: list[str] = []
+    for at in places:
+        at += 4
+        quote = text[at : at + 1]
+        if quote == "'" or quote == '"':
+            # No backslash before the next such quote: it closes a literal without escapes
+            # (most rids), found without the pattern's alternation per character.
+            close = text.find(quote, at + 1)
+            if close > 0 and text.find("\\", at + 1, close) < 0:
+                literals.append(text[at : close + 1])
+                continue
+        m = STRING_LITERAL.match(text, at)
+        if m is not None:
+            literals.append(m.group(0))
+        elif quote == "[":  # a batch: one rid for each of its requests
+            m = STRING_LITERAL.match(text, at + 1)
+            while m is not None:
+                literals.append(m.group(0))
+                if not text.startswith(", ", m.end()):
+                    break
+                m = STRING_LITERAL.match(text, m.end() + 2)
+    return literals
 
 
 def _obj_scan_blanked(text: str, end: int, rid: str | None, rid_end: int) -> _ObjScan:
