@@ -428,7 +428,10 @@ def test_lines_after_emission_are_counted_late_not_rejoined():
         (4.0, ("p9", "d9"), True),  # a router numbering rooms reused one, hours on
         (3.0, ("p1", "d1"), True),  # ... and its rids, counted by the same counter
         (1.5, ("p1", "d1"), False),  # its own rids within the idle wait: its late lines
-        (0.1, ("p9", "d9"), False),  # another rid minutes on: late (a clock that disagrees)
+        # Other rids minutes on, on the nodes the request had: a new request (blind review 34
+        # D4: a room reused 17 minutes on, its victim counted late, a bystander named).
+        (0.1, ("p9", "d9"), True),
+        (0.03, ("p9", "d9"), False),  # within the slack of a release's timeout and skew: late
     ],
 )
 def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(
@@ -456,6 +459,18 @@ def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(
         assert second.fanout and not first.fanout
     else:
         assert not any(taken) and ledger.stats.late_events == len(events) and records == []
+
+
+def test_the_half_a_node_whose_clock_disagrees_sends_minutes_late_stays_late() -> None:
+    """The room was judged on decode's side alone; prefill's side comes six minutes later by
+    its clock, under its own rid: the other half of the same request, not a new one."""
+    ledger = RequestLedger(role_of=role_of)
+    for event in decode_events("42", T):
+        ledger.add(event)
+    (first,) = ledger.advance(T + 400)
+    late = prefill_events("42", T + 360, rid="p9")
+    assert not any(ledger.add(event) for event in late)
+    assert ledger.stats.late_events == len(late) and ledger.advance(T + 800) == []
 
 
 def test_a_router_s_retry_in_the_same_room_joins_the_request_its_failure_left_open() -> None:

@@ -103,6 +103,10 @@ class LedgerConfig(BaseModel):
     # itself reuses them after it restarts. Under one of its rids (numbered by the same
     # counter), once the request would have been emitted idle (`max_open_seconds`).
     room_reuse_seconds: float = Field(default=3600.0, gt=0)
+    # ... and this long after it on a node that request had a side on: that node's clock
+    # agrees with itself, so its new rid is a new request, not the other half arriving late;
+    # beyond the slack its own late lines (a release's timeout) and hosts' skew take.
+    node_reuse_seconds: float = Field(default=300.0, gt=0)
     # A prefill refusal no other line of its node names (that prefill logs no request lines)
     # is the refusal of a room whose decode side names no prefill, when it refused exactly the
     # decode's prompt length this close to the decode's start, and no other such refusal did.
@@ -247,7 +251,8 @@ class RequestLedger:
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The same keys: when the room's request's last line was, and its rids, packed
         # (`_rid_marks`), for a new request in the room to be told from a late line.
-        self._ended: dict[str, tuple[float, int]] = {}
+        # Judged rooms: their request's last line, its rids' marks and its nodes' (`_rid_marks`).
+        self._ended: dict[str, tuple[float, int, int]] = {}
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
@@ -381,7 +386,7 @@ class RequestLedger:
         if entry is None and room is not None and key in self._recent:
             entry = self._next_request_of(key, room, node, rid)
             if entry is None:
-                entry = self._reused_room(key, room, rid, time)
+                entry = self._reused_room(key, room, node, rid, time)
         if entry is None:
             if key in self._recent:
                 if kind != "request_trace" and self._again(key, rid, time):
@@ -1025,7 +1030,11 @@ class RequestLedger:
             judged = _Judged(nodes, rids, prefill)
         recent[entry.key] = judged
         if entry.last_time is not None:
-            self._ended[entry.key] = (entry.last_time, _rid_marks(s.rid for s in sides))
+            self._ended[entry.key] = (
+                entry.last_time,
+                _rid_marks(s.rid for s in sides),
+                _rid_marks(s.node for s in sides),
+            )
         else:
             self._ended.pop(entry.key, None)
         while len(recent) > self.config.late_memory:
@@ -1040,27 +1049,34 @@ class RequestLedger:
         ended = self._ended.get(key)
         if ended is None or time is None:
             return False
-        last, marks = ended
+        last, marks, _ = ended
         return time <= last and (rid is None or _rid_mark(rid) in _unpack(marks))
 
     def _reused_room(
-        self, key: str, room: str, rid: str | None, time: float | None
+        self, key: str, room: str, node: str, rid: str | None, time: float | None
     ) -> _Entry | None:
         """A new entry for a line of a judged room that is no late line of its request: under
-        a rid that request never had, `room_reuse_seconds` after its last line, or under any
-        rid once no line of it could still come (`max_open_seconds`). None: late.
+        a rid that request never had, `room_reuse_seconds` after its last line, or
+        `node_reuse_seconds` after it on a node the request had a side on; or under any rid
+        once no line of it could still come (`max_open_seconds`). None: late.
 
         Why: a router numbering rooms itself (a counter that restarts with it) reuses them, and
         the later request's lines were counted late and never judged (blind review 12g: an
         over-length prompt refused and answered four hours after an honest one in its room,
-        an all-clear and exit 0 with `--fail-on exposure`)."""
+        an all-clear and exit 0 with `--fail-on exposure`). A node whose clock disagrees sends
+        the other half of a request late, but a node that had its side already starts another:
+        blind review 34 (D4), a room reused 17 minutes after an aborted request, its victim's
+        lines counted late and a bystander named in its place."""
         ended = self._ended.get(key)
         if ended is None or rid is None or time is None:
             return None
-        last, marks = ended
+        last, marks, nodes = ended
         cfg = self.config
-        if time - last < cfg.room_reuse_seconds or (
-            time - last < cfg.max_open_seconds and _rid_mark(rid) in _unpack(marks)
+        if _rid_mark(rid) in _unpack(marks):
+            if time - last < cfg.max_open_seconds:
+                return None
+        elif time - last < cfg.room_reuse_seconds and (
+            time - last < cfg.node_reuse_seconds or _rid_mark(node) not in _unpack(nodes)
         ):
             return None
         del self._recent[key], self._ended[key]
@@ -1214,9 +1230,10 @@ class RequestLedger:
                     ledger._claimed[node_rid] = entry.key
         for key in state.get("recent", []):
             ledger._recent[key] = None
-        for key, (last, marks) in (state.get("ended") or {}).items():
+        for key, ended in (state.get("ended") or {}).items():
             if key in ledger._recent:
-                ledger._ended[key] = (float(last), int(marks))
+                last, marks, *nodes = ended  # no nodes' marks in a state saved before them
+                ledger._ended[key] = (float(last), int(marks), int(nodes[0]) if nodes else 0)
         ledger.stats = LedgerStats(**state.get("stats", {}))
         return ledger
 
