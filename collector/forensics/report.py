@@ -832,6 +832,22 @@ def decode_apart_line(summary: dict[str, Any]) -> str:
     )
 
 
+def decode_ended_early_line(summary: dict[str, Any]) -> str:
+    """Decode nodes whose request lines end well before their prefill nodes' do
+    (`input.decode_ended_early`): what they answered after is in no verdict."""
+    early: list[dict[str, Any]] = summary["input"].get("decode_ended_early") or []
+    if not early:
+        return ""
+    first = early[0]
+    prefills = "; ".join(f"{name} to {end}" for name, end in list(first["prefill"].items())[:3])
+    more = f" (and {len(early) - 1:,} more decode nodes)" if len(early) > 1 else ""
+    return (
+        f"{first['node']}'s request lines end at {first['last']}{more}, while its prefill "
+        f"nodes' go on ({prefills}): the answers it gave after are in no verdict, nor in the "
+        "status. Add its later logs."
+    )
+
+
 def answering_not_judged(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The nodes not judged (`requests.nodes_not_judged`) that answer clients: decode in PD,
     or any node whose role is unknown. A prefill node never answers, so the decode side of
@@ -1708,6 +1724,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         nodes_not_judged_line,
         request_logs_apart_line,
         decode_apart_line,
+        decode_ended_early_line,
         pool_unknown_line,
     ):
         line = said(summary)
