@@ -55,6 +55,7 @@ from collector.state.config_timeline import NODE_WINDOW
 from detectors.base import DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
+from detectors.kv_canary_violation import violation_subject
 from detectors.storm import (
     Episode,
     StormConfig,
@@ -439,8 +440,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                     del self.corrupt_seen_[next(iter(self.corrupt_seen_))]
         elif event.kind == "kv_canary_violation":
             # Proof of overwritten pages as much as a mismatch (review: the storm holding 19
-            # violations and most exposures stayed a warning).
-            slot = f"{event.node}|{event.get('slot_idx')}"
+            # violations and most exposures stayed a warning). Each violation once: a slot
+            # overwritten again is another sign (blind review 34 D3).
+            slot = violation_subject(event)
             if slot not in window.canary_slots:
                 window.canary_slots.add(slot)
                 window.mismatches += 1

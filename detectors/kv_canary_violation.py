@@ -6,8 +6,8 @@ Feeds the alert `KVWatchKVCanaryViolation`.
 a violation (`kv_canary violation: launch_tag=... fail_reason=...`) means a slot was written by
 the wrong request or at the wrong position: in PD, most often an aborted transfer's RDMA writes
 landing after decode released and re-let the pages (the abort race). Any violation is critical,
-at once. One finding per node, launch tag, slot and position, so a sweep that reports the same
-slot again does not page twice.
+at once. One finding per violation, so a sweep or another TP rank that reports the same one again
+does not page twice (`violation_subject`); a slot re-let and overwritten again is a new one.
 
 The line names a slot, not a request. But the slot belongs to a request holding KV on that node at
 that moment, and in `log` mode that request goes on to answer from the overwritten KV. So each
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple
 
 from pydantic import Field
 
@@ -31,6 +31,47 @@ from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding
+
+# Where the check ran (`HEAD_`/`TAIL_` at a kernel launch, `SWEEP_` over every protected slot);
+# the rest of the tag names the buffer (`K_FULL`, `V_SWA` ...).
+_CHECK_POINTS: Final = ("HEAD_", "TAIL_", "SWEEP_")
+
+
+def violation_subject(event: Event) -> str:
+    """What tells one violation from another: the node, the buffer, slot and position, and what
+    the slot held against what it should (the frozen summary's `stored_chain_hash` and
+    `expected_aux`).
+
+    A slot re-let and overwritten again minutes later is a new violation with a new victim,
+    though slot and position are the same: keyed on those alone, the second waited on the
+    first's attribution for 30 min and was dropped, its victim in no list and its page deduped
+    away (blind review 34 D3: 7 of 54 exposures lost on a slot hit again and again). The same
+    overwrite found again, by a later sweep or by another TP rank, stores the same hash, so it
+    stays one, whichever check point found it. `total_violations` would tell them apart too,
+    but it stands on a continuation line, not on the summary an event is read from. A line
+    without the hash (an older or trimmed format) is told by slot and position alone, as
+    nothing else tells a re-report from a new overwrite.
+
+    >>> violation_subject(Event("kv_canary_violation", "decode-0", 5.0, "d.log:3",
+    ...     {"launch_tag": "SWEEP_K_FULL", "slot_idx": 0, "position": 40,
+    ...      "stored_chain_hash": "0x00002FE9DAF1BEEF", "expected_aux": "0x2fe9045c"}))
+    'decode-0:K_FULL:0:40:0x00002fe9daf1beef:0x2fe9045c'
+    """
+    tag = event.get("launch_tag")
+    slot, position = event.get("slot_idx"), event.get("position")
+    stored = event.get("stored_chain_hash")
+    if stored is None:
+        return f"{event.node}:{tag}:{slot}:{position}"
+    buffer = str(tag)
+    for point in _CHECK_POINTS:
+        if buffer.startswith(point):
+            buffer = buffer[len(point) :]
+            break
+    expected = event.get("expected_aux")
+    return (
+        f"{event.node}:{buffer}:{slot}:{position}:{str(stored).lower()}:"
+        f"{str(expected).lower() if expected is not None else None}"
+    )
 
 
 class KVCanaryViolationConfig(DetectorConfig):
@@ -206,19 +247,23 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             f"KV canary violation on {event.node}: {tag} failed {reason} at slot {slot}, "
             f"position {position}; a KV slot holds data it should not"
         )
-        subject = f"{event.node}:{tag}:{slot}:{position}"
+        subject = violation_subject(event)
         evidence = {
             "launch_tag": tag,
             "fail_reason": reason,
             "slot_idx": slot,
             "position": position,
         }
+        stored = event.get("stored_chain_hash")
+        if stored is not None:
+            evidence["stored_chain_hash"] = stored
         findings = [
             self._event_finding(
                 "critical", event, summary=summary, subject=subject, evidence=evidence
             )
         ]
-        # A slot reported again while its first report waits is attributed once, at the first.
+        # A violation reported again while its first report waits is attributed once, at the
+        # first; another violation on the same slot is attributed on its own (D3).
         if event.time is not None and subject not in self.pending_:
             if len(self.pending_) >= self.config.max_pending:
                 findings += self._settle_oldest()

@@ -365,3 +365,56 @@ def test_a_finding_is_stamped_with_the_stream_time_it_was_raised_at():
     assert page.raised_at == page.time == T + 50
     assert named.time == pytest.approx(T + 89.652, abs=1e-6) and named.raised_at == T + 90
     assert named.to_json_dict()["raised_at"] == "2026-11-02T10:18:10.000Z"  # T + 90
+
+
+def _hashed(stored: str, **fields) -> dict:
+    """VIOLATION as the frozen summary line gives it, with what the slot held."""
+    return {**VIOLATION, "stored_chain_hash": stored, "expected_aux": "0x2fe9045c", **fields}
+
+
+def test_a_slot_overwritten_again_is_a_new_violation_with_its_own_victim():
+    """Blind review 34 D3: slot 0, position 40 overwritten at 07:46:20 and again, re-let, at
+    07:51:51: the second waited on the first's attribution, so its victim (91404d97) was in
+    neither list and its page was deduped away. Its summary stores another chain hash."""
+    findings = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **_hashed("0x00002fe9daf1beef")),
+        ev("kv_canary_violation", "decode-0", T + 380, **_hashed("0x00003a11da02beef")),
+        *_served(1, T + 40, T + 90),  # in flight at the first only
+        *_served(2, T + 370, T + 400),  # in flight at the second only
+    )
+    pages = [f for f in findings if f.bootstrap_room is None]
+    named = {f.bootstrap_room: f for f in findings if f.bootstrap_room is not None}
+    assert [p.time for p in pages] == [T + 50, T + 380]
+    assert all(p.severity == "critical" for p in pages)
+    assert set(named) == {"1", "2"} and all(f.exposure for f in named.values())
+    assert named["2"].evidence["stored_chain_hash"] == "0x00003a11da02beef"
+
+
+def test_the_same_violation_reported_again_stays_one_whoever_is_in_flight_then():
+    """Another TP rank's line, or a later sweep finding the same overwrite (the same stored
+    hash, whichever check point), is no new violation: one page, attributed at the first."""
+    first = _hashed("0x00002fe9daf1beef")
+    findings = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **first),
+        ev("kv_canary_violation", "decode-0", T + 50, **first),  # another rank
+        ev(
+            "kv_canary_violation",
+            "decode-0",
+            T + 95,
+            **dict(first, launch_tag="SWEEP_K_FULL", stored_chain_hash="0x00002FE9DAF1BEEF"),
+        ),
+        *_served(1, T + 40, T + 90),
+        *_served(5, T + 92, T + 99),  # in flight at the sweep's re-report only
+    )
+    page, named = findings
+    assert page.time == T + 50 and named.bootstrap_room == "1"
+
+
+def test_a_hashless_line_is_told_by_slot_and_position_as_before():
+    findings = _attribute(
+        ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION),
+        ev("kv_canary_violation", "decode-0", T + 380, **VIOLATION),
+        *_served(1, T + 40, T + 90),
+        *_served(2, T + 370, T + 400),
+    )
+    assert [(f.time, f.bootstrap_room) for f in findings] == [(T + 50, None), (T + 90, "1")]

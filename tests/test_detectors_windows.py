@@ -1129,3 +1129,22 @@ def test_the_pages_held_are_summed_over_one_scrape_not_with_an_older_one() -> No
     assert storm.evidence["held"] == 24.0
     after = [held(t + 1800, 0.0, "decode-0"), held(t + 1801, 0.0, "decode-1")]
     assert [f.time for f in run(DeferredReleaseTimeouts(), events + after)] == [storm.time]
+
+
+def test_a_slot_overwritten_twice_is_two_signs_of_corrupt_kv_its_re_report_one():
+    """Blind review 34 D3: a re-let slot overwritten again is another violation (its summary
+    stores another chain hash); only the same one reported again (another rank) is one."""
+    start = T + 6 * 3600
+    storm = [timeout(start + 5 * k, 1000 + k) for k in range(120)]
+    violation = {"launch_tag": "TAIL_K_FULL", "fail_reason": "verify_chain_hash", "position": 40}
+    canary = [
+        ev("kv_canary_violation", "decode-0", start + 400, slot_idx=0, **violation, **hashed)
+        for hashed in (
+            {"stored_chain_hash": "0x00002fe9daf1beef"},
+            {"stored_chain_hash": "0x00002fe9daf1beef"},  # another rank
+            {"stored_chain_hash": "0x00003a11da02beef"},
+        )
+    ]
+    findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + canary)
+    assert [f.severity for f in findings] == ["warning", "critical"]
+    assert findings[1].evidence["mismatches"] == 2
