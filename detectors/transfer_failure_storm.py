@@ -15,16 +15,20 @@ lines across the deployment, and the increase of `sglang:num_transfer_failed_req
 `sglang:num_bootstrap_failed_reqs_total` summed over the nodes of one role (the larger role).
 
 A client's abort (`... Aborted by AbortReq.`) on an engine that holds an aborted transfer's pages
-until prefill's drain ack (deferred release: on by default from 0.5.21, MORI from 0.5.22) opens no
-race: each such hold ends drained, or timed out and said so, which `deferred_release_timeouts`
-judges. Those aborts are no storm here; a load test cancelled on a healthy fleet paged as one
-(audit H2, 0.5.23 `decode.py` `resolve_deferred_releases`). On such an engine the failure
+until it has drained opens no race: each such hold ends drained, or timed out and said so, which
+`deferred_release_timeouts` judges. That is deferred release (on by default from 0.5.21, MORI from
+0.5.22) with the backend's failed-send fix (Mooncake 0.5.22, NIXL and MORI 0.5.23,
+`engine_version.holds_aborted_pages`): before it, a failed send is confirmed as drained at once,
+the hold ends with no timeout said, and the aborts are the race's condition (blind review 34 D5:
+a 0.5.21 Mooncake storm of them exposed 54 responses with not one warning). Held ones are no
+storm here: a load test cancelled on a healthy fleet paged as one (audit H2, 0.5.23 `decode.py`
+`resolve_deferred_releases`). On an engine that holds them the failure
 counters, which count aborts with the rest, page nothing either; a storm that only the counters
 of nodes whose logs show no failed transfer tell is said at `info`, a question the decode logs
 answer (blind review 17: a storm in `.prom` snapshots alone went unreported). Transport and
-bootstrap failure lines, and everything on older engines or where deferred release is off, still
-count. Where the release is unknown they count too, but a storm only with them is `info`: a
-question a `/server_info` snapshot answers, not a page.
+bootstrap failure lines, and everything on engines before the fix or where deferred release is
+off, still count. Where the release is unknown they count too, but a storm only with them is
+`info`: a question a `/server_info` snapshot answers, not a page.
 """
 
 from __future__ import annotations
@@ -456,9 +460,9 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
                 f"Possible KV transfer failure storm: {failures:.0f} failed requests in "
                 f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, {unsure:.0f} of "
                 f"them {_unsure_part(unsure, counted_alone)} on engines whose release no input "
-                f"tells (most on {worst}): from 0.5.21 (MORI 0.5.22) their pages are held until "
-                f"drained and open no race; before, they are the abort race's condition. A "
-                f"/server_info snapshot of the nodes tells which"
+                f"tells (most on {worst}): from 0.5.22 (NIXL and MORI 0.5.23) their pages are "
+                f"held until drained and open no race; before, they are the abort race's "
+                f"condition. A /server_info snapshot of the nodes tells which"
             )
         # One finding a storm, and one more when it turns from a question into a page (a storm
         # saved before severities were kept fired as a warning).
@@ -513,15 +517,20 @@ def _holds(ctx: DetectionContext, unknown: bool = False) -> Holds:
 
 
 def _holds_aborted_pages(node: str, time: float | None, ctx: DetectionContext) -> bool | None:
-    """Whether the node's engine holds an aborted transfer's pages until prefill's drain ack:
-    deferred release stated on, else on by default from 0.5.21 (MORI from 0.5.22); None when
-    neither its release nor an earlier one of the node is known."""
+    """Whether the node's engine holds an aborted transfer's pages until it has drained:
+    deferred release stated on, on a release with the backend's failed-send fix, or both by
+    default (`holds_aborted_pages`); None when neither its release nor an earlier one of the
+    node is known. Stated on, a release known to confirm failed sends as drained still lets
+    their pages go early (blind review 34 D5)."""
     config = ctx.config_at(node, time)
     if config is None:
         return None
-    if config.deferred_release is not None:
-        return config.deferred_release
-    held = holds_aborted_pages(config.version, backend=config.transfer_backend)
+    stated = config.deferred_release
+    held = holds_aborted_pages(
+        config.version, backend=config.transfer_backend, deferred_release=stated
+    )
+    if stated is not None:
+        return stated if held is None else held
     if held is None:
         # A restarted engine's release is not known until a snapshot of it says so (the next
         # may be an hour off), and an upgrade keeps deferred release: the release it ran

@@ -3,16 +3,18 @@
 Feeds the alert `KVWatchUnsafeEngineVersion`.
 
 Advisory databases list nothing for these versions, so dependency scanners stay silent on an
-engine pinned below the fixes. The policy (see `detectors.engine_version`): PD below 0.5.20 is
-critical (the over-length leak path is open); below 0.5.21 a warning (abort race open, deferred
-release off by default); MORI below 0.5.22 and NIXL/MORI below 0.5.23 warnings. Versions come
+engine pinned below the fixes. The policy (see `detectors.engine_version`, whose
+`VersionPolicy` states the releases): PD below 0.5.20 is critical (the over-length leak path is
+open); below 0.5.21 a warning (abort race open, deferred release off by default); Mooncake below
+0.5.22, MORI below 0.5.22 and NIXL/MORI below 0.5.23 warnings (failed sends confirmed as drained:
+the race stays open with deferred release on, blind review 34 D5). Versions come
 from `/server_info` (SGLang does not log its version), so this detector fires when a node's
 version becomes known or changes; one finding per node, version, backend and severity.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from collector.state.config_timeline import ConfigChange
 from detectors.base import Detector, DetectorConfig
@@ -21,25 +23,31 @@ from detectors.context import DetectionContext
 from detectors.engine_version import VersionPolicy, version_verdict
 from detectors.finding import Finding
 
+_FACTS: Final = VersionPolicy()  # the post-mortems' releases, stated once
+
 
 class UnsafeEngineVersionConfig(DetectorConfig):
     # Below this, PD prefill leaks over-length prompts (critical).
-    leak_fixed: str = "0.5.20"
+    leak_fixed: str = _FACTS.leak_fixed
     # Below this, the abort race is open and deferred release is off by default.
-    abort_race_fixed: str = "0.5.21"
+    abort_race_fixed: str = _FACTS.abort_race_fixed
     # Below this, the MORI backend is not covered by the abort-race fixes.
-    mori_fixed: str = "0.5.22"
+    mori_fixed: str = _FACTS.mori_fixed
+    # Below this, Mooncake (the default backend) can confirm failed sends as drained.
+    mooncake_failed_send_fixed: str = _FACTS.mooncake_failed_send_fixed
     # Below this, NIXL and MORI can confirm failed sends as drained.
-    nixl_mori_failed_send_fixed: str = "0.5.23"
-    # The version operators are told to run (named in summaries).
-    recommended: str = "0.5.22"
+    nixl_mori_failed_send_fixed: str = _FACTS.nixl_mori_failed_send_fixed
+    # The version operators are told to run (named in summaries; NIXL/MORI: their fix).
+    recommended: str = _FACTS.recommended
 
     def policy(self) -> VersionPolicy:
         return VersionPolicy(
             leak_fixed=self.leak_fixed,
             abort_race_fixed=self.abort_race_fixed,
             mori_fixed=self.mori_fixed,
+            mooncake_failed_send_fixed=self.mooncake_failed_send_fixed,
             nixl_mori_failed_send_fixed=self.nixl_mori_failed_send_fixed,
+            recommended=self.recommended,
         )
 
 
@@ -93,9 +101,7 @@ class UnsafeEngineVersion(Detector[UnsafeEngineVersionConfig]):
         mitigation = ""
         if config.deferred_release is True:
             mitigation = " (deferred release explicitly enabled)"
-        want = self.config.recommended
-        if (config.transfer_backend or "").lower() in ("nixl", "mori"):
-            want = self.config.nixl_mori_failed_send_fixed
+        want = self.config.policy().recommended_for(config.transfer_backend)
         summary = (
             f"{config.node} ({config.role or 'PD'}, {backend}) runs SGLang {config.version}: "
             f"{'; '.join(verdict.reasons)}{mitigation}; upgrade to {want} or later"

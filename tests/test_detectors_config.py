@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from collector.audit.policy import AuditPolicy
 from collector.events import Event
 from detectors.base import Detector
 from detectors.checksum_unverified import ChecksumUnverified
-from detectors.engine_version import parse_version, version_verdict
+from detectors.engine_version import (
+    VersionPolicy,
+    holds_aborted_pages,
+    parse_version,
+    version_verdict,
+)
 from detectors.pipeline import DetectionPipeline
 from detectors.pool_below_context import PoolBelowContext
 from detectors.unsafe_engine_version import UnsafeEngineVersion
@@ -266,7 +272,12 @@ def test_a_fault_mended_and_then_back_is_raised_again():
         ("0.5.19", "mooncake", "critical"),
         ("0.5.20rc1", "mooncake", "critical"),
         ("0.5.20", "mooncake", "warning"),
-        ("0.5.21", "mooncake", None),
+        # Failed Mooncake sends are confirmed as drained until 0.5.22 (blind review 34 D5).
+        ("0.5.21", "mooncake", "warning"),
+        ("0.5.21", "mooncake_tcp", "warning"),
+        ("0.5.21", None, "warning"),  # the default backend
+        ("0.5.22", "mooncake", None),
+        ("0.5.22", None, None),
         ("0.5.21", "mori", "warning"),
         ("0.5.22", "nixl", "warning"),
         ("0.5.22", "mori", "warning"),
@@ -277,6 +288,47 @@ def test_a_fault_mended_and_then_back_is_raised_again():
 )
 def test_version_policy_table(version, backend, severity):
     assert version_verdict(version, pd=True, backend=backend).severity == severity
+
+
+@pytest.mark.parametrize(
+    ("version", "backend", "deferred", "held"),
+    [
+        ("0.5.19", "mooncake", None, False),  # deferred release off by default
+        ("0.5.21", "mooncake", None, False),  # on, but failed sends acked as drained at once
+        ("0.5.21", None, None, False),
+        ("0.5.21", "mooncake", True, False),  # stated on: the ack is as early
+        ("0.5.22", "mooncake", None, True),
+        ("0.5.22", None, None, True),
+        ("0.5.22", "mooncake", False, False),  # turned off
+        ("0.5.22", "nixl", None, False),
+        ("0.5.22", "mori", None, False),
+        ("0.5.23", "nixl", None, True),
+        ("0.5.23", "mori", None, True),
+        ("0.5.19", "mooncake", True, False),  # the stopgap, on a release acking early
+        ("main", "mooncake", None, None),
+    ],
+)
+def test_pages_are_held_until_drained_only_with_the_backends_failed_send_fix(
+    version: str, backend: str | None, deferred: bool | None, held: bool | None
+) -> None:
+    """Blind review 34 D5: taken as held from 0.5.21, a 0.5.21 Mooncake storm of clients'
+    aborts (failed sends confirmed as drained, so no timeout said) exposed 54 responses with
+    not one warning. incident.md, "Versions": 0.5.22 stops confirming failed Mooncake sends as
+    drained, 0.5.23 NIXL's and MORI's."""
+    got = holds_aborted_pages(version, backend=backend, deferred_release=deferred)
+    assert got is held
+
+
+def test_the_version_facts_are_stated_once():
+    facts = VersionPolicy()
+    assert UnsafeEngineVersion().config.policy() == facts
+    audit = AuditPolicy()
+    assert (audit.pd_minimum, audit.recommended, audit.mori_minimum) == (
+        facts.abort_race_fixed,
+        facts.mooncake_failed_send_fixed,
+        facts.mori_fixed,
+    )
+    assert audit.nixl_mori_recommended == facts.nixl_mori_failed_send_fixed
 
 
 def test_versions_outside_pd_or_unparseable_are_not_judged():
@@ -306,6 +358,16 @@ def test_unsafe_version_finding_per_node_and_version():
     ]
     assert "0.5.23" in findings[1].summary  # NIXL wants 0.5.23
     assert findings[0].runbook == "KVWatchUnsafeEngineVersion"
+
+
+def test_a_0521_mooncake_node_is_a_warning_naming_the_failed_send_fix():
+    """Blind review 34 D5: nothing said 0.5.21 Mooncake was still open to the abort race."""
+    (finding,) = run(
+        UnsafeEngineVersion(), [args("decode-0", T, "decode"), info("decode-0", T + 1, "0.5.21")]
+    )
+    assert finding.severity == "warning"
+    assert "failed Mooncake sends can be confirmed as drained before 0.5.22" in finding.summary
+    assert finding.summary.endswith("upgrade to 0.5.22 or later")
 
 
 # -- unverified checksum ------------------------------------------------------------------------

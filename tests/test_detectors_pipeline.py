@@ -265,8 +265,12 @@ def test_abort_race_storm_every_mismatch_critical_storm_raised_quiet_hours_silen
     timeouts = [f for f in findings if f.detector == "deferred_release_timeouts"]
     assert timeouts and timeouts[-1].severity == "critical"  # mismatches came with it
     assert any(f.detector == "transfer_failure_storm" for f in findings)
+    # The scenario's 0.5.21 Mooncake is open to the race from its start: failed sends are
+    # confirmed as drained until 0.5.22 (blind review 34 D5). That standing fact aside, the
+    # quiet hours raise nothing.
     before = [f for f in above_info(findings) if (f.time or 0) < storm]
-    assert before == []
+    assert {f.detector for f in before} == {"unsafe_engine_version"}
+    assert all(f.severity == "warning" and "before 0.5.22" in f.summary for f in before)
     assert not any(f.exposure for f in findings)
 
 

@@ -363,7 +363,10 @@ def test_abort_race_storm_raises_a_finding_and_quiet_hours_do_not(abort_race: Ru
     starts = [parse_iso_time(p["start"]) for p in abort_race.truth["phases"]]
     fault_start = min(t for t in starts if t is not None)
     early = [f for f in abort_race.serious() if parse_iso_time(f["time"]) < fault_start]
-    assert early == []
+    # 0.5.21 Mooncake confirms failed sends as drained (fixed in 0.5.22, blind review 34 D5):
+    # the release is open to the race from its start. Nothing else comes before the fault.
+    assert {f["detector"] for f in early} == {"unsafe_engine_version"}
+    assert all(f["severity"] == "warning" for f in early)
 
 
 @pytest.mark.skipif(

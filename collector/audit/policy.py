@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts
 from collector.events import iso_time
 from collector.state.prompt_capacity import prompt_capacity
-from detectors.engine_version import is_below, parse_version
+from detectors.engine_version import VersionPolicy, is_below, parse_version
 
 Status = Literal["PASS", "WARN", "UNKNOWN", "FAIL"]
 # UNKNOWN ranks above WARN: a node that could not be checked may be a FAIL.
@@ -31,21 +31,24 @@ PD_ROLES: Final = frozenset({"prefill", "decode"})
 ROLE_ORDER: Final[dict[str, int]] = {"prefill": 0, "decode": 1, "unified": 2}
 
 
+_FACTS: Final = VersionPolicy()  # the post-mortems' releases, stated once
+
+
 class AuditPolicy(BaseModel):
     """Thresholds of the gate; the defaults are the post-mortems'."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Below this a PD prefill leaks over-length prompts (PR 36988); named in the failure.
-    leak_fixed: str = "0.5.20"
+    leak_fixed: str = _FACTS.leak_fixed
     # PD deployments below this fail: abort race open, deferred release off by default.
-    pd_minimum: str = "0.5.21"
+    pd_minimum: str = _FACTS.abort_race_fixed
     # PD deployments below this warn (failed Mooncake sends confirmed as drained).
-    recommended: str = "0.5.22"
+    recommended: str = _FACTS.mooncake_failed_send_fixed
     # MORI below this fails: the abort-race fixes did not cover it.
-    mori_minimum: str = "0.5.22"
+    mori_minimum: str = _FACTS.mori_fixed
     # NIXL and MORI below this warn: failed sends confirmed as drained (PR 45973).
-    nixl_mori_recommended: str = "0.5.23"
+    nixl_mori_recommended: str = _FACTS.nixl_mori_failed_send_fixed
     # First engine with the KV checksum: below it the checksum check is left to the version.
     checksum_since: str = "0.5.21"
     # First engine whose digests carry a layout signature: a decode on it or later skips, in

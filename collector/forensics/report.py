@@ -1468,9 +1468,13 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             "memory fraction (kvwatch audit)."
         )
     if "unsafe_engine_version" in serious and _unsafe_in_force(summary):
+        facts = VersionPolicy()
         steps.append(
-            f"Upgrade SGLang: {LEAK_FIXED} closes the over-length leak and 0.5.21 the abort race "
-            "(0.5.22 recommended; NIXL and MORI want 0.5.23)."
+            f"Upgrade SGLang: {LEAK_FIXED} closes the over-length leak, "
+            f"{facts.abort_race_fixed} holds an aborted transfer's pages until it drains "
+            f"(deferred release) and {facts.mooncake_failed_send_fixed} stops Mooncake "
+            f"confirming failed sends as drained ({facts.recommended} recommended; NIXL and "
+            f"MORI want {facts.nixl_mori_failed_send_fixed})."
         )
     if any(f["detector"] == "checksum_unverified" for f in summary["findings"]):
         steps.append(
