@@ -149,20 +149,21 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
         "and every pool gap had closed by 2026-11-02T10:00:00.000Z."
     )
-    assert status_line(_summary(exposed=3)).startswith("The last exposed response came 33 s")
     # No pool gap: the abort race, whose signs at the end say whether it was still open
-    # (review: the last exposure's age alone answered nothing).
+    # (review: the last exposure's age alone answered nothing); an exposure 33 s before the
+    # end is one of them (blind review 34 D1).
+    assert status_line(_summary(exposed=3)) == (
+        "Possibly not over: the last exposed response came 33 s before the logs end, within "
+        "the last 15 min of them; aborted transfers could still land on pages re-let to other "
+        "requests."
+    )
     race = _summary(exposed=3)
     race["abort_signals"]["timeouts_between"][1] = "2026-11-02T10:30:40.000Z"
     assert status_line(race) == (
-        "Possibly not over: the last exposed response came 33 s before the logs end, but "
-        "deferred KV releases still timed out 12 s before the logs end, so aborted transfers "
-        "could still land on pages re-let to other requests."
-    )
-    race["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
-    assert status_line(race).endswith(
-        "before the logs end and a PD node still ran a release open to the abort race, so "
-        "aborted transfers could still land on pages re-let to other requests."
+        "Possibly not over: the last exposed response came 33 s before the logs end, and the "
+        "abort race's signs go on to the end of the logs: deferred KV releases still timed out "
+        "12 s before the logs end; aborted transfers could still land on pages re-let to other "
+        "requests."
     )
     assert status_line(_summary(pools=GAP)) == ""  # nothing exposed, nothing to say
 
@@ -177,8 +178,9 @@ def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -
     assert status_line(closed) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
         "and every pool gap had closed by 2026-11-02T10:00:00.000Z. But deferred KV releases "
-        "still timed out 12 s before the logs end and a PD node still ran a release open to the "
-        "abort race: aborted transfers could still land on pages re-let to other requests."
+        "still timed out 12 s before the logs end and prefill-0 (0.5.20) still ran a release "
+        "open to the abort race: aborted transfers could still land on pages re-let to other "
+        "requests."
     )
     assert exposure_status(closed)[0] == "stopped"  # the leak the exposures came by did stop
 
@@ -417,3 +419,122 @@ def test_a_decode_pool_below_the_context_does_not_keep_the_leak_open() -> None:
     assert still.period() == "from 2026-11-02T05:58:00.000Z, still in force when the logs end"
     summary["nodes"]["decode-0"]["role"] = "prefill"  # the same gap on a prefill node is open
     assert status_line(summary).startswith("Not over when the logs end")
+
+
+def _race(version: str = "0.5.22", *, canary: tuple[str | None, ...] = ("log",)) -> dict:
+    """An abort race's run on prefill-0 and decode-0, no pool gap: 3 exposed responses up to
+    09:00, timeouts 08:10..09:05 logged on decode-0, the logs to 10:30:52 (blind review 34)."""
+    summary = _summary(*RACE, exposed=3)
+    summary["exposure"]["last"] = "2026-11-02T09:00:00.000Z"
+    times = ("2026-11-02T05:58:00.000Z", "2026-11-02T09:30:00.000Z")
+    summary["nodes"] = {
+        node: {
+            "role": role,
+            "last_read": "2026-11-02T10:30:52.000Z",
+            "config": [
+                {"time": at, "version": version, "transfer_backend": "mooncake", "kv_canary": mode}
+                for at, mode in zip(times, canary, strict=False)
+            ],
+        }
+        for node, role in (("decode-0", "decode"), ("prefill-0", "prefill"))
+    }
+    summary["abort_signals"]["timeouts_between"] = [
+        "2026-11-02T08:10:00.000Z",
+        "2026-11-02T09:05:00.000Z",
+    ]
+    summary["abort_signals"]["seen_by_node"] = {
+        "timeout": {"decode-0": ["2026-11-02T08:10:00.000Z", "2026-11-02T09:05:00.000Z"]}
+    }
+    return summary
+
+
+def test_a_storm_ended_long_before_the_end_on_a_fixed_release_is_stopped() -> None:
+    """Blind review 34 D1: a storm ended at 06:50, the fleet on 0.5.22 since 07:05, the logs to
+    08:30, read "Possibly not over ... but deferred KV releases still timed out 1 h 39 min
+    before the logs end": a timeout after the last exposure, however long ago, kept it open."""
+    assert exposure_status(_race()) == (
+        "stopped",
+        "Stopped within these logs: the last exposed response came 1 h 30 min before the logs "
+        "end; the abort race's last sign, a deferred KV release timing out, came 1 h 25 min "
+        "before the logs end, and every PD node last ran a release that closes the abort race: "
+        "decode-0 and prefill-0 (0.5.22).",
+    )
+    # Ended as long ago, on a release still open to it: a hedge that says exactly that.
+    status, said = exposure_status(_race("0.5.20"))
+    assert status == "possibly_not_over"
+    assert said.endswith(
+        "came 1 h 25 min before the logs end, but decode-0 and prefill-0 (0.5.20) still ran a "
+        "release open to the abort race, so the next transfer aborted mid-flight can land on "
+        "pages re-let to other requests."
+    )
+    # No release read: only the ages are known, and it says so.
+    status, said = exposure_status(_race("unknown"))
+    assert status == "last_seen" and said.endswith(
+        "but no release was read for decode-0 and prefill-0: whether it closes the abort race "
+        "is not known from these logs."
+    )
+
+
+def test_a_storm_whose_timeouts_run_to_the_end_is_possibly_not_over() -> None:
+    """Fixed release or not, timeouts in the final stretch of the logs keep the race open."""
+    race = _race()
+    race["abort_signals"]["seen_by_node"]["timeout"]["decode-0"][1] = "2026-11-02T10:28:00.000Z"
+    status, said = exposure_status(race)
+    assert status == "possibly_not_over"
+    assert "deferred KV releases still timed out 2 min 52 s before the logs end" in said
+    # A decode whose log ends mid-storm tells nothing of it since (cut_decode_only).
+    race = _race()
+    race["nodes"]["decode-0"]["last_read"] = "2026-11-02T09:05:30.000Z"
+    status, said = exposure_status(race)
+    assert status == "possibly_not_over"
+    assert (
+        "deferred KV releases still timed out 30 s before decode-0's logs end "
+        "(2026-11-02T09:05:30.000Z), and nothing read tells of it since" in said
+    )
+
+
+def test_timeouts_only_the_counters_saw_to_the_end_are_possibly_not_over() -> None:
+    """Blind review 34 D2 (dlines_missing_0522): the timeout lines filtered out, decode's
+    counters counting 228 timeouts to the end, and the status gave the last exposure's age."""
+    race = _race()
+    race["abort_signals"]["timeouts_between"] = None
+    race["abort_signals"]["seen_by_node"] = {
+        "counted": {"decode-0": ["2026-11-02T08:20:00.000Z", "2026-11-02T10:30:00.000Z"]}
+    }
+    status, said = exposure_status(race)
+    assert status == "possibly_not_over"
+    assert "decode's release counters still counted timeouts 52 s before the logs end" in said
+    # So do canary violations and answered possibly-hit responses with no timeout at all.
+    race["abort_signals"]["seen_by_node"] = {}
+    race["findings"] = [
+        {
+            "detector": "kv_canary_violation",
+            "severity": "critical",
+            "time": "2026-11-02T10:30:01.000Z",
+            "node": "decode-0",
+            "evidence": {},
+        }
+    ]
+    assert exposure_status(race)[0] == "possibly_not_over"
+
+
+def test_a_canary_turned_on_only_after_an_upgrade_keeps_its_caveat_for_before() -> None:
+    """Blind review 34 D7: a 0.5.19 storm ran with no canary and the canary came on with the
+    upgrade; the caveat and the advice went, as if the canary had covered it."""
+    race = _race("0.5.22", canary=(None, "log"))
+    said = abort_signals_line(race)
+    assert said.endswith(
+        "only the KV canary (--kv-canary log) names those responses, and it was off on "
+        "decode-0 and prefill-0 until 2026-11-02T09:30:00.000Z: responses exposed then cannot "
+        "be named."
+    )
+    assert next_steps(race)[-1].endswith(
+        "and keep --kv-canary log on: it was off on decode-0 and prefill-0 until "
+        "2026-11-02T09:30:00.000Z, so responses built on late writes then cannot be named from "
+        "these logs."
+    )
+    # On from the start: nothing to add; off at the end: run it.
+    assert "KV canary" not in abort_signals_line(_race())
+    assert next_steps(_race("0.5.22", canary=("log", None)))[-1].endswith(
+        "and run --kv-canary log to name responses built on late writes."
+    )

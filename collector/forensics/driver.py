@@ -169,6 +169,10 @@ class _Evidence:
         self._release_counts: dict[tuple[str, str, str, str], float] = {}
         self._release_deltas = CounterDeltas()
         self._release_seen: dict[str, float | None] = {}  # node -> its first sample's time
+        # kind ("timeout": logged, "counted": decode's counters) -> node -> the first and last
+        # time it was seen: whether the race went on to the end of a node's logs is told from
+        # these, counters included (blind review 34 D2: a storm seen only in /metrics).
+        self.race_spans: dict[str, dict[str, tuple[float, float]]] = {}
         self.parquet = parquet
         # A prompt this long, answered, is the incident's when prefill did not compute it: the
         # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
@@ -424,6 +428,15 @@ class _Evidence:
                 series,
             )
             self._release_counts[key] = self._release_counts.get(key, 0.0) + increase
+            if key[1] in ("timeout", "error"):
+                self._race_seen("counted", event.node, event.time)
+
+    def _race_seen(self, kind: str, node: str | None, when: float | None) -> None:
+        if when is None or node is None:
+            return
+        spans = self.race_spans.setdefault(kind, {})
+        span = spans.get(node)
+        spans[node] = (when, when) if span is None else (min(span[0], when), max(span[1], when))
 
     def release_counted(self) -> dict[str, int]:
         """Outcome -> releases decode's counters counted, each DP group once."""
@@ -453,6 +466,7 @@ class _Evidence:
             self.timeout_span = (
                 (when, when) if span is None else (min(span[0], when), max(span[1], when))
             )
+            self._race_seen("timeout", event.node, when)
         width = self.deferred_bin_seconds
         start = when - when % width
         span = self._deferred_span
@@ -716,6 +730,10 @@ def run_forensics(
             [iso_time(timeouts[0]), iso_time(timeouts[1])] if timeouts is not None else None
         ),
         "deferred_release_counted": evidence.release_counted(),
+        "seen_by_node": {
+            kind: {node: [iso_time(a), iso_time(b)] for node, (a, b) in sorted(spans.items())}
+            for kind, spans in sorted(evidence.race_spans.items())
+        },
     }
     errors = pipeline.stats.errors
     if errors:

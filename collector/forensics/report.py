@@ -18,14 +18,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, NamedTuple
 
-from collector.events import REQUEST_LINE_KINDS, parse_iso_time
+from collector.events import REQUEST_LINE_KINDS, iso_time, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
 from collector.forensics.plot_data import PlotData
 from collector.passed_over import NOT_READ_WHOLE, files_named, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
 from collector.sglang.outcome import UNREAD_DOCUMENT
 from collector.shown_text import printable_lines
-from detectors.engine_version import VersionPolicy, refuses_for_good, version_verdict
+from detectors.engine_version import (
+    VersionPolicy,
+    parse_version,
+    refuses_for_good,
+    version_verdict,
+)
 from detectors.over_length_answered import (
     NO_PREFILL_NAMED,
     PREFILL_HOST_UNREAD,
@@ -180,24 +185,72 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
     if len(clauses) > 2:
         listed += clauses[-1]
     said = f"Abort-race signals: {listed} ({verdict})."
-    if (timeouts or counted.get("timeout")) and not _canary_on(summary):
+    off = _canary_off(summary) if timeouts or counted.get("timeout") or storms else []
+    if off:
         # What no detector can show: the write that lands after the release timed out, on
-        # pages decode has already let to another request (incident.md, the abort race).
+        # pages decode has already let to another request (incident.md, the abort race); said
+        # for the stretch the canary was off even when it was on later (blind review 34 D7).
+        where = _canary_off_said(off)
         said += (
             " A KV write landing after its release timed out corrupts another request's pages "
             "with no mismatch to show for it: only the KV canary (--kv-canary log) names "
-            "those responses."
+            "those responses"
+            + (
+                f", and it was off{where}: responses exposed then cannot be named."
+                if where
+                else "."
+            )
         )
     return said
 
 
-def _canary_on(summary: dict[str, Any]) -> bool:
-    """A node ran with the KV canary (its violations, or none, are then in the verdicts)."""
-    return any(
-        str(point.get("kv_canary") or "off").lower() not in ("off", "none", "false", "0")
-        for info in summary["nodes"].values()
-        for point in info.get("config") or ()
-    ) or any(f["detector"] == "kv_canary_violation" for f in summary["findings"])
+_CANARY_OFF: Final = ("off", "none", "false", "0")
+
+
+def _canary_off(summary: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """The stretches (node, from, until) a node ran without the KV canary while the abort
+    race's signs came; empty when the canary covered them all.
+
+    Why: blind review 34 D7, a 0.5.19 storm with no canary (29 exposures no detector can name)
+    lost its caveat because the canary was turned on with the upgrade after it. Nodes no
+    configuration was read for say nothing; with none read, a canary violation found is taken
+    for the canary on, as before."""
+    stated = [info for info in summary["nodes"].values() if info.get("config")]
+    if not stated:
+        violation = any(f["detector"] == "kv_canary_violation" for f in summary["findings"])
+        return [] if violation else [("", -math.inf, math.inf)]
+    signs = [sign.at for sign in _race_signs(summary, exposures=False)]
+    first, last = (min(signs), max(signs)) if signs else (-math.inf, math.inf)
+    off: list[tuple[str, float, float]] = []
+    for node, info in sorted(summary["nodes"].items()):
+        points = info.get("config") or []
+        for at, point in enumerate(points):
+            if str(point.get("kv_canary") or "off").lower() not in _CANARY_OFF:
+                continue
+            since = -math.inf if at == 0 else _at_or(point.get("time"), -math.inf)
+            until = (
+                _at_or(points[at + 1].get("time"), math.inf) if at + 1 < len(points) else math.inf
+            )
+            if since <= last and until >= first:
+                off.append((node, since, until))
+    return off
+
+
+def _canary_off_said(off: list[tuple[str, float, float]]) -> str:
+    """` on decode-0 and prefill-0 until 2026-09-20T07:05:00.000Z` ("" when off everywhere,
+    throughout)."""
+    if all(node == "" for node, _, _ in off):
+        return ""
+    by_stretch: dict[tuple[float, float], list[str]] = {}
+    for node, since, until in off:
+        by_stretch.setdefault((since, until), []).append(node)
+    said = []
+    for (since, until), nodes in sorted(by_stretch.items()):
+        when = (f" from {iso_time(since)}" if since > -math.inf else "") + (
+            f" until {iso_time(until)}" if until < math.inf else ""
+        )
+        said.append(f"{_listed(nodes)}{when}")
+    return " on " + "; on ".join(said)
 
 
 def caught_line(summary: dict[str, Any]) -> str:
@@ -1344,19 +1397,181 @@ def status_line(summary: dict[str, Any]) -> str:
     return exposure_status(summary)[1]
 
 
-def _abort_race_open(summary: dict[str, Any], last: float, end: float) -> list[str]:
-    """The signs at the end of the logs that the abort race was still open: deferred releases
-    timing out after the last exposure, a PD node on a release that leaves it open."""
-    still: list[str] = []
-    between = (summary.get("abort_signals") or {}).get("timeouts_between")
-    last_timeout = parse_iso_time(between[1]) if between else None
-    if last_timeout is not None and last_timeout > last:
-        still.append(
-            f"deferred KV releases still timed out {_duration(max(end - last_timeout, 0.0))} "
-            "before the logs end"
-        )
-    if _unsafe_in_force(summary):
-        still.append("a PD node still ran a release open to the abort race")
+# How long the abort race's signs must have been silent before the end of the logs for it to
+# read as ended (blind review 34 D1/D2). A live storm leaves a sign every few minutes at most:
+# deferred releases time out 30-120 s after their abort, and the storm detectors judge 5-minute
+# windows, so 15 minutes is three of those windows with nothing. The review's truth called a
+# storm going on when active in the last 10 minutes and over when ended 25 minutes before.
+RACE_QUIET_SECONDS: Final = 15 * 60
+_QUIET_SAID: Final = f"{RACE_QUIET_SECONDS // 60} min"
+
+
+class _RaceSign(NamedTuple):
+    """One sign of the abort race: when, on which node (None: not known), of what kind."""
+
+    at: float
+    node: str | None
+    kind: str
+
+
+# kind -> (said as "... {age} before the logs end", said as the last sign's noun)
+_RACE_SIGNS: Final = {
+    "exposure": ("an exposed response came", "an exposed response"),
+    "timeout": ("deferred KV releases still timed out", "a deferred KV release timing out"),
+    "counted": (
+        "decode's release counters still counted timeouts",
+        "a timeout counted by decode's release counters",
+    ),
+    "kv_canary_violation": ("a KV canary violation came", "a KV canary violation"),
+    "checksum_mismatch": ("a KV checksum mismatch came", "a KV checksum mismatch"),
+    "metadata_corruption": ("a metadata corruption came", "a metadata corruption"),
+    "possibly_hit": ("a possibly-hit response was answered", "a possibly-hit response answered"),
+    "transfer_failure_storm": ("a transfer-failure storm was raised", "a transfer-failure storm"),
+    "deferred_release_timeouts": (
+        "a deferred-release timeout storm ran",
+        "a deferred-release timeout storm",
+    ),
+}
+
+
+def _race_signs(summary: dict[str, Any], *, exposures: bool) -> list[_RaceSign]:
+    """Every dated sign of the abort race: timeouts as logged and as decode's counters counted
+    them, corruptions seen (canary, checksum, metadata), possibly-hit responses answered, storms
+    raised, and with `exposures` the exposed responses themselves.
+
+    Why: blind review 34 D2, a storm going on at the end read as `last_seen` because only the
+    timeout lines were read (shipper-filtered, counters only, premature acks with no timeout)."""
+    signs: list[_RaceSign] = []
+
+    def add(said: Any, node: Any, kind: str) -> None:
+        at = said if isinstance(said, int | float) else parse_iso_time(said)
+        if at is not None:
+            signs.append(_RaceSign(float(at), str(node) if node else None, kind))
+
+    signals = summary.get("abort_signals") or {}
+    seen = signals.get("seen_by_node") or {}
+    for kind in ("timeout", "counted"):
+        for node, (first, last) in (seen.get(kind) or {}).items():
+            add(first, node, kind)
+            add(last, node, kind)
+    between = signals.get("timeouts_between")
+    if between and not seen.get("timeout"):  # a summary from before `seen_by_node`
+        add(between[0], None, "timeout")
+        add(between[1], None, "timeout")
+    precise = bool(between or seen.get("counted"))
+    for finding in summary["findings"]:
+        detector, evidence = finding["detector"], finding.get("evidence") or {}
+        if finding.get("severity") == "info" or detector not in _RACE_SIGNS:
+            continue
+        if detector == "deferred_release_timeouts":
+            # Its timeouts are read above to the second; the storm's window edges only stand
+            # in when nothing else dates them (a storm of the held gauge).
+            if not precise:
+                storm = evidence.get("storm") or {}
+                add(storm.get("start") or finding.get("time"), finding.get("node"), detector)
+                add(storm.get("end"), finding.get("node"), detector)
+            continue
+        add(finding.get("time"), finding.get("node"), detector)
+        for candidate in evidence.get("candidates") or ():
+            if candidate.get("served"):
+                add(candidate.get("time"), candidate.get("node"), "possibly_hit")
+    if exposures:
+        exposure = summary["exposure"]
+        for request in exposure.get("requests") or ():
+            add(request.get("time"), request.get("node"), "exposure")
+        add(exposure.get("first"), None, "exposure")
+        add(exposure.get("last"), None, "exposure")
+    return signs
+
+
+class _RaceState(NamedTuple):
+    """The abort race at the end of the logs: the signs still coming in its final stretch (as
+    phrases), the last sign, and the PD nodes' last releases as the version policy judges them:
+    open to the race, closing it, or not known."""
+
+    going_on: list[str]
+    last: _RaceSign | None
+    open: list[tuple[str, str]]
+    closed: list[tuple[str, str]]
+    unknown: list[str]
+
+
+def _race_state(summary: dict[str, Any], end: float, *, exposures: bool) -> _RaceState:
+    """Whether the abort race was still open at `end` (blind review 34 D1: "possibly not over"
+    from a timeout 1 h 39 min before the end of the logs, on a fleet upgraded since).
+
+    A sign counts as going on when it came within `RACE_QUIET_SECONDS` of the end of the logs,
+    or of the end of its own node's logs when those end sooner (a decode log cut mid-storm
+    tells nothing of it since)."""
+    signs = _race_signs(summary, exposures=exposures)
+    nodes = summary["nodes"]
+    latest: dict[str, tuple[_RaceSign, str, str | None]] = {}
+    for sign in sorted(signs, key=lambda sign: sign.at):
+        phrase, cut = "", None
+        if end - sign.at <= RACE_QUIET_SECONDS:
+            age = _duration(max(end - sign.at, 0.0))
+            phrase = f"{_RACE_SIGNS[sign.kind][0]} {age} before the logs end"
+        elif sign.node is not None and not (nodes.get(sign.node) or {}).get("replaced"):
+            own = parse_iso_time((nodes.get(sign.node) or {}).get("last_read"))
+            if own is not None and own - sign.at <= RACE_QUIET_SECONDS:
+                age = _duration(max(own - sign.at, 0.0))
+                phrase = f"{_RACE_SIGNS[sign.kind][0]} {age} before {sign.node}'s logs end"
+                cut = sign.node
+        if phrase:
+            latest[sign.kind] = (sign, phrase, cut)
+    going_on: list[str] = []
+    told: set[str] = set()
+    # Latest first; a node whose logs end sooner is dated once, on its last phrase.
+    for sign, phrase, cut in sorted(latest.values(), key=lambda item: item[0].at):
+        if sign.kind == "exposure":  # said by the status line's own first clause
+            continue
+        if cut is not None and cut not in told:
+            told.add(cut)
+            phrase += f" ({nodes[cut]['last_read']}), and nothing read tells of it since"
+        going_on.insert(0, phrase)
+    if "exposure" in latest and not going_on:
+        going_on = [""]  # only an exposure in the final stretch: the status says it
+    open_, closed, unknown = _race_releases(summary)
+    last = max(signs, key=lambda sign: sign.at) if signs else None
+    return _RaceState(going_on, last, open_, closed, unknown)
+
+
+def _race_releases(
+    summary: dict[str, Any],
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]], list[str]]:
+    """The PD nodes' last releases, by the version policy (`detectors.engine_version`): those it
+    faults (the abort race open), those it passes, and nodes no release was read for (not
+    taken for fixed ones). A replaced node runs nothing (blind review 33)."""
+    open_: list[tuple[str, str]] = []
+    closed: list[tuple[str, str]] = []
+    unknown: list[str] = []
+    for node, info in sorted(summary["nodes"].items()):
+        if info.get("role") not in ("prefill", "decode") or info.get("replaced"):
+            continue
+        points = info.get("config") or []
+        last = points[-1] if points else {}
+        version = last.get("version")
+        if parse_version(version) is None:
+            unknown.append(node)
+            continue
+        verdict = version_verdict(version, pd=True, backend=last.get("transfer_backend"))
+        (open_ if verdict.severity is not None else closed).append((node, str(version)))
+    return open_, closed, unknown
+
+
+def _releases_said(nodes: list[tuple[str, str]]) -> str:
+    """`prefill-0 and decode-0 (0.5.22)`, `decode-0 (0.5.21) and decode-1 (0.5.20)`."""
+    by_version: dict[str, list[str]] = {}
+    for node, version in nodes:
+        by_version.setdefault(version, []).append(node)
+    return " and ".join(f"{_listed(names)} ({version})" for version, names in by_version.items())
+
+
+def _race_still(state: _RaceState) -> list[str]:
+    """The race's open signs at the end of the logs, said after an over-length leak's verdict."""
+    still = [phrase for phrase in state.going_on if phrase]
+    if state.open:
+        still.append(f"{_releases_said(state.open)} still ran a release open to the abort race")
     return still
 
 
@@ -1387,7 +1602,8 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
             "logs written with no time, and no engine line of those requests read)."
         )
     before = f"the last exposed response came {_duration(max(end - last, 0.0))} before the logs end"
-    still = _abort_race_open(summary, last, end)
+    # The exposures of a pool gap came by the over-length path, not the race: not its signs.
+    still = _race_still(_race_state(summary, end, exposures=False))
     gaps = list(config_gaps(summary))
     # A gap still open on a release that refuses what it leaves out exposes nothing more (blind
     # review: a restart onto 0.5.22 with the same pool read as "Not over").
@@ -1428,14 +1644,49 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
             f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
             f"{_race_aside(still)}"
         )
-    # No pool gap: the abort race's exposures. Its signs at the end of the logs say whether it
-    # was still open (review: the last exposure's age alone answered nothing).
-    if still:
+    # No pool gap: the abort race's exposures. Its signs at the end of the logs and the
+    # releases then running say whether it was still open (blind review 34 D1, D2).
+    race = _race_state(summary, end, exposures=True)
+    if race.going_on:
+        signs = "; ".join(phrase for phrase in race.going_on if phrase)
         return "possibly_not_over", (
-            f"Possibly not over: {before}, but {' and '.join(still)}, so aborted transfers "
-            "could still land on pages re-let to other requests."
+            f"Possibly not over: {before}"
+            + (
+                f", and the abort race's signs go on to the end of the logs: {signs}"
+                if signs
+                else f", within the last {_QUIET_SAID} of them"
+            )
+            + "; aborted transfers could still land on pages re-let to other requests."
         )
-    return "last_seen", f"{before[0].upper()}{before[1:]}."
+    ended = _race_ended(race, end)
+    if race.open:
+        return "possibly_not_over", (
+            f"Possibly not over: {before}{ended}, but {_releases_said(race.open)} still ran a "
+            "release open to the abort race, so the next transfer aborted mid-flight can land "
+            "on pages re-let to other requests."
+        )
+    if race.unknown or not race.closed:
+        unstated = _listed(race.unknown) if race.unknown else "any PD node"
+        return "last_seen", (
+            f"{before[0].upper()}{before[1:]}{ended}, but no release was read for {unstated}: "
+            "whether it closes the abort race is not known from these logs."
+        )
+    return "stopped", (
+        f"Stopped within these logs: {before}{ended}, and every PD node last ran a release "
+        f"that closes the abort race: {_releases_said(race.closed)}."
+    )
+
+
+def _race_ended(race: _RaceState, end: float) -> str:
+    """`; the abort race's last sign, …, came 1 h 39 min before the logs end` ("" when it was
+    the last exposure itself: the status already dates it)."""
+    last = race.last
+    if last is None or last.kind == "exposure":
+        return f", with no sign of the abort race in the last {_QUIET_SAID}"
+    return (
+        f"; the abort race's last sign, {_RACE_SIGNS[last.kind][1]}, came "
+        f"{_duration(max(end - last.at, 0.0))} before the logs end"
+    )
 
 
 def next_steps(summary: dict[str, Any]) -> list[str]:
@@ -1490,11 +1741,7 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
         steps.append(
             "Find what aborts transfers mid-flight (load balancer and client timeouts) and "
             "raise SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s"
-            + (
-                "."
-                if _canary_on(summary)  # it already names them (review: advised while on)
-                else ", and run --kv-canary log to name responses built on late writes."
-            )
+            + _canary_advice(summary)
         )
     over_length = any(
         detector in _OVER_LENGTH_PATH
@@ -1507,6 +1754,29 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
             "over-length prompt; pass only on a 4xx with the marker nowhere in the body."
         )
     return steps
+
+
+def _canary_advice(summary: dict[str, Any]) -> str:
+    """The end of the abort race's step: run the canary where it was off at the end of the logs,
+    keep it where it was off only for a stretch before (blind review 34 D7), nothing more where
+    it covered the race (review: advised while on, it had named the responses)."""
+    if (
+        any(
+            str((info["config"][-1]).get("kv_canary") or "off").lower() in _CANARY_OFF
+            for info in summary["nodes"].values()
+            if info.get("config")
+        )
+        or not any(info.get("config") for info in summary["nodes"].values())
+        and _canary_off(summary)
+    ):
+        return ", and run --kv-canary log to name responses built on late writes."
+    off = _canary_off(summary)
+    if not off:
+        return "."
+    return (
+        f", and keep --kv-canary log on: it was off{_canary_off_said(off)}, so responses built "
+        "on late writes then cannot be named from these logs."
+    )
 
 
 # The detectors that name a response answered from a prompt its prefill pool could not hold.
@@ -1534,17 +1804,7 @@ def judged_line(summary: dict[str, Any]) -> str:
 def _unsafe_in_force(summary: dict[str, Any]) -> bool:
     """A PD node's last configuration runs a release the version policy faults (a fleet
     restarted on 0.5.22 needs no upgrade, whatever it ran before)."""
-    for info in summary["nodes"].values():
-        points = info.get("config") or []
-        if not points or info.get("role") not in ("prefill", "decode") or info.get("replaced"):
-            continue  # a node gone runs nothing (blind review 33: "Upgrade" for replaced pods)
-        last = points[-1]
-        verdict = version_verdict(
-            last.get("version"), pd=True, backend=last.get("transfer_backend")
-        )
-        if verdict.severity is not None:
-            return True
-    return False
+    return bool(_race_releases(summary)[0])
 
 
 def per_response(summary: dict[str, Any]) -> str:
