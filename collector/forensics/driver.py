@@ -958,19 +958,23 @@ def _started_unread(timeline: ConfigTimeline, node: str, told: float | None) -> 
 
 
 def _replaced(
-    pipeline: DetectionPipeline, traffic: PrefillTraffic, node: str, told: float | None
+    pipeline: DetectionPipeline,
+    traffic: PrefillTraffic,
+    node: str,
+    told: float | None,
+    one_model: bool,
 ) -> dict[str, Any]:
     """Of a prefill node whose log ends before the others: the nodes of its deployment that
     took its requests after its last line, when it took none ({} else). Its configuration
-    then held no more: the node was gone (`collector.state.prefill_traffic`)."""
+    then held no more: the node was gone (`collector.state.prefill_traffic`). `one_model`:
+    every node whose model a line states serves the same one."""
     timeline = pipeline.timeline
     config = timeline.current(node)
     if told is None or config is None or _last_role(pipeline, node) != "prefill":
         return {}
     roles: dict[str, list[str]] = {"prefill": [], "decode": []}
     deployment = timeline.nodes_with_model(config.model)
-    models = {c.model for c in map(timeline.current, timeline.nodes()) if c is not None}
-    if models <= {config.model, None}:
+    if one_model and config.model is not None:
         # Nodes whose model no line read states (logs begun mid-run, a pod's start-up lines
         # rotated away) beside one model's: that deployment's.
         deployment += timeline.nodes_with_model(None)
@@ -1010,6 +1014,8 @@ def build_summary(
     )
     by_severity: Counter[str] = Counter(f.severity for f in findings)
     nodes: dict[str, Any] = {}
+    configs = map(pipeline.timeline.current, pipeline.timeline.nodes())
+    one_model = len({c.model for c in configs if c is not None} - {None}) <= 1
     for node in pipeline.timeline.nodes():
         history = pipeline.timeline.history(node)
         told = pipeline.timeline.last_told(node)
@@ -1018,7 +1024,7 @@ def build_summary(
             **({"traced_only": True} if pipeline.timeline.traced_only(node) else {}),
             "last_read": iso_time(told),
             **(
-                _replaced(pipeline, evidence.prefill_traffic, node, told)
+                _replaced(pipeline, evidence.prefill_traffic, node, told, one_model)
                 or _started_unread(pipeline.timeline, node, told)
             ),
             "config": [
