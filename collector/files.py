@@ -599,9 +599,8 @@ def _pod_lives(pod_files: list[TelemetryFile]) -> dict[Path, int]:
     folders: dict[str, dict[Path, list[TelemetryFile]]] = {}
     for f in pod_files:
         folder = f.path.parent.parent
-        match = _POD_FOLDER.match(folder.name)
-        if match is not None:
-            same_pod = folder.name[: match.end("pod")]  # `<ns>_<pod>`
+        same_pod = _namespaced_pod(folder)
+        if same_pod is not None:
             folders.setdefault(same_pod, {}).setdefault(folder, []).append(f)
     lives: dict[Path, int] = {}
     for held in folders.values():
@@ -941,7 +940,6 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
         clusters, places = _joined_by_host(_folder_clusters(key, files, sorted(folders)))
         if key[1] == "log":
             clusters = _pod_lives_joined(clusters, held, key)
-        if key[1] == "log":
             beside.update(((key, folder), place) for folder, place in places.items())
         if len(clusters) == 1:  # copies of one node's log, or its files in one host's folders
             continue
@@ -982,10 +980,16 @@ def _disambiguate_nodes(files: list[TelemetryFile]) -> list[TelemetryFile]:
     return out
 
 
+def _namespaced_pod(folder: Path) -> str | None:
+    """`<ns>_<pod>` of a kubelet pod folder (`<ns>_<pod>_<uid>`): the same for each of its uids."""
+    match = _POD_FOLDER.match(folder.name)
+    return folder.name[: match.end("pod")] if match else None
+
+
 def _pod_container(folder: Path) -> tuple[str, str] | None:
     """(`<ns>_<pod>`, container) of a kubelet container folder (`<ns>_<pod>_<uid>/<container>`)."""
-    match = _POD_FOLDER.match(folder.parent.name)
-    return (folder.parent.name[: match.end("pod")], folder.name) if match else None
+    pod = _namespaced_pod(folder.parent)
+    return (pod, folder.name) if pod is not None else None
 
 
 def _pod_lives_joined(
@@ -1008,9 +1012,11 @@ def _pod_lives_joined(
             lives.setdefault(name, []).append(cluster)
     joined: dict[int, list[Path]] = {}
     for group in lives.values():
+        if len(group) < 2:
+            continue  # one life: nothing to join, no log to read for it
         spans = [(_time_span([f for d in c for f in held[(key, d)]]), c) for c in group]
         timed = sorted((span, c) for span, c in spans if span is not None)
-        if len(group) < 2 or len(timed) < len(group):
+        if len(timed) < len(group):
             continue
         if all(later[0] >= earlier[1] for (earlier, _), (later, _) in pairwise(timed)):
             one = sorted(folder for cluster in group for folder in cluster)

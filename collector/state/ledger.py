@@ -249,9 +249,8 @@ class RequestLedger:
         # and that no line has dated yet (`_stated_undated`).
         self._undated_stating: OrderedDict[tuple[int, str, str], SideRecord] = OrderedDict()
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
-        # The same keys: when the room's request's last line was, and its rids, packed
-        # (`_rid_marks`), for a new request in the room to be told from a late line.
-        # Judged rooms: their request's last line, its rids' marks and its nodes' (`_rid_marks`).
+        # The same keys: when the room's request's last line was, and its rids and its nodes,
+        # packed (`_rid_marks`), for a new request in the room to be told from a late line.
         self._ended: dict[str, tuple[float, int, int]] = {}
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.

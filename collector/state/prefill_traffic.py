@@ -40,10 +40,10 @@ Resolve = Callable[[str, str, int | None, float], str | None]
 
 class PrefillTraffic:
     """Of decode's answers (PD requests decode answered): per prefill node, the minutes it took
-    them in (their prefill sides read); per decode
-    node and the bootstrap address its answers name, the minutes of those with no prefill side
-    read (resolved to a node by `replaced`, once every node's announcements are read); per
-    decode node, the minutes of its answers that name no prefill at all."""
+    them in (their prefill sides read); per decode node and the bootstrap address its answers
+    name, the minutes of those with no prefill side read (resolved to a node by `replaced`,
+    once every node's announcements are read); per decode node, the minutes of its answers
+    that name no prefill at all."""
 
     __slots__ = ("by_node", "by_address", "unplaced", "first_named", "hosts_overflowed")
 
@@ -80,9 +80,8 @@ class PrefillTraffic:
         prefill = record.prefill
         if prefill is not None and not prefill.traced_only:
             _add(self.by_node, prefill.node, minute, when)
-        elif serving.bootstrap_host is not None:
-            key = (serving.node, serving.bootstrap_host, serving.bootstrap_port)
-            _add(self.by_address, key, minute, when)
+        elif host is not None:
+            _add(self.by_address, (serving.node, host, serving.bootstrap_port), minute, when)
         else:
             _add(self.unplaced, serving.node, minute, when)
 
