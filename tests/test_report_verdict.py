@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from collector.forensics.driver import verdict
 from collector.forensics.report import (
     _headline,
     _verdict_shade,
@@ -538,3 +539,62 @@ def test_a_canary_turned_on_only_after_an_upgrade_keeps_its_caveat_for_before() 
     assert next_steps(_race("0.5.22", canary=("log", None)))[-1].endswith(
         "and run --kv-canary log to name responses built on late writes."
     )
+
+
+def _unwatched_storm(canary: tuple[str | None, ...], **storm: str) -> dict:
+    """`_race` with nothing exposed and a timeout storm of decode-0 from 08:10 to 09:05."""
+    race = _race("0.5.21", canary=canary)
+    race["exposure"] = {"count": 0, "requests": [], "first": None, "last": None}
+    race["findings"] = [
+        {
+            "detector": "deferred_release_timeouts",
+            "severity": "critical",
+            "time": "2026-11-02T08:15:00.000Z",
+            "node": "decode-0",
+            "evidence": {"storm": storm or {"start": "2026-11-02T08:10:00.000Z"}},
+        }
+    ]
+    return race
+
+
+def test_a_storm_no_canary_watched_is_no_all_clear() -> None:
+    """Blind review 34 D8: timeout storms with the canary off (4 to 54 responses truly
+    exposed) gave `none_found`, and `--fail-on exposure` passed them."""
+    unwatched = verdict(_unwatched_storm((None,)))
+    assert unwatched["outcome"] == "not_judged"
+    assert unwatched["said"].startswith(
+        "a deferred-release timeout storm came with the KV canary off on decode-0:"
+    )
+    assert "can be neither named nor ruled out" in unwatched["said"]
+    # The canary watched it: its silence is the answer.
+    assert verdict(_unwatched_storm(("log",)))["outcome"] == "none_found"
+    # Turned on at 09:30, after a storm that ended at 09:05: not watched; on before it began
+    # (a storm from 09:40), watched.
+    late = _unwatched_storm(
+        (None, "log"), start="2026-11-02T08:10:00.000Z", end="2026-11-02T09:05:00.000Z"
+    )
+    assert verdict(late)["outcome"] == "not_judged"
+    assert "until 2026-11-02T09:30:00.000Z" in verdict(late)["said"]
+    after = _unwatched_storm(
+        (None, "log"), start="2026-11-02T09:40:00.000Z", end="2026-11-02T10:00:00.000Z"
+    )
+    after["abort_signals"]["seen_by_node"]["timeout"]["decode-0"] = [
+        "2026-11-02T09:40:00.000Z",
+        "2026-11-02T10:00:00.000Z",
+    ]
+    assert verdict(after)["outcome"] == "none_found"
+    # Off on prefill only: late writes land in decode's pages, which the canary watched.
+    prefill_off = _unwatched_storm(("log",))
+    prefill_off["nodes"]["prefill-0"]["config"][0]["kv_canary"] = None
+    assert verdict(prefill_off)["outcome"] == "none_found"
+    # No configuration read: the canary is not known to be off, only not known to be on.
+    unknown = _unwatched_storm(("log",))
+    for info in unknown["nodes"].values():
+        info["config"] = []
+    assert verdict(unknown)["said"].startswith(
+        "a deferred-release timeout storm came with no KV canary read to be on:"
+    )
+    # Timeouts below the storm's floor (no finding above info) keep the verdict.
+    lone = _unwatched_storm((None,))
+    lone["findings"][0]["severity"] = "info"
+    assert verdict(lone)["outcome"] == "none_found"

@@ -118,20 +118,11 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
         stderr_is_terminal,
     )
     from collector.forensics.report import (
-        answering_not_judged,
         first_said,
         nodes_not_judged_line,
         not_judged_line,
-        outcome_unknown_line,
-        pd_role_missing_line,
-        prefill_unknown_line,
-        prefill_unread_line,
-        prefill_untold_line,
-        refused_without_decode_line,
         too_late_line,
-        unattributed_exports_line,
         undated_line,
-        unread_files_line,
     )
     from collector.shown_text import printable_lines
     from detectors.pipeline import PipelineConfig
@@ -196,23 +187,14 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
         return 1
-    # Refused requests whose answer, if any, is not in the logs, files that could not be read,
-    # or requests no node could be found for (not judged against a pool): not an all-clear.
-    unjudged = (
-        pd_role_missing_line,
-        refused_without_decode_line,
-        outcome_unknown_line,
-        prefill_unknown_line,
-        prefill_unread_line,
-        prefill_untold_line,
-        unread_files_line,
-        unattributed_exports_line,
-    )
-    if nothing_found and (reason := first_said(summary, unjudged)):
-        return _not_judged(err, reason)
-    if nothing_found and answering_not_judged(summary):
-        # Nothing found, but in the requests of some nodes only: not an all-clear.
+    # Whatever else makes the run no all-clear is the verdict's, so the exit status and
+    # `verdict.outcome` cannot disagree (prefill pools untold since a restart once exited 2
+    # beside a `none_found` verdict).
+    outcome = summary["verdict"]["outcome"]
+    if outcome == "none_found_in_judged":
         return _not_judged(err, nodes_not_judged_line(summary))
+    if outcome == "not_judged":
+        return _not_judged(err, summary["verdict"]["said"])
     return 0
 
 

@@ -187,13 +187,14 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
     said = f"Abort-race signals: {listed} ({verdict})."
     off = _canary_off(summary) if timeouts or counted.get("timeout") or storms else []
     if off:
-        # What no detector can show: the write that lands after the release timed out, on
-        # pages decode has already let to another request (incident.md, the abort race); said
-        # for the stretch the canary was off even when it was on later (blind review 34 D7).
+        # What no detector can show: the write that lands after the release (timed out, or a
+        # failed send acked as drained), on pages decode has already let to another request
+        # (incident.md, the abort race); said for the stretch the canary was off even when it
+        # was on later (blind review 34 D7).
         where = _canary_off_said(off)
         said += (
-            " A KV write landing after its release timed out corrupts another request's pages "
-            "with no mismatch to show for it: only the KV canary (--kv-canary log) names "
+            " A KV write landing after decode released its pages corrupts another request's "
+            "pages with no mismatch to show for it: only the KV canary (--kv-canary log) names "
             "those responses"
             + (
                 f", and it was off{where}: responses exposed then cannot be named."
@@ -231,9 +232,67 @@ def _canary_off(summary: dict[str, Any]) -> list[tuple[str, float, float]]:
             until = (
                 _at_or(points[at + 1].get("time"), math.inf) if at + 1 < len(points) else math.inf
             )
+            if off and off[-1][0] == node and off[-1][2] == since:
+                # A restart that left it off: one stretch, not one per configuration.
+                since = off.pop()[1]
             if since <= last and until >= first:
                 off.append((node, since, until))
     return off
+
+
+def race_unjudged_line(summary: dict[str, Any]) -> str:
+    """The abort race's storm came while decode ran without the KV canary ("" otherwise): a
+    write landing after its release corrupts another request's pages with no mismatch to show
+    for it, and only the canary names such a response, so none found is no all-clear.
+
+    Why: blind review 34 D8, a timeout storm with 4 to 54 responses truly exposed and no canary
+    gave `none_found`, and `--fail-on exposure` passed the gate. A lone timeout or failure,
+    below the storms' volume floors, keeps the verdict (the issue: not a finding above info),
+    and so does a storm the canary watched. A storm with no harm reads the same from the logs:
+    it is not judged either, which is what the logs can tell of it."""
+    storms = [
+        f
+        for f in summary["findings"]
+        if f["detector"] in _STORM_DETECTORS and f["severity"] != "info"
+    ]
+    if not storms:
+        return ""
+    # Late writes land in decode's pages: its canary is the one that could have seen them.
+    decode = {node for node, info in summary["nodes"].items() if info.get("role") == "decode"}
+    unwatched = [
+        (node, since, until)
+        for node, since, until in _canary_off(summary)
+        if not decode or not node or node in decode
+    ]
+    kinds = sorted(
+        {
+            _STORM_DETECTORS[storm["detector"]]
+            for storm in storms
+            for start, end in [_storm_span(storm)]
+            if any(since <= end and start <= until for _, since, until in unwatched)
+        }
+    )
+    if not kinds:
+        return ""
+    # No configuration read anywhere: the canary is not known to be off, only not to be on.
+    where = _canary_off_said(unwatched)
+    canary = f"the KV canary off{where}" if where else "no KV canary read to be on"
+    return (
+        f"a {' and a '.join(kinds)} came with {canary}: a KV write landing after decode "
+        "released its pages corrupts another request's pages with no mismatch to show for it, "
+        "so exposed responses can be neither named nor ruled out (run --kv-canary log)"
+    )
+
+
+def _storm_span(finding: dict[str, Any]) -> tuple[float, float]:
+    """A storm finding's first and last window as times (its own time when it dates none)."""
+    storm = (finding.get("evidence") or {}).get("storm") or {}
+    at = _at_or(finding.get("time"), math.nan)
+    start = _at_or(storm.get("start"), at)
+    end = _at_or(storm.get("end"), start)
+    if math.isnan(start):
+        return -math.inf, math.inf
+    return start, end
 
 
 def _canary_off_said(off: list[tuple[str, float, float]]) -> str:
@@ -1138,8 +1197,9 @@ def too_late_line(summary: dict[str, Any]) -> str:
 def not_judged_reason(summary: dict[str, Any]) -> str:
     """Why a run that named no exposed response gives no verdict either ("" when it gives
     one): no request recognised, requests out of time, refused requests whose outcome is not
-    in the logs, input not read, or requests no node could be found for. The terminal and the
-    reports say the same first reason."""
+    in the logs, input not read, requests no node could be found for, or an abort-race storm
+    no canary watched. The terminal, the reports and the exit status say the same first
+    reason."""
     if not summary["requests"]["total"]:
         return not_judged_line(summary)
     return first_said(
@@ -1152,8 +1212,11 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             refused_without_decode_line,
             outcome_unknown_line,
             prefill_unknown_line,
+            prefill_unread_line,
+            prefill_untold_line,
             unread_files_line,
             unattributed_exports_line,
+            race_unjudged_line,
         ),
     )
 
