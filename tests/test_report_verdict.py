@@ -257,6 +257,20 @@ def test_next_steps_of_an_abort_race_found_by_the_canary() -> None:
     assert next_steps(race)[-1].startswith("Test content, not status")
 
 
+def test_a_longer_release_timeout_is_advised_only_where_releases_timed_out() -> None:
+    """Review 34 premature_ack_nocanary: 0.5.21 Mooncake acked failed sends as drained, no
+    release timed out, and the advice was to raise the release timeout, which holds nothing
+    there; the upgrade is what helps, and it is the step before."""
+    storm = _summary(("transfer_failure_storm", "warning"))
+    storm["abort_signals"]["deferred_release_outcomes"] = {}
+    assert next_steps(storm)[-1] == (
+        "Find what aborts transfers mid-flight (load balancer and client timeouts), and run "
+        "--kv-canary log to name responses built on late writes."
+    )
+    storm["abort_signals"]["deferred_release_counted"] = {"timeout": 3}
+    assert "RELEASE_TIMEOUT to 60-120 s" in next_steps(storm)[-1]
+
+
 def test_the_count_of_findings_says_how_many_name_the_exposed_responses() -> None:
     """447 critical findings for 145 responses read as three times the harm (audit R)."""
     summary = _summary(*RACE, exposed=2)

@@ -1801,9 +1801,22 @@ def next_steps(summary: dict[str, Any]) -> list[str]:
         "checksum_mismatch",
         "metadata_corruption",
     }:
+        signals = summary.get("abort_signals") or {}
+        timed_out = (
+            "deferred_release_timeouts" in serious
+            or (signals.get("deferred_release_outcomes") or {}).get("timeout")
+            or (signals.get("deferred_release_counted") or {}).get("timeout")
+        )
+        # A longer hold helps only where holds ended by timing out; failed sends acked as
+        # drained at once (0.5.21 Mooncake) time out never, and only the upgrade above helps.
+        longer = (
+            " and raise SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s"
+            if timed_out
+            else ""
+        )
         steps.append(
-            "Find what aborts transfers mid-flight (load balancer and client timeouts) and "
-            "raise SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT to 60-120 s"
+            "Find what aborts transfers mid-flight (load balancer and client timeouts)"
+            + longer
             + _canary_advice(summary)
         )
     over_length = any(
