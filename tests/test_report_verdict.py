@@ -9,9 +9,12 @@ after a timeout leaves no mismatch behind.
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
-from collector.forensics.driver import verdict
+import jsonschema
+
+from collector.forensics.driver import SCHEMA_PATH, verdict
 from collector.forensics.report import (
     _headline,
     _verdict_shade,
@@ -171,19 +174,31 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
 
 def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -> None:
     """Blind review 25: "Stopped" on a fleet restarted onto 0.5.20, its own warnings saying the
-    abort race was open, and deferred releases timing out after the last exposure unsaid."""
+    abort race was open, and deferred releases timing out after the last exposure unsaid.
+    Blind review 35 D1: with the race's signs reaching the end of the logs, "stopped" was the
+    word anything keyed on `verdict.status` read, while the race still exposed responses; the
+    same signs with no pool gap were already "possibly not over"."""
     closed = _summary(exposed=3, pools=CLOSED)
     assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:00:00.000Z.")
     closed["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
-    closed["abort_signals"]["timeouts_between"][1] = "2026-11-02T10:30:40.000Z"
+    # Timeouts ended an hour before the end: the leak stopped, the open release is said.
     assert status_line(closed) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
-        "and every pool gap had closed by 2026-11-02T10:00:00.000Z. But deferred KV releases "
-        "still timed out 12 s before the logs end and prefill-0 (0.5.20) still ran a release "
-        "open to the abort race: aborted transfers could still land on pages re-let to other "
-        "requests."
+        "and every pool gap had closed by 2026-11-02T10:00:00.000Z. But prefill-0 (0.5.20) "
+        "still ran a release open to the abort race: aborted transfers could still land on "
+        "pages re-let to other requests."
     )
     assert exposure_status(closed)[0] == "stopped"  # the leak the exposures came by did stop
+    # Timeouts 12 s before the end: the race goes on, whatever became of the leak.
+    closed["abort_signals"]["timeouts_between"][1] = "2026-11-02T10:30:40.000Z"
+    assert exposure_status(closed) == (
+        "possibly_not_over",
+        "Possibly not over: the last exposed response came 33 s before the logs end; the "
+        "over-length leak stopped (every pool gap had closed by 2026-11-02T10:00:00.000Z), but "
+        "deferred KV releases still timed out 12 s before the logs end; prefill-0 (0.5.20) "
+        "still ran a release open to the abort race: aborted transfers could still land on "
+        "pages re-let to other requests.",
+    )
 
 
 def test_a_gap_left_open_on_a_release_that_refuses_what_it_cannot_hold_is_not_still_leaking() -> (
@@ -540,14 +555,17 @@ def test_a_canary_turned_on_only_after_an_upgrade_keeps_its_caveat_for_before() 
     said = abort_signals_line(race)
     assert said.endswith(
         "only the KV canary (--kv-canary log) names those responses, and it was off on "
-        "decode-0 and prefill-0 until 2026-11-02T09:30:00.000Z: responses exposed then cannot "
-        "be named."
+        "decode-0 until 2026-11-02T09:30:00.000Z: responses exposed then cannot be named."
     )
     assert next_steps(race)[-1].endswith(
-        "and keep --kv-canary log on: it was off on decode-0 and prefill-0 until "
-        "2026-11-02T09:30:00.000Z, so responses built on late writes then cannot be named from "
-        "these logs."
+        "and keep --kv-canary log on: it was off on decode-0 until 2026-11-02T09:30:00.000Z, "
+        "so responses built on late writes then cannot be named from these logs."
     )
+    # Late writes land in decode's pages: a prefill that ran without it is no caveat when the
+    # decode nodes the signs came on ran it (blind review 35 D3, another deployment's nodes).
+    prefill_off = _race("0.5.22")
+    prefill_off["nodes"]["prefill-0"]["config"][0]["kv_canary"] = None
+    assert "KV canary" not in abort_signals_line(prefill_off)
     # On from the start: nothing to add; off at the end: run it.
     assert "KV canary" not in abort_signals_line(_race())
     assert next_steps(_race("0.5.22", canary=("log", None)))[-1].endswith(
@@ -612,3 +630,18 @@ def test_a_storm_no_canary_watched_is_no_all_clear() -> None:
     lone = _unwatched_storm((None,))
     lone["findings"][0]["severity"] = "info"
     assert verdict(lone)["outcome"] == "none_found"
+
+
+def test_exposures_named_beside_a_storm_no_canary_watched_are_a_floor() -> None:
+    """Blind review 35 D2: the leak's 11 responses named, 55 more built on late writes in a
+    storm decode ran without the canary, and only a caveat in prose said the list was short."""
+    floor = _unwatched_storm((None,))
+    floor["exposure"].update(count=3, last="2026-11-02T09:00:00.000Z")
+    said = verdict(floor)
+    assert said["outcome"] == "exposed"
+    assert said["unnamed"].startswith("a deferred-release timeout storm came with the KV canary")
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.validate(said, schema["properties"]["verdict"])
+    watched = _unwatched_storm(("log",))
+    watched["exposure"].update(count=3, last="2026-11-02T09:00:00.000Z")
+    assert "unnamed" not in verdict(watched)

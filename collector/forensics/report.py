@@ -220,10 +220,20 @@ def _canary_off(summary: dict[str, Any]) -> list[tuple[str, float, float]]:
     if not stated:
         violation = any(f["detector"] == "kv_canary_violation" for f in summary["findings"])
         return [] if violation else [("", -math.inf, math.inf)]
-    signs = [sign.at for sign in _race_signs(summary, exposures=False)]
+    race = _race_signs(summary, exposures=False)
+    signs = [sign.at for sign in race]
     first, last = (min(signs), max(signs)) if signs else (-math.inf, math.inf)
+    # Late writes land in decode's pages: where the signs name decode nodes, theirs is the
+    # canary that could have seen them (blind review 35 D3: the caveat named the nodes of a
+    # deployment with no storm, beside one whose decode nodes ran the canary).
+    nodes = summary["nodes"]
+    signed = {
+        sign.node for sign in race if (nodes.get(sign.node or "") or {}).get("role") == "decode"
+    }
     off: list[tuple[str, float, float]] = []
-    for node, info in sorted(summary["nodes"].items()):
+    for node, info in sorted(nodes.items()):
+        if signed and node not in signed:
+            continue
         points = info.get("config") or []
         for at, point in enumerate(points):
             if str(point.get("kv_canary") or "off").lower() not in _CANARY_OFF:
@@ -1645,8 +1655,25 @@ def _race_aside(still: list[str]) -> str:
     if not still:
         return ""
     return (
-        f" But {' and '.join(still)}: aborted transfers could still land on pages re-let to "
+        f" But {'; '.join(still)}: aborted transfers could still land on pages re-let to "
         "other requests."
+    )
+
+
+def _race_not_over(before: str, leak: str, still: list[str]) -> str:
+    """The status of a leak that stopped while the abort race had not."""
+    return (
+        f"Possibly not over: {before}; the over-length leak stopped ({leak}), but "
+        f"{'; '.join(still)}: aborted transfers could still land on pages re-let to other "
+        "requests."
+    )
+
+
+def _race_exposed(summary: dict[str, Any]) -> bool:
+    """Whether some exposed response came by the abort race (a late write the canary named)."""
+    return any(
+        "kv_canary_violation" in (request.get("evidence") or ())
+        for request in summary["exposure"].get("requests") or ()
     )
 
 
@@ -1666,7 +1693,12 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
         )
     before = f"the last exposed response came {_duration(max(end - last, 0.0))} before the logs end"
     # The exposures of a pool gap came by the over-length path, not the race: not its signs.
-    still = _race_still(_race_state(summary, end, exposures=False))
+    race_now = _race_state(summary, end, exposures=False)
+    still = _race_still(race_now)
+    # A leak that stopped leaves the word to the race when its signs reach the end of the logs,
+    # or it exposed responses too on a release still open to it (blind review 35 D1: "stopped"
+    # with a canary violation 10 s before the end, and for a storm of another deployment).
+    race_open = bool(race_now.going_on) or bool(race_now.open and _race_exposed(summary))
     gaps = list(config_gaps(summary))
     # A gap still open on a release that refuses what it leaves out exposes nothing more (blind
     # review: a restart onto 0.5.22 with the same pool read as "Not over").
@@ -1697,16 +1729,19 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     refusing = sorted({gap.node for gap in gaps if gap.until is None})
     if refusing:
         shown = _names(refusing)
-        return "stopped", (
-            f"Stopped within these logs: {before}; {shown} still ran a pool below the context, "
-            f"but refused the prompts that pool cannot hold.{_race_aside(still)}"
+        leak = (
+            f"{shown} still ran a pool below the context, but refused the prompts that pool "
+            "cannot hold"
         )
+        if race_open:
+            return "possibly_not_over", _race_not_over(before, leak, still)
+        return "stopped", f"Stopped within these logs: {before}; {leak}.{_race_aside(still)}"
     if gaps:
         closed = max(gap.until for gap in gaps if gap.until is not None)
-        return "stopped", (
-            f"Stopped within these logs: {before}, and every pool gap had closed by {closed}."
-            f"{_race_aside(still)}"
-        )
+        leak = f"every pool gap had closed by {closed}"
+        if race_open:
+            return "possibly_not_over", _race_not_over(before, leak, still)
+        return "stopped", f"Stopped within these logs: {before}, and {leak}.{_race_aside(still)}"
     # No pool gap: the abort race's exposures. Its signs at the end of the logs and the
     # releases then running say whether it was still open (blind review 34 D1, D2).
     race = _race_state(summary, end, exposures=True)
@@ -2017,6 +2052,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             f"{exposure_window(exposure, ' and ', 'between ')}."
         )
         lines.append(status_line(summary))
+        if unnamed := race_unjudged_line(summary):
+            lines.append(f"Not all named: {unnamed}.")
         if periods := periods_line(summary):
             lines.append(f"In {periods}.")
     elif reason := not_judged_reason(summary):
