@@ -854,12 +854,12 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
     `exposure.count` 0 of a NOT JUDGED run as an all-clear (blind review 18)."""
     if summary["exposure"]["count"]:
         status, said = exposure_status(summary)
-        named = {"outcome": "exposed", "status": status, "said": said}
+        answer = {"outcome": "exposed", "status": status, "said": said}
         # The list is a floor when the race ran where no canary watched (blind review 35 D2:
         # 11 named, 66 exposed, and nothing a machine reads said so).
         if unnamed := race_unjudged_line(summary):
-            named["unnamed"] = unnamed
-        return named
+            answer["unnamed"] = unnamed
+        return answer
     if reason := not_judged_reason(summary):
         return {"outcome": "not_judged", "status": None, "said": reason}
     if answering_not_judged(summary):
@@ -1455,7 +1455,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
             f"carried another request's data, {exposure_window(exposure, ' .. ')}\n"
         )
         out.write(f"STATUS: {status_line(summary)}\n")
-        if unnamed := race_unjudged_line(summary):
+        if unnamed := summary["verdict"].get("unnamed"):
             out.write(f"NOT ALL NAMED: {unnamed}\n")
         if periods := periods_line(summary):
             out.write(f"PERIODS: {periods}\n")

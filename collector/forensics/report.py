@@ -2052,7 +2052,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
             f"{exposure_window(exposure, ' and ', 'between ')}."
         )
         lines.append(status_line(summary))
-        if unnamed := race_unjudged_line(summary):
+        if unnamed := (summary.get("verdict") or {}).get("unnamed"):
             lines.append(f"Not all named: {unnamed}.")
         if periods := periods_line(summary):
             lines.append(f"In {periods}.")
