@@ -90,3 +90,25 @@ def test_undated_exposures_are_in_no_period() -> None:
         {"first": "2026-08-24T01:00:00.000Z", "last": "2026-08-24T01:00:00.000Z", "count": 1}
     ]
     assert exposure_periods(_summary([None], ROLLBACK)) == []
+
+
+def test_exposures_after_the_gap_they_followed_had_closed_are_a_period_of_their_own() -> None:
+    """Blind review 35 D4: the leak's exposures to 12:48, its gap mended at 13:00, then the abort
+    race's from 13:27 to 13:56 read as one period from the leak's first to the race's last."""
+    leak, race = (
+        ["2026-08-24T12:16:47.000Z", "2026-08-24T12:48:00.000Z"],
+        [
+            "2026-08-24T13:27:00.000Z",
+            "2026-08-24T13:56:16.000Z",
+        ],
+    )
+    mended = [("2026-08-24T00:00:00.000Z", 681_280), ("2026-08-24T13:00:00.000Z", 1_200_000)]
+    periods = exposure_periods(_summary(leak + race, mended))
+    assert [(p["first"], p["last"], p["count"]) for p in periods] == [
+        (leak[0], leak[1], 2),
+        (race[0], race[1], 2),
+    ]
+    # Before the gap opened, the race's exposures run on into it: nothing closed in between.
+    late_gap = [("2026-08-24T00:00:00.000Z", 1_200_000), ("2026-08-24T12:00:00.000Z", 681_280)]
+    early = ["2026-08-24T11:00:00.000Z", *leak]
+    assert [p["count"] for p in exposure_periods(_summary(early, late_gap))] == [3]

@@ -1413,7 +1413,8 @@ def exposure_periods(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
     Why: blind review 31c, two incidents three days apart read as one window of five days,
     which is not the answer to "since when". Exposures outside any gap that could leak (the
-    abort race) never split a period: nothing read says the hole closed in between."""
+    abort race) split a period only after the gap open before them had closed: otherwise
+    nothing read says the hole closed in between."""
     spans = sorted(
         (_at_or(gap.since, -math.inf), _at_or(gap.until, math.inf))
         for gap in config_gaps(summary)
@@ -1438,12 +1439,15 @@ def exposure_periods(summary: dict[str, Any]) -> list[dict[str, Any]]:
     open_gap: int | None = None
     for at, said in dated:
         index = gap_index(at)
-        if periods and (index is None or open_gap is None or index == open_gap):
+        # Outside any gap after the open one had closed: not that leak, whose hole was mended
+        # (blind review 35 D4: a leak to 12:48 and the abort race from 13:27 read as one).
+        mended = index is None and open_gap is not None and at > joined[open_gap][1]
+        if periods and not mended and (index is None or open_gap is None or index == open_gap):
             periods[-1]["last"] = said
             periods[-1]["count"] += 1
         else:
             periods.append({"first": said, "last": said, "count": 1})
-        open_gap = index if index is not None else open_gap
+        open_gap = index if index is not None or mended else open_gap
     return periods
 
 
