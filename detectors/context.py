@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from collector.state.config_timeline import ConfigTimeline, NodeConfig
+from collector.state.lost_transfers import LostTransfers
 from collector.state.room_pairs import RoomPairs
 
 
@@ -22,6 +23,10 @@ class DetectionContext:
     # Which decode nodes' rooms met a prefill side read, fed by the pipeline with every request
     # it judges. Not kept in a saved state: a restarted sidecar counts again.
     pairs: RoomPairs = field(default_factory=RoomPairs)
+    # Transfers decode failed because prefill went away, fed by the pipeline: a restart of that
+    # prefill ends the race for them. Not kept in a saved state either: a restarted sidecar
+    # counts them as failures, as before.
+    lost: LostTransfers = field(default_factory=LostTransfers)
 
     def config_at(self, node: str, time: float | None) -> NodeConfig | None:
         return self.timeline.config_at(node, time if time is not None else self.now)

@@ -132,6 +132,7 @@ class _Window:
         "canary_slots",
         "spread_from",
         "spread_to",
+        "excused",
     )
 
     def __init__(self) -> None:
@@ -148,11 +149,32 @@ class _Window:
         # what it counts happened somewhere from then on (`_span`).
         self.spread_from: float | None = None
         self.spread_to: float | None = None
+        # node -> timeouts taken out as a prefill restart's (`excuse`): its counters counted
+        # them too.
+        self.excused: dict[str, int] = {}
 
     def outcome_count(self, node: str, outcome: str) -> float:
         rooms = (self.timeout_rooms if outcome == "timeout" else self.error_rooms).get(node, ())
-        by_dp = self.metric.get(node, {}).get(outcome, {})
-        return max(float(len(rooms)), sum(by_dp.values()))
+        counted = sum(self.metric.get(node, {}).get(outcome, {}).values())
+        if outcome == "timeout":
+            counted -= self.excused.get(node, 0)
+        return max(float(len(rooms)), counted)
+
+    def excuse(self, ctx: DetectionContext) -> None:
+        """Take out the timeouts of holds whose transfer was lost to a prefill that was seen
+        starting again: the process that could have written into those pages is gone
+        (`collector.state.lost_transfers`). Asked when the window is judged, once the restart
+        has had the window's span to show."""
+        lost = ctx.lost
+        if not len(lost):
+            return
+        for node, rooms in list(self.timeout_rooms.items()):
+            gone = {room for room in rooms if lost.to_restart(room, ctx.timeline) is not None}
+            if gone:
+                rooms -= gone
+                self.excused[node] = self.excused.get(node, 0) + len(gone)
+                if not rooms:
+                    del self.timeout_rooms[node]
 
     def nodes(self) -> set[str]:
         return set(self.timeout_rooms) | set(self.error_rooms) | set(self.metric)
@@ -167,6 +189,8 @@ class _Window:
                 theirs[node] = mine.pop(node)
         if node in self.metric:
             part.metric[node] = self.metric.pop(node)
+        if node in self.excused:
+            part.excused[node] = self.excused.pop(node)
         # The deployment's held total ("*") stays: a gauge's peak cannot be split.
         if node in self.held:
             part.held[node] = part.held["*"] = self.held.pop(node)
@@ -185,6 +209,7 @@ class _Window:
             "canary_slots": sorted(self.canary_slots),
             "spread_from": self.spread_from,
             "spread_to": self.spread_to,
+            "excused": self.excused,
         }
 
     @classmethod
@@ -203,6 +228,7 @@ class _Window:
         window.spread_from = None if spread_from is None else float(spread_from)
         spread_to = state.get("spread_to")
         window.spread_to = None if spread_to is None else float(spread_to)
+        window.excused = {str(k): int(v) for k, v in (state.get("excused") or {}).items()}
         return window
 
 
@@ -505,11 +531,15 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
     # -- judging one window --------------------------------------------------------------------
 
     def _level(self, windows: list[tuple[float, _Window]], ctx: DetectionContext) -> float:
+        for _, window in windows:
+            window.excuse(ctx)
         counts = [_Counts(window) for _, window in windows]
         return normal_level([c.timeouts + c.errors for c in counts])
 
     def _seed(self, held: list[tuple[float, _Window]], ctx: DetectionContext) -> None:
         cfg = self.config
+        for _, window in held:
+            window.excuse(ctx)
         counts = [_Counts(window) for _, window in held]
 
         def seeded(values: list[float], bar: Callable[[float], float]) -> Baseline:
@@ -702,6 +732,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
+        window.excuse(ctx)
         nodes = window.nodes()
         counts = _Counts(window)
         timeouts, errors, drained = counts.timeouts, counts.errors, counts.drained

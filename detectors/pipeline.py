@@ -224,6 +224,8 @@ class DetectionPipeline:
         change = self.timeline.update(event) if kind in self._timeline_kinds else None
         if kind in self._ledger_kinds:
             self.ledger.add(event)
+        if kind == "transfer_failed":
+            ctx.lost.note(event)
         out: list[Finding] = []
         # Joins and windows only close when event time moves (logs have one-second stamps, so
         # most events share the previous one's time).

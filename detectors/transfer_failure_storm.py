@@ -86,7 +86,7 @@ class _Window:
     each line arrived, every abort before the first snapshot was a failure (blind review: the
     first five minutes of a healthy 0.5.22 fleet were a storm)."""
 
-    __slots__ = ("rooms", "aborts", "metric", "metric_at")
+    __slots__ = ("rooms", "aborts", "metric", "metric_at", "excused")
 
     def __init__(self) -> None:
         self.rooms: dict[str, set[str]] = {}
@@ -96,6 +96,28 @@ class _Window:
         self.metric: dict[str, dict[tuple[str, str], float]] = {}
         # node -> time of its latest counter sample in the window
         self.metric_at: dict[str, float] = {}
+        # node -> failures taken out as a prefill restart's (`excuse`): its counters counted
+        # them too.
+        self.excused: dict[str, int] = {}
+
+    def excuse(self, ctx: DetectionContext) -> None:
+        """Take out the transfers lost to a prefill that was seen starting again: a restart
+        fails what it had in flight, and the process that could have written late is gone
+        (`collector.state.lost_transfers`). Idempotent: asked each time the window is read."""
+        lost = ctx.lost
+        if not len(lost):
+            return
+        for node, rooms in list(self.rooms.items()):
+            gone = {
+                room
+                for room in rooms
+                if lost.gone(room) and lost.to_restart(room, ctx.timeline) is not None
+            }
+            if gone:
+                rooms -= gone
+                self.excused[node] = self.excused.get(node, 0) + len(gone)
+                if not rooms:
+                    del self.rooms[node]
 
     def node_rooms(self, node: str, holds: Holds) -> set[str]:
         aborted = self.aborts.get(node, {})
@@ -107,7 +129,7 @@ class _Window:
         per = self.metric.get(node)
         if not per or (not held_too and holds(node, self.metric_at[node])):
             return 0.0
-        return sum(per.values())
+        return max(sum(per.values()) - self.excused.get(node, 0), 0.0)
 
     def node_failures(self, node: str, holds: Holds) -> float:
         return max(float(len(self.node_rooms(node, holds))), self.node_metric(node, holds))
@@ -142,6 +164,8 @@ class _Window:
         if node in self.metric:
             part.metric[node] = self.metric.pop(node)
             part.metric_at[node] = self.metric_at.pop(node)
+        if node in self.excused:
+            part.excused[node] = self.excused.pop(node)
         return part
 
     def to_state(self) -> dict[str, Any]:
@@ -153,6 +177,7 @@ class _Window:
                 for node, per in self.metric.items()
             },
             "metric_at": dict(self.metric_at),
+            "excused": dict(self.excused),
         }
 
     @classmethod
@@ -170,6 +195,7 @@ class _Window:
         # A window saved before: its counters were kept only where the engine did not hold.
         saved_at = state.get("metric_at") or {}
         window.metric_at = {node: float(saved_at.get(node, -math.inf)) for node in window.metric}
+        window.excused = {str(k): int(v) for k, v in (state.get("excused") or {}).items()}
         return window
 
 
@@ -246,6 +272,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         out = []
         questions, self.questions_ = self.questions_, []
         for start, window, base, lower in questions:
+            window.excuse(ctx)
             failures = _failures(window, start, ctx)
             told = _failures(window, start, ctx, unknown_holds=True)
             score = self._burst(told, cfg.min_failures, cfg.ratio, base, lower)
@@ -411,6 +438,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
 
     def _close(self, window: _Window, start: float, ctx: DetectionContext) -> Finding | None:
         cfg = self.config
+        window.excuse(ctx)
         nodes = sorted(window.nodes())
         failures = _failures(window, start, ctx)
         base = self.baseline_.level(cfg.prior_failures)
@@ -554,7 +582,9 @@ def _failures(
 ) -> float:
     """The window's failed requests, each node's side as its role was at the window's start
     (engines of unknown release taken to hold aborted pages when `unknown_holds`; the counters
-    of the nodes `held_too` counted wherever they hold)."""
+    of the nodes `held_too` counted wherever they hold). Transfers lost to a prefill restart
+    are none of them (`_Window.excuse`)."""
+    window.excuse(ctx)
     return window.failures(
         lambda node: ctx.timeline.role_at(node, start), _holds(ctx, unknown_holds), held_too
     )

@@ -21,6 +21,7 @@ from collector.events import Event, parse_iso_time
 from collector.forensics import driver, plots
 from collector.forensics.driver import DEFERRED_BIN_WIDTHS, MAX_DEFERRED_BINS, _Evidence
 from collector.forensics.plots import LearnedFloor, PlotData, TimingPoint
+from collector.state.lost_transfers import LostTransfers
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.impossibly_fast_prefill import ImpossiblyFastPrefill, Timing
 
@@ -124,6 +125,7 @@ def test_one_core_draws_here_without_forking(monkeypatch: pytest.MonkeyPatch) ->
 
 # -- what the plots show ---------------------------------------------------------------------
 
+NO_LOSSES = LostTransfers()  # no transfer lost to a prefill restart
 T0 = 1_789_000_200.0  # a multiple of 300 s (and of 3600 s less 600 s: not on an hour)
 LOGS = Path(__file__).parent / "testdata" / "reference_incident"
 
@@ -145,10 +147,10 @@ def _release(t: float, outcome: str = "timeout") -> Event:
 
 def test_a_storm_of_forty_minutes_shows_its_shape_in_five_minute_bins(monkeypatch) -> None:
     evidence = _Evidence(None)
-    evidence.deferred_release(_release(T0 - 7200, "drained"))  # a quiet morning before
+    evidence.deferred_release(_release(T0 - 7200, "drained"), NO_LOSSES)  # a quiet morning before
     storm = T0 + 1200  # 20 minutes past the hour: hourly bins split it in two
     for i in range(400):
-        evidence.deferred_release(_release(storm + i * 6))  # 40 minutes
+        evidence.deferred_release(_release(storm + i * 6), NO_LOSSES)  # 40 minutes
     assert evidence.deferred_bin_seconds == 300
     counts = {t: c["timeout"] for t, c in evidence.deferred.items() if c["timeout"]}
     assert len(counts) == 8 and set(counts.values()) == {50}
@@ -187,7 +189,8 @@ def test_a_release_logged_by_every_tp_rank_is_counted_once() -> None:
                     T0 + room,
                     "decode-0.log",
                     {"outcome": "timeout", "bootstrap_room": str(100 + room)},
-                )
+                ),
+                NO_LOSSES,
             )
     assert sum(c["timeout"] for c in evidence.deferred.values()) == 3
 
@@ -197,7 +200,7 @@ def test_deferred_bins_stay_bounded_and_exact_over_weeks_of_logs() -> None:
     total = 0
     for day in range(60):
         for minute in range(0, 24 * 60, 7):
-            evidence.deferred_release(_release(T0 + day * 86400 + minute * 60))
+            evidence.deferred_release(_release(T0 + day * 86400 + minute * 60), NO_LOSSES)
             total += 1
         assert len(evidence.deferred) <= MAX_DEFERRED_BINS
     width = evidence.deferred_bin_seconds
@@ -207,7 +210,7 @@ def test_deferred_bins_stay_bounded_and_exact_over_weeks_of_logs() -> None:
     assert all(t % width == 0 for t in evidence.deferred)  # merged exactly into the width
     assert sum(c["timeout"] for c in evidence.deferred.values()) == total
     # A release earlier than all before it widens the span backwards just as well.
-    evidence.deferred_release(_release(T0 - 400 * 86400))
+    evidence.deferred_release(_release(T0 - 400 * 86400), NO_LOSSES)
     assert len(evidence.deferred) <= MAX_DEFERRED_BINS
     assert sum(c["timeout"] for c in evidence.deferred.values()) == total + 1
 

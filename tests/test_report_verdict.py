@@ -9,6 +9,7 @@ after a timeout leaves no mismatch behind.
 from __future__ import annotations
 
 import copy
+import io
 import json
 from typing import Any
 
@@ -645,3 +646,28 @@ def test_exposures_named_beside_a_storm_no_canary_watched_are_a_floor() -> None:
     watched = _unwatched_storm(("log",))
     watched["exposure"].update(count=3, last="2026-11-02T09:00:00.000Z")
     assert "unnamed" not in verdict(watched)
+
+
+def test_a_floor_is_said_where_the_exposures_are() -> None:
+    """The terminal and report.md say the list is a floor beside the exposures, from
+    `verdict.unnamed`, and say nothing of it when the canary watched the storm."""
+    from collector.forensics.driver import ForensicsResult, print_outcome
+    from collector.forensics.report import _headline
+
+    def said(summary: dict) -> tuple[str, list[str]]:
+        summary["exposure"].update(count=3, last="2026-11-02T09:00:00.000Z")
+        summary["verdict"] = verdict(summary)
+        summary.setdefault("outputs", {})
+        summary["findings_by_severity"] = {"critical": 1}
+        summary["input"].update(files=4, bytes=4_000_000, lines=40_000)
+        terminal = io.StringIO()
+        print_outcome(ForensicsResult(summary, {}, 1.0), terminal)
+        return terminal.getvalue(), _headline(summary)
+
+    terminal, markdown = said(_unwatched_storm((None,)))
+    floor = "a deferred-release timeout storm came with the KV canary off on decode-0"
+    assert f"NOT ALL NAMED: {floor}" in terminal
+    assert any(line.startswith(f"Not all named: {floor}") for line in markdown)
+    terminal, markdown = said(_unwatched_storm(("log",)))
+    assert "NOT ALL NAMED" not in terminal
+    assert not any(line.startswith("Not all named") for line in markdown)

@@ -85,10 +85,12 @@ from collector.state.config_timeline import (
     ConfigTimeline,
 )
 from collector.state.ledger import LedgerConfig, request_key
+from collector.state.lost_transfers import LostTransfers
 from collector.state.node_windows import BATCH_KINDS, NodeWindowAggregator
 from collector.state.prefill_traffic import PrefillTraffic
 from collector.state.request_record import RequestRecord, SideRecord
 from collector.state.request_sides import REQUEST_SIDE, RequestSideAssembler
+from detectors.context import DetectionContext
 from detectors.exposure import exposed_response
 from detectors.finding import SEVERITY_RANK, Finding
 from detectors.impossibly_fast_prefill import (
@@ -110,6 +112,9 @@ MAX_FINDINGS_KEPT = 200_000
 MAX_REFUSALS_HELD = 100_000
 # Releases remembered to count a release logged by several TP ranks once (they log it together).
 RECENT_RELEASES = 4096
+# Timeouts of transfers lost with their prefill held until the end to be told apart; past it,
+# each counts as the race's at once.
+MAX_LOST_TIMEOUTS = 100_000
 # Deferred-release outcomes are counted in bins of the first of these widths (the detectors'
 # 5-minute window) that keeps the span seen within MAX_DEFERRED_BINS bins: 5 minutes up to two
 # days, then coarser, each width a multiple of the one before so that bins merge exactly.
@@ -174,6 +179,12 @@ class _Evidence:
         # time it was seen: whether the race went on to the end of a node's logs is told from
         # these, counters included (blind review 34 D2: a storm seen only in /metrics).
         self.race_spans: dict[str, dict[str, tuple[float, float]]] = {}
+        # Timeouts of holds whose transfer decode lost with its prefill (node, room, time),
+        # told apart once the whole input is read (`settle_lost_transfers`): a restart of that
+        # prefill may be read after them.
+        self._lost_timeouts: list[tuple[str, str, float]] = []
+        # node -> prefill node -> the timeouts of transfers lost to that prefill's restart.
+        self.restart_timeouts: dict[str, Counter[str]] = {}
         self.parquet = parquet
         # A prompt this long, answered, is the incident's when prefill did not compute it: the
         # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
@@ -439,17 +450,45 @@ class _Evidence:
         span = spans.get(node)
         spans[node] = (when, when) if span is None else (min(span[0], when), max(span[1], when))
 
-    def release_counted(self) -> dict[str, int]:
-        """Outcome -> releases decode's counters counted, each DP group once."""
+    def release_counted(self, only: str | None = None) -> dict[str, int]:
+        """Outcome -> releases decode's counters counted (`only` that node's), each DP group
+        once."""
         groups: dict[tuple[str, str, str], float] = {}
         for (node, outcome, dp, _), total in self._release_counts.items():
-            groups[(node, outcome, dp)] = max(groups.get((node, outcome, dp), 0.0), total)
+            if only is None or node == only:
+                groups[(node, outcome, dp)] = max(groups.get((node, outcome, dp), 0.0), total)
         counted: Counter[str] = Counter()
         for (_, outcome, _), total in groups.items():
             counted[outcome] += round(total)
         return dict(sorted((k, v) for k, v in counted.items() if v))
 
-    def deferred_release(self, event: Event) -> None:
+    def _timed_out(self, node: str, when: float) -> None:
+        span = self.timeout_span
+        self.timeout_span = (
+            (when, when) if span is None else (min(span[0], when), max(span[1], when))
+        )
+        self._race_seen("timeout", node, when)
+
+    def settle_lost_transfers(self, ctx: DetectionContext) -> None:
+        """Once the whole input is read: the timeouts of holds whose transfer was lost to a
+        prefill seen starting again are a restart's (`collector.state.lost_transfers`), the
+        rest signs of the race like any timeout. A node's counters counted a restart's
+        timeouts too: where they counted no more than those, they are no sign either."""
+        lost, self._lost_timeouts = self._lost_timeouts, []
+        for node, room, when in lost:
+            prefill = ctx.lost.to_restart(room, ctx.timeline)
+            if prefill is None:
+                self._timed_out(node, when)
+            else:
+                self.restart_timeouts.setdefault(node, Counter())[prefill] += 1
+        counted = self.race_spans.get("counted") or {}
+        for node, prefills in self.restart_timeouts.items():
+            told = self.release_counted(node)
+            if node in counted and set(told) <= {"timeout", "drained"}:
+                if told.get("timeout", 0) <= sum(prefills.values()):
+                    del counted[node]
+
+    def deferred_release(self, event: Event, lost: LostTransfers) -> None:
         when = event.time
         if when is None:
             return
@@ -462,12 +501,13 @@ class _Evidence:
             self._recent_releases[key] = None
             if len(self._recent_releases) > RECENT_RELEASES:
                 del self._recent_releases[next(iter(self._recent_releases))]
-        if str(event.get("outcome")) == "timeout":
-            span = self.timeout_span
-            self.timeout_span = (
-                (when, when) if span is None else (min(span[0], when), max(span[1], when))
-            )
-            self._race_seen("timeout", event.node, when)
+        if str(event.get("outcome")) == "timeout" and room is not None and lost.gone(room):
+            if len(self._lost_timeouts) < MAX_LOST_TIMEOUTS:
+                self._lost_timeouts.append((event.node, str(room), when))
+            else:
+                self._timed_out(event.node, when)
+        elif str(event.get("outcome")) == "timeout":
+            self._timed_out(event.node, when)
         width = self.deferred_bin_seconds
         start = when - when % width
         span = self._deferred_span
@@ -487,6 +527,20 @@ class _Evidence:
                 start = when - when % width
             self._deferred_span = (first, last)
         self.deferred.setdefault(start, Counter())[str(event.get("outcome"))] += 1
+
+
+def _restart_losses(evidence: _Evidence, pipeline: DetectionPipeline) -> dict[str, Any]:
+    """Transfers decode lost with a prefill seen starting again, and the holds of them that
+    timed out, by that prefill: a restart's, no sign of the race (blind review 35 D5)."""
+    transfers = pipeline.context.lost.restarted(pipeline.timeline)
+    timeouts: Counter[str] = Counter()
+    for prefills in evidence.restart_timeouts.values():
+        timeouts.update(prefills)
+    return {
+        "transfers": sum(transfers.values()),
+        "timeouts": sum(timeouts.values()),
+        "prefill_nodes": sorted(set(transfers) | set(timeouts)),
+    }
 
 
 def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> KindFilter:
@@ -682,7 +736,7 @@ def run_forensics(
                 first_time = earliest if first_time is None else min(first_time, earliest)
                 last_time = when if last_time is None else max(last_time, when)
             if event.kind == "deferred_release":
-                evidence.deferred_release(event)
+                evidence.deferred_release(event, pipeline.context.lost)
             elif event.kind == "metric" and event.get("signal") == "deferred_release_total":
                 evidence.release_counter(event)
             for finding in process(event):
@@ -690,6 +744,7 @@ def run_forensics(
         for finding in pipeline.finish():
             note_finding(finding)
         evidence.settle_refusals()
+        evidence.settle_lost_transfers(pipeline.context)
         if stats.line_span is not None:  # lines no detector took still show what is covered
             first, last = stats.line_span
             first_time = first if first_time is None else min(first, first_time)
@@ -735,6 +790,7 @@ def run_forensics(
             kind: {node: [iso_time(a), iso_time(b)] for node, (a, b) in sorted(spans.items())}
             for kind, spans in sorted(evidence.race_spans.items())
         },
+        "restart_losses": _restart_losses(evidence, pipeline),
     }
     errors = pipeline.stats.errors
     if errors:

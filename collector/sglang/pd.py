@@ -55,6 +55,10 @@ def parse_transfer_failed(message: str, side: str, stage: str) -> dict[str, Any]
         err = _KV_ERROR.search(text)
         detail = err.group(2) if err else text
         fields["reason"] = reason_code(detail)
+        if fields["reason"] == "lost_connection":
+            # Which prefill went away: a restart of it ends the race for this transfer
+            # (`collector.state.lost_transfers`).
+            fields["bootstrap_addr"] = parse_lost_connection(detail)["bootstrap_addr"]
         timed = _TIMED_OUT.search(detail)
         if timed:
             fields["timeout_seconds"] = float(timed.group(1))
