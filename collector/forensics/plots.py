@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
 import select
 import signal
@@ -24,6 +25,10 @@ import matplotlib
 import numpy as np
 
 matplotlib.use("Agg")
+# Log-scale tick labels are mathtext, whose font sets look for STIX and DejaVu Display fonts a
+# slim Debian lacks and fall back to DejaVu Sans, which draws them: a "findfont ... not found"
+# per label on stderr read as an error to responders (blind review 36).
+logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
