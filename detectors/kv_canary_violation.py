@@ -333,12 +333,27 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
         return findings
 
     def _attribute(self, pending: _Pending) -> list[Finding]:
-        """The finding naming what a violation hit: nothing when no logged request was in
+        """The finding naming what a violation hit, or saying that no logged request was in
         flight on its node then."""
         count = len(pending.candidates) + pending.more
-        if count == 0:
-            return []
         where = f"KV canary violation on {pending.node} at slot {pending.evidence['slot_idx']}"
+        if count == 0:
+            # Said, not dropped: the overwritten KV went to some request the logs do not show,
+            # so a run naming no exposure is no all-clear (blind review 36: two violations,
+            # no request in flight read, and `none_found`).
+            return [
+                self._finding(
+                    "warning",
+                    time=pending.time,
+                    node=pending.node,
+                    summary=(
+                        f"{where}: no request logged in flight there, so the one it hit "
+                        "cannot be named (read the node's request logs of that time)"
+                    ),
+                    subject=f"{pending.subject}:in-flight",
+                    evidence={**pending.evidence, "in_flight": 0},
+                )
+            ]
         if count == 1:
             hit = pending.candidates[0]
             outcome = (

@@ -178,8 +178,14 @@ def test_canary_violations_are_critical_once_per_slot():
             ]
         )
     )
-    assert [f.evidence["slot_idx"] for f in findings] == [18433, 7]
-    assert all(f.severity == "critical" for f in findings)
+    pages = [f for f in findings if f.severity == "critical"]
+    assert [f.evidence["slot_idx"] for f in pages] == [18433, 7]
+    # Each says, once, that no request was logged in flight to name.
+    unnamed = [f for f in findings if f.severity == "warning"]
+    assert [(f.evidence["slot_idx"], f.evidence["in_flight"]) for f in unnamed] == [
+        (18433, 0),
+        (7, 0),
+    ]
 
 
 VIOLATION = {
@@ -250,11 +256,15 @@ def test_a_canary_violation_that_hit_a_failed_request_names_it_but_exposes_nothi
     assert named.severity == "critical" and named.bootstrap_room == "5" and not named.exposure
 
 
-def test_a_canary_violation_with_nothing_logged_in_flight_only_pages():
-    (page,) = _attribute(
+def test_a_canary_violation_with_nothing_logged_in_flight_says_its_victim_is_unnamed():
+    page, unnamed = _attribute(
         ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *_served(1, T, T + 10)
     )
     assert page.severity == "critical" and page.bootstrap_room is None
+    # The request answered before the violation is not accused; the violation says it could
+    # name no one, rather than vanishing once its attribution window passed.
+    assert unnamed.severity == "warning" and unnamed.bootstrap_room is None
+    assert unnamed.evidence["in_flight"] == 0 and not unnamed.exposure
 
 
 def _decoding_from(room: int, start: float, forward_start: float, end: float) -> list[Event]:
@@ -303,11 +313,12 @@ def test_beyond_max_pending_the_oldest_violation_is_attributed_with_what_it_has(
     )
     findings = list(DetectionPipeline(detectors=[detector]).run(stream))
     # The second violation pages, and settles the first at once, long before its 3000 s: room 1,
-    # which had ended by then, is named.
-    assert [(f.time, f.bootstrap_room) for f in findings] == [
-        (T + 42, None),
-        (T + 2000, None),
-        (T + 45, "1"),
+    # which had ended by then, is named. The second finds no one in flight when the stream ends.
+    assert [(f.time, f.bootstrap_room, f.severity) for f in findings] == [
+        (T + 42, None, "critical"),
+        (T + 2000, None, "critical"),
+        (T + 45, "1", "critical"),
+        (T + 2000, None, "warning"),
     ]
 
 

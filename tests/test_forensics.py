@@ -16,7 +16,7 @@ import jsonschema
 import pyarrow.parquet as pq
 import pytest
 
-from collector.events import parse_iso_time
+from collector.events import iso_time, parse_iso_time
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
 from collector.forensics.report import (
     TABLE_ROWS,
@@ -200,6 +200,46 @@ def test_healthy_long_context_raises_nothing_above_info(healthy: Run) -> None:
     assert healthy.serious() == []
     assert "Possibly hit" not in (healthy.out / "report.md").read_text()
     assert healthy.summary["input"]["unclassified_engine_lines"] == 0
+
+
+def test_a_canary_violation_with_no_request_in_flight_is_no_all_clear(
+    healthy: Run, tmp_path: Path
+) -> None:
+    """Blind review 36: the canary found KV overwritten where no request was logged in flight,
+    and the run said "no exposed responses found" and exited 0. The healthy deployment's logs
+    with one violation a second after decode-0's last line: not judged, exit 2, and why."""
+    assert healthy.summary["verdict"]["outcome"] == "none_found"
+    logs = tmp_path / "logs"
+    shutil.copytree(healthy.sim / "logs", logs)
+    decode = logs / "decode-0.log"
+    last = next(
+        line for line in reversed(decode.read_text().splitlines()) if line.startswith("[20")
+    )
+    stamp = parse_iso_time(last[1:20].replace(" ", "T") + "Z")
+    assert stamp is not None
+    at = iso_time(stamp + 1).replace("T", " ")[:19]
+    with decode.open("a") as log:
+        log.write(
+            f"[{at} TP0] kv_canary violation: launch_tag=SWEEP_K_FULL "
+            "fail_reason=verify_chain_hash slot_idx=901 position=77 stored_token=7 "
+            "expected_token=9 stored_chain_hash=0x0000000000000001 "
+            "expected_aux=0x0000000000000002\n"
+        )
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-m", "collector.cli", "forensics", "--no-parquet", str(logs),
+         str(healthy.sim / "snapshots"), "--out", str(out), "--json", str(out / "s.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    summary = json.loads((out / "s.json").read_text())
+    assert summary["exposure"]["count"] == 0
+    assert run.returncode == 2 and summary["verdict"]["outcome"] == "not_judged"
+    assert summary["verdict"]["said"].startswith("1 KV canary violation on decode-0 (first "), (
+        summary["verdict"]["said"]
+    )
+    assert "NOT JUDGED: 1 KV canary violation on decode-0" in run.stderr
+    # Nothing else on stderr: matplotlib's font fallbacks once printed a line per tick label.
+    assert all(line.startswith("kvwatch forensics: ") for line in run.stderr.splitlines())
 
 
 def test_abort_race_mismatches_and_corruptions_are_critical_and_named(abort_race: Run) -> None:

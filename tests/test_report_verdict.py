@@ -671,3 +671,52 @@ def test_a_floor_is_said_where_the_exposures_are() -> None:
     terminal, markdown = said(_unwatched_storm(("log",)))
     assert "NOT ALL NAMED" not in terminal
     assert not any(line.startswith("Not all named") for line in markdown)
+
+
+def _violations(*in_flight: int, possible: int = 0) -> dict:
+    """A run over a watched deployment whose canary found KV overwritten: one violation per
+    `in_flight` (0: no request logged in flight there) and `possible` answered responses
+    listed under Possibly hit."""
+    summary = _summary(canary="log")
+    summary["nodes"]["decode-0"] = {
+        "role": "decode",
+        "config": summary["nodes"]["prefill-0"]["config"],
+    }
+    summary["findings"] = [
+        {
+            "detector": "kv_canary_violation",
+            "severity": "critical" if count == 1 else "warning",
+            "node": "decode-0",
+            "time": f"2026-11-02T09:1{at}:00.000Z",
+            "evidence": {"slot_idx": at, "in_flight": count},
+        }
+        for at, count in enumerate(in_flight)
+    ]
+    summary["exposure"]["possible"] = {"groups": 1 if possible else 0, "responses": possible}
+    return summary
+
+
+def test_a_canary_violation_whose_victim_is_not_named_is_no_all_clear() -> None:
+    """Blind review 36: two critical violations, no request logged in flight on the node, and
+    `none_found` passed `--fail-on exposure`. The canary proved KV overwritten; some response
+    may have been built from it."""
+    unseen = verdict(_violations(0, 0))
+    assert unseen["outcome"] == "not_judged"
+    assert unseen["said"].startswith(
+        "2 KV canary violations on decode-0 (first 2026-11-02T09:10:00.000Z) found KV "
+        "overwritten with no request logged in flight there:"
+    )
+    several = verdict(_violations(4, possible=3))
+    assert several["outcome"] == "not_judged"
+    assert "3 of them answered and not named" in several["said"]
+    # Each violation named its one victim (answered or not): that is the answer.
+    assert verdict(_violations(1, 1))["outcome"] == "none_found"
+    # Several in flight, none answered or each named already: nothing left to check.
+    assert verdict(_violations(3, possible=0))["outcome"] == "none_found"
+    # Beside named exposures, the list is a floor.
+    floor = _violations(0)
+    floor["exposure"].update(count=2, last="2026-11-02T09:30:00.000Z")
+    said = verdict(floor)
+    assert said["outcome"] == "exposed" and said["unnamed"].startswith("1 KV canary violation ")
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.validate(said, schema["properties"]["verdict"])

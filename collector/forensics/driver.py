@@ -34,6 +34,7 @@ from collector.forensics.report import (
     abort_signals_line,
     answering_not_judged,
     archives_line,
+    canary_unnamed_line,
     caught_line,
     client_lines_line,
     config_gaps,
@@ -913,7 +914,10 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         answer = {"outcome": "exposed", "status": status, "said": said}
         # The list is a floor when the race ran where no canary watched (blind review 35 D2:
         # 11 named, 66 exposed, and nothing a machine reads said so).
-        if unnamed := race_unjudged_line(summary):
+        # So is it when a canary violation's victim could not be named (blind review 36).
+        if unnamed := "; ".join(
+            said for said in (race_unjudged_line(summary), canary_unnamed_line(summary)) if said
+        ):
             answer["unnamed"] = unnamed
         return answer
     if reason := not_judged_reason(summary):
@@ -982,10 +986,12 @@ def _without_superseded(findings: list[Finding]) -> list[Finding]:
     return [
         f
         for f in findings
-        # An exposure names a response, and a list of candidates the ones possibly hit: what
-        # else was said of the moment never stands for them.
+        # An exposure names a response, a list of candidates the ones possibly hit, and a
+        # violation's `in_flight` 0 that none could be named: what else was said of the
+        # moment never stands for them.
         if f.exposure
         or "candidates" in f.evidence
+        or "in_flight" in f.evidence
         or SEVERITY_RANK.get(f.severity, 0) >= worst[_subject(f)]
     ]
 

@@ -315,6 +315,45 @@ def race_unjudged_line(summary: dict[str, Any]) -> str:
     )
 
 
+def canary_unnamed_line(summary: dict[str, Any]) -> str:
+    """KV canary violations whose victim is not named ("" when each named its request or found
+    it unanswered): the canary proved KV overwritten, so naming none is no all-clear.
+
+    Why: blind review 36, two critical violations, no request logged in flight there, and a
+    `none_found` verdict that passed `--fail-on exposure`. One hit among several in flight,
+    some answered and not named otherwise, is no all-clear either."""
+    unseen = [
+        f
+        for f in summary["findings"]
+        if f["detector"] == "kv_canary_violation"
+        and (f.get("evidence") or {}).get("in_flight") == 0
+    ]
+    possible = summary["exposure"].get("possible") or {}
+    answered = possible.get("responses", 0)
+    if not unseen and not answered:
+        return ""
+    said = []
+    if unseen:
+        nodes = _names(sorted({str(f["node"]) for f in unseen}))
+        count = len(unseen)
+        said.append(
+            f"{count:,} KV canary {'violation' if count == 1 else 'violations'} on {nodes} "
+            f"(first {min(str(f['time']) for f in unseen)}) found KV overwritten with no "
+            "request logged in flight there"
+        )
+    if answered:
+        groups = possible.get("groups", 0)
+        said.append(
+            f"{groups:,} KV canary {'violation' if groups == 1 else 'violations'} hit one of "
+            f"several requests in flight, {answered:,} of them answered and not named "
+            "(listed under Possibly hit)"
+        )
+    return (
+        f"{' and '.join(said)}: responses built from overwritten KV can be neither named nor "
+        "ruled out (read the decode nodes' request logs of that time)"
+    )
+
+
 def _storm_span(finding: dict[str, Any]) -> tuple[float, float]:
     """A storm finding's first and last window as times (its own time when it dates none)."""
     storm = (finding.get("evidence") or {}).get("storm") or {}
@@ -1248,6 +1287,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             unread_files_line,
             unattributed_exports_line,
             race_unjudged_line,
+            canary_unnamed_line,
         ),
     )
 
