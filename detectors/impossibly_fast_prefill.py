@@ -14,10 +14,16 @@ was computed, and the later timings, which carry the queue, answer to the physic
 redone optimistic prefill (`attempts` > 0) is not timed by its forward time, the last
 attempt's alone. Two floors:
 
-* physical: about `2 x active parameters` FLOPs per uncached token at the GPUs' peak
-  (`model_active_params`, `gpu_peak_flops`, GPUs = `gpus_per_node` or the prefill node's
-  `tp_size`). Attention's quadratic cost is left out, which keeps the floor conservative. The
-  default model size (1B active parameters) is deliberately low; configure yours.
+* physical: the FLOPs of reading the prompt at the GPUs' peak (`gpu_peak_flops`, GPUs =
+  `gpus_per_node` or the prefill node's `tp_size`): `2 x active parameters` per uncached token
+  (`model_active_params`), plus attention's `4 x layers x width` per pair of an uncached token
+  and a token before it (QK^T and AV, causal; `attention_layers` attending the whole context,
+  `attention_width` = query heads x head dim). The pairs grow with the square of the prompt,
+  so for 700k tokens and more they are most of the floor: without them, a stub answering a
+  900k-token prompt in 0.3 s passed a floor of 0.23 s (blind review 36). The defaults (1B
+  active parameters, 4 full-attention layers of width 2048) are deliberately below any model
+  served at long context; configure yours (sliding-window, chunked and linear-attention layers
+  do not attend the whole context: leave them out of `attention_layers`).
 * learned: a low quantile regression line of each node's own timings on uncached tokens
   (the optimum of the linear program scikit-learn's `QuantileRegressor` solves, found by an
   exact direct method: `detectors.quantile_line`), divided by `safety_factor`. It learns only
@@ -85,6 +91,10 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     # Physical floor. Active parameters per token (MoE: active, not total). Default is low on
     # purpose so an unconfigured deployment gets a floor no real prefill can beat.
     model_active_params: float = Field(default=1.0e9, gt=0)
+    # Layers whose attention spans the whole context, and their query heads x head dim: the
+    # quadratic part of the floor. 0 layers leaves it out (a model with no such layer).
+    attention_layers: int = Field(default=4, ge=0)
+    attention_width: int = Field(default=2048, gt=0)
     # Peak dense FLOP/s of one GPU (H100 SXM BF16: 989 TFLOP/s).
     gpu_peak_flops: float = Field(default=9.89e14, gt=0)
     # GPUs that prefill one request; None uses the prefill node's tp_size, else default_gpus.
@@ -401,10 +411,16 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
 
     # -- floors and scores ---------------------------------------------------------------------
 
-    def physical_floor(self, uncached_tokens: int, gpus: int) -> float:
+    def physical_floor(self, uncached_tokens: int, gpus: int, cached_tokens: int = 0) -> float:
+        """Seconds the FLOPs of prefilling `uncached_tokens` after a cached prefix of
+        `cached_tokens` take at peak: the weights' per token, and attention's per pair of an
+        uncached token and one before it (`(u + 1) / 2` of the uncached ones on average)."""
         cfg = self.config
-        flops = 2.0 * cfg.model_active_params * uncached_tokens
-        return flops / (cfg.gpu_peak_flops * gpus * cfg.max_mfu)
+        u = float(uncached_tokens)
+        weights = 2.0 * cfg.model_active_params * u
+        pairs = u * (max(cached_tokens, 0) + (u + 1.0) / 2.0)
+        attention = 4.0 * cfg.attention_layers * cfg.attention_width * pairs
+        return (weights + attention) / (cfg.gpu_peak_flops * gpus * cfg.max_mfu)
 
     def learned_floor(self, timing: Timing) -> float | None:
         model = self.judging_model(f"{timing.node}|{timing.source}", timing.context_band)
@@ -416,7 +432,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
 
     def _score(self, timing: Timing) -> tuple[float, float, float | None]:
         seconds = max(timing.seconds, _MIN_SECONDS)
-        physical = self.physical_floor(timing.uncached_tokens, timing.gpus)
+        physical = self.physical_floor(timing.uncached_tokens, timing.gpus, timing.cached_tokens)
         learned = None
         if timing.uncached_tokens >= self.config.learned_min_uncached_tokens:
             learned = self.learned_floor(timing)
@@ -475,7 +491,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         cfg = self.config
         # As `_score` per timing, with what the timings share (tokens, GPUs, the learned
         # models' keys) worked out once.
-        physical = self.physical_floor(uncached, timings[0].gpus)
+        physical = self.physical_floor(uncached, timings[0].gpus, timings[0].cached_tokens)
         judge_learned = uncached >= cfg.learned_min_uncached_tokens
         regimes: dict[str, str] = {}
         for timing in timings:

@@ -723,11 +723,37 @@ def test_stub_prefill_is_below_the_physical_floor_and_critical():
     )
     assert finding.severity == "critical" and finding.exposure
     assert finding.bootstrap_room == "1001"
-    # 700,000 tokens * 6.4e10 FLOPs / (8 * 9.89e14 FLOP/s) = 5.662 s.
-    assert abs(finding.evidence["physical_floor_seconds"] - 5.662) < 0.001
+    # 700,000 tokens * 6.4e10 FLOPs of weights, plus attention's default 4 layers x 4 x 2048
+    # FLOPs per pair over 700,000 x 700,001 / 2 pairs, on 8 x 9.89e14 FLOP/s: 5.662 s + 1.015 s.
+    assert abs(finding.evidence["physical_floor_seconds"] - 6.677) < 0.001
     assert finding.evidence["uncached_tokens"] == 700_000
     assert finding.evidence["score"] >= 1.0 and finding.evidence["threshold"] == 1.0
     assert finding.evidence["source"] in ("first_token_latency", "e2e_latency")
+
+
+def test_attention_s_pairs_put_a_long_stub_under_the_unconfigured_floor():
+    """Blind review 36: with the defaults (1B active parameters), a 900k-token prompt answered
+    in 0.3 s passed the weights' floor of 0.23 s; attention over its 4e11 pairs of tokens
+    costs seven times that on any model served at that context."""
+    (finding,) = run(
+        ImpossiblyFastPrefill(),
+        LEAKY,
+        prefill_refused(1002, T + 500, 900_000),
+        decode_answer(1002, T + 500, 900_000, ttft=0.3),
+    )
+    assert finding.severity == "critical" and finding.exposure
+    # (2e9 x 900,000 + 4 x 4 x 2048 x 900,000 x 900,001 / 2) / (8 x 9.89e14) = 1.905 s.
+    assert finding.evidence["physical_floor_seconds"] == pytest.approx(1.905, abs=0.001)
+    # Without the pairs (no full-attention layer configured) the stub passes, as before.
+    assert (
+        run(
+            ImpossiblyFastPrefill(attention_layers=0, learn=False),
+            LEAKY,
+            prefill_refused(1002, T + 500, 900_000),
+            decode_answer(1002, T + 500, 900_000, ttft=0.3),
+        )
+        == []
+    )
 
 
 def test_heavily_cached_long_prompts_and_honest_long_prompts_are_not_anomalies():
@@ -1008,7 +1034,8 @@ def test_a_backlog_in_a_fresh_node_s_first_fits_does_not_make_its_honest_answers
     # A leaked answer: 600k tokens in 0.1 s, where the node's honest pace takes 18 s.
     leak = decode_answer(9, started + 2_500, 600_000, ttft=0.1)
     findings = run(
-        ImpossiblyFastPrefill(),
+        # Attention's part of the physical floor left out: the learned floor is under test.
+        ImpossiblyFastPrefill(attention_layers=0),
         boot("decode-0", "decode", T, 2_040_000),
         *first,
         *backlog,

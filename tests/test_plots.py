@@ -266,14 +266,20 @@ def test_the_driver_ends_the_pool_lines_at_the_last_event_read(monkeypatch, tmp_
     # The physical floor says what it assumes: unlabelled, the default 1B-parameter model read
     # as the physics of the logs' own (a 912,384-token answer drawn "plausible", review).
     floor = next(
-        line.get_label()
+        line
         for line in _axes_of(plots.timing_plot, data, monkeypatch).get_lines()
         if line.get_label().startswith("physical floor")
     )
-    assert floor == (
-        "physical floor, 1B active parameters on 8 GPUs of 989 TFLOP/s (model_active_params, "
+    assert floor.get_label() == (
+        "physical floor, 1B active parameters, 4 full-attention layers of width 2048 on 8 GPUs "
+        "of 989 TFLOP/s (model_active_params, attention_layers, attention_width, "
         "gpu_peak_flops) (per uncached token)"
     )
+    # Per token: 2e9 FLOPs of weights, and 4 x 4 x 2048 per pair with the (u + 1) / 2 tokens
+    # before it, on 8 x 9.89e14 FLOP/s: it rises with the prompt's length.
+    x, y = (np.asarray(v, dtype=float) for v in floor.get_data())
+    assert y == pytest.approx((2e9 + 4 * 4 * 2048 * (x + 1) / 2) / (8 * 9.89e14))
+    assert x.max() >= 900_000 and y[-1] > 5 * y[0]
 
 
 def _fitted_detector() -> ImpossiblyFastPrefill:

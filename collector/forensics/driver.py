@@ -1376,19 +1376,24 @@ def _plot_data(
     pipeline: DetectionPipeline, evidence: _Evidence, summary: dict[str, Any]
 ) -> PlotData:
     floor = None
+    per_pair = 0.0
     floor_assumes = ""
     learned: list[LearnedFloor] = []
     for det in pipeline.detectors:
-        physical = getattr(det, "physical_floor", None)
-        if callable(physical):
-            tokens = 1_000_000
-            floor = float(physical(tokens, _PLOTTED_GPUS)) / tokens
         if isinstance(det, ImpossiblyFastPrefill):
+            # One token makes one pair (itself), two make three: the weights' part per token
+            # and attention's per pair, from the floor itself.
+            one, two = det.physical_floor(1, _PLOTTED_GPUS), det.physical_floor(2, _PLOTTED_GPUS)
+            per_pair = two - 2 * one
+            floor = one - per_pair
             learned = _learned_floors(det)
             cfg = det.config
             floor_assumes = (
-                f"{cfg.model_active_params / 1e9:g}B active parameters on {_PLOTTED_GPUS} GPUs "
-                f"of {cfg.gpu_peak_flops / 1e12:g} TFLOP/s (model_active_params, gpu_peak_flops)"
+                f"{cfg.model_active_params / 1e9:g}B active parameters, "
+                f"{cfg.attention_layers} full-attention layers of width "
+                f"{cfg.attention_width} on {_PLOTTED_GPUS} GPUs of "
+                f"{cfg.gpu_peak_flops / 1e12:g} TFLOP/s (model_active_params, "
+                "attention_layers, attention_width, gpu_peak_flops)"
             )
     pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
     # A configuration in force from the start (`parse._from_start`) is drawn from the first line.
@@ -1402,6 +1407,7 @@ def _plot_data(
     return PlotData(
         timing=evidence.timing,
         floor_seconds_per_token=floor,
+        floor_seconds_per_pair=per_pair,
         floor_assumes=floor_assumes,
         findings=[(f.time, f.severity, f.detector) for f in evidence.findings if f.time],
         learned_floors=learned,

@@ -60,8 +60,12 @@ class PlotData:
     """Everything the plots need, already reduced to bounded size by the forensics driver."""
 
     timing: list[TimingPoint] = field(default_factory=list)
-    # Seconds per uncached token below which a prefill is physically impossible (None: unknown).
+    # Seconds per uncached token below which a prefill is physically impossible (None: unknown):
+    # the weights' part, the same for every token.
     floor_seconds_per_token: float | None = None
+    # Attention's part, seconds per pair of a token and one before it: a prompt of `u` tokens
+    # with nothing cached adds `(u + 1) / 2` of them per token, so the floor rises with length.
+    floor_seconds_per_pair: float = 0.0
     # What the physical floor assumes, in its legend: a default model of 1B active parameters
     # drawn unlabelled read as the physics of the logs' own model (review).
     floor_assumes: str = ""

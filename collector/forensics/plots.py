@@ -90,9 +90,13 @@ def timing_plot(data: PlotData) -> bytes:
             color=_SEVERITY_COLOURS["critical"],
             label=f"exposed ({len(exposed):,})",
         )
+    prompts = [p.prompt_tokens for p in honest] + [p.prompt_tokens for p in exposed]
     if data.floor_seconds_per_token:
-        ax.axhline(
-            data.floor_seconds_per_token,
+        # Drawn for prompts with nothing cached: attention's pairs raise it with the length.
+        lengths = np.geomspace(max(min(prompts), 1), max(max(prompts), 2), 64)
+        ax.plot(
+            lengths,
+            data.floor_seconds_per_token + data.floor_seconds_per_pair * (lengths + 1.0) / 2.0,
             color="#111",
             linestyle="--",
             linewidth=1.2,
@@ -102,7 +106,6 @@ def timing_plot(data: PlotData) -> bytes:
                 else "physical floor (per uncached token)"
             ),
         )
-    prompts = [p.prompt_tokens for p in honest] + [p.prompt_tokens for p in exposed]
     _learned_floor_lines(ax, data.learned_floors, min(prompts), max(prompts))
     ax.set_xscale("log")
     ax.set_yscale("log")
