@@ -62,13 +62,27 @@ def _timed_out(at: str, room: int) -> str:
     )
 
 
-def _run(restart_at: str | None) -> list[str]:
+def _run(
+    restart_at: str | None, *, replaced_at: str | None = None, lost_told: str | None = None
+) -> list[str]:
     """Three quiet hours (a failure every ten minutes), then 40 transfers lost with prefill-0
     at 03:20:10 and their holds timing out 30 s later; prefill-0 starting again at
-    `restart_at` (None: never). The severities of the storms found."""
+    `restart_at` (None: never), or a new pod, prefill-9 at another address, starting at
+    `replaced_at`; prefill-0 logging again at `lost_told`. The severities of the storms
+    found."""
     prefill = server_args(DAY, "prefill") + prefill_start(DAY, PREFILL_HOST, 2_200_000)
     if restart_at is not None:
         prefill += server_args(DAY, "prefill").replace("00:00:00", restart_at)
+    if lost_told is not None:
+        prefill += (
+            f"[{DAY} {lost_told}] Prefill batch, #new-seq: 1, #new-token: 158, #cached-token: 0, "
+            "token usage: 0.08, #running-req: 0, #queue-req: 0, #bootstrap-req: 0, "
+            "#inflight-req: 0, cuda graph: False, input throughput (token/s): 559.53\n"
+        )
+    replacement = ""
+    if replaced_at is not None:
+        replacement = server_args(DAY, "prefill") + prefill_start(DAY, "10.1.0.99", 2_200_000)
+        replacement = replacement.replace(f"{DAY} 00:00", f"{DAY} {replaced_at[:5]}")
     decode = server_args(DAY, "decode")
     for minute in range(10, 200, 10):
         at = f"{minute // 60:02d}:{minute % 60:02d}:00"
@@ -79,7 +93,11 @@ def _run(restart_at: str | None) -> list[str]:
     for room in range(40):
         decode += _timed_out("03:20:40", 5000 + room)
     decode += f"[{DAY} 04:30:00 TP0] Decode batch. #running-req: 1, #token: 10, token usage: 0.00\n"
-    events = _events("prefill-0", prefill) + _events("decode-0", decode)
+    events = (
+        _events("prefill-0", prefill)
+        + _events("prefill-9", replacement)
+        + _events("decode-0", decode)
+    )
     events.sort(key=lambda event: event.time or 0.0)
     pipeline = DetectionPipeline(detectors=[TransferFailureStorm(), DeferredReleaseTimeouts()])
     return sorted(f"{f.detector}:{f.severity}" for f in pipeline.run(events))
@@ -104,6 +122,20 @@ def test_a_prefill_never_seen_starting_again_leaves_both_storms() -> None:
 
 def test_a_start_long_after_the_loss_is_not_its_restart() -> None:
     assert _run(restart_at="03:40:00") == [
+        "deferred_release_timeouts:warning",
+        "transfer_failure_storm:warning",
+    ]
+
+
+def test_a_pod_replaced_under_another_name_and_address_is_a_restart_too() -> None:
+    # Kubernetes: prefill-0 goes away and prefill-9 starts in its place at 03:21.
+    assert _run(restart_at=None, replaced_at="03:21:00") == []
+
+
+def test_a_lost_prefill_that_went_on_logging_is_not_replaced() -> None:
+    # prefill-0 told of at 03:30, after the loss: hung, not gone; it may still write, though
+    # another prefill node started beside it.
+    assert _run(restart_at=None, replaced_at="03:21:00", lost_told="03:30:00") == [
         "deferred_release_timeouts:warning",
         "transfer_failure_storm:warning",
     ]
