@@ -773,3 +773,17 @@ def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
         tl = _restarted(started)
         assert tl.config_at("p0", T + 3_001).pool_tokens == 681_280
         assert tl.config_at("p0", T + 3_600).pool_tokens == 2_040_000
+
+
+def test_a_restart_that_turns_the_canary_off_says_so():
+    """Blind review 37: `kv_canary='none'` was read as unstated and the `log` of the start
+    before carried forward, so a storm after the restart read as watched, and as all clear."""
+    tl = _timeline_of(
+        [
+            "[2026-09-30 00:00:00] server_args=ServerArgs(model_path='zai-org/GLM-5.3', "
+            "disaggregation_mode='decode', kv_canary='log')",
+            "[2026-09-30 03:12:00] server_args={'model_path': 'zai-org/GLM-5.3', "
+            "'disaggregation_mode': 'decode', 'kv_canary': 'none'}",
+        ]
+    )
+    assert [c.kv_canary for c in tl.history("prefill-0")] == ["log", "none"]

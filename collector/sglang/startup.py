@@ -84,8 +84,9 @@ def parse_server_args(message: str) -> dict[str, Any]:
         fields["model"] = served
     if fields["disaggregation_mode"] in ("null", ""):
         fields["disaggregation_mode"] = None
-    if isinstance(fields["kv_canary"], str) and fields["kv_canary"] == "none":
-        fields["kv_canary"] = None
+    # `--kv-canary none` is kept as stated: a restart that turns the canary off must say so,
+    # not leave the last start's `log` carried forward (blind review 37: a storm after such a
+    # restart, watched by no canary, read as an all-clear).
     fields["args_format"] = "dict" if body.startswith("{") else "dataclass"
     return fields
 
