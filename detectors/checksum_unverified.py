@@ -137,22 +137,23 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
             else:
                 self.check_at_ = now + self.config.one_sided_grace_seconds
         config = change.config
+        if not (self.config.note_disabled and config.is_pd and config.kv_checksum is False):
+            return []
+        # Turned off by a restart after running with it on: corruptions it caught as aborts are
+        # answered from then on (review: in the abort race this was the moment caught
+        # corruptions became exposures, and it was an info finding the reports left out).
+        was_on = any(
+            earlier.kv_checksum is True
+            for earlier in ctx.timeline.history(config.node)
+            if earlier.generation < config.generation
+        )
+        # A restart forgets the release until a snapshot tells it; one that ran the checksum
+        # and states it off has it (blind review 37 D5: no snapshot after such a restart, and
+        # no finding at all).
         if (
-            self.config.note_disabled
-            and config.is_pd
-            and config.kv_checksum is False
-            and config.version is not None
+            config.version is not None
             and not is_below(config.version, self.config.checksum_since_version)
-        ):
-            # Turned off by a restart after running with it on: corruptions it caught as
-            # aborts are answered from then on (review: in the abort race this was the moment
-            # caught corruptions became exposures, and it was an info finding the reports left
-            # out).
-            was_on = any(
-                earlier.kv_checksum is True
-                for earlier in ctx.timeline.history(config.node)
-                if earlier.generation < config.generation
-            )
+        ) or was_on:
             said = (
                 "restarted with the KV checksum off after running with it on: corrupt "
                 "transfers it caught as aborts are answered from then on; set "
@@ -167,8 +168,17 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
                     # Off since the engine started, though a snapshot may tell it late.
                     time=ctx.since(config.since),
                     node=config.node,
-                    summary=f"{config.node} ({config.role}, SGLang {config.version}) {said}",
-                    subject=f"off:{config.node}:{config.version}",
+                    summary=(
+                        f"{config.node} ({config.role}"
+                        f"{f', SGLang {config.version}' if config.version else ''}) {said}"
+                    ),
+                    # Per start when it was turned off: a snapshot telling that start's
+                    # release later is no second finding.
+                    subject=(
+                        f"off:{config.node}:start{config.generation}"
+                        if was_on
+                        else f"off:{config.node}:{config.version}"
+                    ),
                     evidence={"version": config.version, "generation": config.generation},
                 )
             ]

@@ -634,3 +634,19 @@ def test_a_pool_gap_after_a_restart_is_dated_no_earlier_than_the_restart():
     assert critical[681_280].time == T + 100
     assert critical[900_000].time == T + 2_400
     assert "decode answered them" in critical[900_000].summary
+
+
+def test_a_restart_that_turns_the_checksum_off_is_a_warning_before_its_release_is_told():
+    """Blind review 37 D5: the restart's `server_args` stated the checksum off, no snapshot
+    after told its release, and nothing was found. A node that ran the checksum has it; the
+    snapshot telling that start's release later makes no second finding."""
+    restart = [
+        args("decode-0", T, "decode", kv_checksum=True),
+        info("decode-0", T + 1, "0.5.22"),
+        args("decode-0", T + 3_600, "decode", kv_checksum=False),
+    ]
+    for told_later in ([], [info("decode-0", T + 7_200, "0.5.22")]):
+        findings = run(ChecksumUnverified(), restart + told_later)
+        noted = [f for f in findings if f.node is not None]
+        assert [(f.severity, f.node, f.time) for f in noted] == [("warning", "decode-0", T + 3_600)]
+        assert noted[0].summary.startswith("decode-0 (decode) restarted with the KV checksum off")
