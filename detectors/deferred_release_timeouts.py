@@ -35,10 +35,12 @@ scoring at or above `threshold` raises a warning, critical when KV checksum mism
 metadata corruption or KV canary violations occur in the same or the previous window. Windows
 that fire do not enter the baseline. A storm lasting several windows is one finding
 (re-raised only if it turns critical), and it outlasts up to `episode_gap_windows` quiet windows
-in a row: a storm at the edge of the volume floor dips under it now and then. Any of those
-signs at any time during the storm makes it critical. Log lines are counted per room (every
-TP rank may log the same release); counters are taken per node as the largest increase across
-TP ranks.
+in a row: a storm at the edge of the volume floor dips under it now and then. A window under the
+bar that still holds timeouts the normal before the storm would not make (`tail_chance`) is not
+quiet at all but the storm's tail: it keeps the storm open and stays out of the baseline.
+Any of those signs at any time during the storm makes it critical. Log lines are counted per
+room (every TP rank may log the same release); counters are taken per node as the largest
+increase across TP ranks.
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     steady_prior: float = Field(default=0.1, gt=0)
     # Mismatches in this many previous windows (plus the current one) make it critical.
     mismatch_lookback_windows: int = Field(default=1, ge=0)
+    # A window under the bar inside a storm is its tail, not a quiet one, while it holds at
+    # least `tail_min_timeouts`, twice the baseline, and a count the normal before the storm
+    # makes at most `tail_chance` likely (it pages nothing: it keeps the storm one).
+    tail_min_timeouts: int = Field(default=2, ge=1)
+    tail_chance: float = Field(default=1e-2, gt=0, lt=1)
 
 
 class _Window:
@@ -377,6 +384,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # corrupt KV during a storm counted only between two far-apart /metrics samples.
         self.mismatch_history_: deque[tuple[float, int]] = deque(maxlen=cfg.baseline_windows)
         self.episode_ = Episode()
+        # The baseline's timeout rate as the storm in progress began: its tail is judged
+        # against the normal before it, not one its own quieter windows lifted.
+        self.storm_rate_ = 0.0
         # The corrupt transfers counted lately, by node, kind and room (`_fold`).
         self.corrupt_seen_: dict[str, None] = {}
         # episode start -> what the storm counted (`revise`); not persisted: a report's alone.
@@ -406,6 +416,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "recent_mismatches": list(self.recent_mismatches_),
             "mismatch_history": [list(pair) for pair in self.mismatch_history_],
             "episode": self.episode_.to_state(),
+            "storm_rate": self.storm_rate_,
             "recent_timeouts": list(self.recent_timeouts_),
             "recent_rates": list(self.recent_rates_),
             "steady_timeouts": list(self.steady_timeouts_),
@@ -434,6 +445,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             maxlen=cfg.baseline_windows,
         )
         self.episode_ = Episode.from_state(state.get("episode"))
+        self.storm_rate_ = float(state.get("storm_rate", 0.0))
         size = cfg.sustained_windows
         self.recent_timeouts_ = deque(map(float, state.get("recent_timeouts", [])), maxlen=size)
         self.recent_rates_ = deque(map(float, state.get("recent_rates", [])), maxlen=size)
@@ -641,13 +653,17 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         cfg = self.config
         episode.severity = "critical"
         since = episode.start if episode.start is not None else start
+        when = (
+            f"within {episode.quiet * cfg.window_seconds / 60:g} min of its last window"
+            if episode.quiet
+            else "as it went on"
+        )
         summary = (
             f"Deferred KV releases timed out in a storm from {iso_time(since)}, and "
             f"{mismatches} sign{'s' if mismatches != 1 else ''} of corrupt KV (checksum or "
             "metadata mismatches, KV canary "
-            f"violations) came within {episode.quiet * cfg.window_seconds / 60:g} min of its last "
-            "window: late RDMA writes can corrupt re-let pages; raise the release timeout and "
-            "find the aborts"
+            f"violations) came {when}: late RDMA writes can corrupt re-let pages; raise the "
+            "release timeout and find the aborts"
         )
         return self._finding(
             "critical",
@@ -789,6 +805,25 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.mismatch_history_.append((start, window.mismatches))
 
         episode = self.episode_
+        if (
+            score < cfg.threshold
+            and episode.start is not None
+            and timeouts >= max(cfg.tail_min_timeouts, 2 * base_timeouts)
+            and unlikely(timeouts, self.storm_rate_, cfg.tail_chance)
+        ):
+            # The storm's tail: 85% of releases timing out throughout, three a window under
+            # the volume floor for 25 minutes, ended the storm, entered the baseline, and the
+            # rest of it was raised as a second storm against that (blind review 37 D3: one
+            # storm of 105 timeouts said as 26 in 20 min, then another).
+            episode.quiet = 0
+            episode.mismatches += window.mismatches
+            tally = self.storms_.get(str(episode.start))
+            if tally is not None:
+                tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
+                tally.mismatches = episode.mismatches
+            if episode.severity == "warning" and window.mismatches:
+                return self._corrupt_after(episode, window.mismatches, start)
+            return None
         if score < cfg.threshold:
             self._quiet(timeouts, base_timeouts, self.baseline_timeouts_)
             self.baseline_timeouts_.add(timeouts)
@@ -821,6 +856,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             self.recent_rates_.clear()
             self.steady_timeouts_[-1] = 0.0
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
+        if new:
+            self.storm_rate_ = timeouts_rate
         mismatches = episode.mismatches
         tally = self._tally(str(episode.start), span_start if new else None)
         if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
