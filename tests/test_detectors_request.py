@@ -756,6 +756,62 @@ def test_attention_s_pairs_put_a_long_stub_under_the_unconfigured_floor():
     )
 
 
+def _decode_only(room: int, t: float, prompt: int, *, e2e: float, **durations: float) -> list:
+    """A 0.5.22 decode's answer as its logs alone tell it: a finish stating only `e2e_latency`
+    (no `first_token_latency`), and its time stats when `durations` are given."""
+    rid = f"d{room}"
+    answer = [
+        ev("request_received", "decode-0", t, rid=rid, bootstrap_room=str(room)),
+        ev("request_finished", "decode-0", t + e2e, rid=rid, bootstrap_room=str(room),
+           prompt_tokens=prompt, cached_tokens=0, completion_tokens=150, finish_type="stop",
+           status_code=None, e2e_latency=e2e, first_token_latency=None),
+    ]  # fmt: skip
+    if durations:
+        answer.append(
+            ev("request_time_stats", "decode-0", t + e2e, rid=rid, bootstrap_room=str(room),
+               role="decode", input_len=prompt, cached_input_len=0, output_len=150,
+               **durations)
+        )  # fmt: skip
+    return answer
+
+
+def test_decode_s_wait_for_the_kv_times_a_leak_its_logs_alone_tell():
+    """Blind review 37 D2: decode's logs alone, finishes with no first-token latency, and an
+    end-to-end time carrying seconds of decoding: a 784,536-token prompt's KV came in 110 ms,
+    its answer in 2.67 s, over the unconfigured floor of 1.47 s; 3 of 61 leaks were named.
+    Decode's stages before its first forward pass bound the prefill as a first token does."""
+    stages = {"bootstrap_duration": 0.004, "alloc_wait_duration": 0.001, "queue_duration": 0.001}
+    leak = _decode_only(7, T + 100, 784_536, e2e=2.67, transfer_duration=0.11,
+                        forward_duration=2.5, **stages)  # fmt: skip
+    (finding,) = run(ImpossiblyFastPrefill(), leak)
+    assert finding.severity == "critical" and finding.exposure
+    assert finding.evidence["source"] == "decode_wait"
+    assert finding.evidence["seconds"] == pytest.approx(0.116)
+    # Without decode's time stats nothing tells it: the end-to-end time passes.
+    assert run(ImpossiblyFastPrefill(), leak[:2]) == []
+    # An honest prompt's KV, 48.8 s in coming, passes; so does one an older build timed as
+    # `prealloc_queue_duration(...) = alloc_wait(...) + bootstrap(...)`.
+    honest = _decode_only(8, T + 100, 522_463, e2e=52.1, transfer_duration=48.8,
+                          forward_duration=3.26, **stages)  # fmt: skip
+    older = _decode_only(9, T + 100, 784_536, e2e=60.0, prealloc_queue_duration=55.0,
+                         alloc_wait_duration=0.5, bootstrap_duration=0.5,
+                         transfer_duration=1.0, forward_duration=3.0)  # fmt: skip
+    assert run(ImpossiblyFastPrefill(), honest, older) == []
+
+
+def test_decode_wait_counts_each_stage_once():
+    from detectors.impossibly_fast_prefill import decode_wait
+
+    assert decode_wait({"forward_duration": 3.0}) is None  # no transfer stated: no bound
+    newer = {"bootstrap_duration": 0.5, "alloc_wait_duration": 0.25, "transfer_duration": 2.0,
+             "queue_duration": 0.125, "forward_duration": 9.0}  # fmt: skip
+    assert decode_wait(newer) == 2.875
+    older = {"prealloc_queue_duration": 1.0, "alloc_wait_duration": 0.5,
+             "bootstrap_duration": 0.25, "other_duration": 0.25,
+             "transfer_duration": 2.0}  # fmt: skip
+    assert decode_wait(older) == 3.0
+
+
 def test_heavily_cached_long_prompts_and_honest_long_prompts_are_not_anomalies():
     findings = run(
         ImpossiblyFastPrefill(**GLM),

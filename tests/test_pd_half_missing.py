@@ -53,8 +53,15 @@ def _forensics(case: Path, out: Path) -> subprocess.CompletedProcess[str]:
 def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     case = _half(tmp_path, "decode")
     summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
-    assert summary["exposure"]["count"] == 0  # nothing in decode's log alone shows the leak
+    # Decode's time stats tell the leak: 912,384 tokens of KV "transferred" in 0.88 ms.
+    assert [r["bootstrap_room"] for r in summary["exposure"]["requests"]] == [EXPOSED_ROOM]
+    assert summary["exposure"]["requests"][0]["evidence"] == ["impossibly_fast_prefill"]
     _valid(summary)
+    # The status speaks of the leak, whose mending no pool read can tell, not of the abort
+    # race, which nothing in these logs shows (blind review 37 D6).
+    assert summary["verdict"]["status"] == "possibly_not_over"
+    assert "no prefill pool was read" in summary["verdict"]["said"]
+    assert "aborted transfers" not in summary["verdict"]["said"]
     assert summary["requests"]["pd_role_missing"] == {
         "role": "prefill",
         "present": ["decode-0"],
@@ -66,11 +73,20 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
         "untimed_long_rids": [],
     }
     done = _forensics(case, tmp_path / "cli")
+    assert done.returncode == 0 and "EXPOSED: 1 response" in done.stdout
+    said = "HALF MISSING: no prefill node's logs were found in the input, only decode's (decode-0)"
+    assert said in done.stdout
+    assert "judged by their timing alone." in done.stdout
+    # Without decode's time stats, nothing in its log shows the leak: not judged.
+    untimed = tmp_path / "untimed"
+    untimed.mkdir()
+    lines = (case / "decode-0.log").read_text().splitlines(keepends=True)
+    (untimed / "decode-0.log").write_text("".join(li for li in lines if "ReqTimeStats" not in li))
+    done = _forensics(untimed, tmp_path / "cli-untimed")
     assert done.returncode == 2
     assert "no exposed responses found" not in done.stdout
     said = "NOT JUDGED: no prefill node's logs were found in the input, only decode's (decode-0)"
     assert said in done.stdout and said in done.stderr
-    assert "judged by their timing alone." in done.stdout
 
 
 def test_decode_answers_with_no_timing_are_said_not_judged_at_all(tmp_path: Path) -> None:
@@ -80,9 +96,19 @@ def test_decode_answers_with_no_timing_are_said_not_judged_at_all(tmp_path: Path
     case = tmp_path / "decode"
     case.mkdir()
     lines = (REFERENCE / "decode-0.log").read_text().splitlines(keepends=True)
-    (case / "decode-0.log").write_text("".join(line for line in lines if "Finish:" not in line))
+    stats_alone = [line for line in lines if "Finish:" not in line]
+    (case / "decode-0.log").write_text("".join(stats_alone))
+    # Decode's wait for the KV, in its time stats, times the answer as a first token would.
+    summary = run_forensics([str(case)], tmp_path / "timed", write_parquet=False).summary
+    assert [r["bootstrap_room"] for r in summary["exposure"]["requests"]] == [EXPOSED_ROOM]
+    assert summary["requests"]["pd_role_missing"]["untimed_long"] == 0
+    # Time stats that state no stage before the forward pass time nothing.
+    (case / "decode-0.log").write_text(
+        "".join(re.sub(r"bootstrap_duration=.*?(?=forward_duration)", "", li) for li in stats_alone)
+    )
     summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
     _valid(summary)
+    assert summary["exposure"]["count"] == 0
     missing = summary["requests"]["pd_role_missing"]
     # The 912,384-token answer; the 4,096-token one is no long prompt.
     assert (missing["untimed_long"], missing["untimed_long_rids"]) == (

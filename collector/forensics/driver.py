@@ -98,6 +98,7 @@ from detectors.impossibly_fast_prefill import (
     QUEUED_SOURCES,
     ImpossiblyFastPrefill,
     ImpossiblyFastPrefillConfig,
+    decode_wait,
 )
 from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
 from detectors.pipeline import DetectionPipeline, PipelineConfig
@@ -1207,6 +1208,7 @@ def _untimed_long(serving: SideRecord, long_prompt_tokens: int) -> bool:
         and serving.first_token_latency is None
         and serving.e2e_latency is None
         and serving.trace_ttft is None
+        and decode_wait(serving.durations) is None
     )
 
 

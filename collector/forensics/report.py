@@ -1734,6 +1734,29 @@ def _race_not_over(before: str, leak: str, still: list[str]) -> str:
     )
 
 
+# The detectors that name the over-length leak's answers (a stub prefill), not the race's.
+_LEAK_DETECTORS: Final = frozenset(
+    {"over_length_answered", "rejected_then_served", "impossibly_fast_prefill"}
+)
+
+
+def _leak_exposed(summary: dict[str, Any]) -> bool:
+    """Whether some exposed response was named as the over-length leak's."""
+    return any(
+        not _LEAK_DETECTORS.isdisjoint(request.get("evidence") or ())
+        for request in summary["exposure"].get("requests") or ()
+    )
+
+
+def _prefill_pool_read(summary: dict[str, Any]) -> bool:
+    """Whether some prefill node's pool was read (a configuration stating it)."""
+    return any(
+        info.get("role") == "prefill" and any(c.get("max_total_num_tokens") for c in info["config"])
+        for info in summary["nodes"].values()
+        if info.get("config")
+    )
+
+
 def _race_exposed(summary: dict[str, Any]) -> bool:
     """Whether some exposed response came by the abort race (a late write the canary named)."""
     return any(
@@ -1807,6 +1830,29 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
         if race_open:
             return "possibly_not_over", _race_not_over(before, leak, still)
         return "stopped", f"Stopped within these logs: {before}, and {leak}.{_race_aside(still)}"
+    if _leak_exposed(summary) and not _race_exposed(summary) and not _prefill_pool_read(summary):
+        # The leak's exposures with no prefill pool read (prefill's logs missing): whether it
+        # was mended is not in the input, and nothing says the race had a part in them (blind
+        # review 37 D6: decode-only leaks read as "aborted transfers could still land ...",
+        # from logs holding no abort at all).
+        unknown = (
+            "no prefill pool was read, so whether the over-length leak was mended is not known"
+        )
+        if race_open:
+            return "possibly_not_over", (
+                f"Possibly not over: {before}; {unknown}, and {'; '.join(still)}: aborted "
+                "transfers could still land on pages re-let to other requests."
+            )
+        if end - last <= RACE_QUIET_SECONDS:
+            return "possibly_not_over", (
+                f"Possibly not over: {before}, within the last {_QUIET_SAID} of them, and "
+                f"{unknown}: a prompt longer than prefill's pool may still be answered from "
+                "other requests' KV (add prefill's logs or a /server_info snapshot)."
+            )
+        return "last_seen", (
+            f"{before[0].upper()}{before[1:]}, but {unknown} from these logs (add prefill's "
+            "logs or a /server_info snapshot)."
+        )
     # No pool gap: the abort race's exposures. Its signs at the end of the logs and the
     # releases then running say whether it was still open (blind review 34 D1, D2).
     race = _race_state(summary, end, exposures=True)
