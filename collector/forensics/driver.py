@@ -112,6 +112,8 @@ MAX_FINDINGS_KEPT = 200_000
 # Refusals joined to no room held to be asked again at the end (`settle_refusals`); past this,
 # each is counted when judged.
 MAX_REFUSALS_HELD = 100_000
+# A refusal line naming no request is its stub's when the stub ran on that node this close to it.
+STUB_OF_REFUSAL_SECONDS: Final = 2
 # Releases remembered to count a release logged by several TP ranks once (they log it together).
 RECENT_RELEASES = 4096
 # Timeouts of transfers lost with their prefill held until the end to be told apart; past it,
@@ -237,6 +239,10 @@ class _Evidence:
         # judged: (node, time, rid, request time), asked again once the whole input is read
         # (`settle_refusals`).
         self._refused_alone_held: list[tuple[str, float | None, str | None, float | None]] = []
+        # PD one-token stubs by node and second, a refusal line naming no request each may be
+        # the refusal of (`settle_refusals`); at most `MAX_REFUSALS_HELD` in all.
+        self._stubs: dict[str, Counter[int]] = {}
+        self._stubs_kept = 0
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -345,6 +351,11 @@ class _Evidence:
         )
         if refused and not decode_seen:
             self._refused_without_decode(record, room=room)
+        if prefill is not None and prefill.stub and self._stubs_kept < MAX_REFUSALS_HELD:
+            at = prefill.first_time if prefill.first_time is not None else prefill.last_time
+            if at is not None:
+                self._stubs.setdefault(prefill.node, Counter())[math.floor(at)] += 1
+                self._stubs_kept += 1
 
     def _refused_alone(self, record: RequestRecord) -> bool:
         """A PD prefill's refusal no line joined to a room (`RequestLedger._refusal_alone`), on a
@@ -370,8 +381,27 @@ class _Evidence:
         held, self._refused_alone_held = self._refused_alone_held, []
         final = self.refusal_final
         for node, at, rid, when in held:
+            if rid is None and self._stub_of(node, at):
+                # The refusal of a stub this run judged by its room (a 2025 refusal line names
+                # no rid): one request, counted once (blind review 37 D4: 28 leaks named, and
+                # 28 more "refused ... joined to no decode answer", 691 requests of 663).
+                self.records -= 1
+                self.pd_requests -= 1
+                continue
             if final is None or not final(node, at):
                 self._count_refused_without_decode(when, rid=rid)
+
+    def _stub_of(self, node: str, at: float | None) -> bool:
+        """Whether a stub on `node` near `at` is left to claim a refusal (and claim it)."""
+        stubs = self._stubs.get(node)
+        if stubs is None or at is None:
+            return False
+        second = math.floor(at)
+        for near in range(second - STUB_OF_REFUSAL_SECONDS, second + STUB_OF_REFUSAL_SECONDS + 1):
+            if stubs.get(near, 0) > 0:
+                stubs[near] -= 1
+                return True
+        return False
 
     def _refused_without_decode(
         self, record: RequestRecord, *, room: str | None = None, rid: str | None = None
