@@ -538,6 +538,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             if prefill_measured and timing.source != "prefill_forward":
                 floor = None
             timing_score = physical / seconds
+            if prefill_measured and timing.source == "decode_wait":
+                # Decode's wait bounds prefill's compute only as decode's clock saw it; where
+                # prefill's own forward time showed the prompt computed, that is the measure.
+                timing_score = 0.0
             if floor is not None:
                 timing_score = max(timing_score, floor / seconds)
                 if timing.source in QUEUED_SOURCES:

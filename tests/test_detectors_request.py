@@ -797,6 +797,10 @@ def test_decode_s_wait_for_the_kv_times_a_leak_its_logs_alone_tell():
                          alloc_wait_duration=0.5, bootstrap_duration=0.5,
                          transfer_duration=1.0, forward_duration=3.0)  # fmt: skip
     assert run(ImpossiblyFastPrefill(), honest, older) == []
+    # Prefill's own forward time showing the prompt computed is the measure: a wait decode's
+    # clock cut short says nothing against it.
+    computed = prefill_ok(7, T + 100, 784_536, seconds=41.0)
+    assert run(ImpossiblyFastPrefill(), computed, leak) == []
 
 
 def test_decode_wait_counts_each_stage_once():

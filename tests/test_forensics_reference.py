@@ -31,7 +31,8 @@ def test_the_refused_then_served_response_is_exposed_with_both_halves(tmp_path: 
         "cached_tokens": 0,
         "prefill_node": "prefill-0",
         "prefill_rid": "b2e1d4f3c5a6b7988877665544332222",
-        "evidence": ["over_length_answered", "rejected_then_served"],
+        # Decode's 0.88 ms wait for 912,384 tokens of KV tells it as well.
+        "evidence": ["impossibly_fast_prefill", "over_length_answered", "rejected_then_served"],
     }
     assert summary["requests"]["total"] == 2  # the honest 4,096-token request is not exposed
     prefill = summary["nodes"]["prefill-0"]

@@ -10,7 +10,8 @@ largest pool in force, the answers prefill-0 gave from other requests' KV were s
 * 03:00: prefill-0 logged refusing a 900,000-token prompt by its rid alone; decode answered one
   of exactly that length in the same seconds: the refusal is the room's, an exposure.
 * 04:00: an 800,000-token answer that no refusal names: the large pool took it or the small
-  one leaked it, which the logs cannot tell; a warning, and the terminal says so.
+  one leaked it, which the pools cannot tell; a warning, and the terminal says so. (Its 96 s
+  wait for the KV looks computed; the leaks at 01:00 and 03:00 waited 31 ms.)
 * 04:30: 600,000 tokens, within every pool: nothing.
 """
 
