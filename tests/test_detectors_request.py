@@ -803,6 +803,21 @@ def test_decode_s_wait_for_the_kv_times_a_leak_its_logs_alone_tell():
     assert run(ImpossiblyFastPrefill(), computed, leak) == []
 
 
+def test_a_negative_duration_is_no_measure():
+    """Blind review 38 D2: a prefill forward time of -0.041 s (a clock that stepped back) on an
+    honest 506,383-token prompt was scored 2,038,169x too fast and named exposed."""
+    answer = decode_answer(11, T + 100, 506_383, ttft=25.0)
+    stepped_back = prefill_ok(11, T + 100, 506_383, seconds=-0.041)
+    assert run(ImpossiblyFastPrefill(), stepped_back, answer) == []
+    # The same prompt's forward time stated as 0.041 s is a stub's, and found.
+    stub = prefill_ok(11, T + 100, 506_383, seconds=0.041)
+    (found,) = run(ImpossiblyFastPrefill(), stub, answer)
+    assert found.evidence["source"] == "prefill_forward"
+    from detectors.impossibly_fast_prefill import decode_wait
+
+    assert decode_wait({"transfer_duration": -2.0, "queue_duration": 0.1}) is None
+
+
 def test_decode_wait_counts_each_stage_once():
     from detectors.impossibly_fast_prefill import decode_wait
 
