@@ -257,6 +257,8 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
         stored = event.get("stored_chain_hash")
         if stored is not None:
             evidence["stored_chain_hash"] = stored
+        if event.get("raised"):
+            evidence["raised"] = True
         findings = [
             self._event_finding(
                 "critical", event, summary=summary, subject=subject, evidence=evidence
@@ -335,6 +337,11 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
     def _attribute(self, pending: _Pending) -> list[Finding]:
         """The finding naming what a violation hit, or saying that no logged request was in
         flight on its node then."""
+        if pending.evidence.get("raised"):
+            # `--kv-canary raise`: the check raised and the server died with the batch, so no
+            # response was built from the overwritten slot (blind review 38 D6: "no request
+            # logged in flight there" and NOT JUDGED over a request the crash left unanswered).
+            return []
         count = len(pending.candidates) + pending.more
         where = f"KV canary violation on {pending.node} at slot {pending.evidence['slot_idx']}"
         if count == 0:

@@ -256,6 +256,15 @@ def test_a_canary_violation_that_hit_a_failed_request_names_it_but_exposes_nothi
     assert named.severity == "critical" and named.bootstrap_room == "5" and not named.exposure
 
 
+def test_a_raised_canary_violation_killed_its_batch_and_names_no_victim():
+    """Blind review 38 D6: under `--kv-canary raise` the server died at the check, its request
+    in flight was never answered, and the run said "no request logged in flight there" and
+    NOT JUDGED. No response was built from the slot: the page is all there is."""
+    raised = ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION, raised=True)
+    (page,) = _attribute(raised, *_served(1, T, T + 10))
+    assert page.severity == "critical" and page.evidence["raised"] is True
+
+
 def test_a_canary_violation_with_nothing_logged_in_flight_says_its_victim_is_unnamed():
     page, unnamed = _attribute(
         ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *_served(1, T, T + 10)

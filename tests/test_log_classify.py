@@ -262,6 +262,7 @@ def test_a_canary_violation_raised_as_the_schedulers_crash_is_a_violation_at_its
     assert len(violations) == 1 and violations[0] is not None
     assert violations[0].time == 1788415799.0  # 2026-09-03T06:09:59Z, the crash line's
     assert violations[0].fields["slot_idx"] == 466732
+    assert violations[0].fields["raised"] is True  # the server died with the batch
 
 
 def test_a_raised_canary_line_outside_a_crash_is_not_a_violation() -> None:

@@ -179,7 +179,10 @@ RULES: Final[tuple[Rule, ...]] = (
     # `--kv-canary raise`: the same summary ends the scheduler's traceback as the exception it
     # raised (the server dies); filed as traceback noise, the one proof of an overwritten slot
     # was lost exactly where the operator had asked for the stricter mode (review).
-    Rule(_RAISED + "kv_canary violation:", _event(ev.KV_CANARY_VIOLATION, pd.parse_kv_canary)),
+    Rule(
+        _RAISED + "kv_canary violation:",
+        _event(ev.KV_CANARY_VIOLATION, lambda m: {**pd.parse_kv_canary(m), "raised": True}),
+    ),
     Rule("KV cache canary violation detected", _noise("kv_canary_detail")),
     Rule("canary_kind:", _noise("kv_canary_detail")),
     Rule("[canary] step=", _event(ev.KV_CANARY_STATS, pd.parse_canary_stats)),
