@@ -226,6 +226,29 @@ def test_a_gap_left_open_on_a_release_that_refuses_what_it_cannot_hold_is_not_st
     assert status_line(summary).startswith("Not over when the logs end")
 
 
+def test_a_release_seen_refusing_for_good_closes_the_gap_though_not_read() -> None:
+    """Blind review 38 D5: a restart with no snapshot telling the release; after it decode
+    aborted all 21 over-length prompts prefill refused, over 7 h, and the status said "Not
+    over". Decode answering none of them is what a release that refuses for good does."""
+    summary = _summary(exposed=3, pools=(*GAP, ("2026-11-02T10:00:00.000Z", 200_000)))
+    after = summary["nodes"]["prefill-0"]["config"][1]
+    after["refusals_decoded"] = {"answered": 0, "unanswered": 21}
+    assert status_line(summary).startswith("Stopped within these logs")
+    (_, still) = config_gaps(summary)
+    assert still.period().endswith(
+        "(its release not read, but decode answered none of the 21 prompts it refused: "
+        "refused, not answered)"
+    )
+    schema = json.loads(SCHEMA_PATH.read_text())
+    point = {"$schema": schema.get("$schema"), "$defs": schema["$defs"]}
+    jsonschema.validate(after, {**point, "$ref": "#/$defs/config_point"})
+    # One answered: the leak is open still; two unanswered are too few to tell.
+    after["refusals_decoded"] = {"answered": 1, "unanswered": 20}
+    assert status_line(summary).startswith("Not over when the logs end")
+    after["refusals_decoded"] = {"answered": 0, "unanswered": 2}
+    assert status_line(summary).startswith("Not over when the logs end")
+
+
 def test_next_steps_follow_what_was_found() -> None:
     incident = _summary(("unsafe_engine_version", "critical"), exposed=3, pools=GAP)
     incident["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.19"

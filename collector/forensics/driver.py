@@ -243,6 +243,10 @@ class _Evidence:
         # the refusal of (`settle_refusals`); at most `MAX_REFUSALS_HELD` in all.
         self._stubs: dict[str, Counter[int]] = {}
         self._stubs_kept = 0
+        # Prefill node -> (time, decode answered with success) of its refusals decode logged:
+        # what its release does with them when no snapshot tells the release.
+        self.refusals_decoded: dict[str, list[tuple[float, bool]]] = {}
+        self._refusals_decoded_kept = 0
 
     def finding(self, finding: Finding) -> None:
         if len(self.findings) < MAX_FINDINGS_KEPT or finding.severity != "info":
@@ -351,6 +355,11 @@ class _Evidence:
         )
         if refused and not decode_seen:
             self._refused_without_decode(record, room=room)
+        if refused and decode_seen and prefill is not None:
+            at = prefill.first_time if prefill.first_time is not None else record.began
+            if at is not None and self._refusals_decoded_kept < MAX_REFUSALS_HELD:
+                self._refusals_decoded_kept += 1
+                self.refusals_decoded.setdefault(prefill.node, []).append((at, record.served))
         if prefill is not None and prefill.stub and self._stubs_kept < MAX_REFUSALS_HELD:
             at = prefill.first_time if prefill.first_time is not None else prefill.last_time
             if at is not None:
@@ -930,6 +939,31 @@ def _decode_ended_early(
     return early
 
 
+def _refusals_decoded(
+    evidence: _Evidence, node: str, since: float | None, history: list[Any], index: int
+) -> dict[str, Any]:
+    """`refusals_decoded` of a node's configuration `index` ({} when decode logged none of
+    its refusals): how many decode answered, how many not, from its start to the next.
+
+    Why: blind review 38 D5, a restart onto a release that refuses for good, with no snapshot
+    to tell the release: 21 over-length prompts refused and every one aborted by decode over
+    7 h, and the status said "Not over"."""
+    seen = evidence.refusals_decoded.get(node)
+    if not seen:
+        return {}
+    start = since if since is not None and index > 0 else -math.inf
+    following = history[index + 1].since if index + 1 < len(history) else None
+    end = following if following is not None else math.inf
+    answered = unanswered = 0
+    for at, served in seen:
+        if start <= at < end:
+            answered += served
+            unanswered += not served
+    if not answered and not unanswered:
+        return {}
+    return {"refusals_decoded": {"answered": answered, "unanswered": unanswered}}
+
+
 def _last_role(pipeline: DetectionPipeline, node: str) -> str | None:
     """The role a node's latest configuration that states one gives it."""
     return next((c.role for c in reversed(pipeline.timeline.history(node)) if c.role), None)
@@ -1141,8 +1175,9 @@ def build_summary(
                     "kv_checksum": c.kv_checksum,
                     "transfer_backend": c.transfer_backend,
                     "kv_canary": c.kv_canary,
+                    **_refusals_decoded(evidence, node, c.since, history, index),
                 }
-                for c in history
+                for index, c in enumerate(history)
             ],
         }
     read = stats.to_json_dict()

@@ -1374,6 +1374,10 @@ def _candidates(finding: dict[str, Any]) -> str:
     )
 
 
+# Refusals decode logged and answered none of that show a release refusing for good.
+REFUSALS_SEEN: Final = 3
+
+
 class ConfigGap(NamedTuple):
     node: str
     role: str | None
@@ -1397,6 +1401,9 @@ class ConfigGap(NamedTuple):
     # The nodes that took the node's requests from `until` on, its log having ended: it was
     # gone (a pod replaced under a new name), and the gap with it.
     replaced_by: tuple[str, ...] = ()
+    # Of the refusals decode logged while it was in force: answered with success, and not.
+    refusals_answered: int = 0
+    refusals_unanswered: int = 0
 
     @property
     def context_said(self) -> str:
@@ -1422,7 +1429,17 @@ class ConfigGap(NamedTuple):
         unified engine refuses them, a decode node aborts them itself (reference §2.8, "PD
         decode pool too small": 400; blind review 20 read "Not over" from a decode pool), and
         a prefill node does from the release that closed the leak."""
-        return self.role in ("unified", "decode") or refuses_for_good(self.version)
+        return (
+            self.role in ("unified", "decode")
+            or refuses_for_good(self.version)
+            or self.refused_seen
+        )
+
+    @property
+    def refused_seen(self) -> bool:
+        """The node's release is seen refusing for good, whatever it is: decode answered none
+        of at least `REFUSALS_SEEN` refusals it logged (blind review 38 D5)."""
+        return self.refusals_unanswered >= REFUSALS_SEEN and not self.refusals_answered
 
     def period(self) -> str:
         """'from T' and how it ended: whether it is still open is what a responder asks; and,
@@ -1450,6 +1467,11 @@ class ConfigGap(NamedTuple):
             said = f"from {since} until {self.until}"
         if self.role not in ("unified", "decode") and refuses_for_good(self.version):
             said += f" (on {self.version}: such prompts are refused, not answered)"
+        elif self.role not in ("unified", "decode") and self.refused_seen:
+            said += (
+                f" (its release not read, but decode answered none of the "
+                f"{self.refusals_unanswered:,} prompts it refused: refused, not answered)"
+            )
         return said
 
 
@@ -2124,7 +2146,13 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                         unread_since,
                         floor,
                         tuple(replaced["by"]) if replaced else (),
+                        *_refusals_decoded(point),
                     )
+
+
+def _refusals_decoded(point: dict[str, Any]) -> tuple[int, int]:
+    seen = point.get("refusals_decoded") or {}
+    return int(seen.get("answered", 0)), int(seen.get("unanswered", 0))
 
 
 def _judged_contexts(summary: dict[str, Any]) -> dict[tuple[str, int], tuple[int, bool]]:
