@@ -349,16 +349,11 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             # so a run naming no exposure is no all-clear (blind review 36: two violations,
             # no request in flight read, and `none_found`).
             return [
-                self._finding(
-                    "warning",
-                    time=pending.time,
-                    node=pending.node,
-                    summary=(
-                        f"{where}: no request logged in flight there, so the one it hit "
-                        "cannot be named (read the node's request logs of that time)"
-                    ),
-                    subject=f"{pending.subject}:in-flight",
-                    evidence={**pending.evidence, "in_flight": 0},
+                self._in_flight(
+                    pending,
+                    f"{where}: no request logged in flight there, so the one it hit cannot be "
+                    "named (read the node's request logs of that time)",
+                    {"in_flight": 0},
                 )
             ]
         if count == 1:
@@ -399,28 +394,31 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             ]
         rooms = [c.bootstrap_room for c in pending.candidates]
         shown = ", ".join(str(r) for r in rooms[:5]) + (", ..." if count > 5 else "")
+        candidates = [
+            {
+                "rid": c.rid,
+                "bootstrap_room": c.bootstrap_room,
+                "node": c.node,
+                "time": c.time,
+                "served": c.served,
+            }
+            for c in pending.candidates
+        ]
         return [
-            self._finding(
-                "warning",
-                time=pending.time,
-                node=pending.node,
-                summary=(
-                    f"{where}: one of the {count} requests in flight there was hit (rooms {shown})"
-                ),
-                subject=f"{pending.subject}:in-flight",
-                evidence={
-                    **pending.evidence,
-                    "in_flight": count,
-                    "candidates": [
-                        {
-                            "rid": c.rid,
-                            "bootstrap_room": c.bootstrap_room,
-                            "node": c.node,
-                            "time": c.time,
-                            "served": c.served,
-                        }
-                        for c in pending.candidates
-                    ],
-                },
+            self._in_flight(
+                pending,
+                f"{where}: one of the {count} requests in flight there was hit (rooms {shown})",
+                {"in_flight": count, "candidates": candidates},
             )
         ]
+
+    def _in_flight(self, pending: _Pending, summary: str, said: dict[str, Any]) -> Finding:
+        """The warning of a violation whose victim is not named: who was in flight, if any."""
+        return self._finding(
+            "warning",
+            time=pending.time,
+            node=pending.node,
+            summary=summary,
+            subject=f"{pending.subject}:in-flight",
+            evidence={**pending.evidence, **said},
+        )
