@@ -172,16 +172,7 @@ class _Window:
         starting again: the process that could have written into those pages is gone
         (`collector.state.lost_transfers`). Asked when the window is judged, once the restart
         has had the window's span to show."""
-        lost = ctx.lost
-        if not len(lost):
-            return
-        for node, rooms in list(self.timeout_rooms.items()):
-            gone = {room for room in rooms if lost.to_restart(room, ctx.timeline) is not None}
-            if gone:
-                rooms -= gone
-                self.excused[node] = self.excused.get(node, 0) + len(gone)
-                if not rooms:
-                    del self.timeout_rooms[node]
+        ctx.lost.take_restarted(self.timeout_rooms, ctx.timeline, self.excused)
 
     def nodes(self) -> set[str]:
         return set(self.timeout_rooms) | set(self.error_rooms) | set(self.metric)

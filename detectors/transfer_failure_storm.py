@@ -104,20 +104,7 @@ class _Window:
         """Take out the transfers lost to a prefill that was seen starting again: a restart
         fails what it had in flight, and the process that could have written late is gone
         (`collector.state.lost_transfers`). Idempotent: asked each time the window is read."""
-        lost = ctx.lost
-        if not len(lost):
-            return
-        for node, rooms in list(self.rooms.items()):
-            gone = {
-                room
-                for room in rooms
-                if lost.gone(room) and lost.to_restart(room, ctx.timeline) is not None
-            }
-            if gone:
-                rooms -= gone
-                self.excused[node] = self.excused.get(node, 0) + len(gone)
-                if not rooms:
-                    del self.rooms[node]
+        ctx.lost.take_restarted(self.rooms, ctx.timeline, self.excused)
 
     def node_rooms(self, node: str, holds: Holds) -> set[str]:
         aborted = self.aborts.get(node, {})

@@ -146,19 +146,25 @@ def decode_answer(
     t: float,
     prompt: int,
     *,
-    ttft: float,
+    ttft: float | None,
     cached: int = 0,
     finish: str = "stop",
     status: int | None = None,
     node: str = "decode-0",
+    e2e: float | None = None,
 ) -> list[Event]:
+    """Decode's answer: its first token after `ttft` (None: not stated, as a 0.5.22 finish),
+    its end after `e2e` (default 5 s after the first token)."""
     rid = f"d{room}"
+    if e2e is None:
+        assert ttft is not None
+        e2e = ttft + 5
     return [
         ev("request_received", node, t, rid=rid, bootstrap_room=str(room)),
         ev(
             "request_finished",
             node,
-            t + ttft + 5,
+            t + e2e,
             rid=rid,
             bootstrap_room=str(room),
             prompt_tokens=prompt,
@@ -166,7 +172,7 @@ def decode_answer(
             completion_tokens=150,
             finish_type=finish,
             status_code=status,
-            e2e_latency=ttft + 5,
+            e2e_latency=e2e,
             first_token_latency=ttft,
         ),
     ]
@@ -760,12 +766,7 @@ def _decode_only(room: int, t: float, prompt: int, *, e2e: float, **durations: f
     """A 0.5.22 decode's answer as its logs alone tell it: a finish stating only `e2e_latency`
     (no `first_token_latency`), and its time stats when `durations` are given."""
     rid = f"d{room}"
-    answer = [
-        ev("request_received", "decode-0", t, rid=rid, bootstrap_room=str(room)),
-        ev("request_finished", "decode-0", t + e2e, rid=rid, bootstrap_room=str(room),
-           prompt_tokens=prompt, cached_tokens=0, completion_tokens=150, finish_type="stop",
-           status_code=None, e2e_latency=e2e, first_token_latency=None),
-    ]  # fmt: skip
+    answer = decode_answer(room, t, prompt, ttft=None, e2e=e2e)
     if durations:
         answer.append(
             ev("request_time_stats", "decode-0", t + e2e, rid=rid, bootstrap_room=str(room),

@@ -940,7 +940,7 @@ def _decode_ended_early(
 
 
 def _refusals_decoded(
-    evidence: _Evidence, node: str, since: float | None, history: list[Any], index: int
+    evidence: _Evidence, node: str, history: list[Any], index: int
 ) -> dict[str, Any]:
     """`refusals_decoded` of a node's configuration `index` ({} when decode logged none of
     its refusals): how many decode answered, how many not, from its start to the next.
@@ -951,6 +951,7 @@ def _refusals_decoded(
     seen = evidence.refusals_decoded.get(node)
     if not seen:
         return {}
+    since = history[index].since
     start = since if since is not None and index > 0 else -math.inf
     following = history[index + 1].since if index + 1 < len(history) else None
     end = following if following is not None else math.inf
@@ -1175,7 +1176,7 @@ def build_summary(
                     "kv_checksum": c.kv_checksum,
                     "transfer_backend": c.transfer_backend,
                     "kv_canary": c.kv_canary,
-                    **_refusals_decoded(evidence, node, c.since, history, index),
+                    **_refusals_decoded(evidence, node, history, index),
                 }
                 for index, c in enumerate(history)
             ],

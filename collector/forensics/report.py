@@ -1756,16 +1756,10 @@ def _race_not_over(before: str, leak: str, still: list[str]) -> str:
     )
 
 
-# The detectors that name the over-length leak's answers (a stub prefill), not the race's.
-_LEAK_DETECTORS: Final = frozenset(
-    {"over_length_answered", "rejected_then_served", "impossibly_fast_prefill"}
-)
-
-
 def _leak_exposed(summary: dict[str, Any]) -> bool:
     """Whether some exposed response was named as the over-length leak's."""
     return any(
-        not _LEAK_DETECTORS.isdisjoint(request.get("evidence") or ())
+        not _OVER_LENGTH_PATH.isdisjoint(request.get("evidence") or ())
         for request in summary["exposure"].get("requests") or ()
     )
 

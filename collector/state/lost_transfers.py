@@ -116,6 +116,23 @@ class LostTransfers:
         )
         return owner if replaced else None
 
+    def take_restarted(
+        self, rooms_by_node: dict[str, set[str]], timeline: ConfigTimeline, taken: dict[str, int]
+    ) -> None:
+        """Remove from `rooms_by_node` the rooms whose transfer was lost to a prefill seen
+        starting again, counting them by node in `taken`; a node left with none is dropped.
+        The storm detectors' windows ask this each time they are judged (a restart may be read
+        after the loss)."""
+        if not self._rooms:
+            return
+        for node, rooms in list(rooms_by_node.items()):
+            gone = {room for room in rooms if self.to_restart(room, timeline) is not None}
+            if gone:
+                rooms -= gone
+                taken[node] = taken.get(node, 0) + len(gone)
+                if not rooms:
+                    del rooms_by_node[node]
+
     def restarted(self, timeline: ConfigTimeline) -> Counter[str]:
         """Prefill node -> the transfers lost to its restart, of those remembered."""
         lost: Counter[str] = Counter()
