@@ -122,6 +122,13 @@ _ENDPOINT_NAMES: Final = frozenset(
 )
 # Docker's json-file log, named by its container's id: its folder names the node (in Docker's
 # own layout, `containers/<id>/<id>-json.log`, the id is all there is).
+# s6-log's and daemontools' multilog's folder of one service's log: the live file `current`,
+# and rotated ones named for the TAI64N moment they were closed (`@400000006909b0e2...s`; `.u`
+# when cut off unfinished), beside the logger's own `lock` and `state`. One host's stream, in the
+# order of the names (blind review 38 D7: read as three nodes, `current` and two labels).
+_MULTILOG_ROTATED = re.compile(r"^@[0-9a-f]{24}\.[su]$")
+_MULTILOG_CURRENT: Final = "current"
+_MULTILOG_BOOKKEEPING: Final = frozenset({"lock", "state"})
 _DOCKER_LOG = re.compile(r"^[0-9a-f]{64}-json$")
 # Docker's own folder for a container (`/var/lib/docker/containers/<id>/`), copied whole: beside
 # the log, Docker's record of the container, which names it (`config.v2.json`'s `Name`), and
@@ -275,6 +282,13 @@ def describe(path: Path) -> TelemetryFile | None:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
+    if name == _MULTILOG_CURRENT or _MULTILOG_ROTATED.match(name):
+        # The live file is the newest; the labels sort in the order they were closed.
+        label = "~" if name == _MULTILOG_CURRENT else name[1:25]
+        node = host_folder(path.parent).name
+        return TelemetryFile(path, _printable(node or name), "log", (0, label), None)
+    if name in _MULTILOG_BOOKKEEPING and (path.parent / _MULTILOG_CURRENT).exists():
+        return None
     rotation = 0
     date_key = ""
     piece = ""

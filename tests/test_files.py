@@ -799,3 +799,24 @@ def test_a_deployment_whose_request_logs_were_exported_apart_is_read_as_one(
     assert sorted(findings) == sorted(
         (f["detector"], f["severity"], f.get("node")) for f in split["findings"]
     )
+
+
+def test_an_s6_log_folder_is_one_node_read_in_the_order_its_files_were_closed(
+    tmp_path: Path,
+) -> None:
+    """Blind review 38 D7: s6-log's folder of a service (`current`, rotated files named for
+    the TAI64N moment they were closed, its `lock` and `state`) was read as three nodes."""
+    folder = tmp_path / "prefill-0"
+    folder.mkdir()
+    parts = {
+        "@4000000068f1a2b30a1b2c3d.s": "[2026-10-17 08:00:00] first\n",
+        "@4000000068f1b0c4000000ff.u": "[2026-10-17 09:00:00] second\n",
+        "current": "[2026-10-17 10:00:00] third\n",
+    }
+    for name, text in parts.items():
+        (folder / name).write_text(text)
+    (folder / "lock").write_text("")
+    (folder / "state").write_bytes(b"\x00" * 8)
+    streams = streams_of([tmp_path])
+    assert list(streams) == [("prefill-0", "log")]
+    assert [tf.path.name for tf in streams[("prefill-0", "log")]] == list(parts)
