@@ -11,7 +11,7 @@ import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import compress
 from itertools import count as count_from
@@ -39,7 +39,7 @@ from collector.files import (
 )
 from collector.head_words import safe_head
 from collector.repeated_lines import RepeatedLines, in_reading_order
-from collector.sglang.clock_join import align, sample
+from collector.sglang.clock_join import SKEW_ROOMS, Sample, align, sample, skews, span_sample
 from collector.sglang.log_clock import (
     ZONE_STEP,
     LogClock,
@@ -102,6 +102,10 @@ class ParseStats:
     # Nodes whose zone was set against other nodes' clocks by the rooms they shared
     # (`collector.sglang.clock_join`): (offset, those nodes, whether their zone was told).
     zone_aligned: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
+    # Nodes whose host clock ran off the others' beyond its zone (`clock_join.skews`): the
+    # seconds it ran ahead, the nodes whose clock it was moved onto, and whether as many
+    # nodes kept its own (which clock was right is then unknown).
+    clock_skews: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
@@ -163,6 +167,7 @@ class ParseStats:
         self.log_zones.update(other.log_zones)
         self.zone_unknown |= other.zone_unknown
         self.zone_aligned.update(other.zone_aligned)
+        self.clock_skews.update(other.clock_skews)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
         for path in other.newest_first_logs:
@@ -365,20 +370,22 @@ def _export_hour(tf: TelemetryFile) -> float | None:
     return epoch_from_parts(year, month, day, hour, 0, 0)
 
 
+def _trace_exports(tf: TelemetryFile, read: ReadStats) -> Iterator[ParseOutcome]:
+    """The exports of a file of OTLP traces (JSON, or framed protobuf), as they were written."""
+    from collector.sglang.otlp_file import read_framed_exports, read_trace_exports
+
+    if tf.framed_protobuf:
+        return read_framed_exports(
+            read_byte_blocks(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES
+        )
+    return read_trace_exports(read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES)
+
+
 def _trace_events(tf: TelemetryFile, stats: ParseStats, read: ReadStats) -> Iterator[Event]:
     """`request_trace` events of a file of OTLP trace exports (JSON, or framed protobuf). Each
     span names its own node (`collector.sglang.otlp`): one file holds every server's spans."""
-    from collector.sglang.otlp_file import read_framed_exports, read_trace_exports
-
     try:
-        if tf.framed_protobuf:
-            exports = read_framed_exports(
-                read_byte_blocks(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES
-            )
-        else:
-            exports = read_trace_exports(
-                read_lines(tf.path, read), f"{tf.path}:", MAX_DOCUMENT_BYTES
-            )
+        exports = _trace_exports(tf, read)
         for event in in_time_order(
             (event for outcome in exports for event in _trace_outcome(stats, outcome)),
             horizon=SPAN_REORDER_SECONDS,
@@ -888,6 +895,21 @@ def stream_repeats(key: tuple[str, str], files: list[TelemetryFile]) -> Repeated
     return RepeatedLines(files) if is_log_stream(key[1]) and len(files) > 1 else None
 
 
+def trace_sample(files: list[TelemetryFile]) -> Sample:
+    """`clock_join.span_sample` of trace files' first spans. Never raises: a file that cannot
+    be read has no say, as its reading proper will report."""
+
+    def spans() -> Iterator[Event]:
+        for tf in files:
+            try:
+                for outcome in _trace_exports(tf, ReadStats()):
+                    yield from outcome.events
+            except (OSError, EOFError, ValueError):
+                continue
+
+    return span_sample(spans())
+
+
 def stream_zones(
     streams: dict[tuple[str, str], list[TelemetryFile]], stats: ParseStats
 ) -> dict[tuple[str, str], ZoneReading]:
@@ -896,7 +918,13 @@ def stream_zones(
     `stats.zone_aligned`)."""
     logs = {key: settled(files) for key, files in streams.items() if is_log_stream(key[1])}
     readings = {key: read_zone(key[0], files) for key, files in logs.items()}
-    if len(readings) < 2 or all(r.voted or not r.prefixed for r in readings.values()):
+    prefixed = [key for key, reading in readings.items() if reading.prefixed]
+    if len(prefixed) < 2:
+        return readings
+    if all(readings[key].voted for key in prefixed):
+        # Every zone told: only a host clock set wrong is left to find (`clock_join.skews`).
+        told = {key: sample(key[0], logs[key], limit=SKEW_ROOMS) for key in prefixed}
+        _note_skews(readings, told, stats)
         return readings
     samples = {key: sample(key[0], files) for key, files in logs.items()}
     samples.update(
@@ -904,6 +932,9 @@ def stream_zones(
         for key, files in streams.items()
         if key[1] == EXPORT_STREAM
     )
+    # Spans are dated in UTC (blind review 38 D3: logs of a UTC-5 host, zone told by no stamp,
+    # were read as UTC beside the spans of the same requests, every exposure 5 h early).
+    samples.update((key, trace_sample(files)) for key, files in streams.items() if key[1] == "otlp")
     taken: dict[str, list[float]] = {}
     for (node, _), files in streams.items():
         taken.setdefault(node, []).extend(
@@ -914,7 +945,22 @@ def stream_zones(
         readings[key] = ZoneReading(aligned.zone, aligned.known, True)
         against = sorted({other[0] for other in aligned.against})
         stats.zone_aligned[key[0]] = (aligned.zone, against, aligned.known)
+    _note_skews(readings, samples, stats)
     return readings
+
+
+def _note_skews(
+    readings: dict[tuple[str, str], ZoneReading],
+    samples: Mapping[tuple[str, str], Sample],
+    stats: ParseStats,
+) -> None:
+    """Each log stream's host clock error, set in its reading and noted in
+    `stats.clock_skews`."""
+    zones = {key: reading.zone for key, reading in readings.items() if reading.prefixed}
+    for key, skew in skews(zones, samples).items():
+        readings[key] = readings[key]._replace(skew=skew.seconds)
+        against = sorted({other[0] for other in skew.against})
+        stats.clock_skews[key[0]] = (skew.seconds, against, skew.tied)
 
 
 def stream_clock(
@@ -924,9 +970,15 @@ def stream_clock(
     `stream_zones`) says (None for other streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    zone, voted, prefixed = reading if reading is not None else read_zone(key[0], files)
+    zone, voted, prefixed, skew = reading if reading is not None else read_zone(key[0], files)
     day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
-    return LogClock(zone, day=None if day is None else day + zone, voted=voted, prefixed=prefixed)
+    return LogClock(
+        zone,
+        day=None if day is None else day + zone,
+        voted=voted,
+        prefixed=prefixed,
+        skew=skew,
+    )
 
 
 def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) -> None:

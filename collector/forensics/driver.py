@@ -1219,6 +1219,10 @@ def build_summary(
                 node: {"offset": zone_name(zone), "against": against, "against_known": known}
                 for node, (zone, against, known) in sorted(stats.zone_aligned.items())
             },
+            "log_clock_skews": {
+                node: {"seconds": round(seconds, 1), "against": against, "tied": tied}
+                for node, (seconds, against, tied) in sorted(stats.clock_skews.items())
+            },
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "newest_first_logs": list(stats.newest_first_logs),
             "repeated_lines": {

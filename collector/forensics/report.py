@@ -439,13 +439,17 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     every time in the report then differs from the one printed in those logs."""
     offsets: dict[str, list[str]] = summary["input"].get("log_utc_offsets") or {}
     unknown: list[str] = summary["input"].get("log_zone_unknown") or []
+    skews: dict[str, dict[str, Any]] = summary["input"].get("log_clock_skews") or {}
+    # Moved onto clocks read as they are: as sure as those (said of them when assumed).
+    moved = {node for node, how in skews.items() if not set(how["against"]) & set(unknown)}
+    read_as_utc = [node for node in unknown if node not in moved]
     # SGLang's prefix has no zone: without a stamp that tells it, UTC is an assumption, and a
     # host on local time puts every time off by its offset (blind review: said as fact).
     assumed = (
-        f"The log stamps of {_listed(unknown)} carry no zone, and no UTC stamp in their lines "
-        "(time stats, metrics stamps) tells it: they were read as UTC; on hosts set to "
+        f"The log stamps of {_listed(read_as_utc)} carry no zone, and no UTC stamp in their "
+        "lines (time stats, metrics stamps) tells it: they were read as UTC; on hosts set to "
         "another zone every time from them is off by its offset."
-        if unknown
+        if read_as_utc
         else ""
     )
     aligned: dict[str, dict[str, Any]] = summary["input"].get("log_zone_aligned") or {}
@@ -461,7 +465,39 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         if parts
         else ""
     )
-    return " ".join(filter(None, [said, _aligned_zones(aligned), assumed]))
+    skewed = _skewed_clocks(skews, set(unknown))
+    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, assumed]))
+
+
+def _skewed_clocks(skews: dict[str, dict[str, Any]], zoneless: set[str]) -> str:
+    """Nodes whose host clock ran off the others' beyond its zone: by how much, onto whose
+    clock their times were moved, and whether which clock was right is known. Of a node whose
+    stamps tell no zone, zone and clock are one offset (blind review 39: a UTC+1 host 6 min
+    fast was said to have a clock 1 h 6 min fast)."""
+    parts = []
+    for node, how in sorted(skews.items()):
+        seconds = float(how["seconds"])
+        way = "ahead of" if seconds > 0 else "behind"
+        against = _listed(how["against"])
+        ran = (
+            f"The log stamps of {node} carry no zone and ran {_duration(abs(seconds))} {way} "
+            f"those of {against} (its zone and its clock, which its stamps do not tell apart)"
+            if node in zoneless
+            else f"{node}'s host clock ran {_duration(abs(seconds))} {way} that of {against}, "
+            "its UTC stamps with it"
+        )
+        parts.append(
+            f"{ran}, for the same requests (the lines both logged of the same rooms or rids): "
+            f"its times were moved onto {against}'s clock"
+            + (
+                ", and as many nodes kept its clock as that one: which was right, the logs "
+                "cannot tell, so times here may be off by that much"
+                if how["tied"]
+                else ", which more nodes keep"
+            )
+            + "."
+        )
+    return " ".join(parts)
 
 
 def _aligned_zones(aligned: dict[str, dict[str, Any]]) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final, NamedTuple
 
 from collector.events import Event
@@ -81,16 +81,26 @@ class Sample(NamedTuple):
     # Rooms and rids whose moment a JSON request record states in UTC itself (its own
     # `timestamp`, no prefix): on no node's clock, they join any clock to UTC.
     utc: Mapping[str, float] | None = None
+    # The role its start-up line states (`disaggregation_mode`), when one does.
+    role: str | None = None
+    # The rooms whose moment was estimated from a time-stats line's durations.
+    estimated: frozenset[str] = frozenset()
 
 
-def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> Sample:
-    """The `Sample` of a node's first lines (`log_clock.first_lines`) and its last file's end;
-    of its `--export-metrics-to-file` records with `exports` (each dated in UTC by its
-    `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
+def sample(
+    node: str, files: list[TelemetryFile], *, exports: bool = False, limit: int = MAX_ROOMS
+) -> Sample:
+    """The `Sample` of a node's first lines (`log_clock.first_lines`, up to `limit` rooms) and
+    its last file's end; of its `--export-metrics-to-file` records with `exports` (each dated
+    in UTC by its `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
     parser = LineParser(node)
     stamps: dict[str, float] = {}
     utc: dict[str, float] = {}
     started: float | None = None
+    role: str | None = None
+    # Rooms whose moment is a time-stats line's less its durations: an estimate, which holds
+    # when the durations cover the wait (`skews` reads none of them).
+    estimated: set[str] = set()
     for line in first_lines(files):
         head = line[:400]
         if _JSON_REQUEST in head or (exports and head.startswith("{")):
@@ -103,12 +113,17 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
                 continue
             if event.kind not in ("request_finished", "request_received"):
                 continue
-            _note_receipt(utc if line.lstrip().startswith("{") else stamps, event, event.time)
+            if line.lstrip().startswith("{"):
+                _note_receipt(utc, event, event.time)
+            else:
+                _note_receipt(stamps, event, event.time, estimated)
             continue
         if started is None and "server_args" in head:
             _, event = parser.parse(line, "")
             if event is not None and event.kind == "server_args" and event.time is not None:
                 started = event.time
+                mode = event.fields.get("disaggregation_mode")
+                role = str(mode) if mode is not None else None
             continue
         if _REFUSAL_RID in line and _RECEIVE not in head:
             # A prefill's refusal names the request's rid alone; decode's `Receive:` of it,
@@ -131,7 +146,9 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
                 continue
             room = event.fields.get("bootstrap_room")
             if room is not None and _shared_request(event):
-                stamps.setdefault(str(room), event.time - elapsed_since_entry(event.fields))
+                if str(room) not in stamps:
+                    stamps[str(room)] = event.time - elapsed_since_entry(event.fields)
+                    estimated.add(str(room))
             continue
         if _FINISH in head and _RECEIVE not in head:
             # Its rid and room, at when it was received (its finish less its end-to-end
@@ -143,7 +160,7 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
                 continue
             if not _shared_request(event):
                 continue
-            _note_receipt(stamps, event, event.time)
+            _note_receipt(stamps, event, event.time, estimated)
             continue
         if _RECEIVE not in line or (_ROOM not in line and "rid=" not in line):
             continue
@@ -152,24 +169,48 @@ def sample(node: str, files: list[TelemetryFile], *, exports: bool = False) -> S
             continue
         if not _shared_request(event):
             continue
-        _note_receipt(stamps, event, event.time)
-        if len(stamps) >= MAX_ROOMS:
+        _note_receipt(stamps, event, event.time, estimated)
+        if len(stamps) >= limit:
             break
     ended = first_line_time(reversed(end_lines(files[-1].path))) if files else None
-    return Sample(stamps, started, ended, utc or None)
+    return Sample(stamps, started, ended, utc or None, role, frozenset(estimated))
 
 
-def _note_receipt(stamps: dict[str, float], event: Event, at: float) -> None:
+def span_sample(spans: Iterable[Event]) -> Sample:
+    """When the first request spans' requests started, in UTC by their own clocks, under
+    their rooms and rids: a reference on no log's clock, as exports' records are (blind review
+    38 D3: logs of a UTC-5 host whose stamps told no zone were read as UTC beside the spans of
+    the same requests, every exposure dated 5 h early)."""
+    utc: dict[str, float] = {}
+    for event in spans:
+        start = event.fields.get("start")
+        if event.kind != "request_trace" or type(start) is not float:
+            continue
+        if _shared_request(event):
+            _note_receipt(utc, event, start)
+        if len(utc) >= MAX_ROOMS:
+            break
+    return Sample({}, None, utc=utc or None)
+
+
+def _note_receipt(
+    stamps: dict[str, float], event: Event, at: float, estimated: set[str] | None = None
+) -> None:
     """When a request line's request was received, under its rid and its room (the first
-    kept): a finish's stamp (`at`) less its end-to-end latency, a receipt's own stamp."""
+    kept, unless `estimated` holds it): a finish's stamp (`at`) less its end-to-end latency, a
+    receipt's own stamp."""
     if event.kind == "request_finished":
         e2e = event.fields.get("e2e_latency")
         at -= e2e if isinstance(e2e, float) and 0 <= e2e < MAX_LATENCY else 0.0
     rid, room = event.fields.get("rid"), event.fields.get("bootstrap_room")
-    if rid:
-        stamps.setdefault(_RID + str(rid), at)
-    if room is not None:
-        stamps.setdefault(str(room), at)
+    for key in (_RID + str(rid) if rid else None, None if room is None else str(room)):
+        if key is None:
+            continue
+        if estimated and key in estimated:
+            estimated.discard(key)
+            stamps[key] = at
+        else:
+            stamps.setdefault(key, at)
 
 
 def _shared_request(event: Event) -> bool:
@@ -301,11 +342,12 @@ def _spread(
         trying = -1
     shared_by: dict[str, list[Stream]] = {}
     for stream in zones:
-        for room in samples[stream].rooms:
+        for room in (*samples[stream].rooms, *(samples[stream].utc or {})):
             shared_by.setdefault(room, []).append(stream)
     placed: dict[Stream, tuple[float, tuple[Stream, ...]]] = {}
     for stream, zone in zones.items():
-        shared = {other for room in samples[stream].rooms for other in shared_by[room]}
+        held = (*samples[stream].rooms, *(samples[stream].utc or {}))
+        shared = {other for room in held for other in shared_by[room]}
         placed[stream] = (zone, tuple(sorted(shared - {stream})))
     return placed
 
@@ -343,3 +385,120 @@ def _contradictions(
         if ended is not None and taken[1] > ended - shift + MAX_SKEW:
             after += 1
     return before, after
+
+
+# Two hosts' clocks further apart than this, beyond their zones, are set one by the other.
+# Hosts without time sync drift seconds apart, which every join tolerates; minutes apart, a
+# request's refusal and its answer fall outside the ledger's join window, and every exposure
+# on the fast host is missed (blind review 38: a decode clock 40 minutes fast, 0 of 23 named).
+SKEW_TOLERANCE: Final = 60.0
+# How closely the shared rooms must agree on how far apart two clocks are: receipts are whole
+# seconds, a finish less its latency a little less sure.
+SKEW_SPREAD: Final = 10.0
+# Rooms sampled from a stream whose zone its own stamps tell: enough for a median.
+SKEW_ROOMS: Final = 256
+# Streams of one room compared pairwise (a room is one request's: two or three nodes log it).
+_MAX_HOLDERS: Final = 8
+
+
+class Skew(NamedTuple):
+    """How far a stream's clock ran ahead of the clock its times were moved onto, the streams
+    that clock was read from, and whether as many nodes kept its own clock (then which of the
+    two was right, the logs cannot tell)."""
+
+    seconds: float
+    against: tuple[Stream, ...]
+    tied: bool
+
+
+def skews(zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]) -> dict[Stream, Skew]:
+    """The streams whose clock ran more than `SKEW_TOLERANCE` off the others' for the requests
+    both logged, once each stream's zone (`zones`) is taken off: a host clock set wrong, which
+    its own UTC stamps share, so no zone reading sees it. Only the moments lines state are
+    compared (receipts, refusals, finishes less their latency): a time-stats line less its
+    durations is an estimate, off by any wait they leave out, and a move on an estimate
+    accuses honest answers (a synthetic prefill of 312 s beside a decode that waited none).
+
+    Streams whose clocks agree form one clock; of the clocks that shared rooms, the one the
+    most nodes keep is taken as right, on a tie the prefill nodes' (their refusals and pools
+    are what the answers are judged by), then the first by name. Every other clock is moved
+    onto it by the median of its shared rooms' differences, in turn through the clocks each
+    reaches. Streams that share no room with another keep their own clock."""
+    moments: dict[Stream, dict[str, float]] = {}
+    for stream, zone in zones.items():
+        own = samples.get(stream)
+        if own is None:
+            continue
+        # Its JSON records standing alone are dated in UTC, by the same host clock.
+        stated = dict(own.utc or {})
+        stated.update(
+            (room, stamp - zone) for room, stamp in own.rooms.items() if room not in own.estimated
+        )
+        if stated:
+            moments[stream] = stated
+    holders: dict[str, list[Stream]] = {}
+    for stream in sorted(moments):
+        for room in moments[stream]:
+            held = holders.setdefault(room, [])
+            if len(held) < _MAX_HOLDERS:
+                held.append(stream)
+    apart: dict[tuple[Stream, Stream], list[float]] = {}
+    for room, held in holders.items():
+        for at, first in enumerate(held):
+            for second in held[at + 1 :]:
+                apart.setdefault((first, second), []).append(
+                    moments[first][room] - moments[second][room]
+                )
+    ahead: dict[tuple[Stream, Stream], float] = {}  # first's clock less second's
+    for pair, diffs in apart.items():
+        if len(diffs) < MIN_SHARED:
+            continue
+        middle = statistics.median(diffs)
+        if sum(abs(diff - middle) <= SKEW_SPREAD for diff in diffs) >= MIN_AGREEING * len(diffs):
+            ahead[pair] = middle
+    if all(abs(seconds) <= SKEW_TOLERANCE for seconds in ahead.values()):
+        return {}
+    return _moved_clocks(ahead, samples)
+
+
+def _moved_clocks(
+    ahead: Mapping[tuple[Stream, Stream], float], samples: Mapping[Stream, Sample]
+) -> dict[Stream, Skew]:
+    """`skews` once pairs of streams are measured: each stream's lead on one of those it
+    reaches, the clocks those leads form, the right one, the moves onto it."""
+    links: dict[Stream, dict[Stream, float]] = {}  # stream -> other -> its lead on the other
+    for (first, second), seconds in ahead.items():
+        links.setdefault(first, {})[second] = seconds
+        links.setdefault(second, {})[first] = -seconds
+
+    def rank(clock: list[Stream]) -> tuple[int, bool, Stream]:
+        """The clock taken as right sorts first: most nodes, a prefill's, first by name."""
+        prefill = any(samples[stream].role == "prefill" for stream in clock)
+        return -len({node for node, _ in clock}), not prefill, clock[0]
+
+    moved: dict[Stream, Skew] = {}
+    for root in sorted(links):
+        if root in moved:
+            continue
+        lead, reached = {root: 0.0}, [root]
+        while reached:
+            placed = reached.pop(0)
+            for other, seconds in sorted(links[placed].items()):
+                if other not in lead:
+                    lead[other] = lead[placed] - seconds
+                    reached.append(other)
+        clocks: list[list[Stream]] = []  # streams whose leads lie within the tolerance
+        for stream in sorted(lead, key=lambda stream: (lead[stream], stream)):
+            if clocks and lead[stream] - lead[clocks[-1][0]] <= SKEW_TOLERANCE:
+                clocks[-1].append(stream)
+            else:
+                clocks.append([stream])
+        for clock in clocks:
+            clock.sort()
+        right = min(clocks, key=rank)
+        base = statistics.median(lead[stream] for stream in right)
+        tied = sum(1 for clock in clocks if rank(clock)[0] == rank(right)[0]) > 1
+        for clock in clocks:
+            for stream in clock:
+                moved[stream] = Skew(lead[stream] - base, tuple(right), tied)
+    return {stream: skew for stream, skew in moved.items() if abs(skew.seconds) > SKEW_TOLERANCE}

@@ -18,14 +18,14 @@ change, stamps that only begin after the start. Without votes the stamps are rea
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_FINISHED, REQUEST_TIME_STATS, Event
 from collector.files import ReadStats, TelemetryFile, file_line_blocks
 from collector.sglang.envelope import cached_head, peel
 from collector.sglang.logs import LineParser, StreamDate
-from collector.sglang.runtime_wrappers import HELD, RuntimeLines
+from collector.sglang.runtime_wrappers import HELD, TAI64N_SLACK, RuntimeLines
 
 ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter hours
 # A vote further than this from a quarter hour is noise (a stamp whose request's time is not
@@ -122,11 +122,13 @@ def agreed_zone(votes: Iterable[float]) -> float:
 
 class ZoneReading(NamedTuple):
     """What a node's first lines say of its zone: the offset, whether any line voted for one
-    (else it is UTC by assumption), and whether its lines carry the engine's zoneless prefix."""
+    (else it is UTC by assumption), and whether its lines carry the engine's zoneless prefix;
+    and how far its host's clock ran off the others' beyond that (`clock_join.skews`)."""
 
     zone: float
     voted: bool
     prefixed: bool
+    skew: float = 0.0
 
 
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
@@ -152,13 +154,14 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     records: list[float] = []  # JSON records' times (UTC) since it
     runtime = RuntimeLines()
     for line in first_lines(files):
-        if line[:1] == "{" or line[:1].isdigit():
+        if line[:1] in "{@" or line[:1].isdigit():
             unwrapped = runtime.unwrap(line)
             if unwrapped is HELD:
                 continue
             if isinstance(unwrapped, str):
                 line = unwrapped
-                zone = _runtime_vote(line, runtime.written)
+                slack = TAI64N_SLACK if runtime.labelled else 0.0
+                zone = _runtime_vote(line, runtime.written, slack)
                 if zone is not None and len(votes) < MAX_VOTES:
                     votes.append(zone)
         head = cached_head(line)
@@ -189,7 +192,7 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     return ZoneReading(agreed_zone(votes), bool(votes), prefixed)
 
 
-def _runtime_vote(line: str, written: float | None) -> float | None:
+def _runtime_vote(line: str, written: float | None, slack: float = 0.0) -> float | None:
     """The zone the engine's prefix of `line` is in, against the UTC time a container runtime
     or shipper wrote it at (`RuntimeLines.written`: Docker's json-file record, a CRI or
     `kubectl --timestamps` stamp, rsyslog's RFC 3339 header, journald's or Vector's record): a
@@ -206,8 +209,9 @@ def _runtime_vote(line: str, written: float | None) -> float | None:
         return None
     offset = head[0] - written
     zone = round(offset / ZONE_STEP) * ZONE_STEP
-    # The prefix is whole seconds; a runtime writes within a second of the print.
-    if not -1.0 <= offset - zone <= 2.0 or not ZONE_RANGE[0] <= zone <= ZONE_RANGE[1]:
+    # The prefix is whole seconds; a runtime writes within a second of the print (a TAI64N
+    # label up to `slack` late: which TAI its logger counts is not said).
+    if not -1.0 - slack <= offset - zone <= 2.0 or not ZONE_RANGE[0] <= zone <= ZONE_RANGE[1]:
         return None
     return zone
 
@@ -328,12 +332,14 @@ class LogClock(StreamDate):
 
     __slots__ = (
         "shift",
+        "skew",
         "zones",
         "sample_every",
         "confirm",
         "voted",
         "prefixed",
         "_seen",
+        "_unskewed",
         "_pending",
         "_run",
     )
@@ -347,10 +353,14 @@ class LogClock(StreamDate):
         day: float | None = None,
         voted: bool = False,
         prefixed: bool = False,
+        skew: float = 0.0,
     ) -> None:
         # The date of lines printing the time of day alone starts at `day` (`log_day`).
         super().__init__(day)
-        self.shift = shift
+        # A host clock `skew` seconds fast writes its prefix and its UTC stamps that much late:
+        # both are moved back by it (`unskewed`), so the stamps still tell the zone alone.
+        self.shift = shift + skew
+        self.skew = skew
         # The zones in force, in order: one unless the stream's zone changed.
         self.zones = [shift]
         self.sample_every = sample_every
@@ -360,6 +370,7 @@ class LogClock(StreamDate):
         self.voted = voted
         self.prefixed = prefixed
         self._seen: dict[str, int] = {}
+        self._unskewed: dict[Callable[[str], Any], Callable[[str], dict[str, Any]]] = {}
         self._pending = 0.0
         self._run = 0
 
@@ -382,8 +393,36 @@ class LogClock(StreamDate):
             self._pending, self._run = off, 1
         if self._run >= self.confirm:
             self.shift += off
-            self.zones.append(self.shift)
+            self.zones.append(self.shift - self.skew)
             self._run = 0
+
+    def unskewed(self, parse: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
+        """`parse`, with the UTC stamps of the fields it reads moved back by the host clock's
+        skew (the same `parse` when there is none)."""
+        skew = self.skew
+        if not skew:
+            return parse
+        read = self._unskewed.get(parse)
+        if read is None:
+
+            def read(text: str) -> dict[str, Any]:
+                return unskew_fields(parse(text), skew)
+
+            self._unskewed[parse] = read
+        return read
+
+    def unskew(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """`fields` with their UTC stamps moved back by the host clock's skew."""
+        return unskew_fields(fields, self.skew) if self.skew else fields
+
+
+def unskew_fields(fields: dict[str, Any], skew: float) -> dict[str, Any]:
+    """`fields` with each UTC stamp in them (`entry_time`, meta_info's `*_ts` and `*_time`,
+    told from durations by being a date) less `skew`."""
+    for key, value in fields.items():
+        if key.endswith(("_ts", "_time")) and type(value) is float and 1e9 < value < 1e11:
+            fields[key] = value - skew
+    return fields
 
 
 def zone_name(offset: float) -> str:

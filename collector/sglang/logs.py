@@ -610,12 +610,15 @@ class LineParser:
                         rid_at = line.find(_REFUSAL_RID, start)
                         if rid_at > 0:
                             self._note_broken_rid(line, rid_at + len(_REFUSAL_RID))
-                    event = ev.Event.deferred(
+                    if clock is not None and kind in _STAMPED_KINDS:
+                        event = ev.Event.deferred(
+                            kind, self.node, when, source, clock.unskewed(parse), line, ranks, start
+                        )
+                        clock.observe(event)
+                        return kind, event
+                    return kind, ev.Event.deferred(
                         kind, self.node, when, source, parse, line, ranks, start
                     )
-                    if clock is not None and kind in _STAMPED_KINDS:
-                        clock.observe(event)
-                    return kind, event
                 if line[start] != "{":  # JSON first meets Docker's unwrapping (`_parse_general`)
                     # A head that decides by the message (`INFO:` access lines): when it names a
                     # field parser, `classify` would return just that.
@@ -815,18 +818,26 @@ class LineParser:
             return kind, None
         if when is not None and envelope.engine and self.clock is not None:
             when -= self.clock.shift
+        # The host's own UTC stamps, as its clock wrote them: less its skew.
+        skew = self.clock.skew if self.clock is not None else 0.0
         if when is None and kind == ev.REQUEST_FINISHED:
             when = _finished_stamp(envelope.message)
+            when = when - skew if when is not None else None
         if when is None and tod is not None and kind in ev.REQUEST_LINE_KINDS:
             # A request line out of time cannot be placed among its request's others.
             self.undated_requests += 1
         if not isinstance(payload, dict):
+            if self.clock is not None and kind in _STAMPED_KINDS:
+                payload = self.clock.unskewed(payload)
             return kind, ev.Event.deferred(
                 kind, self.node, when, source, payload, envelope.message, envelope.ranks
             )
         stamp = payload.pop("record_time", None)
         if when is None and stamp is not None:
             when = parse_iso_time(stamp)
+            when = when - skew if when is not None else None
         if when is None:
             when = self.untimed_at
+        if skew and self.clock is not None:
+            self.clock.unskew(payload)
         return kind, ev.Event(kind, self.node, when, source, payload, envelope.ranks)

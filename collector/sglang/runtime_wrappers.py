@@ -36,6 +36,13 @@ MAX_JOINED_CHARS: Final = 64 << 20
 # Only real dates and times (a garbled month has no epoch): the runtime's stamp, or no wrapper.
 RFC3339: Final = DATE_PATTERN + "T" + CLOCK_PATTERN + r"(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)"
 _CRI: Final = re.compile(RFC3339 + r" (stdout|stderr) ([PF]) ")
+# s6-log's and multilog's `t` directive: the TAI64N label of the moment the logger wrote the
+# line, `@` and 24 hex digits (2^62 plus TAI seconds, then nanoseconds). multilog counts TAI as
+# UTC + 10 s; s6-log adds the leap seconds too (UTC + 37 s since 2017): read as UTC + 10 s, a
+# label is at most 27 s late (`TAI64N_SLACK`).
+_TAI64N: Final = re.compile(r"@(4[0-9a-f]{15})([0-9a-f]{8}) ")
+_TAI64_EPOCH: Final = (1 << 62) + 10
+TAI64N_SLACK: Final = 27.0
 # A line behind an RFC 3339 stamp (`kubectl logs --timestamps`, and the start of others).
 STAMPED: Final = re.compile(RFC3339 + r" ")
 # After an RFC 3339 stamp, the host and program of `journalctl -o short-iso[-precise]` and of
@@ -109,7 +116,7 @@ class RuntimeLines:
     True
     """
 
-    __slots__ = ("_pieces", "_sizes", "_skipping", "dropped", "written")
+    __slots__ = ("_pieces", "_sizes", "_skipping", "dropped", "written", "labelled")
 
     def __init__(self) -> None:
         self._pieces: dict[str, list[str]] = {}
@@ -120,6 +127,8 @@ class RuntimeLines:
         # When the runtime wrote the last line unwrapped (UTC), if that line carried the
         # engine's own prefix: a clock the engine's zoneless stamp is read against (`log_clock`).
         self.written: float | None = None
+        # Whether that time was a TAI64N label's (up to `TAI64N_SLACK` late).
+        self.labelled = False
 
     def unwrap(
         self, line: str, last_time: float | None = None, zone: float = 0.0
@@ -133,6 +142,7 @@ class RuntimeLines:
         (a `kubectl --timestamps` access line was read 8 h early from a +08:00 engine). A syslog
         header's time is the host's, as the engine's is: written as it is."""
         self.written = None
+        self.labelled = False
         first = line[:1]
         if first.isdigit():
             m = _CRI.match(line)
@@ -152,6 +162,12 @@ class RuntimeLines:
                 return self._stamped(line[(tag or m).end() :], _epoch(m), zone)
         elif first == "{" and (line.startswith('{"log"') or _SHIPPER_TEXT.search(line, 0, 4096)):
             return self._record(line, zone)
+        elif first == "@":
+            m = _TAI64N.match(line)
+            if m is not None:
+                written = int(m[1], 16) - _TAI64_EPOCH + int(m[2], 16) / 1e9
+                self.labelled = True
+                return self._stamped(line[m.end() :], written, zone)
         elif last_time is not None and first in MONTH_INITIALS:
             m = _SYSLOG.match(line)
             if m is not None:
