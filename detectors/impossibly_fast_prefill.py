@@ -83,6 +83,8 @@ SOURCES: Final = (
     "e2e_latency",
 )
 _MIN_SECONDS: Final = 1e-6
+# Where a node's first pace is read in its first window (`_pace`).
+FIRST_PACE_QUANTILE: Final = 0.25
 # Timings from the request's arrival on a node that did not compute its prompt: they carry the
 # queue before the prefill (`FloorModel.judged_line`).
 QUEUED_SOURCES: Final = frozenset(
@@ -134,6 +136,11 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
         "decode_wait",
     )
     min_history: int = Field(default=50, ge=5)
+    # ... over at least this long (event time) before the first fit: a node's first minutes
+    # may be a queue behind one long prompt, and a line of queued answers is no pace. Fitted
+    # on them alone, it called the honest answers after it leaks, which were then never
+    # learned (blind review 40: 13 and 15 false exposures minutes after a start).
+    min_history_seconds: float = Field(default=900.0, ge=0)
     max_history: int = Field(default=512, ge=10)
     # A sample this many times faster per uncached token than the node's pace is left out of
     # the fit (`_without_the_leak`): where no pool or refusal tells an answer was the leak,
@@ -207,6 +214,7 @@ class FloorModel:
         "since_fit",
         "last_fit",
         "fits",
+        "first_at",
     )
 
     def __init__(self, max_history: int) -> None:
@@ -226,6 +234,8 @@ class FloorModel:
         self.since_fit = 0
         self.last_fit: float | None = None
         self.fits = 0
+        # When its first sample came (event time): the history's span (`min_history_seconds`).
+        self.first_at: float | None = None
 
     @property
     def fitted(self) -> bool:
@@ -286,9 +296,16 @@ class FloorModel:
         samples = self.samples
         samples.append(sample)
         self.since_fit += 1
+        if self.first_at is None:
+            self.first_at = now
         if len(samples) < cfg.min_history:
             return
-        if self._coef is not None or self._due_window is not None:  # a line: refit when due
+        if self._coef is None and self._due_window is None:  # the first line
+            first_at = self.first_at
+            if now is not None and first_at is not None:
+                if now - first_at < cfg.min_history_seconds:
+                    return
+        else:  # a line: refit when due
             if self.since_fit < cfg.refit_every:
                 return
             last_fit = self.last_fit
@@ -332,6 +349,7 @@ class FloorModel:
             "since_fit": self.since_fit,
             "last_fit": self.last_fit,
             "fits": self.fits,
+            "first_at": self.first_at,
         }
 
     @classmethod
@@ -347,6 +365,8 @@ class FloorModel:
         model.since_fit = int(state.get("since_fit", 0))
         model.last_fit = state.get("last_fit")
         model.fits = int(state.get("fits", 0))
+        first_at = state.get("first_at")
+        model.first_at = float(first_at) if first_at is not None else None
         return model
 
 
@@ -478,6 +498,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             if below is not None:
                 model.samples.extend(below.samples)
                 model.pace = below.pace
+                model.first_at = below.first_at
             bands[band] = model
         sample = (float(timing.uncached_tokens), float(max(timing.seconds, _MIN_SECONDS)))
         for model_band, model in bands.items():
@@ -491,10 +512,12 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         uncached = record.uncached_tokens
         if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
-        if serving.embedding and record.cached_tokens is None:
-            # Its prefix-cache hits are never stated: a reward model scoring sixteen answers
-            # to one long prompt is fast on the shared prefix (audit H3: 69 honest scores were
-            # exposures).
+        if serving.embedding:
+            # Never decoded, so never the leak's answer; its finish states no prefix-cache
+            # hits (audit H3: a reward model scoring sixteen answers to one long prompt, 69
+            # honest scores called exposures), and models smaller than the floor's 1B default
+            # serve it (blind review 40: 7k-token embeddings in 11 ms on one GPU, stated
+            # uncached by their time stats, 26 warnings).
             return []
         timings = self._timings(record, uncached, ctx)
         if not timings:
@@ -702,12 +725,16 @@ def _pace(data: np.ndarray, before: float | None, factor: float) -> float:
     review 33 D4: 9 on the fresh node). Leaving out only the slowest rows, the pace is never
     above the window's median, so nothing is taken for a leak that was not before. The pace
     follows a node that slows by up to `factor` a fit, and a window slower throughout starts it
-    anew."""
+    anew. With no pace before (the first fit), it is the window's lower quartile: a node's
+    first quarter hour may be half queue (blind review 40: the median of a window of 50 queued
+    answers and 30 after them took the 30 for leaks), and a quarter of the window holds more
+    than its leaks (5% in blind review 12f)."""
     rates = data[:, 1] / data[:, 0]
-    if before is not None:
-        waited = rates > factor * before
-        if not waited.all():
-            rates = rates[~waited]
+    if before is None:
+        return float(np.quantile(rates, FIRST_PACE_QUANTILE))
+    waited = rates > factor * before
+    if not waited.all():
+        rates = rates[~waited]
     return float(np.median(rates))
 
 

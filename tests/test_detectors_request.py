@@ -865,8 +865,9 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
     for k in range(40):
         prompt = 4_000 + 1_000 * k
         seconds = 0.1 + 2e-5 * prompt * (1.0 + (k % 3) * 0.2)
-        history += prefill_ok(100 + k, T + 100 + 20 * k, prompt, seconds=seconds)
-        history += decode_answer(100 + k, T + 100 + 20 * k, prompt, ttft=seconds + 0.2)
+        # A sample every 30 s: the first fit needs a quarter hour of history.
+        history += prefill_ok(100 + k, T + 100 + 30 * k, prompt, seconds=seconds)
+        history += decode_answer(100 + k, T + 100 + 30 * k, prompt, ttft=seconds + 0.2)
     findings = run(
         detector,
         boot("prefill-0", "prefill", T, 2_040_000),
@@ -882,6 +883,30 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
     # The lower envelope of the history is 0.1 s + 2e-5 s/token: 8.1 s at 400k tokens, and
     # divided by the safety factor of 8 about 1.01 s.
     assert evidence["learned_floor_seconds"] == pytest.approx(8.1 / 8, rel=0.05)
+
+
+def test_a_queue_in_a_node_s_first_minutes_teaches_no_floor():
+    """Blind review 40 (h12b, h20): a fresh node's first 50 answers waited 60 to 140 s behind an
+    honest 900k-token prompt, and decode's time to first token was the only timing. A line
+    fitted on them alone put every honest answer after it 2x "too fast", and those, judged
+    leaks, were never learned: 13 and 15 false exposures. The first fit waits for a quarter
+    hour of history, and reads the node's first pace low in its window."""
+    started = boot("prefill-0", "prefill", T, 2_040_000) + boot("decode-0", "decode", T, 2_040_000)
+    queued, after = [], []
+    for k in range(50):  # arriving over 140 s, all first served once the long prompt is done
+        t = T + 60 + 2.8 * k
+        prompt = 33_000 + 200 * k
+        queued += decode_answer(100 + k, t, prompt, ttft=T + 200 - t + 1.2 * (k + 1))
+    for k in range(60):  # then a normal pace: 35 us a token, first token and all
+        t = T + 400 + 30 * k
+        prompt = 33_000 + 500 * (k % 20)
+        after += decode_answer(300 + k, t, prompt, ttft=35e-6 * prompt)
+    detector = ImpossiblyFastPrefill()
+    assert run(detector, started, queued, after) == []
+    # The history was learned, and is fitted by now: the honest answers taught it.
+    (bands,) = detector.models_.values()
+    assert any(model.fitted for model in bands.values())
+    assert sum(len(model.samples) for model in bands.values()) >= 110
 
 
 def test_a_queue_learned_into_time_to_first_token_does_not_accuse_the_quiet_hour_after():
@@ -1010,8 +1035,9 @@ def test_a_node_restarted_on_another_model_does_not_judge_it_by_the_old_one_s_sp
     for k in range(40):
         prompt = 34_000 + 1_000 * k
         seconds = 0.1 + 2e-5 * prompt * (1.0 + (k % 3) * 0.2)
-        history += prefill_ok(100 + k, T + 100 + 20 * k, prompt, seconds=seconds)
-        history += decode_answer(100 + k, T + 100 + 20 * k, prompt, ttft=seconds + 0.2)
+        # A sample every 30 s: the first fit needs a quarter hour of history.
+        history += prefill_ok(100 + k, T + 100 + 30 * k, prompt, seconds=seconds)
+        history += decode_answer(100 + k, T + 100 + 30 * k, prompt, ttft=seconds + 0.2)
     restart = T + 5_000
     small = []
     for k in range(5):

@@ -70,3 +70,14 @@ def test_a_generation_states_its_hits_and_is_judged_by_them(
     tmp_path: Path, cached: str, exposed: list[str]
 ) -> None:
     assert _exposed(tmp_path, _request("GenerateReqInput", cached)) == exposed
+
+
+def test_an_embedding_request_is_not_judged_by_its_speed_though_its_hits_are_stated(
+    tmp_path: Path,
+) -> None:
+    """Blind review 40 (h11): time stats stating `cached_input_len=0` made embeddings' hits
+    "stated", and 7k-token embeddings in 11 ms on one GPU fell under the 1B-parameter floor
+    (26 warnings): a 0.6B model reads them that fast, and no embedding is ever decoded."""
+    assert _exposed(tmp_path, _request("EmbeddingReqInput", "'cached_tokens': 0, ")) == []
+    summary = (tmp_path / "out" / "report.md").read_text()
+    assert "impossibly_fast_prefill" not in summary

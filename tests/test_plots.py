@@ -284,8 +284,8 @@ def test_the_driver_ends_the_pool_lines_at_the_last_event_read(monkeypatch, tmp_
 
 def _fitted_detector() -> ImpossiblyFastPrefill:
     det = ImpossiblyFastPrefill(min_history=5, refit_every=5, safety_factor=8.0)
-    for i in range(20):
-        tokens = 40_000 + 10_000 * i
+    for i in range(40):  # each length twice, 20 minutes apart: a quarter hour in every band
+        tokens = 40_000 + 10_000 * (i % 20)
         for node, source, per_token in (
             ("decode-0", "first_token_latency", 4e-5),
             ("decode-1", "first_token_latency", 6e-5),
@@ -298,7 +298,7 @@ def _fitted_detector() -> ImpossiblyFastPrefill:
                     "uncached_tokens": tokens,
                     "seconds": 0.5 + per_token * tokens,
                 },
-                now=T0 + i,
+                now=T0 + 60.0 * i,  # a sample a minute: a quarter hour before the first fit
             )
     return det
 
