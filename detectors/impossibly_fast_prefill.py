@@ -512,6 +512,11 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         uncached = record.uncached_tokens
         if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
+        if record.sampled:
+            # A sample of a parallel-sampling request: the warm-up read the prompt, the sample
+            # reuses its prefix, whatever cached count decode states (blind review 40 h22: a
+            # 240k-token prompt's samples, decode stating nothing cached, "1.2x too fast").
+            return []
         if serving.embedding:
             # Never decoded, so never the leak's answer; its finish states no prefix-cache
             # hits (audit H3: a reward model scoring sixteen answers to one long prompt, 69

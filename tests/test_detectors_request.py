@@ -885,6 +885,28 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
     assert evidence["learned_floor_seconds"] == pytest.approx(8.1 / 8, rel=0.05)
 
 
+def test_the_samples_of_a_parallel_sampling_request_are_not_timed():
+    """Blind review 40 (h22): `n` = 4 on a 240k-token prompt, prefill logging no request line
+    and decode stating nothing cached. The warm-up (a prompt-only pass, finished `length` at no
+    token) read the prompt; the samples after it reuse its prefix, and their 0.15 s were
+    called 1.2x under the physical floor of reading it all."""
+    started = boot("prefill-0", "prefill", T, 2_040_000) + boot("decode-0", "decode", T, 2_040_000)
+    room, prompt, t = 77, 240_000, T + 600
+    warm_up = decode_answer(room, t, prompt, ttft=None, e2e=30.0)
+    warm_up[0].fields["rid"] = warm_up[1].fields["rid"] = "warm"
+    warm_up[1].fields.update(finish_type="length", completion_tokens=0)
+    samples = []
+    for k in range(4):
+        answer = decode_answer(room, t + 31 + k, prompt, ttft=0.15)
+        for event in answer:
+            event.fields["rid"] = f"sample-{k}"
+        samples += answer
+    assert run(ImpossiblyFastPrefill(), started, warm_up, samples) == []
+    # The same fast answer to a prompt of its own, in a room of its own, is judged.
+    alone = decode_answer(78, t + 60, prompt, ttft=0.15)
+    assert [f.bootstrap_room for f in run(ImpossiblyFastPrefill(), started, alone)] == ["78"]
+
+
 def test_a_queue_in_a_node_s_first_minutes_teaches_no_floor():
     """Blind review 40 (h12b, h20): a fresh node's first 50 answers waited 60 to 140 s behind an
     honest 900k-token prompt, and decode's time to first token was the only timing. A line

@@ -611,8 +611,10 @@ class LineParser:
                         if rid_at > 0:
                             self._note_broken_rid(line, rid_at + len(_REFUSAL_RID))
                     if clock is not None and kind in _STAMPED_KINDS:
+                        if clock.skew:
+                            parse = clock.unskewed(parse)
                         event = ev.Event.deferred(
-                            kind, self.node, when, source, clock.unskewed(parse), line, ranks, start
+                            kind, self.node, when, source, parse, line, ranks, start
                         )
                         clock.observe(event)
                         return kind, event

@@ -1003,6 +1003,8 @@ class RequestLedger:
         records = [RequestRecord(entry.key, entry.room, group, complete) for group in requests]
         for record in records:
             record.fanout = fanout or entry.reused
+            # Rooms judged before leave behind only those that showed sampling (`_remember`).
+            record.sampled = warm_up is True or (entry.fanout and not entry.reused)
         return records
 
     def _remember(

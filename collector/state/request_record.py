@@ -285,6 +285,7 @@ class RequestRecord:
         "sides",
         "complete",
         "fanout",
+        "sampled",
         "memo",
         "prefill",
         "serving",
@@ -306,6 +307,10 @@ class RequestRecord:
         # prompt's samples, and a warm-up before them, all in the prompt's room; or a room a
         # router numbered again later): a response of its own. Set by the ledger.
         self.fanout = False
+        # A sample of a parallel-sampling request (its room showed the warm-up, a prompt-only
+        # pass before the samples): the warm-up read the prompt, each sample reuses it. Set by
+        # the ledger.
+        self.sampled = False
         self.memo: dict[str, Any] = {}
         self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         # The prefill side whose KV decode got (`_prefill`); the side that answered the client
