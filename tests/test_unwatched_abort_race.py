@@ -33,10 +33,12 @@ def _simulate(tmp_path: Path, canary: str) -> Path:
     return sim
 
 
-def _forensics(sim: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+def _forensics(
+    sim: Path, out: Path, fail_on: str = "exposure"
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     done = subprocess.run(
         [sys.executable, "-m", "collector.cli", "forensics", "--quiet", "--no-parquet"]
-        + ["--fail-on", "exposure", str(sim / "logs"), str(sim / "snapshots")]
+        + ["--fail-on", fail_on, str(sim / "logs"), str(sim / "snapshots")]
         + ["--out", str(out), "--json", str(out / "summary.json")],
         capture_output=True,
         text=True,
@@ -55,6 +57,11 @@ def test_a_storm_with_the_canary_off_fails_the_exposure_gate(tmp_path: Path) -> 
     assert summary["exposure"]["count"] == 0
     assert summary["verdict"]["outcome"] == "not_judged"
     assert done.returncode == 2, done.stderr
+    # The storm's critical findings fail `--fail-on critical` too, said as such, but the run
+    # is still NOT JUDGED: exit 2, as its verdict (blind review 41: it exited 1).
+    paged, _ = _forensics(sim, tmp_path / "paged", "critical")
+    assert "--fail-on critical:" in paged.stderr and "NOT JUDGED" in paged.stderr
+    assert paged.returncode == 2, paged.stderr
     # Off through the restart at 07:00 (the checksum went off, not the canary): one stretch,
     # on decode, whose pages the late writes land in.
     said = (

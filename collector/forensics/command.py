@@ -186,16 +186,16 @@ def run_forensics_command(args: argparse.Namespace, out: TextIO, err: TextIO) ->
     found = _failing(summary, args.fail_on)
     if found:
         err.write(f"kvwatch forensics: --fail-on {args.fail_on}: {found} {FAIL_ON[args.fail_on]}\n")
-        return 1
     # Whatever else makes the run no all-clear is the verdict's, so the exit status and
     # `verdict.outcome` cannot disagree (prefill pools untold since a restart once exited 2
-    # beside a `none_found` verdict).
+    # beside a `none_found` verdict), whatever `--fail-on` found besides (blind review 41: a
+    # storm's critical findings made a NOT JUDGED run exit 1 under `--fail-on critical`).
     outcome = summary["verdict"]["outcome"]
     if outcome == "none_found_in_judged":
         return _not_judged(err, nodes_not_judged_line(summary))
     if outcome == "not_judged":
         return _not_judged(err, summary["verdict"]["said"])
-    return 0
+    return 1 if found else 0
 
 
 def _unwritable(out: Path, json_path: Path | None) -> str:
