@@ -923,7 +923,7 @@ def stream_zones(
         return readings
     if all(readings[key].voted for key in prefixed):
         # Every zone told: only a host clock set wrong is left to find (`clock_join.skews`).
-        told = {key: sample(key[0], logs[key], limit=SKEW_ROOMS) for key in prefixed}
+        told = {key: sample(key[0], logs[key], limit=SKEW_ROOMS, ends=False) for key in prefixed}
         _note_skews(readings, told, stats)
         return readings
     samples = {key: sample(key[0], files) for key, files in logs.items()}

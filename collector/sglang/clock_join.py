@@ -88,11 +88,17 @@ class Sample(NamedTuple):
 
 
 def sample(
-    node: str, files: list[TelemetryFile], *, exports: bool = False, limit: int = MAX_ROOMS
+    node: str,
+    files: list[TelemetryFile],
+    *,
+    exports: bool = False,
+    limit: int = MAX_ROOMS,
+    ends: bool = True,
 ) -> Sample:
-    """The `Sample` of a node's first lines (`log_clock.first_lines`, up to `limit` rooms) and
-    its last file's end; of its `--export-metrics-to-file` records with `exports` (each dated
-    in UTC by its `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
+    """The `Sample` of a node's first lines (`log_clock.first_lines`, up to `limit` rooms) and,
+    with `ends`, its last file's end (a gzipped one is read through: `skews` needs no end); of
+    its `--export-metrics-to-file` records with `exports` (each dated in UTC by its
+    `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
     parser = LineParser(node)
     stamps: dict[str, float] = {}
     utc: dict[str, float] = {}
@@ -172,7 +178,7 @@ def sample(
         _note_receipt(stamps, event, event.time, estimated)
         if len(stamps) >= limit:
             break
-    ended = first_line_time(reversed(end_lines(files[-1].path))) if files else None
+    ended = first_line_time(reversed(end_lines(files[-1].path))) if files and ends else None
     return Sample(stamps, started, ended, utc or None, role, frozenset(estimated))
 
 
