@@ -264,9 +264,25 @@ class _StormTally:
     """What one storm counted from its first window over the bar to its last: each finding
     says the window it was raised in, and a responder asks how long the storm ran and how
     much it held (blind review 28b: "39 timeouts in 300s" of a 26-minute storm of 190 on two
-    nodes). Quiet windows inside its gap count once another window fires after them."""
+    nodes). Quiet windows inside its gap count once another window fires after them.
 
-    __slots__ = ("start", "end", "windows", "timeouts", "errors", "nodes", "mismatches", "_gap")
+    A storm raised as a warning that turns critical later keeps what it had counted until
+    then (`warned`): its warning says that, not the whole storm, whose signs of corrupt KV
+    came after the warning and contradicted it (a warning with "mismatches: 0" whose storm
+    said 26; the critical finding says the whole storm)."""
+
+    __slots__ = (
+        "start",
+        "end",
+        "windows",
+        "timeouts",
+        "errors",
+        "nodes",
+        "mismatches",
+        "critical_from",
+        "warned",
+        "_gap",
+    )
 
     def __init__(self, start: float) -> None:
         self.start = start
@@ -276,6 +292,9 @@ class _StormTally:
         self.errors = 0.0
         self.nodes: set[str] = set()
         self.mismatches = 0
+        # When the storm turned critical, and what it had counted before then (as a warning).
+        self.critical_from: float | None = None
+        self.warned: _StormTally | None = None
         self._gap: list[tuple[float, float, set[str]]] = []
 
     def fired(self, end: float, timeouts: float, errors: float, nodes: set[str]) -> None:
@@ -287,6 +306,18 @@ class _StormTally:
 
     def quiet(self, timeouts: float, errors: float, nodes: set[str]) -> None:
         self._gap.append((timeouts, errors, nodes))
+
+    def turn_critical(self, at: float) -> None:
+        """The storm turns critical in the window from `at` (not yet counted): keep what it
+        counted before it, which its warning covers."""
+        if self.warned is not None or self.windows == 0:
+            return
+        warned = _StormTally(self.start)
+        warned.end, warned.windows = self.end, self.windows
+        warned.timeouts, warned.errors = self.timeouts, self.errors
+        warned.nodes, warned.mismatches = set(self.nodes), self.mismatches
+        warned.critical_from = self.critical_from = at
+        self.warned = warned
 
     def _add(self, timeouts: float, errors: float, nodes: set[str]) -> None:
         self.windows += 1
@@ -304,14 +335,20 @@ class _StormTally:
             if self.mismatches
             else ""
         )
-        return (
-            f"; the whole storm: {iso_time(self.start)} to {iso_time(self.end)} "
+        counted = (
+            f"{iso_time(self.start)} to {iso_time(self.end)} "
             f"({minutes:g} min), {self.timeouts:,.0f} timeouts{errors}{on if names else ''}"
             f"{corrupt}"
         )
+        if self.warned is None and self.critical_from is not None:
+            return (
+                f"; the storm until it turned critical at {iso_time(self.critical_from)}: "
+                f"{counted} (its critical finding says the whole storm)"
+            )
+        return f"; the whole storm: {counted}"
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {
+        said: dict[str, Any] = {
             "start": iso_time(self.start),
             "end": iso_time(self.end),
             "windows": self.windows,
@@ -320,6 +357,9 @@ class _StormTally:
             "nodes": sorted(self.nodes),
             "mismatches": self.mismatches,
         }
+        if self.warned is None and self.critical_from is not None:
+            said["critical_from"] = iso_time(self.critical_from)
+        return said
 
 
 _MAX_CORRUPT_SEEN: Final = 4096
@@ -625,8 +665,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         """A storm's finding, which says the window it was raised in, with the whole storm
         after it: from when to when, its timeouts, nodes and signs of corrupt KV."""
         _, marked, subject = finding.dedup_key.partition(":episode:")
-        tally = self.storms_.get(subject.split(":")[0]) if marked else None
-        if tally is None or (
+        begun, _, severity = subject.partition(":")
+        tally = self.storms_.get(begun) if marked else None
+        if tally is not None and severity == "warning" and tally.warned is not None:
+            # A warning says the storm until it turned critical (and when it did), even of one
+            # window: what came after is the critical finding's.
+            tally = tally.warned
+        elif tally is None or (
             tally.windows < 2 and tally.mismatches <= int(finding.evidence.get("mismatches") or 0)
         ):
             return finding
@@ -810,6 +855,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             episode.mismatches += window.mismatches
             tally = self.storms_.get(str(episode.start))
             if tally is not None:
+                if episode.severity == "warning" and window.mismatches:
+                    tally.turn_critical(start)
                 tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
                 tally.mismatches = episode.mismatches
             if episode.severity == "warning" and window.mismatches:
@@ -830,6 +877,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             tally = self.storms_.get(str(episode.start))
             if tally is not None:
+                if warned and window.mismatches:
+                    tally.turn_critical(start)
                 tally.quiet(timeouts, errors, _troubled(window, nodes))
                 tally.mismatches = episode.mismatches
             if warned and window.mismatches and episode.start is not None:
@@ -851,6 +900,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             self.storm_rate_ = timeouts_rate
         mismatches = episode.mismatches
         tally = self._tally(str(episode.start), span_start if new else None)
+        if not new and episode.severity == "warning" and mismatches > 0:
+            tally.turn_critical(start)
         if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
             tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
         else:  # fired by the hour before it, not by its own few: the storm's tail, not its end

@@ -1103,11 +1103,12 @@ def test_a_storm_s_finding_says_the_whole_storm_once_the_input_is_read() -> None
         timeout(T + 6 * 3600 + 10 * k, 1000 + k, f"decode-{k % 2}") for k in range(150)
     ]  # 25 minutes, 75 on each of two nodes
     corrupt = [_mismatch(T + 6 * 3600 + 600 + 60 * k, 5000 + k) for k in range(3)]
-    first = _revised(quiet_hours() + storm + corrupt)[0]
+    warning, first = _revised(quiet_hours() + storm + corrupt)
+    assert (warning.severity, first.severity) == ("warning", "critical")
     said = first.evidence["storm"]
     assert said["start"] == iso_time(T + 6 * 3600) and said["end"] == iso_time(T + 6 * 3600 + 1500)
     assert said["timeouts"] == 150 and said["nodes"] == ["decode-0", "decode-1"]
-    assert said["mismatches"] == 3
+    assert said["mismatches"] == 3 and "critical_from" not in said
     assert first.summary.endswith(
         f"; the whole storm: {iso_time(T + 6 * 3600)} to {iso_time(T + 6 * 3600 + 1500)} "
         "(25 min), 150 timeouts on decode-0 and decode-1, 3 signs of corrupt KV"
@@ -1115,6 +1116,43 @@ def test_a_storm_s_finding_says_the_whole_storm_once_the_input_is_read() -> None
     # A storm of one window, all said by its finding, is left as it was said.
     (short,) = _revised(quiet_hours() + storm[:30])
     assert "whole storm" not in short.summary and "storm" not in short.evidence
+
+
+def test_a_storm_s_warning_says_the_storm_until_it_turned_critical_not_its_later_mismatches():
+    """Blind review (abort-race datasets): a storm's first window, with no sign of corrupt KV
+    yet, was raised as a warning with "mismatches: 0", and its storm block, the whole storm
+    once the input was read, said 5: the warning contradicted itself. It says the storm until
+    it turned critical, and when it did; the critical finding says the whole storm."""
+    begin = T + 6 * 3600
+    storm = [timeout(begin + 10 * k, 1000 + k) for k in range(150)]  # 25 minutes
+    # Five mismatches in the storm's fourth window (15 to 20 minutes in), none before.
+    corrupt = [_mismatch(begin + 930 + 30 * k, 5000 + k) for k in range(5)]
+    warning, critical = _revised(quiet_hours() + storm + corrupt)
+    assert (warning.severity, critical.severity) == ("warning", "critical")
+    assert warning.evidence["mismatches"] == 0
+    said = warning.evidence["storm"]
+    assert said["mismatches"] == warning.evidence["mismatches"]
+    assert said["start"] == iso_time(begin) and said["end"] == iso_time(begin + 900)
+    assert said["windows"] == 3 and said["timeouts"] == 90
+    assert said["critical_from"] == iso_time(begin + 900)
+    assert "signs of corrupt KV" not in warning.summary
+    assert warning.summary.endswith(
+        f"; the storm until it turned critical at {iso_time(begin + 900)}: {iso_time(begin)} to "
+        f"{iso_time(begin + 900)} (15 min), 90 timeouts on decode-0 (its critical finding says "
+        "the whole storm)"
+    )
+    whole = critical.evidence["storm"]
+    assert whole["mismatches"] == 5 and whole["timeouts"] == 150
+    assert whole["end"] == iso_time(begin + 1500) and "critical_from" not in whole
+    # Turned critical by signs in its gap of quiet windows (after its last window over the
+    # bar): the warning still says the storm as it was while a warning.
+    late = [_mismatch(begin + 1560, 6000)]
+    warning, critical = _revised(quiet_hours() + storm + late)
+    assert (warning.severity, critical.severity) == ("warning", "critical")
+    said = warning.evidence["storm"]
+    assert said["mismatches"] == 0 and said["timeouts"] == 150
+    assert said["critical_from"] == iso_time(begin + 1500)
+    assert critical.evidence["mismatches"] == 1
 
 
 def test_a_corrupt_transfer_every_rank_logs_is_one_sign() -> None:
