@@ -583,7 +583,7 @@ def test_a_canary_turned_on_only_after_an_upgrade_keeps_its_caveat_for_before() 
     )
     assert next_steps(race)[-1].endswith(
         "and keep --kv-canary log on: it was off on decode-0 until 2026-11-02T09:30:00.000Z, "
-        "so responses built on late writes then cannot be named from these logs."
+        "so any response built on a late write then cannot be named from these logs."
     )
     # Late writes land in decode's pages: a prefill that ran without it is no caveat when the
     # decode nodes the signs came on ran it (blind review 35 D3, another deployment's nodes).
@@ -595,6 +595,33 @@ def test_a_canary_turned_on_only_after_an_upgrade_keeps_its_caveat_for_before() 
     assert next_steps(_race("0.5.22", canary=("log", None)))[-1].endswith(
         "and run --kv-canary log to name responses built on late writes."
     )
+
+
+def test_an_all_clear_run_with_the_canary_off_claims_no_exposed_response() -> None:
+    """Blind review: a healthy run, one deferred-release timeout, the canary off on decode-0,
+    nothing exposed, said "responses exposed then cannot be named", which read as if some
+    had been. With none found it is a condition; with some it still says they were."""
+    clear = _race("0.5.22", canary=(None, "log"))
+    clear["findings"] = []
+    clear["exposure"] = {"count": 0, "requests": [], "first": None, "last": None}
+    clear["abort_signals"] = {
+        "deferred_release_outcomes": {"timeout": 1, "completed": 40},
+        "transfer_failure_lines": 14,
+        "timeouts_between": ["2026-11-02T08:33:34.000Z", "2026-11-02T08:33:34.000Z"],
+        "seen_by_node": {
+            "timeout": {"decode-0": ["2026-11-02T08:33:34.000Z", "2026-11-02T08:33:34.000Z"]}
+        },
+    }
+    assert verdict(clear)["outcome"] == "none_found"
+    said = abort_signals_line(clear)
+    assert "exposed" not in said and "no storm finding" in said
+    assert said.endswith(
+        "only the KV canary (--kv-canary log) names those responses, and it was off on "
+        "decode-0 until 2026-11-02T09:30:00.000Z: any response such a write reached then "
+        "could not be named."
+    )
+    clear["exposure"]["count"] = 2
+    assert abort_signals_line(clear).endswith(": responses exposed then cannot be named.")
 
 
 def _unwatched_storm(canary: tuple[str | None, ...], **storm: str) -> dict:

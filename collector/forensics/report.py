@@ -194,16 +194,18 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
         # failed send acked as drained), on pages decode has already let to another request
         # (incident.md, the abort race); said for the stretch the canary was off even when it
         # was on later (blind review 34 D7).
+        # Said as a condition when no response was found exposed: "responses exposed then
+        # cannot be named" on an all-clear run with one timeout read as if some had been.
         where = _canary_off_said(off)
+        unnamed = (
+            "responses exposed then cannot be named"
+            if (summary.get("exposure") or {}).get("count")
+            else "any response such a write reached then could not be named"
+        )
         said += (
             " A KV write landing after decode released its pages corrupts another request's "
             "pages with no mismatch to show for it: only the KV canary (--kv-canary log) names "
-            "those responses"
-            + (
-                f", and it was off{where}: responses exposed then cannot be named."
-                if where
-                else "."
-            )
+            "those responses" + (f", and it was off{where}: {unnamed}." if where else ".")
         )
     return said
 
@@ -2048,8 +2050,8 @@ def _canary_advice(summary: dict[str, Any]) -> str:
     if not off:
         return "."
     return (
-        f", and keep --kv-canary log on: it was off{_canary_off_said(off)}, so responses built "
-        "on late writes then cannot be named from these logs."
+        f", and keep --kv-canary log on: it was off{_canary_off_said(off)}, so any response "
+        "built on a late write then cannot be named from these logs."
     )
 
 
