@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from collector.events import BATCH_KINDS, Event
+from collector.events import BATCH_KINDS, PREFILL_BATCH, Event
 from collector.files import TelemetryFile, settled
 from collector.parse import (
     OUT_OF_LINE_SECONDS,
@@ -46,7 +46,7 @@ from collector.parse import (
 )
 from collector.sglang.batch import BatchSample, BatchSampler
 from collector.sglang.log_clock import ZoneReading
-from collector.state.node_windows import BATCH_PICKS
+from collector.state.node_windows import BATCH_PICKS, PREFILL_BATCH_PICKS
 
 BATCH = 2048
 # Events pulled from a stream at a time (`_in_chunks`).
@@ -78,8 +78,8 @@ ObserveBatch = Callable[[str, str, float, str, BatchSample], Sequence[Event]]
 
 @runtime_checkable
 class BatchStage(Stage, Protocol):
-    """A stage that takes a batch line as (kind, node, time, source, sample of `BATCH_PICKS`)
-    in place of its event, with the same effect."""
+    """A stage that takes a batch line as (kind, node, time, source, sample of `BATCH_PICKS`,
+    of `PREFILL_BATCH_PICKS` for a prefill line) in place of its event, with the same effect."""
 
     def observe_batch(
         self, kind: str, node: str, time: float, source: str, sample: BatchSample
@@ -140,7 +140,7 @@ class BatchLane:
     A line no learnt shape fits is declined and becomes an event as usual. `last_time`: the
     latest batch line's time, part of the stream's clock (`StampsInLine`)."""
 
-    __slots__ = ("node", "observe", "outbox", "_sample", "last_time", "order")
+    __slots__ = ("node", "observe", "outbox", "_sample", "_sample_prefill", "last_time", "order")
 
     def __init__(
         self,
@@ -153,6 +153,7 @@ class BatchLane:
         self.observe = observe
         self.outbox = outbox
         self._sample = BatchSampler(BATCH_PICKS)
+        self._sample_prefill = BatchSampler(PREFILL_BATCH_PICKS)
         self.last_time = -math.inf
         # The stream's order: a line it holds on a zone's change comes as an event instead.
         self.order = order
@@ -165,7 +166,7 @@ class BatchLane:
             and order.holds(time, self.last_time)
         ):
             return False
-        sample = self._sample(line, offset)
+        sample = (self._sample_prefill if kind == PREFILL_BATCH else self._sample)(line, offset)
         if sample is None:
             return False
         if time > self.last_time:

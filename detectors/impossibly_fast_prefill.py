@@ -67,7 +67,9 @@ from typing import Any, ClassVar, Final, Literal, NamedTuple
 import numpy as np
 from pydantic import Field
 
-from collector.state.request_record import RequestRecord
+from collector.events import PREFILL_BATCH, Event
+from collector.state.prefill_hits import PREFILL_HIT, PrefillHits
+from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
 from detectors.finding import Finding, Severity
@@ -85,6 +87,9 @@ SOURCES: Final = (
 _MIN_SECONDS: Final = 1e-6
 # Where a node's first pace is read in its first window (`_pace`).
 FIRST_PACE_QUANTILE: Final = 0.25
+# How far before a request's first line and after its last a prefill's batch line may be tied
+# to it: clocks within a minute of each other are not moved onto one (`clock_join.skews`).
+PREFILL_LINE_SLACK_SECONDS: Final = 60.0
 # Timings from the request's arrival on a node that did not compute its prompt: they carry the
 # queue before the prefill (`FloorModel.judged_line`).
 QUEUED_SOURCES: Final = frozenset(
@@ -397,6 +402,9 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
     alert: ClassVar[str] = "KVWatchImpossiblyFastPrefill"
     config_class: ClassVar[type[DetectorConfig]] = ImpossiblyFastPrefillConfig
     wants_requests: ClassVar[bool] = True
+    # Single-sequence prefill batch lines: the prefix-cache hits of a request whose decode
+    # states none (`collector.state.prefill_hits`).
+    event_kinds: ClassVar[frozenset[str]] = frozenset({PREFILL_HIT, PREFILL_BATCH})
 
     @classmethod
     def _unit_test_params(cls) -> dict[str, Any]:
@@ -410,6 +418,13 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
     def _init_learned(self) -> None:
         # `node|source[|model|tp]` -> context band -> the floor learned there.
         self.models_: dict[str, dict[int, FloorModel]] = {}
+        # The last hour's single-sequence prefills over a cached prefix (not saved: a restarted
+        # sidecar reads the lines after it).
+        self.prefill_hits_ = PrefillHits()
+
+    def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
+        self.prefill_hits_.note(event)
+        return []
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -512,6 +527,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         uncached = record.uncached_tokens
         if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
+        if self.prefill_hits_:
+            uncached = self._uncached_by_prefill_line(record, serving, uncached)
         if record.sampled:
             # A sample of a parallel-sampling request: the warm-up read the prompt, the sample
             # reuses its prefix, whatever cached count decode states (blind review 40 h22: a
@@ -616,7 +633,11 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 summary=summary,
                 evidence={
                     "prompt_tokens": prompt,
-                    "cached_tokens": record.cached_tokens,
+                    "cached_tokens": (
+                        record.cached_tokens
+                        if uncached == record.uncached_tokens
+                        else prompt - uncached
+                    ),
                     "uncached_tokens": uncached,
                     "seconds": worst.seconds,
                     "source": worst.source,
@@ -631,6 +652,30 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 exposure=critical,
             )
         ]
+
+    def _uncached_by_prefill_line(
+        self, record: RequestRecord, serving: SideRecord, uncached: int
+    ) -> int:
+        """Fewer uncached tokens than the request's sides state when a prefill's single-sequence
+        batch line of exactly its prompt's length, while it was in flight, says more cached
+        (`collector.state.prefill_hits`: blind review 40 D2, decode stating `cached_tokens: 0`
+        for a 794k-token prompt prefill read with 793,600 cached, 7 false criticals). Only on
+        a prefill the request could have used: its own prefill side's node when it has one."""
+        prompt = record.prompt_tokens
+        start = record.start_time
+        end = serving.end_time
+        if prompt is None or start is None or end is None:
+            return uncached
+        prefill = record.prefill
+        cached = self.prefill_hits_.cached(
+            prompt,
+            start - PREFILL_LINE_SLACK_SECONDS,
+            end + PREFILL_LINE_SLACK_SECONDS,
+            frozenset({prefill.node}) if prefill is not None else None,
+        )
+        if cached is None:
+            return uncached
+        return max(min(uncached, prompt - cached), 1)
 
     def _timings(self, record: RequestRecord, uncached: int, ctx: DetectionContext) -> list[Timing]:
         serving = record.serving

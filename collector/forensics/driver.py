@@ -592,8 +592,6 @@ def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> Kind
     sides, request lines are folded into sides in the workers and shipped only when a detector
     reads them too (and time stats when they tell a role: `RequestSideAssembler`)."""
     kinds = set(TIMELINE_KINDS) | set(pipeline.ledger.accepted_kinds) | {"deferred_release"}
-    if node_windows:
-        kinds -= BATCH_KINDS
     if pipeline.ledger.config.input == "sides":
         kinds.discard("request_time_stats")
     signals: set[str] | None = set(TIMELINE_METRIC_SIGNALS)
@@ -604,6 +602,8 @@ def consumed(pipeline: DetectionPipeline, *, node_windows: bool = False) -> Kind
                 signals = None
             elif signals is not None:
                 signals |= det.metric_signals
+    if node_windows:  # what a detector reads of them, the workers ship (`prefill_hit`)
+        kinds -= BATCH_KINDS
     return KindFilter(frozenset(kinds), frozenset(signals) if signals is not None else None)
 
 

@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from collector.events import BATCH_KINDS, Event
+from collector.events import BATCH_KINDS, PREFILL_BATCH, Event
 from collector.files import WINDOW_SOURCE
 from collector.sglang.batch import BatchSample
 from collector.state.config_timeline import (
@@ -31,10 +31,12 @@ from collector.state.config_timeline import (
     batch_hint_strength,
     batch_role_hint,
 )
+from collector.state.prefill_hits import prefill_hit
 
 __all__ = [
     "BATCH_KINDS",
     "BATCH_PICKS",
+    "PREFILL_BATCH_PICKS",
     "NODE_WINDOW",
     "SOURCE_KINDS",
     "NodeWindow",
@@ -50,6 +52,9 @@ _DEFERRED_RELEASE: Final = "deferred_release"
 # lines are read only for these sums and the role hint, so a worker that ships partial windows
 # (to a detector reading them and a timeline that accepts their hint) can drop them.
 BATCH_PICKS: Final = ("token_usage", "queue_req", "gen_throughput")
+# A prefill batch line's picks: the windows' and what ties a single-sequence line to its
+# request's prefix-cache hits (`collector.state.prefill_hits`), shipped as a `prefill_hit`.
+PREFILL_BATCH_PICKS: Final = (*BATCH_PICKS, "new_seq", "new_token", "cached_token")
 # The raw kinds a `NodeWindow` folds: exactly what the telemetry anomaly detector reads.
 SOURCE_KINDS: Final = frozenset(
     {_FINISHED, _REJECTED, _TRANSFER_FAILED, _DEFERRED_RELEASE} | BATCH_KINDS
@@ -238,9 +243,13 @@ class NodeWindowAggregator:
                 self._advance(time, out)
         if node != self._node:
             self._own(node)
-        keys, (usage, queue, throughput) = sample
-        self._window.add_batch(usage, queue, throughput)
+        keys, values = sample
+        self._window.add_batch(values[0], values[1], values[2])
         self._events += 1
+        if len(values) > 3:  # a prefill line (`PREFILL_BATCH_PICKS`)
+            hit = prefill_hit(node, time, source, values[3], values[4], values[5])
+            if hit is not None:
+                out.append(hit)
         if self._hint_strength < _SURE:
             role = batch_role_hint(kind, keys)
             self._hint_role(role, time, source, out)
@@ -272,6 +281,18 @@ class NodeWindowAggregator:
         if event.kind in BATCH_KINDS and self._hint_strength < _SURE:
             role = batch_role_hint(event.kind, event.fields.keys())
             self._hint_role(role, event.time, event.source, out)
+        if event.kind == PREFILL_BATCH and event.time is not None:
+            fields = event.fields
+            hit = prefill_hit(
+                event.node,
+                event.time,
+                event.source,
+                fields.get("new_seq"),
+                fields.get("new_token"),
+                fields.get("cached_token"),
+            )
+            if hit is not None:
+                out.append(hit)
 
     def _hint_role(
         self, role: Role | None, time: float | None, source: str, out: list[Event]
