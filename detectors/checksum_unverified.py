@@ -22,7 +22,7 @@ prefill writing no digest is skipped silently, 0.5.23 `_kv_checksum_comparable`)
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -195,7 +195,8 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         self.undated_change_ = False
         findings = []
         for (model, _), configs in sorted(
-            _deployments(ctx.timeline.configs_at(at)).items(), key=lambda kv: str(kv[0])
+            _deployments(ctx.timeline.configs_at(at), ctx.pairs.partners).items(),
+            key=lambda kv: str(kv[0]),
         ):
             on = sorted(c.node for c in configs if c.kv_checksum is True)
             off = sorted(c.node for c in configs if c.kv_checksum is False)
@@ -328,15 +329,67 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         return is_below(version, self.config.checksum_since_version)
 
 
-def _deployments(configs: Iterable[NodeConfig]) -> dict[tuple[str | None, str], list[NodeConfig]]:
+def _deployments(
+    configs: Iterable[NodeConfig], partners: Mapping[str, set[str]] | None = None
+) -> dict[tuple[str | None, str], list[NodeConfig]]:
     """The PD nodes in force by deployment: by model, and by the folder their names say they
     were saved in (`dep-a/prefill-0`) when every one of them says one. No transfer crosses
     between two deployments, so a checksum on in one and off in the other is no one-sided
-    pair (blind review 8a: two deployments of one model, each consistent, were warned of)."""
+    pair (blind review 8a: two deployments of one model, each consistent, were warned of).
+    Within one model and folder, tiers apart (`_tiers`) are deployments of their own too."""
     pd = [config for config in configs if config.is_pd]
     foldered = bool(pd) and all("/" in config.node for config in pd)
-    out: dict[tuple[str | None, str], list[NodeConfig]] = {}
+    grouped: dict[tuple[str | None, str], list[NodeConfig]] = {}
     for config in pd:
         folder = config.node.rpartition("/")[0] if foldered else ""
-        out.setdefault((config.model, folder), []).append(config)
+        grouped.setdefault((config.model, folder), []).append(config)
+    out: dict[tuple[str | None, str], list[NodeConfig]] = {}
+    for (model, folder), members in grouped.items():
+        tiers = _tiers(members, partners or {})
+        for index, tier in enumerate(tiers):
+            out[(model, f"{folder}#{index}" if len(tiers) > 1 else folder)] = tier
     return out
+
+
+def _tiers(members: list[NodeConfig], partners: Mapping[str, set[str]]) -> list[list[NodeConfig]]:
+    """One model's PD nodes split into deployments where they tell them apart: the prefill and
+    decode nodes requests' rooms joined (when every node was joined to some), else the
+    context each states (when every node states one and each context has both roles). Why:
+    blind review 42 D3, a 1M-context tier with the checksum on beside a 512k tier of the same
+    model with it off, each consistent, warned of as one deployment checked on one side."""
+    if len(members) < 4:
+        return [members]
+    by_node = {config.node: config for config in members}
+    # Rooms: union the prefill nodes with the decode nodes their requests met.
+    parent = {node: node for node in by_node}
+
+    def root(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    joined: set[str] = set()
+    for prefill, decodes in partners.items():
+        if prefill not in by_node:
+            continue
+        for decode in decodes:
+            if decode in by_node:
+                parent[root(decode)] = root(prefill)
+                joined |= {prefill, decode}
+    if joined == set(by_node):
+        components: dict[str, list[NodeConfig]] = {}
+        for node, config in by_node.items():
+            components.setdefault(root(node), []).append(config)
+        if len(components) > 1:
+            return list(components.values())
+    contexts: dict[int, list[NodeConfig]] = {}
+    for config in members:
+        if config.context_len is None:
+            return [members]
+        contexts.setdefault(config.context_len, []).append(config)
+    if len(contexts) > 1 and all(
+        {c.role for c in tier} >= {"prefill", "decode"} for tier in contexts.values()
+    ):
+        return list(contexts.values())
+    return [members]

@@ -390,7 +390,20 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         severity: Severity = "warning"
         told_by_answers = False  # critical since decode answered a refused prompt, not before
         why = "prompts longer than the pool will be refused"
-        if config.role == "prefill":
+        own = config.context_len
+        if floor is None and own is not None and pool >= own and not self.links_.get(config.node):
+            # Its pool holds the context it states, and no request joined it to the nodes of
+            # its model that serve the longer one: another deployment's context, as likely as
+            # its own (blind review 42 D2: a 512k tier, idle its first half hour or its decode
+            # logs missing, warned against the 1M tier of the same model beside it). Said, not
+            # paged; the first request joining it to them judges it again (`_note_link`).
+            severity = "info"
+            why = (
+                f"its pool holds the {own:,}-token context it states; the longer one is what "
+                f"other nodes of {config.model or 'its model'} serve, and no request joined "
+                "it to them: a gap only if it serves their deployment"
+            )
+        elif config.role == "prefill":
             # Never bounded by how its start-up lines look: 0.5.19 already prints server_args
             # as a dict, which the reference gives as 0.5.23's (audit U, against its source).
             version = config.version

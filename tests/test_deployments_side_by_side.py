@@ -13,6 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from collector.forensics.driver import run_forensics
@@ -25,11 +26,12 @@ SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
 DAY = "2026-10-22"
 
 
-def _start(role: str, context: int, pool: int) -> str:
+def _start(role: str, context: int, pool: int, checksum: bool | None = None) -> str:
     """A GLM-5.3 node's start-up lines (server args as the 0.5.x dict, then its pool)."""
+    said = "" if checksum is None else f"'disaggregation_enable_kv_checksum': {checksum}, "
     return (
         f"[{DAY} 08:00:00] server_args={{'model_path': 'zai-org/GLM-5.3-FP8', 'tp_size': 8, "
-        f"'context_length': {context}, 'disaggregation_mode': '{role}', "
+        f"'context_length': {context}, 'disaggregation_mode': '{role}', {said}"
         "'disaggregation_transfer_backend': 'mooncake', 'log_requests': True}\n"
         f"[{DAY} 08:02:11 TP0] max_total_num_tokens={pool}, chunked_prefill_size=16384, "
         f"max_prefill_tokens=32768, max_running_requests=64, context_len={context}, "
@@ -37,21 +39,38 @@ def _start(role: str, context: int, pool: int) -> str:
     )
 
 
-def _traffic(name: str, rooms: range, prompt: int, host: str) -> tuple[str, str]:
-    """(prefill's, decode's) `Finish:` lines of honest requests, one a minute from 08:05."""
+def _traffic(
+    name: str, rooms: range, prompt: int, host: str, first_minute: int = 5
+) -> tuple[str, str]:
+    """(prefill's, decode's) `Finish:` lines of honest requests, one a minute from 08:05 (or
+    `first_minute` past 08:00)."""
     prefill, decode = [], []
     for i, room in enumerate(rooms):
-        at = f"{DAY} {8 + (5 + i) // 60:02d}:{(5 + i) % 60:02d}:00"
+        minute = first_minute + i
+        at = f"{DAY} {8 + minute // 60:02d}:{minute % 60:02d}:00"
         rid = f"{name}{room:030x}"
         prefill.append(finish_line(at, rid, room, prompt, tokens=1, host=host, e2e=9.0))
         decode.append(finish_line(at, rid, room, prompt, host=host, e2e=30.0))
     return "".join(prefill), "".join(decode)
 
 
-def _deployment(logs: Path, name: str, context: int, pools: tuple[int, int], rooms: range) -> None:
-    prefill, decode = _traffic(name, rooms, 120_000, f"10.{len(name)}.0.11")
-    (logs / f"{name}-prefill-0.log").write_text(_start("prefill", context, pools[0]) + prefill)
-    (logs / f"{name}-decode-0.log").write_text(_start("decode", context, pools[1]) + decode)
+def _deployment(
+    logs: Path,
+    name: str,
+    context: int,
+    pools: tuple[int, int],
+    rooms: range,
+    *,
+    first_minute: int = 5,
+    checksum: bool | None = None,
+    decode_logs: bool = True,
+) -> None:
+    prefill, decode = _traffic(name, rooms, 120_000, f"10.{len(name)}.0.11", first_minute)
+    start = _start("prefill", context, pools[0], checksum)
+    (logs / f"{name}-prefill-0.log").write_text(start + prefill)
+    if decode_logs:
+        start = _start("decode", context, pools[1], checksum)
+        (logs / f"{name}-decode-0.log").write_text(start + decode)
 
 
 def _pool_findings(logs: Path, out: Path) -> list[tuple[str, str, int]]:
@@ -71,6 +90,75 @@ def test_a_healthy_deployment_is_not_judged_by_the_other_s_context(tmp_path: Pat
     found = _pool_findings(logs, tmp_path / "out")
     assert found and {node for node, _, _ in found} == {"west-prefill-0"}
     assert {context for _, _, context in found} == {1_048_576}
+
+
+def test_a_tier_idle_for_half_an_hour_beside_a_longer_one_is_not_paged(tmp_path: Path) -> None:
+    """Blind review 42 D2: a 524,288-token tier of the model (pools 681,280 and 700,000, each
+    over its own context) beside its 1,048,576-token tier, idle its first 30 minutes: past the
+    wait for a room (`link_wait_seconds`) its nodes were warned against the other tier's
+    context. Its pool holds its own context and nothing joined it to them: said as info."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _deployment(logs, "long", 1_048_576, (2_040_000, 2_100_000), range(5000, 5060))
+    _deployment(logs, "std", 524_288, (681_280, 700_000), range(1000, 1020), first_minute=35)
+    found = _pool_findings(logs, tmp_path / "out")
+    assert found and {severity for _, severity, _ in found} == {"info"}
+    assert {node for node, _, _ in found} <= {"std-prefill-0", "std-decode-0"}
+
+
+def test_a_tier_whose_decode_logs_are_missing_is_not_paged_for_the_other_s_context(
+    tmp_path: Path,
+) -> None:
+    """Blind review 42 (H18): the same tiers, the short one's decode logs not handed over, so no
+    room ever joins its prefill to any decode."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _deployment(logs, "long", 1_048_576, (2_040_000, 2_100_000), range(5000, 5060))
+    _deployment(logs, "std", 524_288, (681_280, 700_000), range(1000, 1030), decode_logs=False)
+    assert [severity for _, severity, _ in _pool_findings(logs, tmp_path / "out")] == ["info"]
+
+
+def test_a_prefill_stating_a_short_context_is_still_judged_by_the_decode_it_serves(
+    tmp_path: Path,
+) -> None:
+    """The other side of the rule above: a room joins it to a decode of the longer context."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    prefill, decode = _traffic("pair", range(7000, 7030), 120_000, "10.1.0.11")
+    (logs / "prefill-0.log").write_text(_start("prefill", 524_288, 681_280) + prefill)
+    (logs / "decode-0.log").write_text(_start("decode", 1_048_576, 2_100_000) + decode)
+    assert _pool_findings(logs, tmp_path / "out") == [("prefill-0", "warning", 1_048_576)]
+
+
+@pytest.mark.parametrize(
+    ("joined", "std_decode_checksum"), [(True, False), (False, False), (True, True)]
+)
+def test_tiers_each_consistent_in_their_checksum_are_no_one_sided_pair(
+    tmp_path: Path, joined: bool, std_decode_checksum: bool
+) -> None:
+    """Blind review 42 D3: the long tier with the KV checksum on both sides, the short one off
+    on both, warned as one deployment "enabled on ... but not on ...". Told apart by the rooms
+    that joined each pair or, with no room read yet, by the context each tier states; a tier
+    with it on one side only is still warned of."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    rooms = (range(5000, 5060), range(1000, 1060)) if joined else (range(0), range(0))
+    _deployment(logs, "long", 1_048_576, (2_040_000, 2_100_000), rooms[0], checksum=True)
+    _deployment(logs, "std", 524_288, (681_280, 700_000), rooms[1], checksum=False)
+    if std_decode_checksum:
+        decode = logs / "std-decode-0.log"
+        decode.write_text(decode.read_text().replace("checksum': False", "checksum': True"))
+    result = run_forensics([str(logs)], tmp_path / "out", write_parquet=False, workers=1)
+    warned = [
+        f["summary"]
+        for f in result.summary["findings"]
+        if f["detector"] == "checksum_unverified" and f["severity"] != "info"
+    ]
+    if std_decode_checksum:
+        assert len(warned) == 1 and "not on std-prefill-0" in warned[0]
+        assert "long-" not in warned[0]
+    else:
+        assert warned == []
 
 
 def test_a_prefill_is_judged_by_the_context_of_the_decode_it_serves(tmp_path: Path) -> None:

@@ -188,8 +188,11 @@ def test_prefill_pool_is_compared_with_the_context_the_deployment_advertises():
             capacity("decode-0", T + 60, 2_000_000, context=CONTEXT),
         ],
     )
+    # Said against the longer context, but as info until a request joins the two: a pool that
+    # holds the context the node states may be another deployment's of the model (blind review
+    # 42 D2); joined, it is critical (tests/test_deployments_side_by_side.py).
     assert [(f.node, f.severity, f.evidence["context_len"]) for f in findings] == [
-        ("prefill-0", "critical", CONTEXT)
+        ("prefill-0", "info", CONTEXT)
     ]
 
 

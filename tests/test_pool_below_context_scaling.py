@@ -145,7 +145,7 @@ def test_findings_over_a_random_fleet_are_those_of_judging_every_node(seed: int)
     expected = findings_json(ReferencePoolBelowContext(), events)
     assert findings_json(PoolBelowContext(), events) == expected
     # Not vacuous: escalations, restarts and both severities occur.
-    assert {f["severity"] for f in expected} == {"warning", "critical"}
+    assert {f["severity"] for f in expected} >= {"warning", "critical"}
     assert len(expected) > len({f["node"] for f in expected})
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from collector.forensics.driver import run_forensics
+from tests.engine_lines import finish_line
 
 
 def _start(at: str, role: str, context: int, pool: int) -> str:
@@ -64,18 +65,30 @@ def test_a_pair_restarted_to_a_longer_context_and_bigger_pools_raises_nothing(
     assert _pool_findings(logs, tmp_path / "out") == []
 
 
-def test_a_prefill_left_on_its_old_pool_is_still_said_after_the_grace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("joined", [True, False])
+def test_a_prefill_left_on_its_old_pool_is_still_said_after_the_grace(
+    tmp_path: Path, joined: bool
+) -> None:
+    """Said as a warning once a request joined the two; with none read, its pool holding the
+    context it states, the longer context may be another deployment's (blind review 42 D2):
+    said as info."""
     logs = tmp_path / "logs"
     logs.mkdir()
+    room, rid = 77001, "a" * 32
+    prefill_answer = finish_line("2026-10-22 09:00:00", rid, room, 50_000, tokens=1, e2e=5.0)
+    decode_answer = finish_line("2026-10-22 09:00:00", rid, room, 50_000, e2e=20.0)
     (logs / "prefill-0.log").write_text(
         _start("2026-10-22 08:00:00", "prefill", 524_288, 600_000)
+        + (prefill_answer if joined else "")
         + "[2026-10-22 09:30:00] The server is fired up and ready to roll!\n"
     )
     (logs / "decode-0.log").write_text(
         _start("2026-10-22 08:00:00", "decode", 524_288, 900_000)
         + _start("2026-10-22 08:39:02", "decode", 1_048_576, 2_600_000)
+        + (decode_answer if joined else "")
     )
     findings = _pool_findings(logs, tmp_path / "out")
-    assert [(f["node"], f["severity"]) for f in findings] == [("prefill-0", "warning")]
+    said = [(f["node"], f["severity"]) for f in findings]
+    assert said == [("prefill-0", "warning" if joined else "info")]
     assert findings[0]["evidence"]["pool_tokens"] == 600_000
     assert findings[0]["evidence"]["context_len"] == 1_048_576
