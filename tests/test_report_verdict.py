@@ -615,6 +615,7 @@ def test_an_all_clear_run_with_the_canary_off_claims_no_exposed_response() -> No
     assert verdict(clear)["outcome"] == "none_found"
     said = abort_signals_line(clear)
     assert "exposed" not in said and "no storm finding" in said
+    assert "1 deferred KV release timed out at 2026-11-02T08:33:34.000Z" in said
     assert said.endswith(
         "only the KV canary (--kv-canary log) names those responses, and it was off on "
         "decode-0 until 2026-11-02T09:30:00.000Z: any response such a write reached then "

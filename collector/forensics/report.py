@@ -177,7 +177,8 @@ def abort_signals_line(summary: dict[str, Any]) -> str:
             else f" between {between[0]} and {between[1]}"
         )
     failed = f", {errors:,} failed" if errors else ""
-    clauses = [f"{timeouts:,} deferred KV releases timed out{when}{failed}"]
+    releases = "deferred KV release" if timeouts == 1 else "deferred KV releases"
+    clauses = [f"{timeouts:,} {releases} timed out{when}{failed}"]
     if more:
         clauses.append(f"decode's /metrics counters counted {' and '.join(more)}")
     clauses.append(f"{failures:,} transfer-failure lines were logged")
