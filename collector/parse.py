@@ -39,7 +39,16 @@ from collector.files import (
 )
 from collector.head_words import safe_head
 from collector.repeated_lines import RepeatedLines, in_reading_order
-from collector.sglang.clock_join import SKEW_ROOMS, Sample, align, sample, skews, span_sample
+from collector.sglang.clock_join import (
+    SKEW_ROOMS,
+    Sample,
+    align,
+    end_sample,
+    sample,
+    skews,
+    span_sample,
+    steps,
+)
 from collector.sglang.log_clock import (
     ZONE_STEP,
     LogClock,
@@ -106,6 +115,9 @@ class ParseStats:
     # seconds it ran ahead, the nodes whose clock it was moved onto, and whether as many
     # nodes kept its own (which clock was right is then unknown).
     clock_skews: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
+    # Nodes whose host clock moved during the run (`clock_join.steps`) where their stream showed
+    # the jump (`LogClock.follow`): by how many seconds, and the first line's time after it.
+    clock_steps: dict[str, tuple[float, float]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
@@ -168,6 +180,7 @@ class ParseStats:
         self.zone_unknown |= other.zone_unknown
         self.zone_aligned.update(other.zone_aligned)
         self.clock_skews.update(other.clock_skews)
+        self.clock_steps.update(other.clock_steps)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
         for path in other.newest_first_logs:
@@ -924,7 +937,7 @@ def stream_zones(
     if all(readings[key].voted for key in prefixed):
         # Every zone told: only a host clock set wrong is left to find (`clock_join.skews`).
         told = {key: sample(key[0], logs[key], limit=SKEW_ROOMS, ends=False) for key in prefixed}
-        _note_skews(readings, told, stats)
+        _note_skews(readings, told, stats, _end_samples(logs, told))
         return readings
     samples = {key: sample(key[0], files) for key, files in logs.items()}
     samples.update(
@@ -945,22 +958,42 @@ def stream_zones(
         readings[key] = ZoneReading(aligned.zone, aligned.known, True)
         against = sorted({other[0] for other in aligned.against})
         stats.zone_aligned[key[0]] = (aligned.zone, against, aligned.known)
-    _note_skews(readings, samples, stats)
+    _note_skews(readings, samples, stats, _end_samples(logs, samples))
     return readings
+
+
+def _end_samples(
+    logs: Mapping[tuple[str, str], list[TelemetryFile]],
+    starts: Mapping[tuple[str, str], Sample],
+) -> dict[tuple[str, str], Sample]:
+    """The `clock_join.end_sample` of each log stream with a start sample, with the role its
+    start-up line stated (a clock taken as right on a tie is the prefill's)."""
+    ends = {}
+    for key, start in starts.items():
+        files = logs.get(key)
+        if not start.rooms and not start.utc:  # its start met no other node's: nothing to set
+            continue
+        end = end_sample(key[0], files, limit=SKEW_ROOMS) if files else None
+        if end is not None and end.rooms:
+            ends[key] = end._replace(role=start.role)
+    return ends
 
 
 def _note_skews(
     readings: dict[tuple[str, str], ZoneReading],
     samples: Mapping[tuple[str, str], Sample],
     stats: ParseStats,
+    ends: Mapping[tuple[str, str], Sample],
 ) -> None:
     """Each log stream's host clock error, set in its reading and noted in
-    `stats.clock_skews`."""
+    `stats.clock_skews`, and how far it stepped during the run (followed along its stream)."""
     zones = {key: reading.zone for key, reading in readings.items() if reading.prefixed}
     for key, skew in skews(zones, samples).items():
         readings[key] = readings[key]._replace(skew=skew.seconds)
         against = sorted({other[0] for other in skew.against})
         stats.clock_skews[key[0]] = (skew.seconds, against, skew.tied)
+    for key, step in steps(zones, samples, ends).items():
+        readings[key] = readings[key]._replace(step=step)
 
 
 def stream_clock(
@@ -970,7 +1003,7 @@ def stream_clock(
     `stream_zones`) says (None for other streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    zone, voted, prefixed, skew = reading if reading is not None else read_zone(key[0], files)
+    zone, voted, prefixed, skew, step = reading if reading is not None else read_zone(key[0], files)
     day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
     return LogClock(
         zone,
@@ -978,12 +1011,15 @@ def stream_clock(
         voted=voted,
         prefixed=prefixed,
         skew=skew,
+        step=step,
     )
 
 
 def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) -> None:
     """At the end of a stream: its zones in `stats` when any was not UTC, or that it was UTC
     by assumption (prefixed lines, and no stamp that told the zone)."""
+    if clock is not None and clock.stepped is not None:
+        stats.clock_steps[key[0]] = clock.stepped
     if clock is not None and any(clock.zones):
         stats.log_zones[key[0]] = list(clock.zones)
     elif clock is not None and clock.prefixed and not clock.voted:

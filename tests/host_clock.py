@@ -41,6 +41,19 @@ def set_clock_off(path: Path, seconds: int) -> None:
     path.write_text("".join(written))
 
 
+def step_clock(path: Path, seconds: int, after: float) -> None:
+    """Rewrite the log at `path` as if its host clock was stepped `seconds` (NTP) once the
+    first `after` (a fraction) of its lines were written: the lines from there on are off by
+    that much, the earlier ones right."""
+    lines = path.read_text().splitlines(keepends=True)
+    cut = int(len(lines) * after)
+    tail = path.with_name(path.name + ".stepped")
+    tail.write_text("".join(lines[cut:]))
+    set_clock_off(tail, seconds)
+    path.write_text("".join(lines[:cut]) + tail.read_text())
+    tail.unlink()
+
+
 def as_s6_folder(log: Path, folder: Path, *, tai_offset: int = 10) -> None:
     """Keep `log` as s6-log keeps a service's log with its `t` directive: in `folder/current`,
     each line behind the TAI64N label of the moment it was written (its prefix, read as UTC, on

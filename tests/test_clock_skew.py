@@ -31,7 +31,7 @@ from collector.sglang.log_clock import LogClock, read_zone
 from collector.sglang.logs import LineParser
 from simulator.offline import run_offline
 from simulator.scenario import scenario_from_dict
-from tests.host_clock import as_s6_folder, set_clock_off
+from tests.host_clock import as_s6_folder, set_clock_off, step_clock
 from tests.test_forensics_traces import CollectorFileExporterStandIn
 
 SCENARIOS = Path(__file__).parents[1] / "simulator" / "scenarios"
@@ -167,16 +167,26 @@ def test_a_fast_decode_clock_hides_no_exposure(incident: Path, tmp_path: Path) -
     assert "which was right, the logs cannot tell" in said
 
 
-def test_a_healthy_deployment_with_clocks_minutes_apart_is_judged_clean(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stepped", [False, True])
+def test_a_healthy_deployment_with_clocks_minutes_apart_is_judged_clean(
+    tmp_path: Path, stepped: bool
+) -> None:
     data = yaml.safe_load((SCENARIOS / "healthy-long-context-small.yaml").read_text())
     data["end"] = "2026-10-12T12:30:00Z"
     healthy = tmp_path / "healthy"
     run_offline(scenario_from_dict(data, "healthy"), healthy)
-    summary = _forensics(_skewed(healthy, tmp_path, "decode-0", -430), tmp_path / "out")
+    if stepped:  # set back 7 min 10 s halfway through (NTP)
+        folder = tmp_path / "stepped"
+        shutil.copytree(healthy, folder)
+        step_clock(folder / "logs" / "decode-0.log", -430, after=0.5)
+    else:
+        folder = _skewed(healthy, tmp_path, "decode-0", -430)
+    summary = _forensics(folder, tmp_path / "out")
     assert summary["verdict"]["outcome"] == "none_found"
     assert summary["requests"].get("late_lines_by_node", {}) == {}
     assert [f for f in summary["findings"] if f["severity"] != "info"] == []
-    assert summary["input"]["log_clock_skews"]["decode-0"]["seconds"] == pytest.approx(-430, abs=1)
+    moved = summary["input"]["log_clock_steps" if stepped else "log_clock_skews"]["decode-0"]
+    assert moved["seconds"] == pytest.approx(-430, abs=1)
 
 
 def test_zoneless_logs_are_set_against_the_spans_of_the_same_requests(tmp_path: Path) -> None:
@@ -258,3 +268,54 @@ def test_an_s6_label_tells_the_zone_of_lines_that_carry_no_stamp(
     current.write_text("".join(lines))
     reading = read_zone("decode-0", [TelemetryFile(current, "decode-0", "log", (0, "~"))])
     assert (reading.zone, reading.voted, reading.prefixed) == (7200.0, True, True)
+
+
+@pytest.mark.parametrize("seconds", [300, -300, 2460])
+def test_a_decode_clock_stepped_mid_run_is_followed_from_the_step_on(
+    incident: Path, tmp_path: Path, seconds: int
+) -> None:
+    """Blind review 39 D2/D4: a host clock stepped by NTP halfway through the logs. The skew of
+    the first lines covers only the time before; the lines after it were 5 to 41 min off their
+    prefill's (2,195 late lines, 3 of 16 exposures unnamed at +41 min, the others at the
+    wrong time). The ends of the logs, set against each other, tell the step; the first jump of
+    about as much in the node's own times tells where."""
+    right = _forensics(incident, tmp_path / "right")
+    folder = tmp_path / "stepped"
+    shutil.copytree(incident, folder)
+    step_clock(folder / "logs" / "decode-0.log", seconds, after=0.5)
+    stepped = _forensics(folder, tmp_path / "out")
+    named = [(r["rid"], r["time"]) for r in stepped["exposure"]["requests"]]
+    assert named == [(r["rid"], r["time"]) for r in right["exposure"]["requests"]]
+    assert stepped["requests"].get("late_lines_by_node", {}) == {}
+    assert stepped["input"]["log_clock_skews"] == {}
+    (step,) = stepped["input"]["log_clock_steps"].items()
+    assert step[0] == "decode-0" and step[1]["seconds"] == pytest.approx(seconds, abs=2)
+    said = (tmp_path / "out" / "report.md").read_text()
+    way = "forward" if seconds > 0 else "back"
+    assert f"decode-0's host clock was set {way} by" in said
+
+
+def _read(clock: LogClock, stamps: list[float]) -> list[float]:
+    """The times a stream's parser gives lines of these stamps (`LineParser.parse`)."""
+    times = []
+    for stamp in stamps:
+        when = stamp - clock.shift
+        times.append(clock.follow(when) if clock.step else when)
+    return times
+
+
+def test_a_clock_follows_its_step_at_the_first_jump_of_about_as_much() -> None:
+    ahead = LogClock(step=300.0)
+    # A minute's gap is no step of five minutes; the jump of five is, and what follows it.
+    assert _read(ahead, [100.0, 101.0, 160.0, 461.0, 462.0]) == [100.0, 101.0, 160.0, 161.0, 162.0]
+    assert ahead.stepped == (300.0, 161.0) and ahead.skew == 300.0 and ahead.step == 0.0
+    back = LogClock(step=-300.0)
+    # A line a few seconds behind the latest is no step back.
+    assert _read(back, [1000.0, 1010.0, 1005.0, 711.0, 712.0]) == [
+        1000.0,
+        1010.0,
+        1005.0,
+        1011.0,
+        1012.0,
+    ]
+    assert back.stepped == (-300.0, 1011.0)

@@ -1223,6 +1223,10 @@ def build_summary(
                 node: {"seconds": round(seconds, 1), "against": against, "tied": tied}
                 for node, (seconds, against, tied) in sorted(stats.clock_skews.items())
             },
+            "log_clock_steps": {
+                node: {"seconds": round(seconds, 1), "at": iso_time(at)}
+                for node, (seconds, at) in sorted(stats.clock_steps.items())
+            },
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "newest_first_logs": list(stats.newest_first_logs),
             "repeated_lines": {

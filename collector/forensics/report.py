@@ -469,7 +469,24 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         else ""
     )
     skewed = _skewed_clocks(skews, set(unknown))
-    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, assumed]))
+    stepped = _stepped_clocks(summary["input"].get("log_clock_steps") or {})
+    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, stepped, assumed]))
+
+
+def _stepped_clocks(steps: dict[str, dict[str, Any]]) -> str:
+    """Nodes whose host clock moved during the run: by how much and when, since a responder
+    matching these times against that host's logs finds its later lines that far off."""
+    parts = []
+    for node, how in sorted(steps.items()):
+        seconds = float(how["seconds"])
+        way = "forward" if seconds > 0 else "back"
+        parts.append(
+            f"{node}'s host clock was set {way} by {_duration(abs(seconds))} during the run "
+            f"(its lines from {how['at']} on, against the other nodes' clocks at the start and "
+            "the end of the logs): its times from then on were moved by as much, onto the "
+            "clock of its earlier ones."
+        )
+    return " ".join(parts)
 
 
 def _skewed_clocks(skews: dict[str, dict[str, Any]], zoneless: set[str]) -> str:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, NamedTuple
 
+from collector.compression import MAGIC_BYTES, compression_of
 from collector.events import Event
 from collector.files import TelemetryFile
-from collector.line_order import end_lines, first_line_time
+from collector.line_order import end_lines, first_line_time, tail_lines
 from collector.sglang.log_clock import (
     ZONE_RANGE,
     ZONE_STEP,
@@ -99,6 +100,30 @@ def sample(
     with `ends`, its last file's end (a gzipped one is read through: `skews` needs no end); of
     its `--export-metrics-to-file` records with `exports` (each dated in UTC by its
     `request_finished_ts`: blind review 26, a node beside them kept its clock)."""
+    read = _sample_lines(node, first_lines(files), exports=exports, limit=limit)
+    ended = first_line_time(reversed(end_lines(files[-1].path))) if files and ends else None
+    return read._replace(ended=ended)
+
+
+def end_sample(node: str, files: list[TelemetryFile], *, limit: int = MAX_ROOMS) -> Sample | None:
+    """The `Sample` of the lines at the end of a node's last file, when that is a plain file
+    read in its order (a compressed one would be read through): set against the other nodes'
+    ends, a clock that stepped during the run (NTP) is told from one set wrong throughout."""
+    if not files:
+        return None
+    last = files[-1]
+    if last.newest_first or last.pieces or last.merged_source or last.cloud_export:
+        return None
+    try:
+        with open(last.path, "rb") as raw:
+            if compression_of(raw.read(MAGIC_BYTES)) is not None:
+                return None
+    except OSError:
+        return None
+    return _sample_lines(node, iter(tail_lines(last.path)), exports=False, limit=limit)
+
+
+def _sample_lines(node: str, lines: Iterator[str], *, exports: bool, limit: int) -> Sample:
     parser = LineParser(node)
     stamps: dict[str, float] = {}
     utc: dict[str, float] = {}
@@ -107,7 +132,7 @@ def sample(
     # Rooms whose moment is a time-stats line's less its durations: an estimate, which holds
     # when the durations cover the wait (`skews` reads none of them).
     estimated: set[str] = set()
-    for line in first_lines(files):
+    for line in lines:
         head = line[:400]
         if _JSON_REQUEST in head or (exports and head.startswith("{")):
             # `--log-requests-format json`: as its text lines would, when behind the node's
@@ -178,8 +203,7 @@ def sample(
         _note_receipt(stamps, event, event.time, estimated)
         if len(stamps) >= limit:
             break
-    ended = first_line_time(reversed(end_lines(files[-1].path))) if files and ends else None
-    return Sample(stamps, started, ended, utc or None, role, frozenset(estimated))
+    return Sample(stamps, started, None, utc or None, role, frozenset(estimated))
 
 
 def span_sample(spans: Iterable[Event]) -> Sample:
@@ -430,6 +454,42 @@ def skews(zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]) -> di
     are what the answers are judged by), then the first by name. Every other clock is moved
     onto it by the median of its shared rooms' differences, in turn through the clocks each
     reaches. Streams that share no room with another keep their own clock."""
+    ahead = _ahead(zones, samples)
+    if all(abs(seconds) <= SKEW_TOLERANCE for seconds in ahead.values()):
+        return {}
+    return _moved_clocks(ahead, samples)
+
+
+def steps(
+    zones: Mapping[Stream, float],
+    starts: Mapping[Stream, Sample],
+    ends: Mapping[Stream, Sample],
+) -> dict[Stream, float]:
+    """The streams whose host clock moved during the run by more than `SKEW_TOLERANCE` (NTP
+    stepping it): their skew among the other nodes' ends less their skew at the start, for
+    streams both ends measured (a stream its end shares no room at is not judged)."""
+    before, after = _ahead(zones, starts), _ahead(zones, ends)
+    measured = {stream for pair in before for stream in pair} & {
+        stream for pair in after for stream in pair
+    }
+    if not measured:
+        return {}
+    first = _moved_clocks(before, starts) if before else {}
+    last = _moved_clocks(after, ends) if after else {}
+    moved = {}
+    for stream in sorted(measured):
+        step = (last[stream].seconds if stream in last else 0.0) - (
+            first[stream].seconds if stream in first else 0.0
+        )
+        if abs(step) > SKEW_TOLERANCE:
+            moved[stream] = step
+    return moved
+
+
+def _ahead(
+    zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]
+) -> dict[tuple[Stream, Stream], float]:
+    """Each pair of streams sharing enough rooms, its first's clock less its second's."""
     moments: dict[Stream, dict[str, float]] = {}
     for stream, zone in zones.items():
         own = samples.get(stream)
@@ -462,9 +522,7 @@ def skews(zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]) -> di
         middle = statistics.median(diffs)
         if sum(abs(diff - middle) <= SKEW_SPREAD for diff in diffs) >= MIN_AGREEING * len(diffs):
             ahead[pair] = middle
-    if all(abs(seconds) <= SKEW_TOLERANCE for seconds in ahead.values()):
-        return {}
-    return _moved_clocks(ahead, samples)
+    return ahead
 
 
 def _moved_clocks(

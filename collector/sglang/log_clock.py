@@ -31,6 +31,9 @@ ZONE_STEP: Final = 900.0  # every UTC offset in use is a whole number of quarter
 # A vote further than this from a quarter hour is noise (a stamp whose request's time is not
 # in its durations), not a zone.
 MAX_RESIDUAL: Final = 300.0
+# How much short of a host clock's step a jump in its stream's times may be and still be taken
+# for it (at most half the step: `LogClock.follow`).
+STEP_SLACK_SECONDS: Final = 30.0
 # UTC-12:00 to UTC+14:00.
 ZONE_RANGE: Final = (-12 * 3600.0, 14 * 3600.0)
 # The offsets clocks keep (tz database, with summer times; -4:30, Venezuela's until 2016). A
@@ -129,6 +132,9 @@ class ZoneReading(NamedTuple):
     voted: bool
     prefixed: bool
     skew: float = 0.0
+    # How far its host's clock moved during the run (NTP stepping it): its end set against
+    # the other nodes' ends less its start against theirs (`LogClock.follow`).
+    step: float = 0.0
 
 
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
@@ -342,6 +348,9 @@ class LogClock(StreamDate):
         "_unskewed",
         "_pending",
         "_run",
+        "step",
+        "stepped",
+        "_latest",
     )
 
     def __init__(
@@ -354,6 +363,7 @@ class LogClock(StreamDate):
         voted: bool = False,
         prefixed: bool = False,
         skew: float = 0.0,
+        step: float = 0.0,
     ) -> None:
         # The date of lines printing the time of day alone starts at `day` (`log_day`).
         super().__init__(day)
@@ -373,6 +383,12 @@ class LogClock(StreamDate):
         self._unskewed: dict[Callable[[str], Any], Callable[[str], dict[str, Any]]] = {}
         self._pending = 0.0
         self._run = 0
+        # A step of the host clock still to be found along the stream (`follow`), and the
+        # latest line time read before it.
+        self.step = step
+        # The step once found: (seconds, the time of the first line after it).
+        self.stepped: tuple[float, float] | None = None
+        self._latest: float | None = None
 
     def observe(self, event: Event) -> None:
         """A stamped request line (`REQUEST_TIME_STATS`, `REQUEST_FINISHED`) whose time is its
@@ -395,6 +411,30 @@ class LogClock(StreamDate):
             self.shift += off
             self.zones.append(self.shift - self.skew)
             self._run = 0
+
+    def follow(self, when: float) -> float:
+        """A line's time (already less `shift`), once the host clock stepped by `step` seconds
+        mid-run (NTP), less that step from the first line after it on: the first jump ahead of
+        nearly the step, or back by nearly it, in the stream's own times. Only called while a
+        step is still to be found (`step` not 0). Why: blind review 39 D2/D4, a decode clock
+        stepped 5 to 41 minutes mid-run put its later answers that far from their prefill's
+        lines, and 3 to 10 of 15 to 22 exposures went unnamed; the skew measured on the first
+        lines covers only the time before the step."""
+        step = self.step
+        latest = self._latest
+        if latest is not None:
+            slack = min(STEP_SLACK_SECONDS, abs(step) / 2)
+            jumped = when - latest >= step - slack if step > 0 else when - latest <= step + slack
+            if jumped:
+                self.skew += step
+                self.shift += step
+                self.step = 0.0
+                self._unskewed.clear()
+                self.stepped = (step, when - step)
+                return when - step
+        if latest is None or when > latest:
+            self._latest = when
+        return when
 
     def unskewed(self, parse: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
         """`parse`, with the UTC stamps of the fields it reads moved back by the host clock's

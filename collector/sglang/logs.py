@@ -580,6 +580,8 @@ class LineParser:
             clock = self.clock
             if clock is not None:
                 when -= clock.shift
+                if clock.step:
+                    when = clock.follow(when)
             head = _HEADS.match(line, start)
             # The crash's own rule is the one its lines meet (`_CRASH_RULE`): no second look.
             self._crashed_at = when if head is not None and head[0] is _CRASH_RULE else None
@@ -820,6 +822,8 @@ class LineParser:
             return kind, None
         if when is not None and envelope.engine and self.clock is not None:
             when -= self.clock.shift
+            if self.clock.step:
+                when = self.clock.follow(when)
         # The host's own UTC stamps, as its clock wrote them: less its skew.
         skew = self.clock.skew if self.clock is not None else 0.0
         if when is None and kind == ev.REQUEST_FINISHED:
