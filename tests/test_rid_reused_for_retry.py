@@ -5,12 +5,17 @@ refuses it too (its pool is as small) and aborts its stub with 400. The client r
 the same rid and a shorter prompt, in a new room, answered honestly. The held refusal was
 taken by the retry's first prefill line of that rid: the honest answer was named exposed, with
 the refused prompt's length (blind review 6b: 10 of 10 such retries). A refusal is a side's only
-when the prompt lengths the side states include the one refused.
+when the prompt lengths the side states include the one refused, and when it was received no
+later than the refusal: a `Receive:` states no length, and one stamped after the refusal is a
+retry's (blind review 43 D1: on 0.5.22, retries 90% cached took the refusal by their receipt,
+and 4 of 10 were named exposed with the refused prompt's length).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from collector.forensics.driver import run_forensics
 
@@ -28,6 +33,7 @@ PREFILL = (
     "[2026-11-02 09:01:36] CommonKVBootstrapServer started successfully on 10.1.0.11:8998\n"
     "[2026-11-02 09:03:25 TP0] Input length (711536 tokens) exceeds the maximum allowed length "
     "(681274 tokens). Use a shorter input or enable --allow-auto-truncate., self.rid='user-15'\n"
+    "{receipt}"
     "[2026-11-02 09:04:19 TP0] ReqTimeStats(rid=user-15, bootstrap_room={retry}, "
     "input_len=332623, cached_input_len=0, output_len=1, attempts=0, type=prefill): "
     "bootstrap_duration=1.10ms, queue_duration=171.45ms, forward_duration=49345.79ms, "
@@ -55,11 +61,20 @@ DECODE = (
 )
 
 
-def test_a_retry_under_the_refused_request_s_rid_is_judged_on_its_own(tmp_path: Path) -> None:
+RECEIPT = f"[2026-11-02 09:03:29] Receive: obj=GenerateReqInput({IDS})\n"
+
+
+@pytest.mark.parametrize("retry_received", [False, True])
+def test_a_retry_under_the_refused_request_s_rid_is_judged_on_its_own(
+    tmp_path: Path, retry_received: bool
+) -> None:
     case = tmp_path / "case"
     case.mkdir()
     rooms = {"refused": REFUSED_ROOM, "retry": RETRY_ROOM}
-    (case / "prefill-0.log").write_text(START.format(role="prefill") + PREFILL.format(**rooms))
+    receipt = RECEIPT.format(room=RETRY_ROOM) if retry_received else ""
+    (case / "prefill-0.log").write_text(
+        START.format(role="prefill") + PREFILL.format(receipt=receipt, **rooms)
+    )
     (case / "decode-1.log").write_text(
         START.format(role="decode") + DECODE.format(room=REFUSED_ROOM, retry=RETRY_ROOM)
     )

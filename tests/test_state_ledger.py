@@ -1056,3 +1056,16 @@ def test_a_request_log_of_no_role_that_answered_is_not_the_prefill_span_s_side()
     (record,) = ledger.drain()
     assert record.serving is not None and record.serving.node == "decode-0_0"
     assert record.prefill is not None and record.prefill.node == "prefill-0@h1"
+
+
+def test_a_refusal_is_not_taken_by_a_request_received_after_it():
+    # Blind review 43 D1: the retry's `Receive:` under the refused request's rid states no
+    # length; received 40 s after the refusal, it is another request, whatever it states later.
+    ledger = RequestLedger(role_of=role_of)
+    ledger.add(_refusal(T, "job-8", 756_715))
+    ledger.add(ev("request_received", "prefill-0", T + 40, rid="job-8", bootstrap_room="703"))
+    for event in decode_events("703", T + 40, prompt=582_027, rid="job-8"):
+        ledger.add(event)
+    records = [r for r in ledger.drain() if r.bootstrap_room == "703"]
+    assert [r.prefill_refused for r in records] == [False]
+    assert records[0].prompt_tokens == 582_027

@@ -1507,9 +1507,13 @@ def _ends_as_prefill(side: SideRecord) -> bool:
 def _may_have_refused(side: SideRecord, refusal: SideRecord) -> bool:
     """Whether `refusal`, held under the side's node and rid, can be the side's: the prompt
     lengths the side states (a stub's one token aside) include the one refused, give or take a
-    percent. A client's rid reused for a retry in a new room, with a shorter prompt, is another
-    request: taking the refusal, the honest retry was named exposed (blind review 6b, 10 of 10
-    retries after a refusal)."""
+    percent, and it was received no later. A client's rid reused for a retry in a new room,
+    with a shorter prompt, is another request: taking the refusal, the honest retry was named
+    exposed (blind review 6b, 10 of 10 retries after a refusal)."""
+    received, refused = side.received_time, refusal.last_time
+    if received is not None and refused is not None and received > refused:
+        # Received after the refusal: a retry under the same rid (blind review 43 D1).
+        return False
     return refused_length_fits(
         refusal.reject_input_tokens, (side.prompt_tokens, side.input_len, side.trace_prompt_tokens)
     )

@@ -228,9 +228,12 @@ class RequestSideAssembler:
         elif entry.room is None and not (
             room is not None
             and entry.side.rejected
-            and not refused_length_fits(
-                entry.side.reject_input_tokens,
-                (fields.get("input_len"), fields.get("prompt_tokens")),
+            and (
+                not refused_length_fits(
+                    entry.side.reject_input_tokens,
+                    (fields.get("input_len"), fields.get("prompt_tokens")),
+                )
+                or _received_after(event, entry.side)
             )
         ):
             entry.room = room
@@ -238,7 +241,8 @@ class RequestSideAssembler:
             # The same rid in another room: a client reusing its own rid for a retry. The
             # first request's side is complete as it is; the line starts the retry's. So does a
             # line of a prompt of another length after a refusal naming the rid alone (blind
-            # review 6b: the retry took the refusal, and its honest answer was named exposed).
+            # review 6b: the retry took the refusal, and its honest answer was named exposed),
+            # and a receipt after it, which states no length (`_received_after`).
             self._ship(key, out, self._latest)
             entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
         time = event.time if event.time is not None else self._latest
@@ -294,3 +298,17 @@ class RequestSideAssembler:
 def _names_role(event: Event) -> bool:
     role = event.fields.get("role")
     return role is not None and str(role).strip().lower() in _ROLES
+
+
+def _received_after(event: Event, refused: SideRecord) -> bool:
+    """Whether `event` is a request's receipt stamped after a refusal of the same rid: a
+    request is received before it is refused, so this is another request, a client's retry
+    under its own rid (blind review 43 D1: a 0.5.22 prefill's refusal of 756,715 tokens went
+    with the 582,027-token retry 40 s later, whose `Receive:` states no length, and that
+    honest answer was named exposed)."""
+    return (
+        event.kind == "request_received"
+        and event.time is not None
+        and refused.last_time is not None
+        and event.time > refused.last_time
+    )
