@@ -51,6 +51,9 @@ LEDGER_KINDS: Final = frozenset(
 # `input: sides` the ledger reads `request_side` events instead of these.
 SIDE_SOURCE_KINDS: Final = LEDGER_KINDS - {"request_trace"}
 REQUEST_SIDE: Final = "request_side"
+# SGLang's log prefix states whole seconds, a JSON record's `timestamp` milliseconds: a receipt
+# is later than a refusal only by more than this (`_may_have_refused`).
+STAMP_SECONDS: Final = 1.0
 SIDE_INPUT_KINDS: Final = frozenset({REQUEST_SIDE, "request_trace"})
 # SGLang's health check (`/health_generate`): a rid `HEALTH_CHECK_<time>` and one token. The
 # rid alone is the client's to choose (audit AD: an over-length prompt sent under such a rid
@@ -1511,7 +1514,7 @@ def _may_have_refused(side: SideRecord, refusal: SideRecord) -> bool:
     with a shorter prompt, is another request: taking the refusal, the honest retry was named
     exposed (blind review 6b, 10 of 10 retries after a refusal)."""
     received, refused = side.received_time, refusal.last_time
-    if received is not None and refused is not None and received > refused:
+    if received is not None and refused is not None and received > refused + STAMP_SECONDS:
         # Received after the refusal: a retry under the same rid (blind review 43 D1).
         return False
     return refused_length_fits(

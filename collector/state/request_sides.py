@@ -26,6 +26,7 @@ from collector.sglang.batch import BatchSample
 from collector.state.ledger import (
     REQUEST_SIDE,
     SIDE_SOURCE_KINDS,
+    STAMP_SECONDS,
     STARTUP_KINDS,
     WARMUP_MAX_TOKENS,
     WARMUP_ROOMS,
@@ -305,10 +306,11 @@ def _received_after(event: Event, refused: SideRecord) -> bool:
     request is received before it is refused, so this is another request, a client's retry
     under its own rid (blind review 43 D1: a 0.5.22 prefill's refusal of 756,715 tokens went
     with the 582,027-token retry 40 s later, whose `Receive:` states no length, and that
-    honest answer was named exposed)."""
+    honest answer was named exposed). Stamps to the second and to the millisecond are compared
+    with a second's slack (`STAMP_SECONDS`)."""
     return (
         event.kind == "request_received"
         and event.time is not None
         and refused.last_time is not None
-        and event.time > refused.last_time
+        and event.time > refused.last_time + STAMP_SECONDS
     )
