@@ -1240,11 +1240,15 @@ def pool_unknown_line(summary: dict[str, Any]) -> str:
     ]
     if not unknown:
         return ""
+    # Said as a limit of the list (blind review 43 D2: a prefill logging batch lines alone,
+    # stubs answered after 10-12 s in its queue, 2 of 7 unnamed and nothing said of it).
     return (
         f"{_node_names(unknown)}: no KV pool stated (no start-up lines, "
         "sglang:max_total_num_tokens or /server_info read), so prompts longer than the pool "
-        "were judged by refusals and prefill times alone; pass their start-up logs or saved "
-        "/server_info to judge them by length too."
+        "were judged by refusals and prefill times alone: an over-length answer that took as "
+        "long as an honest one would goes unnamed, so the exposures listed may be fewer than "
+        "there were; pass their start-up logs or saved /server_info to judge them by length "
+        "too."
     )
 
 
