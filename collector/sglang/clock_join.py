@@ -476,13 +476,23 @@ def steps(
         return {}
     first = _moved_clocks(before, starts) if before else {}
     last = _moved_clocks(after, ends) if after else {}
-    moved = {}
+    moved: dict[Stream, float] = {}
     for stream in sorted(measured):
         step = (last[stream].seconds if stream in last else 0.0) - (
             first[stream].seconds if stream in first else 0.0
         )
-        if abs(step) > SKEW_TOLERANCE:
-            moved[stream] = step
+        if abs(step) <= SKEW_TOLERANCE:
+            continue
+        moved.setdefault(stream, step)
+        said = last.get(stream) or first.get(stream)
+        if said is not None and said.tied and step > 0:
+            # As many nodes kept the other clock: which one stepped, the ends cannot tell. The
+            # other may have been set back by as much, a jump back its own times show beyond
+            # doubt (a jump ahead may be an idle gap); whichever shows its jump is moved (a
+            # 1P1D pair whose prefill was set back 5 min: 197 late lines, NOT JUDGED).
+            for other in said.against:
+                if other in measured:
+                    moved.setdefault(other, -step)
     return moved
 
 
