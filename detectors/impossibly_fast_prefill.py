@@ -527,8 +527,6 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         uncached = record.uncached_tokens
         if serving is None or not serving.delivered or uncached is None or uncached < 1:
             return []
-        if self.prefill_hits_:
-            uncached = self._uncached_by_prefill_line(record, serving, uncached)
         if record.sampled:
             # A sample of a parallel-sampling request: the warm-up read the prompt, the sample
             # reuses its prefix, whatever cached count decode states (blind review 40 h22: a
@@ -541,6 +539,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             # serve it (blind review 40: 7k-token embeddings in 11 ms on one GPU, stated
             # uncached by their time stats, 26 warnings).
             return []
+        if self.prefill_hits_:
+            uncached = self._uncached_by_prefill_line(record, serving, uncached)
         timings = self._timings(record, uncached, ctx)
         if not timings:
             return []

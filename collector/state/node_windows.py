@@ -31,7 +31,7 @@ from collector.state.config_timeline import (
     batch_hint_strength,
     batch_role_hint,
 )
-from collector.state.prefill_hits import prefill_hit
+from collector.state.prefill_hits import batch_hit, prefill_hit
 
 __all__ = [
     "BATCH_KINDS",
@@ -281,16 +281,8 @@ class NodeWindowAggregator:
         if event.kind in BATCH_KINDS and self._hint_strength < _SURE:
             role = batch_role_hint(event.kind, event.fields.keys())
             self._hint_role(role, event.time, event.source, out)
-        if event.kind == PREFILL_BATCH and event.time is not None:
-            fields = event.fields
-            hit = prefill_hit(
-                event.node,
-                event.time,
-                event.source,
-                fields.get("new_seq"),
-                fields.get("new_token"),
-                fields.get("cached_token"),
-            )
+        if event.kind == PREFILL_BATCH:
+            hit = batch_hit(event)
             if hit is not None:
                 out.append(hit)
 

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from collector.events import Event
 
-__all__ = ["PREFILL_HIT", "PrefillHits", "prefill_hit"]
+__all__ = ["PREFILL_HIT", "PrefillHits", "batch_hit", "prefill_hit"]
 
 # A worker's event for a single-sequence prefill batch line with cached tokens, so that batch
 # lines themselves never leave the worker (`collector.state.node_windows`).
@@ -46,6 +46,22 @@ def prefill_hit(
     )
 
 
+def batch_hit(event: Event) -> Event | None:
+    """`prefill_hit` of a `prefill_batch` event's fields (live, or a line no learnt shape
+    read in a worker)."""
+    if event.time is None:
+        return None
+    fields = event.fields
+    return prefill_hit(
+        event.node,
+        event.time,
+        event.source,
+        fields.get("new_seq"),
+        fields.get("new_token"),
+        fields.get("cached_token"),
+    )
+
+
 class PrefillHits:
     """Recent single-sequence prefills with cached tokens, by prompt length (new + cached).
 
@@ -64,24 +80,11 @@ class PrefillHits:
         return len(self._order)
 
     def note(self, event: Event) -> None:
-        time = event.time
-        if time is None:
+        hit = event if event.kind == PREFILL_HIT else batch_hit(event)
+        if hit is None or hit.time is None:
             return
-        fields = event.fields
-        if event.kind == PREFILL_HIT:
-            new_tokens, cached = fields.get("new_tokens"), fields.get("cached_tokens")
-        else:
-            hit = prefill_hit(
-                event.node,
-                time,
-                event.source,
-                fields.get("new_seq"),
-                fields.get("new_token"),
-                fields.get("cached_token"),
-            )
-            if hit is None:
-                return
-            new_tokens, cached = hit.fields["new_tokens"], hit.fields["cached_tokens"]
+        time = hit.time
+        new_tokens, cached = hit.fields.get("new_tokens"), hit.fields.get("cached_tokens")
         if type(new_tokens) is not int or type(cached) is not int:
             return
         length = new_tokens + cached
