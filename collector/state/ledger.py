@@ -52,7 +52,7 @@ LEDGER_KINDS: Final = frozenset(
 SIDE_SOURCE_KINDS: Final = LEDGER_KINDS - {"request_trace"}
 REQUEST_SIDE: Final = "request_side"
 # SGLang's log prefix states whole seconds, a JSON record's `timestamp` milliseconds: a receipt
-# is later than a refusal only by more than this (`_may_have_refused`).
+# is later than a refusal only by more than this (`received_after_refusal`).
 STAMP_SECONDS: Final = 1.0
 SIDE_INPUT_KINDS: Final = frozenset({REQUEST_SIDE, "request_trace"})
 # SGLang's health check (`/health_generate`): a rid `HEALTH_CHECK_<time>` and one token. The
@@ -1513,13 +1513,22 @@ def _may_have_refused(side: SideRecord, refusal: SideRecord) -> bool:
     percent, and it was received no later. A client's rid reused for a retry in a new room,
     with a shorter prompt, is another request: taking the refusal, the honest retry was named
     exposed (blind review 6b, 10 of 10 retries after a refusal)."""
-    received, refused = side.received_time, refusal.last_time
-    if received is not None and refused is not None and received > refused + STAMP_SECONDS:
-        # Received after the refusal: a retry under the same rid (blind review 43 D1).
+    if received_after_refusal(side.received_time, refusal):
         return False
     return refused_length_fits(
         refusal.reject_input_tokens, (side.prompt_tokens, side.input_len, side.trace_prompt_tokens)
     )
+
+
+def received_after_refusal(received: float | None, refusal: SideRecord) -> bool:
+    """Whether a request of a refusal's rid was received after it: a request is received
+    before it is refused, so this is another request, a client's retry under its own rid
+    (blind review 43 D1: a 0.5.22 prefill's refusal of 756,715 tokens went with the
+    582,027-token retry 40 s later, whose `Receive:` states no length, and that honest answer
+    was named exposed). Stamps to the second and to the millisecond are compared with a
+    second's slack (`STAMP_SECONDS`)."""
+    refused = refusal.last_time
+    return received is not None and refused is not None and received > refused + STAMP_SECONDS
 
 
 def refused_length_fits(refused: int | None, stated: Iterable[object]) -> bool:

@@ -26,12 +26,12 @@ from collector.sglang.batch import BatchSample
 from collector.state.ledger import (
     REQUEST_SIDE,
     SIDE_SOURCE_KINDS,
-    STAMP_SECONDS,
     STARTUP_KINDS,
     WARMUP_MAX_TOKENS,
     WARMUP_ROOMS,
     apply_event,
     is_health_check,
+    received_after_refusal,
     refused_length_fits,
     text_or_none,
 )
@@ -234,7 +234,10 @@ class RequestSideAssembler:
                     entry.side.reject_input_tokens,
                     (fields.get("input_len"), fields.get("prompt_tokens")),
                 )
-                or _received_after(event, entry.side)
+                or (
+                    event.kind == "request_received"
+                    and received_after_refusal(event.time, entry.side)
+                )
             )
         ):
             entry.room = room
@@ -243,7 +246,7 @@ class RequestSideAssembler:
             # first request's side is complete as it is; the line starts the retry's. So does a
             # line of a prompt of another length after a refusal naming the rid alone (blind
             # review 6b: the retry took the refusal, and its honest answer was named exposed),
-            # and a receipt after it, which states no length (`_received_after`).
+            # and a receipt after it, which states no length (`received_after_refusal`).
             self._ship(key, out, self._latest)
             entry = self._open[key] = _Open(SideRecord(node=event.node, rid=rid), room)
         time = event.time if event.time is not None else self._latest
@@ -299,18 +302,3 @@ class RequestSideAssembler:
 def _names_role(event: Event) -> bool:
     role = event.fields.get("role")
     return role is not None and str(role).strip().lower() in _ROLES
-
-
-def _received_after(event: Event, refused: SideRecord) -> bool:
-    """Whether `event` is a request's receipt stamped after a refusal of the same rid: a
-    request is received before it is refused, so this is another request, a client's retry
-    under its own rid (blind review 43 D1: a 0.5.22 prefill's refusal of 756,715 tokens went
-    with the 582,027-token retry 40 s later, whose `Receive:` states no length, and that
-    honest answer was named exposed). Stamps to the second and to the millisecond are compared
-    with a second's slack (`STAMP_SECONDS`)."""
-    return (
-        event.kind == "request_received"
-        and event.time is not None
-        and refused.last_time is not None
-        and event.time > refused.last_time + STAMP_SECONDS
-    )
