@@ -45,9 +45,8 @@ from collector.sglang.clock_join import (
     align,
     end_sample,
     sample,
-    skews,
+    skews_and_steps,
     span_sample,
-    steps,
 )
 from collector.sglang.log_clock import (
     ZONE_STEP,
@@ -115,8 +114,9 @@ class ParseStats:
     # seconds it ran ahead, the nodes whose clock it was moved onto, and whether as many
     # nodes kept its own (which clock was right is then unknown).
     clock_skews: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
-    # Nodes whose host clock moved during the run (`clock_join.steps`) where their stream showed
-    # the jump (`LogClock.follow`): by how many seconds, and the first line's time after it.
+    # Nodes whose host clock moved during the run (`clock_join.skews_and_steps`) where their
+    # stream showed the jump (`LogClock.follow`): by how many seconds, and the first line's
+    # time after it.
     clock_steps: dict[str, tuple[float, float]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
@@ -988,11 +988,12 @@ def _note_skews(
     """Each log stream's host clock error, set in its reading and noted in
     `stats.clock_skews`, and how far it stepped during the run (followed along its stream)."""
     zones = {key: reading.zone for key, reading in readings.items() if reading.prefixed}
-    for key, skew in skews(zones, samples).items():
+    skews, steps = skews_and_steps(zones, samples, ends)
+    for key, skew in skews.items():
         readings[key] = readings[key]._replace(skew=skew.seconds)
         against = sorted({other[0] for other in skew.against})
         stats.clock_skews[key[0]] = (skew.seconds, against, skew.tied)
-    for key, step in steps(zones, samples, ends).items():
+    for key, step in steps.items():
         readings[key] = readings[key]._replace(step=step)
 
 

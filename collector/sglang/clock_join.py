@@ -454,28 +454,35 @@ def skews(zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]) -> di
     are what the answers are judged by), then the first by name. Every other clock is moved
     onto it by the median of its shared rooms' differences, in turn through the clocks each
     reaches. Streams that share no room with another keep their own clock."""
-    ahead = _ahead(zones, samples)
+    return _skews_of(_ahead(zones, samples), samples)
+
+
+def _skews_of(
+    ahead: Mapping[tuple[Stream, Stream], float], samples: Mapping[Stream, Sample]
+) -> dict[Stream, Skew]:
     if all(abs(seconds) <= SKEW_TOLERANCE for seconds in ahead.values()):
         return {}
     return _moved_clocks(ahead, samples)
 
 
-def steps(
+def skews_and_steps(
     zones: Mapping[Stream, float],
     starts: Mapping[Stream, Sample],
     ends: Mapping[Stream, Sample],
-) -> dict[Stream, float]:
-    """The streams whose host clock moved during the run by more than `SKEW_TOLERANCE` (NTP
-    stepping it): their skew among the other nodes' ends less their skew at the start, for
-    streams both ends measured (a stream its end shares no room at is not judged)."""
-    before, after = _ahead(zones, starts), _ahead(zones, ends)
+) -> tuple[dict[Stream, Skew], dict[Stream, float]]:
+    """`skews` of the streams' first lines, and the streams whose host clock moved during the
+    run by more than `SKEW_TOLERANCE` (NTP stepping it): their skew among the other nodes'
+    ends (`ends`) less that at the start, for streams both measured (a stream whose end shares
+    no room is not judged)."""
+    before = _ahead(zones, starts)
+    first = _skews_of(before, starts)
+    after = _ahead(zones, ends) if ends else {}
     measured = {stream for pair in before for stream in pair} & {
         stream for pair in after for stream in pair
     }
     if not measured:
-        return {}
-    first = _moved_clocks(before, starts) if before else {}
-    last = _moved_clocks(after, ends) if after else {}
+        return first, {}
+    last = _skews_of(after, ends)
     moved: dict[Stream, float] = {}
     for stream in sorted(measured):
         step = (last[stream].seconds if stream in last else 0.0) - (
@@ -493,7 +500,7 @@ def steps(
             for other in said.against:
                 if other in measured:
                     moved.setdefault(other, -step)
-    return moved
+    return first, moved
 
 
 def _ahead(
