@@ -12,7 +12,6 @@ not match.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from collector import events as ev
 from collector.events import parse_iso_time
-from collector.sglang import pd, refusals, request_log, startup
+from collector.sglang import pd, refusals, request_log, startup, values
 from collector.sglang.batch import parse_batch_fields
 from collector.sglang.envelope import cached_head, peel, sglang_prefix_at
 from collector.sglang.runtime_wrappers import HELD, RuntimeLines
@@ -705,7 +704,7 @@ class LineParser:
 
     def _remember_rid_literal(self, literal: str) -> None:
         try:
-            rid = ast.literal_eval(literal)
+            rid = values.literal(literal)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return
         if isinstance(rid, str):

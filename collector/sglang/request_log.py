@@ -19,7 +19,6 @@ lines that do not look like their predecessors.
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Any, Final, NamedTuple
@@ -28,7 +27,7 @@ from collector.events import iso_time
 from collector.sglang.envelope import peel
 from collector.sglang.refusals import refusal_in
 from collector.sglang.templates import DECIMAL, UNSIGNED, Converter, Layouts, Slot
-from collector.sglang.values import WORDS, as_float, as_int
+from collector.sglang.values import WORDS, as_float, as_int, literal
 from collector.shown_text import printable
 
 _META_KEYS_INT = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
@@ -581,7 +580,7 @@ def _literal_dict(meta: str) -> dict[str, Any] | None:
     text = meta.rstrip()
     for _ in range(4):
         try:
-            value = ast.literal_eval(text)
+            value = literal(text)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             if not text.endswith("}"):
                 return None

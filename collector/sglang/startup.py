@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from collector.sglang.values import number
+from collector.sglang.values import literal, number, parsed_expression
 
 # server_args keys kvwatch keeps, and the event field each becomes. Everything else (api keys,
 # paths with user names, ...) is deliberately dropped.
@@ -95,9 +95,9 @@ def _literal_args(body: str) -> dict[str, Any] | None:
     """Exact parse through the Python grammar; None when the text is not a complete literal."""
     try:
         if body.startswith("{"):
-            value = ast.literal_eval(body)
+            value = literal(body)
             return value if isinstance(value, dict) else None
-        tree = ast.parse(body, mode="eval")
+        tree = parsed_expression(body)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
     call = tree.body
@@ -108,7 +108,7 @@ def _literal_args(body: str) -> dict[str, Any] | None:
         if keyword.arg is None:
             continue
         try:
-            result[keyword.arg] = ast.literal_eval(keyword.value)
+            result[keyword.arg] = literal(keyword.value)
         except (ValueError, SyntaxError, TypeError, RecursionError):
             continue
     return result
