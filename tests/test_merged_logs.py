@@ -50,6 +50,22 @@ _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
         ("2026-09-06T00:00:01+0000 gpu-7 sglang-decode[222]: [2026-09-06", ("sglang-decode", 51)),
         ("Sep  6 00:00:01 gpu-7 /usr/bin/python3[7]: [2026-09-06", ("python3", 43)),
         ("| x", None),
+        # Filebeat's ECS records (blind review 44 D2): the pod, else the host and its file,
+        # else the file; a key spelt inside the message is escaped and never read.
+        (
+            '{"message": "[x] \\"host\\": {\\"name\\": \\"forged\\"}", '
+            '"host": {"name": "gpu-7"}, "log": {"file": {"path": "/var/log/decode-0.log.1"}}}',
+            ("gpu-7/decode-0", 0),
+        ),
+        ('{"message": "x", "log": {"file": {"path": "/logs/prefill-0.log"}}}', ("prefill-0", 0)),
+        ('{"message": "x", "host": {"hostname": "gpu-7"}}', ("gpu-7", 0)),
+        (
+            '{"message": "x", "host": {"name": "h"}, '
+            '"kubernetes": {"pod": {"name": "sglang-decode-0"}, "container": {"name": "engine"}}}',
+            ("sglang-decode-0/engine", 0),
+        ),
+        ('{"message": "x", "host": {"name": ""}, "log": "text"}', None),
+        ('{"message": "x", "host": {"name": "h"', None),  # cut off: no object
     ],
 )
 def test_the_name_leading_a_line_and_where_the_engine_line_starts(
@@ -92,6 +108,22 @@ def _logcli(node: str, line: str) -> str:
     return f'2026-09-05T23:57:30.000000000Z {{namespace="ml", pod="loki-{node}"}}  {line}'
 
 
+def _ecs(node: str, line: str) -> str:
+    """Filebeat's ECS record: the host, and the file it was read from."""
+    m = _PREFIX_TIME.match(line)
+    stamp = f"{m.group(1)}T{m.group(2)}.250Z" if m else "2026-09-05T23:57:30.000Z"
+    return json.dumps(
+        {
+            "@timestamp": stamp,
+            "message": line,
+            "log": {"offset": 0, "file": {"path": f"/var/log/sglang/{node}.log"}},
+            "host": {"os": {"name": "Debian"}, "name": f"gpu-{node}"},
+            "agent": {"type": "filebeat"},
+            "ecs": {"version": "8.0.0"},
+        }
+    )
+
+
 def _merge(
     incident: Path,
     out: Path,
@@ -129,8 +161,10 @@ def _exposed(summary: dict[str, Any]) -> set[str]:
         # The pods too: `sglang-decode-0`'s last part is the snapshots' `decode-0`.
         (_kubectl, True, "decode-0"),
         (_logcli, True, "decode-0"),
+        # The host `gpu-decode-0` read one file: the host, and the snapshots' `decode-0`.
+        (_ecs, True, "decode-0"),
     ],
-    ids=["compose-by-container", "compose-timestamps", "kubectl-prefix", "logcli"],
+    ids=["compose-by-container", "compose-timestamps", "kubectl-prefix", "logcli", "ecs"],
 )
 def test_the_incident_in_one_merged_file_is_the_incident_in_per_node_files(
     tmp_path: Path,

@@ -249,6 +249,19 @@ def test_each_pool_line_reaches_the_end_of_the_logs(monkeypatch) -> None:
     assert lines["decode-0 pool"].get_markevery() == [0, 1]
 
 
+def test_a_node_named_with_a_leading_underscore_keeps_its_legend_entry(monkeypatch) -> None:
+    # matplotlib leaves a label starting with `_` out of the legend.
+    data = PlotData(
+        pools={"_prefill": [(T0, 681_280, 1_048_576)], "decode": [(T0, 2_040_000, 1_048_576)]},
+        end_time=T0 + 3600,
+    )
+    legend = _axes_of(plots.pool_plot, data, monkeypatch).get_legend()
+    assert sorted(t.get_text().strip() for t in legend.get_texts()) == [
+        "_prefill pool",
+        "decode pool",
+    ]
+
+
 def test_the_driver_ends_the_pool_lines_at_the_last_event_read(monkeypatch, tmp_path) -> None:
     """The reference incident: the prefill pool, below the context from 09:01, is still below
     it when the logs end at 10:14:52 (the last line, decode's access log)."""

@@ -267,6 +267,12 @@ def bin_width_label(seconds: float) -> str:
 MAX_POOL_LINES = 12
 
 
+def _shown_in_legend(label: str) -> str:
+    """matplotlib leaves out of the legend a label that starts with `_`, as a node's name may
+    (`_decode.log`): a space before it keeps the line named."""
+    return f" {label}" if label.startswith("_") else label
+
+
 def pool_plot(data: PlotData) -> bytes:
     fig, ax = plt.subplots(figsize=(9, 3.6))
     series: dict[str, tuple[list[tuple[float, int]], int]] = {}
@@ -283,7 +289,7 @@ def pool_plot(data: PlotData) -> bytes:
             [_dt(t) for t, _ in steps],
             [p for _, p in steps],
             where="post",
-            label=f"{node} pool",
+            label=_shown_in_legend(f"{node} pool"),
             marker="o",
             markersize=3,
             markevery=list(range(changes)),
