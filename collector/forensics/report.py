@@ -814,6 +814,23 @@ def not_judged_line(summary: dict[str, Any]) -> str:
 LEAK_FIXED: Final = VersionPolicy().leak_fixed
 
 
+def both_roles_line(summary: dict[str, Any]) -> str:
+    """Logs of one node that started a prefill and a decode engine together
+    (`input.logs_of_both_roles`): two engines' lines in one file, mixed as one node's."""
+    both = summary["input"].get("logs_of_both_roles") or {}
+    if not both:
+        return ""
+    node, starts = next(iter(both.items()))
+    more = f" (and {len(both) - 1:,} more)" if len(both) > 1 else ""
+    return (
+        f"the log of {node}{more} starts a prefill engine at {starts['prefill']} and a decode "
+        f"engine at {starts['decode']}: one file of two engines' lines, which no name leading "
+        "each line tells apart (compose, kubectl --prefix and shippers' records are split by "
+        "the name they lead with), read as one node whose pools, roles and requests are the "
+        "two engines' mixed. Give each engine's log as its own file."
+    )
+
+
 def pd_role_missing_line(summary: dict[str, Any]) -> str:
     """One half of a PD deployment absent from the input (`requests.pd_role_missing`): what
     no verdict here can cover without it."""
@@ -1338,6 +1355,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             detector_errors_line,
             undated_line,
             too_late_line,
+            both_roles_line,
             pd_role_missing_line,
             refused_without_decode_line,
             outcome_unknown_line,
@@ -1856,6 +1874,10 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
             "logs written with no time, and no engine line of those requests read)."
         )
     before = f"the last exposed response came {_duration(max(end - last, 0.0))} before the logs end"
+    mixed = both_roles_line(summary)
+    if mixed:
+        # Its pool gaps are the two engines' starts mixed: a decode start "closed" prefill's.
+        return "possibly_not_over", f"Possibly not over: {before}; {mixed}"
     # The exposures of a pool gap came by the over-length path, not the race: not its signs.
     race_now = _race_state(summary, end, exposures=False)
     still = _race_still(race_now)
