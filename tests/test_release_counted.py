@@ -32,6 +32,8 @@ def test_counted_once_per_dp_group_across_snapshots_and_restarts() -> None:
     evidence.release_counter(_sample("decode-0", T + 1800, 10.0, outcome="timeout", dp_rank="1"))
     evidence.release_counter(_sample("decode-1", T, 5.0, outcome="error"))
     evidence.release_counter(_sample("decode-1", T + 1800, 7.0, outcome="error"))
-    # A series the node's earlier samples lacked appears at its first increment: from 0.
-    evidence.release_counter(_sample("decode-1", T + 1800, 9.0, outcome="drained"))
+    # A series the node's earlier scrape lacked appears at its first increment: from 0.
+    evidence.release_counter(_sample("decode-1", T + 1800, 9.0, outcome="drained"), T)
+    # A node's first scrape: what its series hold was counted before anyone looked.
+    evidence.release_counter(_sample("decode-2", T + 1800, 6.0, outcome="drained"))
     assert evidence.release_counted() == {"drained": 9, "error": 2, "timeout": 150 + 4 + 10}

@@ -179,7 +179,6 @@ class _Evidence:
         # series -> its increases so far, and the increases' reader (resets are restarts).
         self._release_counts: dict[tuple[str, str, str, str], float] = {}
         self._release_deltas = CounterDeltas()
-        self._release_seen: dict[str, float | None] = {}  # node -> its first sample's time
         # kind ("timeout": logged, "counted": decode's counters) -> node -> the first and last
         # time it was seen: whether the race went on to the end of a node's logs is told from
         # these, counters included (blind review 34 D2: a storm seen only in /metrics).
@@ -456,22 +455,22 @@ class _Evidence:
             self._timing_stride *= 2
             self.timing = [p for i, p in enumerate(self.timing) if p.exposed or i % 2 == 0]
 
-    def release_counter(self, event: Event) -> None:
+    def release_counter(self, event: Event, scraped_before: float | None = None) -> None:
         """A sample of decode's deferred-release counter: its increase since the series' last.
         Logs at ERROR show no timeout (a WARNING): the counters are then all there is (blind
-        review: "0 timed out" beside a storm found in them)."""
+        review: "0 timed out" beside a storm found in them). `scraped_before`: the node's last
+        scrape before this one (`ConfigTimeline.scraped_before`), from which a series new now
+        counted, by the detectors' rule (`CounterDeltas.delta`): a node whose earlier scrapes
+        held no release series at all had its first storm's timeouts taken as a baseline
+        (blind review 44 D1)."""
         labels = event.get("labels") or {}
         value = event.get("value")
         if not isinstance(labels, dict) or not isinstance(value, int | float):
             return
         series = f"{event.node}|{sorted(labels.items())}"
-        new = series not in self._release_deltas.last
-        increase = self._release_deltas.delta(series, float(value), event.time)
-        first = self._release_seen.setdefault(event.node, event.time)
-        if new and first is not None and event.time is not None and event.time > first:
-            # A series the node's earlier samples lacked: labelled series appear at their first
-            # increment, so it counted from 0 since.
-            increase = float(value)
+        increase = self._release_deltas.delta(
+            series, float(value), event.time, absent_since=scraped_before
+        )
         if increase > 0:
             # Ranks of one DP group count the same releases: each counted once, as the detector
             # does (the largest of them), summed over DP groups.
@@ -780,7 +779,8 @@ def run_forensics(
             if event.kind == "deferred_release":
                 evidence.deferred_release(event, pipeline.context.lost)
             elif event.kind == "metric" and event.get("signal") == "deferred_release_total":
-                evidence.release_counter(event)
+                scraped = pipeline.context.timeline.scraped_before(event.node, event.time)
+                evidence.release_counter(event, scraped)
             for finding in process(event):
                 note_finding(finding)
         for finding in pipeline.finish():
