@@ -38,7 +38,9 @@ that fire do not enter the baseline. A storm lasting several windows is one find
 in a row: a storm at the edge of the volume floor dips under it now and then. A window under the
 bar that still holds timeouts the normal before the storm would not make (`tail_chance`) is not
 quiet at all but the storm's tail: it keeps the storm open and stays out of the baseline.
-Any of those signs at any time during the storm makes it critical. Log lines are counted per
+Any of those signs at any time during the storm makes it critical. A storm seen only between
+far-apart /metrics samples begins at the span before, when that span's increase held, spread
+over it, what the same test calls a storm's (its lead: `_lead_for`). Log lines are counted per
 room (every TP rank may log the same release); counters are taken per node as the largest
 increase across TP ranks.
 """
@@ -418,6 +420,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # The baseline's timeout rate as the storm in progress began: its tail is judged
         # against the normal before it, not one its own quieter windows lifted.
         self.storm_rate_ = 0.0
+        # (earlier sample, later sample, timeouts a window) of the last /metrics increase spread
+        # over a quiet window that held timeouts the normal would not make (`_lead_for`).
+        self.lead_: tuple[float, float, float] | None = None
         # The corrupt transfers counted lately, by node, kind and room (`_fold`).
         self.corrupt_seen_: dict[str, None] = {}
         # episode start -> what the storm counted (`revise`); not persisted: a report's alone.
@@ -448,6 +453,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             "mismatch_history": [list(pair) for pair in self.mismatch_history_],
             "episode": self.episode_.to_state(),
             "storm_rate": self.storm_rate_,
+            "lead": list(self.lead_) if self.lead_ is not None else None,
             "recent_timeouts": list(self.recent_timeouts_),
             "recent_rates": list(self.recent_rates_),
             "steady_timeouts": list(self.steady_timeouts_),
@@ -477,6 +483,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
         self.episode_ = Episode.from_state(state.get("episode"))
         self.storm_rate_ = float(state.get("storm_rate", 0.0))
+        lead = state.get("lead")
+        self.lead_ = (float(lead[0]), float(lead[1]), float(lead[2])) if lead else None
         size = cfg.sustained_windows
         self.recent_timeouts_ = deque(map(float, state.get("recent_timeouts", [])), maxlen=size)
         self.recent_rates_ = deque(map(float, state.get("recent_rates", [])), maxlen=size)
@@ -651,7 +659,44 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         errors = sum(map(len, window.error_rooms.values()))
         if timeouts >= cfg.min_timeouts or errors >= cfg.min_errors:
             return start  # the window's own lines show a storm: it is where they are
+        lead = self._lead_for(window)
+        if lead is not None:
+            spread_from = lead[0]
         return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
+
+    def _lead_for(self, window: _Window) -> tuple[float, float, float] | None:
+        """The increase before the one spread over `window`, when it was the storm's start: a
+        counter spread evenly over a long span averages a storm down, and the span before one
+        that fires, under the volume floor alone (13 timeouts in 15 minutes, 4.3 a window) but
+        far above the normal (the test of a storm's tail), is where it began. Its mismatches
+        are the storm's: dated from the later span, the storm was a warning with none, its
+        first 13 timeouts and every mismatch beside them in no finding (blind review 44 D1).
+        The spans must meet: any sample between them that was no lead replaced it."""
+        lead = self.lead_
+        spread_from = window.spread_from
+        if lead is None or spread_from is None or not lead[0] < spread_from <= lead[1]:
+            return None
+        return lead
+
+    def _note_lead(
+        self, window: _Window, timeouts: float, base: float, rate: float, storm: bool
+    ) -> None:
+        """A quiet window's release counters came in: it is the lead of a storm the next
+        sample may show (`_lead_for`) when their increase was spread over it from far back
+        and its timeouts are what the test of a storm's tail calls the storm's; else none is."""
+        if not window.metric:
+            return  # no sample: the lead, if any, still meets the next one
+        cfg = self.config
+        spread_from, spread_to = window.spread_from, window.spread_to
+        self.lead_ = None
+        if (
+            not storm
+            and spread_from is not None
+            and spread_to is not None
+            and timeouts >= max(cfg.tail_min_timeouts, 2 * base)
+            and unlikely(timeouts, rate, cfg.tail_chance)
+        ):
+            self.lead_ = (spread_from, spread_to, timeouts)
 
     def _tally(self, key: str, start: float | None) -> _StormTally:
         tally = self.storms_.get(key)
@@ -831,6 +876,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         # into the quiet hours by the timeouts counter's spread increase).
         spread_back = score >= cfg.threshold and rule != "held"
         span_start = self._span(window, start) if spread_back else start
+        lead = self._lead_for(window) if span_start < start else None
         if span_start < start:
             mismatches = window.mismatches + sum(
                 count
@@ -874,6 +920,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 own = self.node_timeouts_.setdefault(node, Baseline(cfg.baseline_windows))
                 own.add(node_counts.get(node, 0.0))
             warned = episode.severity == "warning"
+            storm = episode.start is not None
+            self._note_lead(window, timeouts, base_timeouts, timeouts_rate, storm)
             episode.quiet_window(cfg.episode_gap_windows, window.mismatches)
             tally = self.storms_.get(str(episode.start))
             if tally is not None:
@@ -896,6 +944,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             self.recent_rates_.clear()
             self.steady_timeouts_[-1] = 0.0
         new = episode.fire(start, mismatches if episode.start is None else window.mismatches)
+        self.lead_ = None  # the storm's now, or no lead of one
         if new:
             self.storm_rate_ = timeouts_rate
         mismatches = episode.mismatches
@@ -961,10 +1010,16 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 f" in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}"
             )
         spread = f" across {len(nodes)} nodes (most on {worst})" if len(nodes) > 1 else ""
+        led = (
+            f", after {lead[2]:.1f} a window, under the bar alone, between the samples at "
+            f"{iso_time(lead[0])} and {iso_time(lead[1])}"
+            if lead is not None
+            else ""
+        )
         span = (
             f" (seen in /metrics alone: a window's share of the increase between the samples "
-            f"at {iso_time(window.spread_from)} and {iso_time(window.spread_to)}; the storm "
-            f"lies somewhere between them)"
+            f"at {iso_time(window.spread_from)} and {iso_time(window.spread_to)}{led}; the "
+            f"storm lies somewhere between them)"
             if span_start < start and window.spread_from is not None
             else ""
         )

@@ -85,9 +85,33 @@ def _summary(tmp_path: Path, *, drained: bool) -> dict[str, Any]:
     return summary
 
 
+def _storms(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        f
+        for f in summary["findings"]
+        if f["detector"] == "deferred_release_timeouts" and f["severity"] != "info"
+    ]
+
+
+def test_the_span_before_a_storm_s_scrape_that_already_counted_it_begins_the_storm(
+    tmp_path: Path,
+) -> None:
+    """13 in 15 minutes, spread over the span, is 4.3 a window, under the volume floor on its
+    own: the storm was found only in the next span, dated from 11:16:40 as a warning with
+    `mismatches: 0`, the 13 timeouts and every mismatch before it in no finding."""
+    (storm,) = _storms(_summary(tmp_path, drained=True))
+    assert storm["severity"] == "critical"
+    assert storm["evidence"]["window_start"] == "2026-10-16T11:00:00.000Z"
+    assert storm["evidence"]["mismatches"] == len(MISMATCHES)
+    assert "2026-10-16T11:01:40.000Z" in storm["summary"]
+
+
 def test_a_series_new_in_a_scrape_of_a_node_scraped_before_counts_from_0(tmp_path: Path) -> None:
     """Forensics' count of decode's releases reads the counters by the detectors' rule: with no
     release series in the earlier scrapes, the timeout series' first value, 13, was taken as
     counted before anyone looked (21 timeouts said beside the storm's 34)."""
     summary = _summary(tmp_path, drained=False)
     assert summary["abort_signals"]["deferred_release_counted"] == {"timeout": 34}
+    (storm,) = _storms(summary)
+    assert storm["severity"] == "critical"
+    assert storm["evidence"]["mismatches"] == len(MISMATCHES)

@@ -1063,6 +1063,54 @@ def test_a_storm_seen_only_between_far_apart_samples_is_dated_in_their_span():
     assert finding.severity == "warning" and finding.time == storm_at - 1800 + 300
 
 
+def _quarter_hourly(lead: float) -> tuple[list[Event], float]:
+    """Six quiet hours of 15-minute samples, `lead` timeouts in the next 15 minutes (beside a
+    checksum mismatch), 21 more in the 15 after; with the time of the sample after the lead."""
+    scrapes = [T + 100 + 900 * k for k in range(29)]
+    lead_at = scrapes[24]
+    values = [0.0] * 24 + [lead, lead + 21.0] + [lead + 21.0] * 3
+    samples = [counter(t, v, "timeout") for t, v in zip(scrapes, values, strict=True)]
+    return [*samples, ev("checksum_mismatch", "decode-0", lead_at - 400, bootstrap_room="7")], (
+        lead_at
+    )
+
+
+def test_a_storm_s_span_begins_at_the_span_before_it_that_already_counted_it() -> None:
+    """Blind review 44 D1: decode scraped every 15 minutes, its logs without a timeout line.
+    13 timeouts between two samples are 4.3 a window spread over the span, under the volume
+    floor alone; the storm was found in the next span only, dated from its earlier sample as a
+    warning with `mismatches: 0`, and the 13 and the mismatch beside them in no finding."""
+    events, lead_at = _quarter_hourly(13.0)
+    (finding,) = run(DeferredReleaseTimeouts(), events)
+    first = lead_at - 900
+    assert finding.severity == "critical" and finding.evidence["mismatches"] == 1
+    assert finding.evidence["window_start"] == iso_time(first - (first - T) % 300)
+    assert iso_time(first) in finding.summary
+    # A span before it at the normal (one timeout) is no part of the storm: it is dated from
+    # the later span, and the mismatch long before it leaves it a warning.
+    events, lead_at = _quarter_hourly(1.0)
+    (finding,) = run(DeferredReleaseTimeouts(), events)
+    assert finding.severity == "warning" and finding.evidence["mismatches"] == 0
+    assert finding.evidence["window_start"] == iso_time(lead_at - (lead_at - T) % 300)
+
+
+def test_a_storm_s_lead_survives_a_save_and_load() -> None:
+    events, lead_at = _quarter_hourly(13.0)
+    events = sorted(events, key=lambda e: e.time or 0.0)
+    first = DeferredReleaseTimeouts()
+    pipeline = DetectionPipeline(detectors=[first], raise_errors=True)
+    # Cut after the next sample: the lead's window has closed, the storm's not yet.
+    cut = next(i for i, e in enumerate(events) if (e.time or 0.0) > lead_at + 900)
+    assert [f for e in events[:cut] for f in pipeline.process(e)] == []
+    assert first.lead_ is not None
+    second = DeferredReleaseTimeouts.from_state(json.loads(json.dumps(first.to_state())))
+    assert second.lead_ == first.lead_
+    resumed = DetectionPipeline(detectors=[second], raise_errors=True)
+    resumed.context.now = pipeline.context.now
+    (finding,) = [f for e in events[cut:] for f in resumed.process(e)] + resumed.finish()
+    assert finding.severity == "critical"
+
+
 def test_a_held_gauge_dates_a_storm_where_it_was_read_not_back_to_the_scrape_before() -> None:
     """Blind review 28b: logs kept at ERROR level, so the storm was in the 15-minute scrapes
     alone; the held gauge fired, and the finding was dated by the timeouts counter's increase
