@@ -349,6 +349,8 @@ def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[s
     {'d-0/prefill': 'd-0/prefill', 'd-0/decode': 'd-0/decode'}
     >>> node_names({"prefill-0-1": True, "decode-0-1": True}, {"prefill-0", "decode-0"})
     {'prefill-0-1': 'prefill-0', 'decode-0-1': 'decode-0'}
+    >>> node_names({"box/prefill-0": True, "box/decode-0": True}, {"prefill-0", "decode-0"})
+    {'box/prefill-0': 'prefill-0', 'box/decode-0': 'decode-0'}
     >>> node_names({"sglang-decode-0/engine": True, "b-decode-0/x": True}, {"decode-0"})
     {'sglang-decode-0/engine': 'sglang-decode-0', 'b-decode-0/x': 'b-decode-0'}
     """
@@ -368,7 +370,15 @@ def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[s
             first[name] = pod if alone else name
         else:
             first[name] = name
-    adopted = {name: known_as(node, known, own) for name, node in first.items()}
+    # A pod's or host's several sources stay `pod/source`, unless the source alone is a node
+    # the other files name (one host's ECS records of `prefill-0.log` and `decode-0.log`,
+    # beside snapshots of `prefill-0` and `decode-0`).
+    adopted = {
+        name: known_as(node, known, own)
+        if "/" not in node
+        else (node.split("/", 1)[1] if node.split("/", 1)[1] in known else None)
+        for name, node in first.items()
+    }
     claims = [node for node in adopted.values() if node is not None]
     return {
         name: node if node is not None and claims.count(node) == 1 else first[name]

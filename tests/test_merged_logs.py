@@ -403,6 +403,30 @@ def test_a_shipper_s_records_of_two_pods_are_one_node_per_pod(tmp_path: Path) ->
     assert _nodes(one) == [("decode-0", None)]
 
 
+def test_one_host_s_ecs_records_of_two_engine_logs_are_the_snapshots_nodes(
+    tmp_path: Path,
+) -> None:
+    """Single-host PD: Filebeat read `prefill-0.log` and `decode-0.log` on one host. Each file
+    is its node: the snapshots' `prefill-0` and `decode-0` beside them, else `host/file`."""
+
+    def record(node: str, second: int) -> str:
+        path = f"/var/log/sglang/{node}.log"
+        return json.dumps(
+            {"message": _ENGINE_LINE.format(second=second), "log": {"file": {"path": path}},
+             "host": {"name": "gpu-box"}}
+        )  # fmt: skip
+
+    lines = [record(node, i) for i in range(6) for node in ("prefill-0", "decode-0")]
+    log = _write(tmp_path / "export" / "filebeat.ndjson", lines)
+    assert [node for node, _ in _nodes(log)] == ["gpu-box/decode-0", "gpu-box/prefill-0"]
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    for node in ("prefill-0", "decode-0"):
+        (snapshots / f"{node}@20260906T000000Z.prom").write_text("sglang:context_len 1048576\n")
+    nodes = {f.node for f in discover([tmp_path]) if f.kind == "log"}
+    assert nodes == {"prefill-0", "decode-0"}
+
+
 def test_a_stream_named_around_a_snapshot_node_is_that_node(tmp_path: Path) -> None:
     """`aws logs tail` names streams `sglang/decode-0/abc` (read `sglang.decode-0.abc`): beside
     snapshots of `decode-0`, its lines are that node's, as a pod `sglang-decode-0`'s are;
