@@ -373,17 +373,21 @@ def node_names(names: dict[str, bool], known: set[str], own: str = "") -> dict[s
     # A pod's or host's several sources stay `pod/source`, unless the source alone is a node
     # the other files name (one host's ECS records of `prefill-0.log` and `decode-0.log`,
     # beside snapshots of `prefill-0` and `decode-0`).
-    adopted = {
-        name: known_as(node, known, own)
-        if "/" not in node
-        else (node.split("/", 1)[1] if node.split("/", 1)[1] in known else None)
-        for name, node in first.items()
-    }
+    adopted = {name: _adopted(node, known, own) for name, node in first.items()}
     claims = [node for node in adopted.values() if node is not None]
     return {
         name: node if node is not None and claims.count(node) == 1 else first[name]
         for name, node in adopted.items()
     }
+
+
+def _adopted(node: str, known: set[str], own: str) -> str | None:
+    """`known_as`, and for a pod's or host's source (`pod/source`) the source when it is a
+    known node."""
+    if "/" not in node:
+        return known_as(node, known, own)
+    source = node.split("/", 1)[1]
+    return source if source in known else None
 
 
 def known_as(node: str, known: set[str], own: str = "") -> str | None:

@@ -8,31 +8,38 @@ do the same for values already decoded from JSON documents and OTLP attributes.
 from __future__ import annotations
 
 import ast
+import contextlib
 import math
 import re
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 _NON_ALNUM = re.compile(r"[^0-9a-z]+")
 _key_cache: dict[str, str] = {}
 
 
-def literal(node_or_text: str | ast.AST) -> Any:
-    """`ast.literal_eval`, silent about escapes Python deprecates (`'\\d'` in a prompt or a stop
-    string): Python warns of them on stderr (a SyntaxWarning from 3.12), where a responder
-    would read it as kvwatch's own error, and under `-W error` the same text would fail to
-    read. The value is what the engine printed either way."""
+@contextlib.contextmanager
+def _silent_escapes() -> Iterator[None]:
+    """Python's warnings of escapes it deprecates in a literal (`'\\d'` in a prompt or a stop
+    string) left out: on stderr (a SyntaxWarning from 3.12) a responder would read one as
+    kvwatch's own error, and under `-W error` the same text would fail to read. The value is
+    what the engine printed either way."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", SyntaxWarning)
+        yield
+
+
+def literal(node_or_text: str | ast.AST) -> Any:
+    """`ast.literal_eval` of what the engine printed, silent about its escapes."""
+    with _silent_escapes():
         return ast.literal_eval(node_or_text)
 
 
 def parsed_expression(text: str) -> ast.Expression:
-    """`ast.parse(text, mode="eval")`, as silent as `literal`."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", SyntaxWarning)
+    """`ast.parse(text, mode="eval")`, silent about its escapes."""
+    with _silent_escapes():
         return ast.parse(text, mode="eval")
 
 
