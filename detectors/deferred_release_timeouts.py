@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
 from pydantic import Field
 
@@ -131,6 +131,16 @@ class DeferredReleaseTimeoutsConfig(StormConfig):
     tail_chance: float = Field(default=1e-2, gt=0, lt=1)
 
 
+class _Lead(NamedTuple):
+    """A quiet window's share of a /metrics increase that the next may show began a storm
+    (`DeferredReleaseTimeouts._lead_for`)."""
+
+    spread_from: float  # the samples the increase lies between
+    spread_to: float
+    timeouts: float  # the window's share: what it was judged by
+    whole: float  # the whole increase's timeouts: what the storm's tally counts
+
+
 class _Window:
     __slots__ = (
         "timeout_rooms",
@@ -141,6 +151,7 @@ class _Window:
         "canary_slots",
         "spread_from",
         "spread_to",
+        "whole",
         "excused",
     )
 
@@ -158,16 +169,31 @@ class _Window:
         # what it counts happened somewhere from then on (`_span`).
         self.spread_from: float | None = None
         self.spread_to: float | None = None
+        # As `metric`, the whole increase since the sample before, of which `metric` holds this
+        # window's share: what the storm's tally counts (`_storm_share`).
+        self.whole: dict[str, dict[str, dict[str, float]]] = {}
         # node -> timeouts taken out as a prefill restart's (`excuse`): its counters counted
         # them too.
         self.excused: dict[str, int] = {}
 
-    def outcome_count(self, node: str, outcome: str) -> float:
+    def outcome_count(self, node: str, outcome: str, whole: bool = False) -> float:
+        """The window's `outcome` releases on `node`: its lines or its share of the counter's
+        increase, the larger; `whole`: the counter's whole increase since its sample before."""
         rooms = (self.timeout_rooms if outcome == "timeout" else self.error_rooms).get(node, ())
-        counted = sum(self.metric.get(node, {}).get(outcome, {}).values())
+        counter = self.whole if whole else self.metric
+        counted = sum(counter.get(node, {}).get(outcome, {}).values())
         if outcome == "timeout":
             counted -= self.excused.get(node, 0)
         return max(float(len(rooms)), counted)
+
+    def whole_counts(self) -> tuple[float, float]:
+        """(timeouts, failed releases) with each counter's whole increase since its sample
+        before, not this window's share of it."""
+        nodes = self.nodes()
+        return (
+            sum(self.outcome_count(n, "timeout", whole=True) for n in nodes),
+            sum(self.outcome_count(n, "error", whole=True) for n in nodes),
+        )
 
     def excuse(self, ctx: DetectionContext) -> None:
         """Take out the timeouts of holds whose transfer was lost to a prefill that was seen
@@ -189,6 +215,8 @@ class _Window:
                 theirs[node] = mine.pop(node)
         if node in self.metric:
             part.metric[node] = self.metric.pop(node)
+        if node in self.whole:
+            part.whole[node] = self.whole.pop(node)
         if node in self.excused:
             part.excused[node] = self.excused.pop(node)
         # The deployment's held total ("*") stays: a gauge's peak cannot be split.
@@ -209,6 +237,7 @@ class _Window:
             "canary_slots": sorted(self.canary_slots),
             "spread_from": self.spread_from,
             "spread_to": self.spread_to,
+            "whole": self.whole,
             "excused": self.excused,
         }
 
@@ -220,6 +249,10 @@ class _Window:
         window.metric = {
             node: {outcome: dict(by_dp) for outcome, by_dp in per.items()}
             for node, per in state["metric"].items()
+        }
+        window.whole = {
+            node: {outcome: dict(by_dp) for outcome, by_dp in per.items()}
+            for node, per in (state.get("whole") or state["metric"]).items()
         }
         window.held = dict(state["held"])
         window.mismatches = int(state["mismatches"])
@@ -283,12 +316,15 @@ class _StormTally:
         "mismatches",
         "critical_from",
         "warned",
+        "counted_to",
         "_gap",
     )
 
     def __init__(self, start: float) -> None:
         self.start = start
         self.end = start
+        # The end of the last window it holds, fired or quiet (`_storm_share`).
+        self.counted_to = start
         self.windows = 0
         self.timeouts = 0.0
         self.errors = 0.0
@@ -297,17 +333,22 @@ class _StormTally:
         # When the storm turned critical, and what it had counted before then (as a warning).
         self.critical_from: float | None = None
         self.warned: _StormTally | None = None
-        self._gap: list[tuple[float, float, set[str]]] = []
+        self._gap: list[tuple[float, float, set[str], int]] = []
 
-    def fired(self, end: float, timeouts: float, errors: float, nodes: set[str]) -> None:
-        for gap_timeouts, gap_errors, gap_nodes in self._gap:
-            self._add(gap_timeouts, gap_errors, gap_nodes)
+    def fired(
+        self, end: float, timeouts: float, errors: float, nodes: set[str], windows: int = 1
+    ) -> None:
+        for gap in self._gap:
+            self._add(*gap)
         self._gap.clear()
-        self._add(timeouts, errors, nodes)
-        self.end = end
+        self._add(timeouts, errors, nodes, windows)
+        self.end = self.counted_to = end
 
-    def quiet(self, timeouts: float, errors: float, nodes: set[str]) -> None:
-        self._gap.append((timeouts, errors, nodes))
+    def quiet(
+        self, end: float, timeouts: float, errors: float, nodes: set[str], windows: int = 1
+    ) -> None:
+        self._gap.append((timeouts, errors, nodes, windows))
+        self.counted_to = end
 
     def turn_critical(self, at: float) -> None:
         """The storm turns critical in the window from `at` (not yet counted): keep what it
@@ -321,8 +362,8 @@ class _StormTally:
         warned.critical_from = self.critical_from = at
         self.warned = warned
 
-    def _add(self, timeouts: float, errors: float, nodes: set[str]) -> None:
-        self.windows += 1
+    def _add(self, timeouts: float, errors: float, nodes: set[str], windows: int) -> None:
+        self.windows += windows
         self.timeouts += timeouts
         self.errors += errors
         self.nodes |= nodes
@@ -422,7 +463,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.storm_rate_ = 0.0
         # (earlier sample, later sample, timeouts a window) of the last /metrics increase spread
         # over a quiet window that held timeouts the normal would not make (`_lead_for`).
-        self.lead_: tuple[float, float, float] | None = None
+        self.lead_: _Lead | None = None
         # The corrupt transfers counted lately, by node, kind and room (`_fold`).
         self.corrupt_seen_: dict[str, None] = {}
         # episode start -> what the storm counted (`revise`); not persisted: a report's alone.
@@ -484,7 +525,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         self.episode_ = Episode.from_state(state.get("episode"))
         self.storm_rate_ = float(state.get("storm_rate", 0.0))
         lead = state.get("lead")
-        self.lead_ = (float(lead[0]), float(lead[1]), float(lead[2])) if lead else None
+        # A lead saved before its whole increase was kept counts its window's share alone.
+        self.lead_ = _Lead(*map(float, (*lead[:3], lead[-1]))) if lead else None
         size = cfg.sustained_windows
         self.recent_timeouts_ = deque(map(float, state.get("recent_timeouts", [])), maxlen=size)
         self.recent_rates_ = deque(map(float, state.get("recent_rates", [])), maxlen=size)
@@ -543,8 +585,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 since = ctx.timeline.scraped_before(event.node, event.time)
             delta = self._increase(event, value, ctx, scope=f"{event.node}|{outcome}")
             width = self.config.window_seconds
+            whole = delta
             if delta > 0 and since is not None and event.time is not None:
                 if event.time - since > width:
+                    whole = delta * (event.time - since) / width
                     window = self.window_
                     earlier = window.spread_from
                     window.spread_from = since if earlier is None else min(earlier, since)
@@ -553,6 +597,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             dp = str(labels.get("dp_rank", ""))
             by_dp = self.window_.metric.setdefault(event.node, {}).setdefault(outcome, {})
             by_dp[dp] = max(by_dp.get(dp, 0.0), delta)
+            by_dp = self.window_.whole.setdefault(event.node, {}).setdefault(outcome, {})
+            by_dp[dp] = max(by_dp.get(dp, 0.0), whole)
         elif signal in _HELD_SIGNALS:
             dp = str(labels.get("dp_rank", ""))
             per_dp = self.held_now_.setdefault(event.node, {})
@@ -661,10 +707,10 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             return start  # the window's own lines show a storm: it is where they are
         lead = self._lead_for(window)
         if lead is not None:
-            spread_from = lead[0]
+            spread_from = lead.spread_from
         return max(self.clock_.align(spread_from), self.mismatch_history_[0][0])
 
-    def _lead_for(self, window: _Window) -> tuple[float, float, float] | None:
+    def _lead_for(self, window: _Window) -> _Lead | None:
         """The increase before the one spread over `window`, when it was the storm's start: a
         counter spread evenly over a long span averages a storm down, and the span before one
         that fires, under the volume floor alone (13 timeouts in 15 minutes, 4.3 a window) but
@@ -674,7 +720,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         The spans must meet: any sample between them that was no lead replaced it."""
         lead = self.lead_
         spread_from = window.spread_from
-        if lead is None or spread_from is None or not lead[0] < spread_from <= lead[1]:
+        if lead is None or spread_from is None:
+            return None
+        if not lead.spread_from < spread_from <= lead.spread_to:
             return None
         return lead
 
@@ -696,7 +744,38 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             and timeouts >= max(cfg.tail_min_timeouts, 2 * base)
             and unlikely(timeouts, rate, cfg.tail_chance)
         ):
-            self.lead_ = (spread_from, spread_to, timeouts)
+            self.lead_ = _Lead(spread_from, spread_to, timeouts, window.whole_counts()[0])
+
+    def _storm_share(
+        self,
+        window: _Window,
+        start: float,
+        tally: _StormTally,
+        timeouts: float,
+        errors: float,
+        lead: _Lead | None = None,
+    ) -> tuple[float, float, set[str], int]:
+        """What the window from `start` adds to its storm's tally: (timeouts, failed releases,
+        nodes, windows). A window's share of a /metrics increase spread over far-apart samples
+        is what it is judged by, but where the span lies within the storm the storm held the
+        whole increase, and the lead's it began with (blind review 44: a storm of 34 timeouts
+        in half an hour, scraped every 15 minutes, said "7 timeouts in 300s" and nothing of the
+        other 27). Its windows are those of the spans, but for any the tally already holds."""
+        width = self.config.window_seconds
+        first = start
+        if window.spread_from is not None:
+            begun = self.clock_.align(window.spread_from)
+            if begun >= tally.start:
+                timeouts, errors = window.whole_counts()
+                first = begun
+        if lead is not None:
+            begun = self.clock_.align(lead.spread_from)
+            if begun >= tally.start:
+                timeouts += lead.whole
+                first = min(first, begun)
+        first = max(first, tally.counted_to)
+        windows = max(round((start + width - first) / width), 1)
+        return timeouts, errors, _troubled(window, window.nodes()), windows
 
     def _tally(self, key: str, start: float | None) -> _StormTally:
         tally = self.storms_.get(key)
@@ -903,7 +982,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             if tally is not None:
                 if episode.severity == "warning" and window.mismatches:
                     tally.turn_critical(start)
-                tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
+                counted = self._storm_share(window, start, tally, timeouts, errors)
+                tally.fired(start + cfg.window_seconds, *counted)
                 tally.mismatches = episode.mismatches
             if episode.severity == "warning" and window.mismatches:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -927,7 +1007,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             if tally is not None:
                 if warned and window.mismatches:
                     tally.turn_critical(start)
-                tally.quiet(timeouts, errors, _troubled(window, nodes))
+                counted = self._storm_share(window, start, tally, timeouts, errors)
+                tally.quiet(start + cfg.window_seconds, *counted)
                 tally.mismatches = episode.mismatches
             if warned and window.mismatches and episode.start is not None:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -951,10 +1032,11 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         tally = self._tally(str(episode.start), span_start if new else None)
         if not new and episode.severity == "warning" and mismatches > 0:
             tally.turn_critical(start)
+        counted = self._storm_share(window, start, tally, timeouts, errors, lead if new else None)
         if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
-            tally.fired(start + cfg.window_seconds, timeouts, errors, _troubled(window, nodes))
+            tally.fired(start + cfg.window_seconds, *counted)
         else:  # fired by the hour before it, not by its own few: the storm's tail, not its end
-            tally.quiet(timeouts, errors, _troubled(window, nodes))
+            tally.quiet(start + cfg.window_seconds, *counted)
         tally.mismatches = mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
         if not new and (episode.severity == "critical" or severity == episode.severity):
@@ -1011,15 +1093,16 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             )
         spread = f" across {len(nodes)} nodes (most on {worst})" if len(nodes) > 1 else ""
         led = (
-            f", after {lead[2]:.1f} a window, under the bar alone, between the samples at "
-            f"{iso_time(lead[0])} and {iso_time(lead[1])}"
+            f", after {lead.whole:,.0f} ({lead.timeouts:.1f} a window, under the bar alone) "
+            f"between the samples at {iso_time(lead.spread_from)} and "
+            f"{iso_time(lead.spread_to)}"
             if lead is not None
             else ""
         )
         span = (
-            f" (seen in /metrics alone: a window's share of the increase between the samples "
-            f"at {iso_time(window.spread_from)} and {iso_time(window.spread_to)}{led}; the "
-            f"storm lies somewhere between them)"
+            f" (seen in /metrics alone: a window's share of the {window.whole_counts()[0]:,.0f} "
+            f"counted between the samples at {iso_time(window.spread_from)} and "
+            f"{iso_time(window.spread_to)}{led}; the storm lies somewhere between them)"
             if span_start < start and window.spread_from is not None
             else ""
         )

@@ -115,3 +115,21 @@ def test_a_series_new_in_a_scrape_of_a_node_scraped_before_counts_from_0(tmp_pat
     (storm,) = _storms(summary)
     assert storm["severity"] == "critical"
     assert storm["evidence"]["mismatches"] == len(MISMATCHES)
+
+
+def test_the_storm_s_tally_counts_both_spans_whole_not_the_windows_shares(tmp_path: Path) -> None:
+    """Each span's increase is judged by one window's share (7 of the 21 from 11:16:40 to
+    11:31:40, 4.3 of the 13 before), but the storm held all 34: the finding said "7 timeouts
+    in 300s" and nothing of the other 27."""
+    (storm,) = _storms(_summary(tmp_path, drained=True))
+    tally = storm["evidence"]["storm"]
+    assert tally["timeouts"] == TIMEOUTS["11:31:40"]
+    assert (tally["start"], tally["end"]) == (
+        "2026-10-16T11:00:00.000Z",
+        "2026-10-16T11:35:00.000Z",
+    )
+    assert tally["windows"] == 7
+    assert tally["mismatches"] == len(MISMATCHES)
+    assert "34 timeouts on decode-0" in storm["summary"]
+    assert "the 21 counted between the samples" in storm["summary"]
+    assert "after 13 (4.3 a window" in storm["summary"]
