@@ -170,8 +170,10 @@ def source_of_labels(
     )
     if key is None:
         name = spelled
-    else:  # a file's path names its node as a file does: by its stem
-        name = Path(labels[key]).stem if key == "filename" else labels[key]
+    elif key == "filename":  # a file's path names its node as a file of that name does
+        name = _node_of_path(labels[key]) or Path(labels[key]).stem
+    else:
+        name = labels[key]
     name = name.replace("/", "_")  # `/` is kubectl's pod/container
     return (name, start) if name else None
 

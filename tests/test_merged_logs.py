@@ -45,6 +45,9 @@ _PREFIX_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d)")
             ("sglang-decode-0", 55),
         ),
         ('2026-09-06T00:00:01Z {filename="/var/log/prefill-0.log"} [x', ("prefill-0", 57)),
+        # Promtail reads a rotated file to its end: the same node as the live one, and as an
+        # ECS record or a file on disk of that name (it was `prefill-0.log`, a node of its own).
+        ('2026-09-06T00:00:01Z {filename="/var/log/prefill-0.log.1"} [x', ("prefill-0", 59)),
         ("2026-09-06T00:00:01Z {}  [2026-09-06 00:00:01] x", None),  # one stream: no name
         ('2026-09-06T00:00:01Z {"rid": "a1"}', None),  # a JSON record behind a stamp
         ("2026-09-06T00:00:01+0000 gpu-7 sglang-decode[222]: [2026-09-06", ("sglang-decode", 51)),
