@@ -625,7 +625,7 @@ def test_an_all_clear_run_with_the_canary_off_claims_no_exposed_response() -> No
     assert abort_signals_line(clear).endswith(": responses exposed then cannot be named.")
 
 
-def _unwatched_storm(canary: tuple[str | None, ...], **storm: str) -> dict:
+def _unwatched_storm(canary: tuple[str | None, ...], **storm: Any) -> dict:
     """`_race` with nothing exposed and a timeout storm of decode-0 from 08:10 to 09:05."""
     race = _race("0.5.21", canary=canary)
     race["exposure"] = {"count": 0, "requests": [], "first": None, "last": None}
@@ -682,6 +682,25 @@ def test_a_storm_no_canary_watched_is_no_all_clear() -> None:
     lone = _unwatched_storm((None,))
     lone["findings"][0]["severity"] = "info"
     assert verdict(lone)["outcome"] == "none_found"
+
+
+def test_the_unjudged_storm_names_the_decode_nodes_it_was_on() -> None:
+    """Blind review 45 D2: a decode with two lone timeouts at 05:59 and 06:30, hours before
+    decode-0's storm, was named among the nodes whose responses cannot be cleared."""
+    run = _unwatched_storm((None,), start="2026-11-02T08:10:00.000Z", nodes=["decode-0"])
+    run["nodes"]["decode-1"] = copy.deepcopy(run["nodes"]["decode-0"])
+    run["abort_signals"]["seen_by_node"]["timeout"]["decode-1"] = [
+        "2026-11-02T05:59:00.000Z",
+        "2026-11-02T06:30:00.000Z",
+    ]
+    said = verdict(run)["said"]
+    assert said.startswith(
+        "a deferred-release timeout storm came with the KV canary off on decode-0:"
+    )
+    # A storm that names no node keeps every decode its signs name.
+    del run["findings"][0]["evidence"]["storm"]["nodes"]
+    run["findings"][0]["node"] = None
+    assert "off on decode-0 and decode-1:" in verdict(run)["said"]
 
 
 def test_exposures_named_beside_a_storm_no_canary_watched_are_a_floor() -> None:

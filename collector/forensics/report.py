@@ -291,12 +291,16 @@ def race_unjudged_line(summary: dict[str, Any]) -> str:
     ]
     if not storms:
         return ""
-    # Late writes land in decode's pages: its canary is the one that could have seen them.
+    # Late writes land in decode's pages: its canary is the one that could have seen them,
+    # and of those, the decode nodes the storms were on where they name any (blind review 45
+    # D2: a decode with two lone timeouts hours before the storm was named among those whose
+    # responses cannot be cleared).
     decode = {node for node, info in summary["nodes"].items() if info.get("role") == "decode"}
+    stormed: set[str] = set().union(*(decode & _storm_nodes(storm) for storm in storms))
     unwatched = [
         (node, since, until)
         for node, since, until in _canary_off(summary)
-        if not decode or not node or node in decode
+        if not decode or not node or node in (stormed or decode)
     ]
     kinds = sorted(
         {
@@ -355,6 +359,13 @@ def canary_unnamed_line(summary: dict[str, Any]) -> str:
         f"{' and '.join(said)}: responses built from overwritten KV can be neither named nor "
         "ruled out (read the decode nodes' request logs of that time)"
     )
+
+
+def _storm_nodes(finding: dict[str, Any]) -> set[str]:
+    """The nodes a storm finding names: the whole storm's, else its own node."""
+    storm = (finding.get("evidence") or {}).get("storm") or {}
+    named = storm.get("nodes") or ([finding["node"]] if finding.get("node") else [])
+    return {str(node) for node in named}
 
 
 def _storm_span(finding: dict[str, Any]) -> tuple[float, float]:
