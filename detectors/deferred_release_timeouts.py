@@ -47,6 +47,7 @@ increase across TP ranks.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -64,6 +65,7 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
+    baseline_said,
     metric_signal,
     normal_level,
     sample_value,
@@ -148,6 +150,7 @@ class _Window:
         "metric",
         "held",
         "mismatches",
+        "first_sign",
         "canary_slots",
         "spread_from",
         "spread_to",
@@ -164,6 +167,8 @@ class _Window:
         # Signs that transferred KV was corrupt: checksum or metadata mismatches, and KV canary
         # violations, each slot once (every TP rank may report it: `canary_slots`).
         self.mismatches = 0
+        # When the first of them came: when a storm turned critical (`_StormTally`).
+        self.first_sign: float | None = None
         self.canary_slots: set[str] = set()
         # The earliest /metrics sample before one whose increase was spread into this window:
         # what it counts happened somewhere from then on (`_span`).
@@ -185,6 +190,11 @@ class _Window:
         if outcome == "timeout":
             counted -= self.excused.get(node, 0)
         return max(float(len(rooms)), counted)
+
+    def sign_of_corrupt_kv(self, at: float | None) -> None:
+        self.mismatches += 1
+        if at is not None and (self.first_sign is None or at < self.first_sign):
+            self.first_sign = at
 
     def whole_counts(self) -> tuple[float, float]:
         """(timeouts, failed releases) with each counter's whole increase since its sample
@@ -234,6 +244,7 @@ class _Window:
             "metric": self.metric,
             "held": self.held,
             "mismatches": self.mismatches,
+            "first_sign": self.first_sign,
             "canary_slots": sorted(self.canary_slots),
             "spread_from": self.spread_from,
             "spread_to": self.spread_to,
@@ -256,6 +267,8 @@ class _Window:
         }
         window.held = dict(state["held"])
         window.mismatches = int(state["mismatches"])
+        first_sign = state.get("first_sign")
+        window.first_sign = None if first_sign is None else float(first_sign)
         window.canary_slots = set(state.get("canary_slots", ()))
         spread_from = state.get("spread_from")
         window.spread_from = None if spread_from is None else float(spread_from)
@@ -317,6 +330,7 @@ class _StormTally:
         "critical_from",
         "warned",
         "counted_to",
+        "node",
         "_gap",
     )
 
@@ -325,6 +339,8 @@ class _StormTally:
         self.end = start
         # The end of the last window it holds, fired or quiet (`_storm_share`).
         self.counted_to = start
+        # The node its first finding named: what a finding that turns it critical names too.
+        self.node: str | None = None
         self.windows = 0
         self.timeouts = 0.0
         self.errors = 0.0
@@ -351,8 +367,8 @@ class _StormTally:
         self.counted_to = end
 
     def turn_critical(self, at: float) -> None:
-        """The storm turns critical in the window from `at` (not yet counted): keep what it
-        counted before it, which its warning covers."""
+        """The storm turns critical at `at`, its first sign of corrupt KV (in a window not yet
+        counted): keep what it counted before it, which its warning covers."""
         if self.warned is not None or self.windows == 0:
             return
         warned = _StormTally(self.start)
@@ -552,7 +568,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             room = event.get("bootstrap_room") or event.get("rid")
             key = f"{event.node}|{event.kind}|{room}" if room is not None else None
             if key is None or key not in self.corrupt_seen_:
-                window.mismatches += 1
+                window.sign_of_corrupt_kv(event.time)
             if key is not None:
                 self.corrupt_seen_[key] = None
                 if len(self.corrupt_seen_) > _MAX_CORRUPT_SEEN:
@@ -564,7 +580,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             slot = violation_subject(event)
             if slot not in window.canary_slots:
                 window.canary_slots.add(slot)
-                window.mismatches += 1
+                window.sign_of_corrupt_kv(event.time)
         elif event.kind == "metric":
             self._on_metric(event, ctx)
 
@@ -754,28 +770,34 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         timeouts: float,
         errors: float,
         lead: _Lead | None = None,
-    ) -> tuple[float, float, set[str], int]:
-        """What the window from `start` adds to its storm's tally: (timeouts, failed releases,
-        nodes, windows). A window's share of a /metrics increase spread over far-apart samples
-        is what it is judged by, but where the span lies within the storm the storm held the
+    ) -> tuple[float, float, float, set[str], int]:
+        """What the window from `start` adds to its storm's tally: (its end, timeouts, failed
+        releases, nodes, windows). A window's share of a /metrics increase spread over far-apart
+        samples is what it is judged by, but where the span lies within the storm the storm held the
         whole increase, and the lead's it began with (blind review 44: a storm of 34 timeouts
         in half an hour, scraped every 15 minutes, said "7 timeouts in 300s" and nothing of the
-        other 27). Its windows are those of the spans, but for any the tally already holds."""
+        other 27). Its windows are those of the spans, but for any the tally already holds, and
+        with no line of its own it ends at the later sample (blind review 45 D6: "10:45 to 11:05"
+        of a storm said to lie between the samples at 10:45 and 11:00)."""
         width = self.config.window_seconds
-        first = start
+        first, end = start, start + width
         if window.spread_from is not None:
             begun = self.clock_.align(window.spread_from)
             if begun >= tally.start:
                 timeouts, errors = window.whole_counts()
                 first = begun
+                if window.spread_to is not None and not (
+                    window.timeout_rooms or window.error_rooms
+                ):
+                    end = min(max(window.spread_to, start), end)
         if lead is not None:
             begun = self.clock_.align(lead.spread_from)
             if begun >= tally.start:
                 timeouts += lead.whole
                 first = min(first, begun)
         first = max(first, tally.counted_to)
-        windows = max(round((start + width - first) / width), 1)
-        return timeouts, errors, _troubled(window, window.nodes()), windows
+        windows = max(math.ceil((end - first) / width), 1)
+        return end, timeouts, errors, _troubled(window, window.nodes()), windows
 
     def _tally(self, key: str, start: float | None) -> _StormTally:
         tally = self.storms_.get(key)
@@ -818,6 +840,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             if episode.quiet
             else "as it went on"
         )
+        tally = self.storms_.get(str(episode.start))
         summary = (
             f"Deferred KV releases timed out in a storm from {iso_time(since)}, and "
             f"{mismatches} sign{'s' if mismatches != 1 else ''} of corrupt KV (checksum or "
@@ -828,7 +851,8 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         return self._finding(
             "critical",
             time=start + cfg.window_seconds,
-            node=None,
+            # Blind review 45 D1: the page had no node, its storm one.
+            node=tally.node if tally is not None else None,
             summary=summary,
             subject=f"episode:{episode.start}:critical",
             evidence={
@@ -930,12 +954,13 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
         node_counts = {node: window.outcome_count(node, "timeout") for node in nodes}
         node_levels: dict[str, float] = {}  # each node's own baseline, as the summary says it
+        node_rates: dict[str, float] = {}  # ... and its own rate, under the floor
         if len(self.node_timeouts_) > 1 or len(node_counts) > 1:
             for node, count in sorted(node_counts.items()):
                 own = self.node_timeouts_.get(node)
                 level = own.level(cfg.prior_timeouts) if own is not None else cfg.prior_timeouts
                 node_levels[node] = level
-                rate = own.level(0.0) if own is not None else 0.0
+                rate = node_rates[node] = own.level(0.0) if own is not None else 0.0
                 if count >= cfg.min_timeouts and unlikely(count, rate, cfg.chance):
                     scores[f"node_timeouts:{node}"] = count / (cfg.ratio * level)
         rise_rate = self._rise_rate()
@@ -981,9 +1006,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             tally = self.storms_.get(str(episode.start))
             if tally is not None:
                 if episode.severity == "warning" and window.mismatches:
-                    tally.turn_critical(start)
+                    tally.turn_critical(window.first_sign or start)
                 counted = self._storm_share(window, start, tally, timeouts, errors)
-                tally.fired(start + cfg.window_seconds, *counted)
+                tally.fired(*counted)
                 tally.mismatches = episode.mismatches
             if episode.severity == "warning" and window.mismatches:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -1006,9 +1031,15 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             tally = self.storms_.get(str(episode.start))
             if tally is not None:
                 if warned and window.mismatches:
-                    tally.turn_critical(start)
+                    tally.turn_critical(window.first_sign or start)
                 counted = self._storm_share(window, start, tally, timeouts, errors)
-                tally.quiet(start + cfg.window_seconds, *counted)
+                if tally.end == start and timeouts >= max(1.0, 2 * self.storm_rate_):
+                    # Its last timeouts, seconds into the window after its last: the storm's,
+                    # where the normal before it made them seldom (blind review 45 D4: "24
+                    # timeouts" to 12:40:00 of a storm whose 25th came at 12:40:06).
+                    tally.fired(*counted)
+                else:
+                    tally.quiet(*counted)
                 tally.mismatches = episode.mismatches
             if warned and window.mismatches and episode.start is not None:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -1031,18 +1062,20 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         mismatches = episode.mismatches
         tally = self._tally(str(episode.start), span_start if new else None)
         if not new and episode.severity == "warning" and mismatches > 0:
-            tally.turn_critical(start)
+            tally.turn_critical(window.first_sign or start)
         counted = self._storm_share(window, start, tally, timeouts, errors, lead if new else None)
         if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
-            tally.fired(start + cfg.window_seconds, *counted)
+            tally.fired(*counted)
         else:  # fired by the hour before it, not by its own few: the storm's tail, not its end
-            tally.quiet(start + cfg.window_seconds, *counted)
+            tally.quiet(*counted)
         tally.mismatches = mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
         if not new and (episode.severity == "critical" or severity == episode.severity):
             return None
         episode.severity = severity
         worst = _worst_node(window, rule)
+        if new:
+            tally.node = worst
         share_text = f" ({share:.0%} of {releases:.0f} releases)" if share is not None else ""
         held_text = f", up to {held:.0f} held" if held else ""
         extra = (
@@ -1056,13 +1089,14 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         if rule == "errors":
             head = (
                 f"Deferred KV releases failing: {errors:.0f} failed in "
-                f"{cfg.window_seconds:.0f}s against a baseline of {base_errors:.1f}, "
+                f"{cfg.window_seconds:.0f}s against a {baseline_said(base_errors, errors_rate)}, "
                 f"{timeouts:.0f} timeouts{share_text}{held_text}"
             )
         elif rule == "held":
             head = (
                 f"Deferred KV releases held: up to {held:.0f} requests' pages held pending a "
-                f"drain ack against a baseline of {base_held:.1f}, {timeouts:.0f} timeouts"
+                f"drain ack against a {baseline_said(base_held, self.baseline_held_.level(0.0))}, "
+                f"{timeouts:.0f} timeouts"
                 f"{share_text} in {cfg.window_seconds:.0f}s"
             )
         elif rule == "sustained":
@@ -1082,16 +1116,20 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         elif worst is not None and rule.startswith("node_timeouts:"):
             head = (
                 f"Deferred KV releases timing out on {worst}: {node_counts[worst]:.0f} timeouts "
-                f"in {cfg.window_seconds:.0f}s against its own baseline of "
-                f"{node_levels[worst]:.1f} "
+                f"in {cfg.window_seconds:.0f}s against its own "
+                f"{baseline_said(node_levels[worst], node_rates[worst])} "
                 f"({timeouts:.0f}{share_text} on all nodes{held_text})"
             )
         else:
             head = (
                 f"Deferred KV releases timing out: {timeouts:.0f} timeouts{share_text}{held_text}"
-                f" in {cfg.window_seconds:.0f}s against a baseline of {base_timeouts:.1f}"
+                f" in {cfg.window_seconds:.0f}s against a "
+                f"{baseline_said(base_timeouts, timeouts_rate)}"
             )
-        spread = f" across {len(nodes)} nodes (most on {worst})" if len(nodes) > 1 else ""
+        # The nodes whose releases timed out, failed or held pages: not those whose counters
+        # only counted drained ones (blind review 45 D6: "across 2 nodes" of a storm on one).
+        troubled = _troubled(window, nodes)
+        spread = f" across {len(troubled)} nodes (most on {worst})" if len(troubled) > 1 else ""
         led = (
             f", after {lead.whole:,.0f} ({lead.timeouts:.1f} a window, under the bar alone) "
             f"between the samples at {iso_time(lead.spread_from)} and "
@@ -1134,7 +1172,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 "baseline_share": base_share,
                 "baseline_held": base_held,
                 "mismatches": mismatches,
-                "nodes": len(nodes),
+                "nodes": len(troubled),
                 "rule": rule.partition(":")[0],
                 "score": round(score, 6),
                 "threshold": cfg.threshold,

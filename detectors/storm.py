@@ -577,6 +577,22 @@ def burst_score(
     return max(single, double)
 
 
+def baseline_said(level: float, own: float) -> str:
+    """`baseline of 1.0`, the level a window was scored against, and where that is the
+    configured floor above the deployment's own rate, that rate too: a storm after silence
+    read as a bump over one a window being normal (blind review 45 D5).
+
+    >>> baseline_said(1.0, 0.0)
+    'baseline of 1.0 (its floor; the deployment had 0 a window before)'
+    >>> baseline_said(2.5, 2.5)
+    'baseline of 2.5'
+    """
+    said = f"baseline of {level:.1f}"
+    if own < level:
+        said += f" (its floor; the deployment had {own:.2g} a window before)"
+    return said
+
+
 def unlikely(count: float, rate: float, chance: float) -> bool:
     """Whether `count` or more events in a window whose events come at `rate` on average
     (a Poisson process) happen with probability at most `chance`.

@@ -49,6 +49,7 @@ from detectors.storm import (
     Episode,
     StormConfig,
     StormDetector,
+    baseline_said,
     metric_signal,
     normal_level,
     sample_value,
@@ -269,7 +270,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             worst = _worst_node(window, nodes, ctx)
             summary = (
                 f"KV transfer failure storm: {told:.0f} failed requests in "
-                f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across "
+                f"{cfg.window_seconds:.0f}s against a {baseline_said(base, lower)} across "
                 f"{len(nodes)} nodes (most on {worst}), told as possible until a snapshot read "
                 "after them said the engines' release leaves aborted transfers' pages free: "
                 "aborts mid-transfer widen the KV corruption window; check prefill health and "
@@ -324,7 +325,8 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         )
         summary = (
             f"Possible KV transfer failure storm: {counted:.0f} failed transfers in "
-            f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, counted by the "
+            f"{cfg.window_seconds:.0f}s against a {baseline_said(base, self.baseline_.level(0.0))}"
+            ", counted by the "
             f"engines' failure counters and shown by no log line (most on {worst}). These "
             "engines hold a failed transfer's pages until prefill drains it, and the counters "
             "count clients' aborts with transport failures and checksum mismatches: the decode "
@@ -447,9 +449,9 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         worst = _worst_node(window, nodes, ctx)
         summary = (
             f"KV transfer failure storm: {failures:.0f} failed requests in "
-            f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f} across {len(nodes)} "
-            f"nodes (most on {worst}): aborts mid-transfer widen the KV corruption window; "
-            f"check prefill health and load-balancer aborts"
+            f"{cfg.window_seconds:.0f}s against a {baseline_said(base, self.baseline_.level(0.0))}"
+            f" across {len(nodes)} nodes (most on {worst}): aborts mid-transfer widen the KV "
+            "corruption window; check prefill health and load-balancer aborts"
         )
         # Clients' aborts on engines whose release no input tells (SGLang logs none; only
         # `/server_info` does) may be held until drained (0.5.21 on): a storm only with them is
@@ -473,11 +475,11 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
             )
             summary = (
                 f"Possible KV transfer failure storm: {failures:.0f} failed requests in "
-                f"{cfg.window_seconds:.0f}s against a baseline of {base:.1f}, {unsure:.0f} of "
-                f"them {_unsure_part(unsure, counted_alone)} on engines whose release no input "
-                f"tells (most on {worst}): from 0.5.22 (NIXL and MORI 0.5.23) their pages are "
-                f"held until drained and open no race; before, they are the abort race's "
-                f"condition. A /server_info snapshot of the nodes tells which"
+                f"{cfg.window_seconds:.0f}s against a {baseline_said(base, lower)}, "
+                f"{unsure:.0f} of them {_unsure_part(unsure, counted_alone)} on engines whose "
+                f"release no input tells (most on {worst}): from 0.5.22 (NIXL and MORI 0.5.23) "
+                "their pages are held until drained and open no race; before, they are the "
+                "abort race's condition. A /server_info snapshot of the nodes tells which"
             )
         # One finding a storm, and one more when it turns from a question into a page (a storm
         # saved before severities were kept fired as a warning).

@@ -126,7 +126,7 @@ def test_the_storm_s_tally_counts_both_spans_whole_not_the_windows_shares(tmp_pa
     assert tally["timeouts"] == TIMEOUTS["11:31:40"]
     assert (tally["start"], tally["end"]) == (
         "2026-10-16T11:00:00.000Z",
-        "2026-10-16T11:35:00.000Z",
+        "2026-10-16T11:31:40.000Z",  # the later sample: no line of its own after it
     )
     assert tally["windows"] == 7
     assert tally["mismatches"] == len(MISMATCHES)

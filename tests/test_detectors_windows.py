@@ -1182,10 +1182,11 @@ def test_a_storm_s_warning_says_the_storm_until_it_turned_critical_not_its_later
     assert said["mismatches"] == warning.evidence["mismatches"]
     assert said["start"] == iso_time(begin) and said["end"] == iso_time(begin + 900)
     assert said["windows"] == 3 and said["timeouts"] == 90
-    assert said["critical_from"] == iso_time(begin + 900)
+    # At its first mismatch, not the window's start (blind review 45 D1).
+    assert said["critical_from"] == iso_time(begin + 930)
     assert "signs of corrupt KV" not in warning.summary
     assert warning.summary.endswith(
-        f"; the storm until it turned critical at {iso_time(begin + 900)}: {iso_time(begin)} to "
+        f"; the storm until it turned critical at {iso_time(begin + 930)}: {iso_time(begin)} to "
         f"{iso_time(begin + 900)} (15 min), 90 timeouts on decode-0 (its critical finding says "
         "the whole storm)"
     )
@@ -1199,8 +1200,10 @@ def test_a_storm_s_warning_says_the_storm_until_it_turned_critical_not_its_later
     assert (warning.severity, critical.severity) == ("warning", "critical")
     said = warning.evidence["storm"]
     assert said["mismatches"] == 0 and said["timeouts"] == 150
-    assert said["critical_from"] == iso_time(begin + 1500)
+    assert said["critical_from"] == iso_time(begin + 1560)
     assert critical.evidence["mismatches"] == 1
+    # The page names the storm's node (blind review 45 D1: it had none).
+    assert critical.node == "decode-0"
 
 
 def test_a_corrupt_transfer_every_rank_logs_is_one_sign() -> None:
@@ -1243,3 +1246,46 @@ def test_a_slot_overwritten_twice_is_two_signs_of_corrupt_kv_its_re_report_one()
     findings = run(DeferredReleaseTimeouts(), quiet_hours() + storm + canary)
     assert [f.severity for f in findings] == ["warning", "critical"]
     assert findings[1].evidence["mismatches"] == 2
+
+
+def test_a_storm_s_last_timeouts_seconds_past_its_last_window_are_the_storm_s() -> None:
+    """Blind review 45 D4: "the whole storm ... to 12:40:00, 24 timeouts" of a storm whose 25th
+    came at 12:40:06, at the same spacing as the rest; a timeout a window later, as seldom as
+    the normal's (one in 20 minutes), is not the storm's."""
+    begin = T + 6 * 3600
+    storm = [timeout(begin + 10 * k, 1000 + k) for k in range(150)]  # to begin + 1490
+    last, later = timeout(begin + 1506, 2000), timeout(begin + 2110, 2001)
+    (finding,) = _revised(quiet_hours() + storm + [last, later])
+    said = finding.evidence["storm"]
+    assert said["timeouts"] == len(storm) + 1
+    assert said["end"] == iso_time(begin + 1800)
+    # Said against the floor it was scored against, and the deployment's own normal beside it
+    # (blind review 45 D5: "a baseline of 1.0" after hours of one timeout in 20 minutes).
+    assert "against a baseline of 1.0 (its floor; the deployment had 0.25 a window before)" in (
+        finding.summary
+    )
+
+
+def test_a_storm_only_counters_saw_names_the_node_whose_releases_timed_out() -> None:
+    """Blind review 45 D6: decode-1's 60 timeouts between two scrapes 15 minutes apart, decode-0
+    counting only drained releases, read "across 2 nodes (most on decode-1)", and the storm
+    "to 11:05" after the sample at 11:00 that bounds it."""
+
+    def releases(t: float, node: str, outcome: str, value: float) -> Event:
+        labels = {"engine_type": "decode", "outcome": outcome, "tp_rank": "0"}
+        name = "sglang:decode_deferred_kv_release_total"
+        return ev("metric", node, t, name=name, labels=labels, value=value, role="decode")
+
+    scrapes = [T + 900 * k for k in range(27)]
+    events = [releases(t, n, "drained", float(k)) for k, t in enumerate(scrapes) for n in NODES]
+    events += [releases(t, "decode-1", "timeout", 60.0) for t in scrapes if t > T + 6 * 3600]
+    (finding,) = _revised(events)
+    assert finding.node == "decode-1" and finding.evidence["nodes"] == 1
+    assert "across" not in finding.summary
+    storm = finding.evidence["storm"]
+    assert storm["timeouts"] == 60 and storm["nodes"] == ["decode-1"]
+    before, after = (t for t in scrapes if T + 6 * 3600 - 900 < t <= T + 6 * 3600 + 900)
+    assert (storm["start"], storm["end"]) == (iso_time(before), iso_time(after))
+
+
+NODES = ("decode-0", "decode-1")
