@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -939,6 +940,44 @@ def test_corruptions_an_earlier_configuration_caught_are_said_on_the_node_s_line
         "caught" in r
         for r in judge_node(now, deployment, AuditPolicy(), earlier=[(quiet, deployment)]).reasons
     )
+
+
+def test_an_earlier_failure_is_said_only_where_it_ended_and_as_exposing_only_where_it_could() -> (
+    None
+):
+    """Blind review 45 D3: "an earlier configuration failed until 10:00: engine 0.5.19 ...;
+    responses served under it may be exposed" of a decode that ran 0.5.19 after 10:00 too, and
+    of a configuration whose only failure, the checksum off, exposes nothing."""
+    deployment = Deployment(pd=True, advertised_context=1_048_576, advertised_by="decode-0")
+    common = {"node": "decode-0", "role": "decode", "transfer_backend": "mooncake"}
+    common |= {"context_len": 1_048_576, "logs_read": True, "kv_checksum": False}
+    before = NodeFacts(**common, version="0.5.19", pool_tokens=2_040_000, until=1788256800.0)
+    now = NodeFacts(**common, version="0.5.19", pool_tokens=2_040_000, generation=1)
+    still = judge_node(now, deployment, AuditPolicy(), earlier=[(before, deployment)])
+    assert still.status == "FAIL"
+    assert not any("earlier configuration" in r for r in still.reasons)
+    # Upgraded since: that failure ended, and such an engine could have exposed responses.
+    fixed = replace(now, version="0.5.23")
+    (said,) = [
+        r
+        for r in judge_node(
+            fixed, deployment, AuditPolicy(), earlier=[(before, deployment)]
+        ).reasons
+        if "earlier configuration" in r
+    ]
+    assert said.startswith("an earlier configuration failed until 2026-09-01 10:00:00 UTC: engine")
+    assert said.endswith(EXPOSED_THEN)
+    # Only the checksum was off before, and it is on now: unverified, not exposed.
+    off_before = replace(before, version="0.5.23")
+    on_now = replace(fixed, kv_checksum=True)
+    (said,) = [
+        r
+        for r in judge_node(
+            on_now, deployment, AuditPolicy(), earlier=[(off_before, deployment)]
+        ).reasons
+        if "earlier configuration" in r
+    ]
+    assert "KV checksum off" in said and "exposed" not in said
 
 
 def test_audit_help_says_what_each_exit_status_means() -> None:

@@ -127,6 +127,10 @@ class NodeResult:
         return picked + list(self.notes)
 
 
+# The checks whose failure is a way responses were exposed, not only left unverified.
+_EXPOSING_CHECKS: Final = frozenset({"pool", "engine"})
+
+
 def worst(statuses: list[Status]) -> Status:
     return max(statuses, key=STATUS_RANK.__getitem__, default="PASS")
 
@@ -158,16 +162,32 @@ def judge_node(
     checks = _checks(facts, deployment, policy)
     judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))
     notes: list[str] = []
-    failed = [r for r in judged_earlier if r.status == "FAIL"]
-    if failed:
-        last = failed[-1]
-        why = ", ".join(c.reason for c in last.checks if c.status == "FAIL")
+    # What failed before and no longer does: a check failing now is said by the node's own
+    # line, not as a failure that ended (blind review 45 D3: "failed until 10:00: engine
+    # 0.5.19" of an engine that ran 0.5.19 after 10:00 too).
+    failing_now = {c.check for c in checks if c.status == "FAIL"}
+    ended = [
+        (r, fixed)
+        for r in judged_earlier
+        if r.status == "FAIL"
+        and (fixed := [c for c in r.checks if c.status == "FAIL" and c.check not in failing_now])
+    ]
+    if ended:
+        last, fixed = ended[-1]
+        why = ", ".join(c.reason for c in fixed)
         until = last.facts.until
         when = f" until {human_time(until)}" if until is not None else ""
-        more = f" ({len(failed) - 1} more before it)" if len(failed) > 1 else ""
+        more = f" ({len(ended) - 1} more before it)" if len(ended) > 1 else ""
+        # A pool below the context or an engine with the leak's or the race's bug can have
+        # exposed responses; a checksum that was off only left transfers unverified.
+        exposing = any(c.check in _EXPOSING_CHECKS for _, checks_then in ended for c in checks_then)
         notes.append(
-            f"an earlier configuration failed{when}: {why}{more}; responses served under it "
-            "may be exposed (kvwatch forensics names them)"
+            f"an earlier configuration failed{when}: {why}{more}"
+            + (
+                "; responses served under it may be exposed (kvwatch forensics names them)"
+                if exposing
+                else ""
+            )
         )
     caught = [r for r in judged_earlier if r.status != "FAIL" and _caught(r.facts.evidence)]
     if caught:
