@@ -843,7 +843,8 @@ def test_quiet_logs_of_a_release_that_logs_no_skips_are_not_said_to_show_verific
     def passed(version: str) -> str:
         facts = NodeFacts(node="decode-0", role="decode", version=version, kv_checksum=True)
         facts.logs_read = True
-        (result,) = checksum_checks(facts, Deployment.of([facts]), AuditPolicy())
+        prefill = NodeFacts(node="prefill-0", role="prefill", version=version, kv_checksum=True)
+        (result,) = checksum_checks(facts, Deployment.of([facts, prefill]), AuditPolicy())
         assert result.status == "PASS"
         return result.reason
 
@@ -978,6 +979,56 @@ def test_an_earlier_failure_is_said_only_where_it_ended_and_as_exposing_only_whe
         if "earlier configuration" in r
     ]
     assert "KV checksum off" in said and "exposed" not in said
+
+
+@pytest.mark.parametrize(
+    ("field", "prefill", "decode"),
+    [("tp_size", 8, 4), ("pp_size", 2, 1), ("page_size", 64, 1)],
+)
+def test_a_checksum_between_kv_layouts_that_differ_verifies_nothing(
+    tmp_path: Path, field: str, prefill: int, decode: int
+) -> None:
+    """Blind review 46 D1: a TP 8 prefill and a TP 4 decode, both 0.5.23 with the checksum on,
+    passed with "KV checksum on, no skips in the logs". Decode skips a digest of another layout
+    (TP width, PP stage, page size) and logs so once, after the first: a gate run before traffic
+    sees no such line, but the configurations it reads already say it."""
+    for path in (DATA / "healthy").iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    for node, value in (("prefill-0", prefill), ("decode-0", decode)):
+        saved = tmp_path / f"{node}@20261102T090000Z.server_info.json"
+        saved.write_text(json.dumps(json.loads(saved.read_text()) | {field: value}))
+    code, out, _ = run(str(tmp_path))
+    prefill_line, decode_line, _ = lines(out)
+    assert code == 1
+    assert prefill_line.startswith(
+        f"prefill-0  prefill  FAIL  KV checksum cannot verify transfers to decode-0 ({field} "
+        f"{decode} there, {prefill} here)"
+    )
+    assert decode_line.startswith(
+        f"decode-0   decode   FAIL  KV checksum cannot verify transfers from prefill-0 ({field} "
+        f"{prefill} there, {decode} here)"
+    )
+    # The same layout on both sides, as the healthy pair states it: verified.
+    for node in ("prefill-0", "decode-0"):
+        saved = tmp_path / f"{node}@20261102T090000Z.server_info.json"
+        saved.write_text(json.dumps(json.loads(saved.read_text()) | {field: prefill}))
+    assert run(str(tmp_path))[0] == 0
+
+
+def test_a_checksum_with_no_node_of_the_other_role_audited_is_not_known_to_verify(
+    tmp_path: Path,
+) -> None:
+    """Blind review 46 D3: a decode with the checksum on, audited without its prefills, passed:
+    it verifies only if they run it too, which nothing audited states."""
+    for path in (DATA / "healthy").iterdir():
+        if path.name.startswith("decode-0"):
+            shutil.copy(path, tmp_path / path.name)
+    code, out, _ = run(str(tmp_path))
+    assert (code, lines(out)[0]) == (
+        3,
+        "decode-0  decode  UNKNOWN  KV checksum on here, no prefill node audited (verified only "
+        "if prefill runs it too: audit it with this node)",
+    )
 
 
 def test_audit_help_says_what_each_exit_status_means() -> None:

@@ -327,9 +327,17 @@ def test_gzip_answer_within_the_cap_is_read(
         return send
 
     server = serve({"/server_info": answer(info), "/v1/models": answer(models)})
-    (result,) = audit(targets=[Target("prefill-0", server.url)]).results
-    assert result.status == "PASS"
-    assert result.reasons[0] == "pool 2,400,000 >= context 1,048,576"
+    decode = serve(
+        {
+            "/server_info": answer(info | {"disaggregation_mode": "decode"}),
+            "/v1/models": answer(models),
+        }
+    )
+    prefill, _ = audit(
+        targets=[Target("prefill-0", server.url), Target("decode-0", decode.url)]
+    ).results
+    assert prefill.status == "PASS"
+    assert prefill.reasons[0] == "pool 2,400,000 >= context 1,048,576"
 
 
 # --- absurd values --------------------------------------------------------------------------
@@ -772,14 +780,15 @@ def test_a_passing_node_whose_metrics_hang_says_so_on_its_line(
         server.stop.wait(5.0)
 
     routes = {"/server_info": _page(info, b"application/json")}
-    quiet = serve(routes)
+    decode = info.replace(b'"prefill"', b'"decode"')
+    quiet = serve({"/server_info": _page(decode, b"application/json")})
     hung = serve({**routes, "/metrics": hang})
     code, out, _ = run(
-        "--timeout", "0.5", "--endpoint", f"p0={quiet.url}", "--endpoint", f"p1={hung.url}"
+        "--timeout", "0.5", "--endpoint", f"d0={quiet.url}", "--endpoint", f"p1={hung.url}"
     )
     lines = {line.split()[0]: " ".join(line.split()) for line in out.splitlines() if line}
-    assert lines["p0"].startswith("p0 prefill PASS ")
-    assert "endpoints:" not in lines["p0"]
+    assert lines["d0"].startswith("d0 decode PASS ")
+    assert "endpoints:" not in lines["d0"]
     assert lines["p1"].startswith("p1 prefill PASS ")
     assert f"endpoints: metrics: no answer within 0.5 s (GET {hung.url}/metrics)" in lines["p1"]
     assert code == 0

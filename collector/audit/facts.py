@@ -29,6 +29,9 @@ CONFIG_FIELDS: Final = (
     "context_len",
     "transfer_backend",
     "kv_checksum",
+    "tp_size",
+    "pp_size",
+    "page_size",
 )
 
 
@@ -86,6 +89,11 @@ class NodeFacts:
     context_len: int | None = None
     transfer_backend: str | None = None
     kv_checksum: bool | None = None
+    # What a KV transfer's layout signature is made of (TP width, PP stage, page size): a
+    # prefill and a decode that differ in one exchange digests that cannot be compared.
+    tp_size: int | None = None
+    pp_size: int | None = None
+    page_size: int | None = None
     generation: int = 0
     since: float | None = None
     until: float | None = None
@@ -104,6 +112,15 @@ class NodeFacts:
     # Values a source stated that cannot be right, field -> reason ("pool value -1 not
     # plausible", "disaggregation_mode 5 not understood"): the field is then None (unknown).
     doubts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> tuple[tuple[str, int], ...]:
+        """The parts of a KV transfer's layout signature this node states, (name, value)."""
+        return tuple(
+            (name, value)
+            for name in ("tp_size", "pp_size", "page_size")
+            if (value := getattr(self, name)) is not None
+        )
 
     def checked(self) -> NodeFacts:
         """These facts with implausible token counts (`config_timeline.plausible_tokens`)
@@ -239,6 +256,8 @@ class Deployment:
     # (node, release) of every reachable PD node whose release is known: a checksum both sides
     # enable may still verify nothing between releases that write and read it differently.
     pd_versions: tuple[tuple[str, str], ...] = ()
+    # (node, its KV layout as stated: `NodeFacts.layout`) of every reachable PD node.
+    pd_layouts: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
 
     @classmethod
     def of_model(cls, nodes: list[NodeFacts], model: str | None) -> Deployment:
@@ -265,6 +284,7 @@ class Deployment:
             checksum_off=tuple(sorted(n.node for n in pd_nodes if n.kv_checksum is False)),
             pd_roles=tuple(sorted((n.node, n.role or "unknown") for n in pd_nodes)),
             pd_versions=tuple(sorted((n.node, n.version) for n in pd_nodes if n.version)),
+            pd_layouts=tuple(sorted((n.node, n.layout) for n in pd_nodes if n.layout)),
         )
 
     def kv_peers(self, node: str, role: str | None) -> frozenset[str]:

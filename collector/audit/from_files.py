@@ -94,6 +94,9 @@ class _Generation:
     corruption_keys: set[str] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     doubts: dict[str, str] = field(default_factory=dict)
+    # The KV layout its documents state (`NodeFacts.layout`): a saved /server_info states it
+    # too, which the configuration timeline reads from startup lines alone.
+    layout: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -182,6 +185,11 @@ class _Tracker:
             gen.doubts[name] = token_doubt(name, value)
         if event.kind == "server_info" and event.get("version") is not None:
             gen.version = str(event.get("version"))
+        if event.kind in ("server_info", "server_args"):
+            for name in ("tp_size", "pp_size", "page_size"):
+                value = event.get(name)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    gen.layout[name] = value
         path = event.source.rsplit(":", 1)[0] if event.kind != "server_info" else event.source
         if path not in gen.sources and len(gen.sources) < _MAX_SOURCES:
             gen.sources.append(path)
@@ -312,6 +320,7 @@ def _node_facts(
                 merged[name] = value
         if config.version is not None:
             carried_version = config.version
+    merged.update(gen.layout)  # the last document of the startup that states each
     since = configs[0].since if configs else None
     # A mode that could not be read explains an unknown role; another source may state it.
     doubts = {k: v for k, v in gen.doubts.items() if merged.get(k) is None}

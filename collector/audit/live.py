@@ -301,6 +301,11 @@ def _merge(
     facts.max_req_input_len = limit if isinstance(limit, int) else None
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
+    for name in ("tp_size", "pp_size", "page_size"):
+        value = field(info, name)
+        if name == "page_size" and value is None and snap is not None:
+            value = snap.page_size
+        setattr(facts, name, value if isinstance(value, int) and value > 0 else None)
 
 
 def _oldest_version(facts: NodeFacts, *stated: Any) -> str | None:

@@ -463,6 +463,19 @@ def checksum_checks(
                 {**evidence, "unstated_peers": unstated},
             )
         )
+    other = {"prefill": "decode", "decode": "prefill"}.get(facts.role or "")
+    if on is True and other and not peers and not seen.one_side and not _caught(seen):
+        # Verified only if the other side runs it too, and no node of it was audited (blind
+        # review 46 D3: a decode audited alone passed); a mismatch caught shows it verifying.
+        results.append(
+            CheckResult(
+                "checksum",
+                "UNKNOWN",
+                f"KV checksum on here, no {other} node audited (verified only if "
+                f"{other} runs it too: audit it with this node)",
+                evidence,
+            )
+        )
     silent = _unsigned_peers(facts, peers_on, deployment, policy)
     if on is True and silent:
         results.append(
@@ -473,6 +486,19 @@ def checksum_checks(
                 f"{policy.signed_checksum_since} write no layout signature, and "
                 f"{facts.version} skips such digests without a word)",
                 {**evidence, "unsigned_peers": silent},
+            )
+        )
+    differing = _other_layouts(facts, peers_on, deployment, policy)
+    if on is True and differing and not seen.one_side and not seen.skipped:
+        results.append(
+            CheckResult(
+                "checksum",
+                "FAIL",
+                f"KV checksum cannot verify transfers {'from' if facts.role == 'decode' else 'to'} "
+                f"{'; '.join(differing)}: decode compares a digest only within one TP width, PP "
+                "stage and page size and admits the rest unverified, logging `KV checksum "
+                "skipped` only after the first",
+                {**evidence, "layout": dict(facts.layout), "other_layout_peers": differing},
             )
         )
     if seen.skipped:
@@ -587,6 +613,36 @@ def _unsigned_peers(
         for peer in peers_on
         if versions.get(peer) is not None and is_below(versions[peer], policy.signed_checksum_since)
     ]
+
+
+def _other_layouts(
+    facts: NodeFacts, peers_on: list[str], deployment: Deployment, policy: AuditPolicy
+) -> list[str]:
+    """The peers, checksum on, whose stated KV layout differs from this node's: `prefill-0
+    (tp_size 8, here 4)`. A decode from 0.5.23 signs each digest with the layout it was written
+    in and skips one of another layout (telemetry: `KV checksum skipped ... admitted unverified`,
+    logged once a signature, after the first such transfer): a gate run before traffic sees no
+    such line, yet the stated layouts already say it (blind review 46 D1: TP 8 prefill, TP 4
+    decode, "KV checksum on, no skips in the logs"). Before 0.5.23 nothing is known of it."""
+    mine = dict(facts.layout)
+    if not mine:
+        return []
+    versions = dict(deployment.pd_versions)
+    layouts = dict(deployment.pd_layouts)
+    found = []
+    for peer in sorted(peers_on):
+        decode = facts.version if facts.role == "decode" else versions.get(peer)
+        if decode is not None and is_below(decode, policy.signed_checksum_since):
+            continue
+        theirs = dict(layouts.get(peer, ()))
+        differ = [
+            f"{name} {theirs[name]} there, {mine[name]} here"
+            for name in mine
+            if name in theirs and theirs[name] != mine[name]
+        ]
+        if differ:
+            found.append(f"{peer} ({', '.join(differ)})")
+    return found
 
 
 def human_time(epoch: float | None) -> str:

@@ -188,6 +188,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "context_len": context if context is not None else _context_from_limit(data),
         "page_size": _int(data.get("page_size")),
         "tp_size": _int(data.get("tp_size")),
+        "pp_size": _int(data.get("pp_size")),
         "dcp_size": _int(data.get("dcp_size")),
         "kv_cache_sharding": _bool(data.get("enable_kv_cache_sharding")),
         "dp_size": _int(data.get("dp_size")),

@@ -96,6 +96,7 @@ class NodeConfig:
     deferred_release: bool | None = None
     model: str | None = None
     tp_size: int | None = None
+    pp_size: int | None = None
     # Ranks one request's KV is sharded over (decode context parallelism, `--dcp-size`).
     dcp_size: int | None = None
     # `--enable-kv-cache-sharding` (0.5.22 on): the capacity is wider than the pool reported.
@@ -841,7 +842,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         value = event.get(key)
         if isinstance(value, bool):
             changes[field] = value
-    for field, key in (("tp_size", "tp_size"), ("page_size", "page_size")):
+    for field, key in (("tp_size", "tp_size"), ("pp_size", "pp_size"), ("page_size", "page_size")):
         value = _as_int(event.get(key))
         if value is not None:
             changes[field] = value
@@ -1243,6 +1244,7 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["deferred_release"] = deferred if isinstance(deferred, bool) else None
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
+        facts["pp_size"] = _as_int(get("pp_size"))
         facts["page_size"] = _as_int(get("page_size"))
         kv_canary = get("kv_canary")
         facts["kv_canary"] = str(kv_canary) if kv_canary is not None else None
