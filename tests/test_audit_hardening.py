@@ -82,6 +82,47 @@ def test_timeout_must_be_finite_and_bounded(value: str) -> None:
         fetch_facts([Target("n", "http://127.0.0.1:1")], timeout=float(value))
 
 
+# A healthy prefill's /server_info: alone, it passes the gate.
+_PD_INFO: dict[str, object] = {
+    "disaggregation_mode": "prefill",
+    "disaggregation_enable_kv_checksum": True,
+    "disaggregation_transfer_backend": "mooncake",
+    "max_total_num_tokens": 2_400_000,
+    "context_length": 1_048_576,
+    "version": "0.5.23",
+}
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("{url}", "{url}"),
+        ("{url}", "HTTP://127.0.0.1:{port}/"),
+        ("http://ops:pw@127.0.0.1:{port}", "{url}//"),
+        ("http://127.0.0.1", "http://127.0.0.1:80/"),
+        ("https://Engine.example", "https://engine.example:443"),
+        ("http://[::1]:{port}", "http://[0:0::1]:{port}"),
+    ],
+)
+def test_one_engine_given_under_two_node_names_is_a_usage_error(
+    serve: Callable[[dict[str, Behaviour]], _RawServer], first: str, second: str
+) -> None:
+    """Blind review 46 D5: a runbook's copy-paste gave decode-0 the prefill's URL; the gate
+    passed (exit 0) and no decode was audited. Refused as a node named twice is."""
+    prefill = serve(_static({"/server_info": _PD_INFO}))
+    port = prefill.url.rpartition(":")[2]
+    urls = [u.format(url=prefill.url, port=port) for u in (first, second)]
+    code, out, err = run("--endpoint", f"prefill-0={urls[0]}", "--endpoint", f"decode-0={urls[1]}")
+    assert (code, out) == (2, "")
+    shown = urls[0].rstrip("/").replace("ops:pw@", "***@")
+    assert err == (
+        "kvwatch audit: --endpoint gives one engine's URL to more than one node: prefill-0 "
+        f"and decode-0 at {shown} (one engine is one node: give each node its own engine's "
+        "URL)\n"
+    )
+    assert "pw" not in err
+
+
 # --- hostile engines ------------------------------------------------------------------------
 
 

@@ -59,7 +59,12 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from collector.audit.live import check_timeout, parse_target, without_credentials
+    from collector.audit.live import (
+        check_timeout,
+        engine_address,
+        parse_target,
+        without_credentials,
+    )
     from collector.audit.policy import AuditPolicy
     from collector.audit.run import audit
 
@@ -84,6 +89,23 @@ def run_audit(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         err.write(f"kvwatch audit: --endpoint names a node twice: {', '.join(duplicated)}\n")
+        return EXIT_USAGE
+    # One engine under two names: the node it stands in for is never audited (blind review 46
+    # D5: `decode-0` given the prefill's URL passed, and no decode was looked at).
+    by_address: dict[str, list[Target]] = {}
+    for target in targets:
+        by_address.setdefault(engine_address(target.url), []).append(target)
+    shared = [same for same in by_address.values() if len(same) > 1]
+    if shared:
+        said = "; ".join(
+            f"{' and '.join(t.node for t in same)} at "
+            f"{without_credentials(same[0].url, same[0].url)}"
+            for same in shared
+        )
+        err.write(
+            f"kvwatch audit: --endpoint gives one engine's URL to more than one node: {said} "
+            "(one engine is one node: give each node its own engine's URL)\n"
+        )
         return EXIT_USAGE
     urls = [without_credentials(p, p) for p in paths if "://" in p and not Path(p).exists()]
     if urls:  # a running engine given where files go: say how to audit it

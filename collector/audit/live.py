@@ -12,6 +12,7 @@ decoded bytes (a gzip bomb is decompressed only that far), then abandoned as ove
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import math
 import time
@@ -129,6 +130,24 @@ def _parse_target(spec: str, node: str, sep: str, url: str) -> Target:
     if not host:
         raise ValueError(f"--endpoint {spec!r}: URL has no host")
     return Target(node, url.rstrip("/"))
+
+
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+
+
+def engine_address(url: str) -> str:
+    """`url` (one `parse_target` accepted) as the engine it reaches, so that one engine given
+    under two node names is caught (blind review 46 D5: a decode never audited): scheme and
+    host case, the default port, a trailing slash and credentials do not make another."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    try:
+        host = ipaddress.ip_address(host).compressed
+    except ValueError:
+        pass  # a name, not an address
+    shown = f"[{host}]" if ":" in host else host
+    port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
+    return f"{parts.scheme.lower()}://{shown}:{port}{parts.path.rstrip('/')}"
 
 
 def check_timeout(timeout: float) -> None:
