@@ -707,6 +707,42 @@ def test_an_address_whose_endpoints_state_two_releases_is_judged_by_the_older(
     assert "more than one engine" not in out
 
 
+def _redirect(location: str) -> Behaviour:
+    def send(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            % location.encode()
+        )
+
+    return send
+
+
+def test_a_redirect_is_said_with_where_it_points_and_not_followed(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Blind review 46 D6: a 302 to another engine was "unusable: HTTP 302", saying neither
+    that it redirects, nor where, nor that the gate does not follow it. Said now, the
+    Location's credentials masked, with the URL to give when it is the same endpoint."""
+    engine = serve(_static({"/server_info": _PD_INFO}))
+    elsewhere = engine.url.replace("http://", "http://ops:pw@")
+    proxy = serve({"/server_info": _redirect(f"{elsewhere}/server_info")})
+    portal = serve({"/server_info": _redirect("/login?next=/server_info")})
+    code, out, _ = run("--endpoint", f"prefill-0={proxy.url}", "--endpoint", f"p={portal.url}")
+    by_node = {line.split()[0]: " ".join(line.split()) for line in out.splitlines()[:2]}
+    masked = engine.url.replace("http://", "http://***@")
+    assert by_node["prefill-0"] == (
+        f"prefill-0 unknown FAIL unusable: HTTP 302, a redirect to {masked}/server_info (GET "
+        f"{proxy.url}/server_info); redirects are not followed: if that is the engine, give "
+        f"--endpoint NODE={masked}"
+    )
+    assert by_node["p"] == (
+        f"p unknown FAIL unusable: HTTP 302, a redirect to {portal.url}/login?next=/server_info "
+        f"(GET {portal.url}/server_info); redirects are not followed"
+    )
+    assert "pw" not in out
+    assert code == 1
+
+
 # --- what the audit shows of an --endpoint: no credentials, no control characters -----------
 
 SECRET = "s3cretpw"

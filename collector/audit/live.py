@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, cast
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -29,7 +29,7 @@ from collector.events import Event
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
-from collector.shown_text import printable
+from collector.shown_text import clipped, printable
 from collector.state.config_timeline import plausible_tokens, shard_count
 from detectors.engine_version import EngineVersion, parse_version
 
@@ -396,7 +396,7 @@ async def _fetch(
         progress = _Progress()
         try:
             async with asyncio.timeout_at(deadline):
-                status, body = await _get(client, url, progress)
+                status, body, location = await _get(client, url, progress)
         except (TimeoutError, httpx.TimeoutException):
             if progress.answered:
                 why = (
@@ -423,6 +423,8 @@ async def _fetch(
             return _Answer(endpoint, url, None, f"{_describe(_first_leaf(matched))} (GET {url})")
         if status == 404 and index + 1 < len(paths):
             continue  # an older engine's path
+        if location is not None:
+            return _Answer(endpoint, url, None, _redirect(status, url, path, location), status)
         if status != 200 or body is None:
             # Every path tried is named (review: a 404 named only the last).
             tried = ", ".join(base + p for p in paths[: index + 1]) if status == 404 else url
@@ -433,14 +435,15 @@ async def _fetch(
 
 async def _get(
     client: httpx.AsyncClient, url: str, progress: _Progress
-) -> tuple[int, bytes | None]:
-    """Status and (for a 200) body of one GET, the body streamed and capped; the caller's
-    deadline bounds it."""
+) -> tuple[int, bytes | None, str | None]:
+    """Status, (for a 200) body and (for a redirect) Location of one GET, the body streamed
+    and capped; the caller's deadline bounds it."""
     headers = {"Accept-Encoding": "gzip, deflate"}
     async with client.stream("GET", url, headers=headers) as response:
         progress.answered = True
         if response.status_code != 200:
-            return response.status_code, None
+            location = response.headers.get("Location") if response.is_redirect else None
+            return response.status_code, None, location
         decoder = _decoder(response.headers.get("Content-Encoding", ""))
         declared = response.headers.get("Content-Length", "")
         if decoder is None and declared.isdigit() and int(declared) > _MAX_BODY:
@@ -463,7 +466,38 @@ async def _get(
                     break
         if decoder is not None:
             _keep(decoder.flush(), chunks, progress)
-        return 200, b"".join(chunks)
+        return 200, b"".join(chunks), None
+
+
+def _redirect(status: int, url: str, path: str, location: str) -> str:
+    """A redirect said as one: where it points, its credentials masked, and the base URL to
+    give instead when it points at the same endpoint elsewhere (blind review 46 D6: "HTTP 302"
+    alone). It is not followed: the gate judges the engine it was given, not wherever that
+    sends it (a login page, another engine)."""
+    try:
+        target = urljoin(url, location.strip())
+        parts = urlsplit(target)
+    except ValueError:
+        target, parts = location.strip(), None
+    said = (
+        f"HTTP {status}, a redirect to {_shown_url(target)} (GET {url}); redirects are not followed"
+    )
+    if (
+        parts is not None
+        and parts.scheme in ("http", "https")
+        and parts.path.endswith(path)
+        and not parts.query
+        and not parts.fragment
+    ):
+        base = urlunsplit((parts.scheme, parts.netloc, parts.path[: -len(path)], "", ""))
+        said += f": if that is the engine, give --endpoint NODE={_shown_url(base)}"
+    return said
+
+
+def _shown_url(url: str) -> str:
+    """A URL an engine sent, as shown: credentials masked, control characters escaped, cut to
+    a line's length."""
+    return clipped(printable(without_credentials(url, url)), 200)
 
 
 def _keep(data: bytes, chunks: list[bytes], progress: _Progress) -> None:
