@@ -17,7 +17,9 @@ import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -740,6 +742,69 @@ def test_a_redirect_is_said_with_where_it_points_and_not_followed(
         f"(GET {portal.url}/server_info); redirects are not followed"
     )
     assert "pw" not in out
+    assert code == 1
+
+
+class _Quiet(BaseHTTPRequestHandler):
+    """A plain-HTTP server's answer to whatever it is sent (a TLS hello: a 400 page)."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        return
+
+
+@pytest.fixture
+def plain_http() -> Iterator[Callable[[str], int]]:
+    """Starts a plain-HTTP listener on 127.0.0.1 and gives its port: `http` answers as an HTTP
+    server does (a 400 to a TLS hello), `closing` hangs up on every connection at once."""
+    stops: list[Callable[[], None]] = []
+
+    def start(kind: str) -> int:
+        if kind == "http":
+            server = ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+            stops.extend([server.shutdown, server.server_close])
+            return int(server.server_address[1])
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.settimeout(0.05)
+        done = threading.Event()
+
+        def hang_up() -> None:
+            while not done.is_set():
+                try:
+                    listener.accept()[0].close()
+                except (TimeoutError, OSError):
+                    continue
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        stops.extend([done.set, lambda: thread.join(timeout=2), listener.close])
+        return int(listener.getsockname()[1])
+
+    try:
+        yield start
+    finally:
+        for stop in stops:
+            stop()
+
+
+@pytest.mark.parametrize(
+    ("kind", "openssl"),
+    [("closing", "unexpected eof while reading"), ("http", "wrong version number")],
+)
+def test_https_to_a_plain_http_engine_says_the_tls_handshake_failed(
+    plain_http: Callable[[str], int], kind: str, openssl: str
+) -> None:
+    """Blind review 46 D6: `https://` to a plain-HTTP engine failed with OpenSSL's words alone
+    ("[ssl: unexpected_eof_while_reading] eof occurred in violation of protocol")."""
+    url = f"https://127.0.0.1:{plain_http(kind)}"
+    code, out, _ = run("--timeout", "5", "--endpoint", f"n={url}")
+    assert out.splitlines()[0] == (
+        f"n  unknown  FAIL  unreachable: TLS handshake failed ({openssl}): the server may not "
+        f"speak HTTPS (try http://) (GET {url}/server_info)"
+    )
     assert code == 1
 
 

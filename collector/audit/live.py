@@ -15,6 +15,7 @@ import asyncio
 import ipaddress
 import json
 import math
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -546,6 +547,14 @@ def _describe(exc: BaseException) -> str:
             break
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused"
+        if isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLCertVerificationError):
+            # https:// to a plain-HTTP engine: OpenSSL's words alone did not say so (blind
+            # review 46 D6). A certificate refused is an HTTPS server, and keeps its own words.
+            why = (cause.reason or cause.strerror or type(cause).__name__).lower()
+            return (
+                f"TLS handshake failed ({why.replace('_', ' ')}): the server may not speak "
+                "HTTPS (try http://)"
+            )
         if isinstance(cause, OSError) and cause.strerror:
             return cause.strerror.lower()
         cause = cause.__cause__ or cause.__context__
