@@ -249,13 +249,16 @@ def gzip_bomb() -> bytes:
 def test_endless_body_stops_at_the_cap(
     serve: Callable[[dict[str, Behaviour]], _RawServer],
 ) -> None:
+    """It answered, too much: unusable, not unreachable (blind review 46 D6: "unreachable:
+    oversized answer")."""
     server = serve({"/server_info": endless})
     started = time.monotonic()
     code, out, _ = run("--timeout", "20", "--endpoint", f"n={server.url}")
     elapsed = time.monotonic() - started
     url = f"{server.url}/server_info"
     assert out.splitlines()[0] == (
-        f"n  unknown  FAIL  unreachable: oversized answer: over {CAP_MB} MB (GET {url})"
+        f"n  unknown  FAIL  unusable: answered more than {CAP_MB} MB, the most the audit reads "
+        f"(GET {url})"
     )
     assert code == 1
     # The client hung up at the cap: what the server got out is the cap plus socket buffers,
@@ -264,9 +267,30 @@ def test_endless_body_stops_at_the_cap(
     assert elapsed < 20
 
 
+def test_a_length_over_the_cap_is_refused_before_reading_and_said_as_answered(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """A Content-Length over the cap ends the exchange at the headers; the endpoint answered
+    (blind review 46 D6: "unreachable: oversized answer"), on a passing node's line too."""
+
+    def huge(conn: socket.socket, server: _RawServer) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (CAP_MB * MB + 1))
+
+    server = serve({**_static({"/server_info": _PD_INFO}), "/metrics": huge})
+    (result,) = audit(targets=[Target("prefill-0", server.url)], timeout=5).results
+    assert result.status == "PASS"
+    assert result.notes[-1] == (
+        f"endpoints: metrics: answered more than {CAP_MB} MB, the most the audit reads (GET "
+        f"{server.url}/metrics)"
+    )
+    assert server.sent == 0
+
+
 def test_gzip_bomb_is_inflated_only_up_to_the_cap(
     serve: Callable[[dict[str, Behaviour]], _RawServer], gzip_bomb: bytes
 ) -> None:
+    """Said as the endless body is (blind review 46 D6: "unreachable: oversized answer")."""
+
     def bomb(conn: socket.socket, server: _RawServer) -> None:
         conn.sendall(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
@@ -286,7 +310,9 @@ def test_gzip_bomb_is_inflated_only_up_to_the_cap(
         tracemalloc.stop()
     (result,) = report.results
     url = f"{server.url}/server_info"
-    assert result.reasons == [f"unreachable: oversized answer: over {CAP_MB} MB (GET {url})"]
+    assert result.reasons == [
+        f"unusable: answered more than {CAP_MB} MB, the most the audit reads (GET {url})"
+    ]
     # Inflated whole, the 256 MB would be held; stopped at the cap, 64 MB and a step are.
     assert peak < CAP_MB * MB * 3 // 2
     assert elapsed < 20

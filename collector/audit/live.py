@@ -362,7 +362,7 @@ def _plausible(
 
 
 class _Oversized(Exception):
-    """The body is over `_MAX_BODY` (decoded or on the wire)."""
+    """The body of a 200 is over `_MAX_BODY` (decoded or on the wire)."""
 
 
 class _Undecodable(Exception):
@@ -408,9 +408,9 @@ async def _fetch(
                 why = f"no answer within {timeout:g} s"
             return _Answer(endpoint, url, None, f"{why} (GET {url})")
         except _Oversized:
-            return _Answer(
-                endpoint, url, None, f"oversized answer: over {_MAX_BODY >> 20} MB (GET {url})"
-            )
+            # It answered (a 200): unusable, not unreachable (blind review 46 D6).
+            why = f"answered more than {_MAX_BODY >> 20} MB, the most the audit reads"
+            return _Answer(endpoint, url, None, f"{why} (GET {url})", 200)
         except _Undecodable as exc:
             return _Answer(endpoint, url, None, f"{exc} (GET {url})")
         except zlib.error:
