@@ -1015,6 +1015,23 @@ def test_a_checksum_between_kv_layouts_that_differ_verifies_nothing(
     assert run(str(tmp_path))[0] == 0
 
 
+def test_a_stated_prompt_limit_below_the_pool_and_the_context_fails_the_pool_check(
+    tmp_path: Path,
+) -> None:
+    """Blind review 46 D2: a prefill stating `max_req_input_len` 681,274 beside its 2,040,000
+    pool and a 1M context passed; it refuses a third of the window."""
+    for path in (DATA / "healthy").iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    saved = tmp_path / "prefill-0@20261102T090000Z.server_info.json"
+    saved.write_text(json.dumps(json.loads(saved.read_text()) | {"max_req_input_len": 681_274}))
+    code, out, _ = run(str(tmp_path))
+    assert code == 1
+    assert lines(out)[0].startswith(
+        "prefill-0  prefill  FAIL  max_req_input_len 681,274 + 6 (pool 2,040,000) < context "
+        "1,048,576 (35% of the window cannot fit)"
+    )
+
+
 def test_a_checksum_with_no_node_of_the_other_role_audited_is_not_known_to_verify(
     tmp_path: Path,
 ) -> None:

@@ -55,3 +55,27 @@ def test_capacity_by_release(
     )
     assert (capacity.tokens, capacity.guessed) == (tokens, guessed)
     assert capacity.said  # always something a person can read
+
+
+@pytest.mark.parametrize(
+    ("stated", "context", "tokens"),
+    [
+        # Below the pool and the context: something else binds, and the engine refuses there.
+        (681_274, 1_048_576, 681_280),
+        # The context binds (limit = context - 6): the pool is what it holds.
+        (1_048_570, 1_048_576, 2_040_000),
+        (524_282, 524_288, 2_040_000),
+        # The context unknown: the limit may be the context's own, not taken.
+        (681_274, None, 2_040_000),
+    ],
+)
+def test_a_plain_pool_s_stated_limit_below_it_and_the_context_binds(
+    stated: int, context: int | None, tokens: int
+) -> None:
+    """Blind review 46 D2: `max_req_input_len` 681,274 beside a plain 2,040,000-token pool and
+    a 1M context passed the gate as "pool 2,040,000 >= context"; the engine refuses every
+    prompt of 681,274 tokens or more whatever its pool."""
+    capacity = prompt_capacity(
+        2_040_000, dcp_size=None, version="0.5.22", max_req_input_len=stated, context_len=context
+    )
+    assert capacity.tokens == tokens

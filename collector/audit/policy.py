@@ -288,6 +288,7 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
         version=facts.version,
         max_req_input_len=facts.max_req_input_len,
         kv_cache_sharding=facts.kv_cache_sharding,
+        context_len=facts.context_len,
     )
     pool_said = capacity.said
     if (facts.dcp_size or 1) > 1:

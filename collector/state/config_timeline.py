@@ -118,6 +118,7 @@ class NodeConfig:
             version=self.version,
             max_req_input_len=self.max_req_input_len,
             kv_cache_sharding=self.kv_cache_sharding,
+            context_len=self.context_len,
         )
 
     @property

@@ -60,13 +60,19 @@ def prompt_capacity(
     version: str | None,
     max_req_input_len: int | None = None,
     kv_cache_sharding: bool | None = None,
+    context_len: int | None = None,
 ) -> PromptCapacity:
     """The capacity of a node with these figures; see the module docstring. A plain pool (no
-    dcp ranks, no sharding) is its own capacity, said as such; the stated limit settles the
-    rest."""
+    dcp ranks, no sharding) is its own capacity, said as such, unless the engine states a limit
+    below both it and its `context_len`: something else binds (a DP rank, another pool), and
+    the engine refuses from there all the same (blind review 46 D2: 681,274 stated beside a
+    2,040,000 pool and a 1M context passed). The stated limit settles the rest."""
     limit = stated_limit(max_req_input_len)
     shards = max(dcp_size or 1, 1)
     if pool is not None and shards == 1 and not kv_cache_sharding:
+        capacity = limit + REFUSAL_MARGIN if limit is not None else None
+        if capacity is not None and context_len is not None and capacity < min(pool, context_len):
+            return PromptCapacity(capacity, f"max_req_input_len {limit:,} + 6 (pool {pool:,})")
         return PromptCapacity(pool, f"pool {pool:,}")
     if limit is not None:
         return PromptCapacity(limit + REFUSAL_MARGIN, f"max_req_input_len {limit:,} + 6")
