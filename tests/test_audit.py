@@ -1032,6 +1032,40 @@ def test_a_stated_prompt_limit_below_the_pool_and_the_context_fails_the_pool_che
     )
 
 
+def test_two_tiers_of_one_model_each_holding_its_own_context_pass(tmp_path: Path) -> None:
+    """Blind review 46 D4: a 1M tier and a 512k tier of one model, each pool holding the
+    context its nodes serve, failed each other: "pool 681,280 < context 1,048,576 advertised by
+    a-decode-0". A node's own tokenizer refuses a prompt over its context (HTTP 400) before any
+    scheduler sees it, so nothing is handed to decode; a pool under its own context still
+    fails."""
+    source = DATA / "healthy" / "prefill-0@20261102T090000Z.server_info.json"
+    info = json.loads(source.read_text())
+
+    def save(node: str, role: str, pool: int, context: int) -> None:
+        states = [{"disaggregation_mode": role, "memory_usage": {"token_capacity": pool}}]
+        document = info | {"disaggregation_mode": role, "max_total_num_tokens": pool}
+        document |= {"context_length": context, "max_req_input_len": min(context, pool) - 6}
+        document["internal_states"] = states
+        saved = tmp_path / f"{node}@20261102T090000Z.server_info.json"
+        saved.write_text(json.dumps(document))
+
+    for tier, pool, context in (("a", 2_040_000, 1_048_576), ("b", 681_280, 524_288)):
+        save(f"{tier}-prefill-0", "prefill", pool, context)
+        save(f"{tier}-decode-0", "decode", pool, context)
+    code, out, _ = run(str(tmp_path))
+    assert code == 0, out
+    said = {line.split()[0]: line for line in lines(out)}
+    assert (
+        "pool 681,280 >= context 524,288 (its own; 1,048,576 advertised by a-"
+        in (said["b-prefill-0"])
+    )
+    # Tier B's prefill pool under its own context: the incident's gap, whatever tier A says.
+    save("b-prefill-0", "prefill", 400_000, 524_288)
+    code, out, _ = run(str(tmp_path))
+    assert code == 1
+    assert "b-prefill-0  prefill  FAIL  pool 400,000 < context 1,048,576" in out
+
+
 def test_a_checksum_with_no_node_of_the_other_role_audited_is_not_known_to_verify(
     tmp_path: Path,
 ) -> None:

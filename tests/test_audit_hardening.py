@@ -10,6 +10,7 @@ much the client read.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -800,9 +801,15 @@ def plain_http() -> Iterator[Callable[[str], int]]:
         def hang_up() -> None:
             while not done.is_set():
                 try:
-                    listener.accept()[0].close()
+                    conn = listener.accept()[0]
                 except (TimeoutError, OSError):
                     continue
+                # Read the ClientHello first: closed with it unread, the kernel resets the
+                # connection, and the client sees a reset instead of the end of the stream.
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    conn.recv(65536)
+                conn.close()
 
         thread = threading.Thread(target=hang_up, daemon=True)
         thread.start()

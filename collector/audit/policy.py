@@ -307,6 +307,18 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
     pool = capacity.tokens
     if pool >= reference:
         return CheckResult("pool", "PASS", f"{pool_said} >= context {reference:,}", evidence)
+    own = facts.context_len
+    if own is not None and own < reference and pool >= own:
+        # Its own tokenizer refuses a longer prompt (HTTP 400) before any scheduler sees it: no
+        # refusal to hand to decode, the incident's path closed. Two tiers of one model, each
+        # holding the context it serves, failed each other (blind review 46 D4).
+        return CheckResult(
+            "pool",
+            "PASS",
+            f"{pool_said} >= context {own:,} (its own; {reference:,}{where}: longer prompts "
+            "are refused here before they are scheduled)",
+            evidence,
+        )
     gap = reference - pool
     evidence["gap_tokens"] = gap
     evidence["gap_fraction"] = round(gap / reference, 4)
