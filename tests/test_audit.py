@@ -1082,6 +1082,19 @@ def test_a_checksum_with_no_node_of_the_other_role_audited_is_not_known_to_verif
     )
 
 
+def test_a_node_named_for_one_role_whose_engine_states_the_other_is_said() -> None:
+    """Blind review 46 D5: `--endpoint decode-0=<the prefill's URL>` passed, the role column
+    alone showing that no decode was audited."""
+    deployment = Deployment(pd=True, advertised_context=1_048_576, advertised_by="decode-0")
+    facts = {"role": "prefill", "version": "0.5.23", "pool_tokens": 2_040_000}
+    facts |= {"context_len": 1_048_576, "kv_checksum": True}
+    swapped = judge_node(NodeFacts("sglang-decode-0", **facts), deployment, AuditPolicy())
+    assert "named as a decode node, its engine states prefill" in swapped.reasons
+    for name in ("sglang-prefill-0", "node-7", "prefill-decode-pair"):
+        result = judge_node(NodeFacts(name, **facts), deployment, AuditPolicy())
+        assert not any("named as" in reason for reason in result.reasons)
+
+
 def test_audit_help_says_what_each_exit_status_means() -> None:
     """Review: a gate is read by its exit status, and `--help` said none of them."""
     done = subprocess.run(

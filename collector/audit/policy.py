@@ -14,6 +14,7 @@ parsing and ordering are the detector's (`detectors.engine_version`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -131,6 +132,14 @@ class NodeResult:
 _EXPOSING_CHECKS: Final = frozenset({"pool", "engine"})
 
 
+def _role_in_name(node: str) -> str | None:
+    """The PD role a node's name spells (`sglang-decode-1`, `prefill_0`), None when it spells
+    neither or both."""
+    words = set(re.split(r"[^a-z]+", node.lower()))
+    said = [role for role in ("prefill", "decode") if role in words]
+    return said[0] if len(said) == 1 else None
+
+
 def worst(statuses: list[Status]) -> Status:
     return max(statuses, key=STATUS_RANK.__getitem__, default="PASS")
 
@@ -162,6 +171,10 @@ def judge_node(
     checks = _checks(facts, deployment, policy)
     judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))
     notes: list[str] = []
+    named = _role_in_name(facts.node)
+    if named is not None and facts.role in PD_ROLES and facts.role != named:
+        # A runbook's copy-paste: the node meant was never audited (blind review 46 D5).
+        notes.append(f"named as a {named} node, its engine states {facts.role}")
     # What failed before and no longer does: a check failing now is said by the node's own
     # line, not as a failure that ended (blind review 45 D3: "failed until 10:00: engine
     # 0.5.19" of an engine that ran 0.5.19 after 10:00 too).
