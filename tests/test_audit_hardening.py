@@ -967,3 +967,27 @@ def test_a_passing_node_whose_metrics_hang_says_so_on_its_line(
     assert lines["p1"].startswith("p1 prefill PASS ")
     assert f"endpoints: metrics: no answer within 0.5 s (GET {hung.url}/metrics)" in lines["p1"]
     assert code == 0
+
+
+def test_a_metrics_page_with_a_line_not_in_the_exposition_format_is_said(
+    serve: Callable[[dict[str, Behaviour]], _RawServer],
+) -> None:
+    """Blind review 46 (a note): a `/metrics` page holding a garbage line passed unsaid, where
+    Prometheus fails the whole scrape on such a line (Debian's 2.42: the target down on
+    `strconv.ParseFloat: parsing "is"`, no sample kept) and the alerts go blind."""
+    page = (
+        b"# TYPE sglang:num_running_reqs gauge\n"
+        b'sglang:num_running_reqs{tp_rank="0"} 3\n'
+        b"this is garbage\n"
+    )
+    server = serve({**_static({"/server_info": _PD_INFO}), "/metrics": _page(page, b"text/plain")})
+    (result,) = audit(targets=[Target("prefill-0", server.url)], timeout=5).results
+    assert result.notes[-1] == (
+        "endpoints: metrics: 1 line not in the exposition format (a Prometheus scrape may fail "
+        f"whole on one) (GET {server.url}/metrics)"
+    )
+    clean = serve(
+        {**_static({"/server_info": _PD_INFO}), "/metrics": _page(page[:-16], b"text/plain")}
+    )
+    (result,) = audit(targets=[Target("prefill-0", clean.url)], timeout=5).results
+    assert not any("metrics" in note for note in result.notes)

@@ -27,6 +27,7 @@ import httpx
 
 from collector.audit.facts import NodeFacts, mode_doubt, token_doubt
 from collector.events import Event
+from collector.sglang.outcome import MALFORMED_EXPOSITION
 from collector.sglang.prometheus import parse_exposition
 from collector.sglang.server_info import parse_server_info
 from collector.sglang.signals import config_snapshot
@@ -232,8 +233,18 @@ async def _node(
         if answer.endpoint == "metrics":
             outcome = parse_exposition(answer.body, node=target.node, source=answer.url, time=now)
             metric_events = outcome.events
+            malformed = outcome.dropped.get(MALFORMED_EXPOSITION, 0)
             if not metric_events:
                 facts.endpoint_errors["metrics"] = "no samples"
+            elif malformed:
+                # Prometheus fails a whole scrape on such a line ("this is garbage": target down,
+                # strconv.ParseFloat, no sample kept; seen with Debian's 2.42): the alerts go
+                # blind on a node that passes (blind review 46, a note).
+                lines = "line" if malformed == 1 else "lines"
+                facts.endpoint_errors["metrics"] = (
+                    f"{malformed:,} {lines} not in the exposition format (a Prometheus scrape may "
+                    f"fail whole on one) (GET {answer.url})"
+                )
             continue
         outcome = parse_server_info(
             answer.body, node=target.node, source=answer.url, time=now, endpoint=answer.endpoint
