@@ -541,10 +541,14 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             return []
         if self.prefill_hits_:
             uncached = self._uncached_by_prefill_line(record, serving, uncached)
+        cfg = self.config
+        if uncached < cfg.min_uncached_tokens and (
+            not cfg.learn or uncached < cfg.learn_min_uncached_tokens
+        ):
+            return []  # judged by no floor and teaching none: a tenth of the requests
         timings = self._timings(record, uncached, ctx)
         if not timings:
             return []
-        cfg = self.config
         # As `_score` per timing, with what the timings share (tokens, GPUs, the learned
         # models' keys) worked out once.
         physical = self.physical_floor(uncached, timings[0].gpus, timings[0].cached_tokens)
