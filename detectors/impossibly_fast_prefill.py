@@ -72,8 +72,14 @@ from collector.state.prefill_hits import PREFILL_HIT, PrefillHits
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
+from detectors.engine_version import refuses_for_good
 from detectors.finding import Finding, Severity
-from detectors.pool_in_force import pool_in_force
+from detectors.pool_in_force import (
+    LENIENT_BASIS,
+    pool_in_force,
+    serving_model,
+    strictest_prefill_pool,
+)
 from detectors.quantile_line import quantile_line
 
 SOURCES: Final = (
@@ -614,6 +620,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         if score < cfg.threshold or uncached < cfg.min_uncached_tokens:
             return []
         critical = uncached >= cfg.critical_min_uncached_tokens
+        closed = self._leak_path_closed(record, ctx) if critical else None
+        critical = critical and closed is None
         severity: Severity = "critical" if critical else "warning"
         prompt = record.prompt_tokens or uncached
         floor = max(physical, learned or 0.0)
@@ -621,6 +629,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         consequence = (
             "the prompt was probably not prefilled; the answer likely came from other requests' KV"
             if critical
+            else f"{closed}: check this node's timing and cache accounting"
+            if closed is not None
             else "check this node's timing and cache accounting"
         )
         summary = (
@@ -656,6 +666,38 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 exposure=critical,
             )
         ]
+
+    def _leak_path_closed(self, record: RequestRecord, ctx: DetectionContext) -> str | None:
+        """Why the incident's path cannot have served this request, as a clause (None when it
+        may have): a leaked answer is a prefill's refusal for length handed to decode, so a
+        release that refuses for good, or a prefill pool known to take the prompt, leaves a
+        too-fast answer a timing or cache-accounting question, not an exposure. Why: blind
+        review 47, a healthy 0.5.23 fleet with pools over the context whose agentic turns'
+        prefix hits only multi-sequence batch lines stated: 61 honest answers named exposed."""
+        when = record.began
+        if record.prefill is not None:
+            configs = [ctx.config_at(record.prefill.node, when)]
+        else:  # the prefill nodes it may have met, else the node that answered
+            model = serving_model(record, ctx)
+            configs = [c for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
+            if not configs and record.serving is not None:
+                configs = [ctx.config_at(record.serving.node, when)]
+        fixed = [c for c in configs if c is not None and refuses_for_good(c.version)]
+        if fixed and len(fixed) == len(configs):
+            if len(fixed) == 1:
+                node, version = fixed[0].node, fixed[0].version
+                return f"{node} ran {version}, which refuses an over-length prompt for good"
+            return "every prefill node ran a release that refuses an over-length prompt for good"
+        prompt = record.prompt_tokens
+        pool = pool_in_force(record, ctx)
+        if pool is not None and pool.basis == LENIENT_BASIS:
+            pool = strictest_prefill_pool(record, ctx)
+        if pool is None or prompt is None or prompt > pool.longest_accepted:
+            return None
+        return (
+            f"{pool.node}'s pool took prompts of up to {pool.longest_accepted:,} tokens, so no "
+            "refusal for length can have sent it to decode"
+        )
 
     def _uncached_by_prefill_line(
         self, record: RequestRecord, serving: SideRecord, uncached: int

@@ -11,6 +11,7 @@ import pytest
 
 from collector.events import Event
 from detectors.base import Detector
+from detectors.finding import Finding
 from detectors.impossibly_fast_prefill import (
     FloorModel,
     ImpossiblyFastPrefill,
@@ -868,9 +869,10 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
         # A sample every 30 s: the first fit needs a quarter hour of history.
         history += prefill_ok(100 + k, T + 100 + 30 * k, prompt, seconds=seconds)
         history += decode_answer(100 + k, T + 100 + 30 * k, prompt, ttft=seconds + 0.2)
+    # A prefill pool under the last prompt: the incident's path is open to it.
     findings = run(
         detector,
-        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("prefill-0", "prefill", T, 300_000),
         boot("decode-0", "decode", T, 2_040_000),
         history,
         prefill_ok(9, T + 5_000, 400_000, seconds=0.05),
@@ -953,7 +955,7 @@ def test_a_queue_learned_into_time_to_first_token_does_not_accuse_the_quiet_hour
     stub[1].fields["input_len"] = 1  # time stats of the stub prefill really ran
     findings = run(
         detector,
-        boot("prefill-0", "prefill", T, 2_040_000),
+        boot("prefill-0", "prefill", T, 300_000),  # under the stub's prompt: the path is open
         boot("decode-0", "decode", T, 2_040_000),
         backlog,
         quiet,
@@ -1359,7 +1361,7 @@ def test_a_longer_context_is_judged_by_the_floor_of_shorter_ones():
     stub = prefill_ok(9, T + 8_000, 600_000, seconds=0.3)
     findings = run(
         ImpossiblyFastPrefill(min_history=20, refit_every=10),
-        boot("prefill-0", "prefill", T, 4_000_000),
+        boot("prefill-0", "prefill", T, 500_000),  # under the stub's prompt: the path is open
         history,
         stub,
         decode_answer(9, T + 8_000, 600_000, ttft=0.35),
@@ -1444,3 +1446,29 @@ def test_honest_answers_once_a_growing_backlog_clears_are_not_exposures():
         decode_answer(9, T + 5_000, 400_000, ttft=0.3),
     )
     assert [(f.bootstrap_room, f.severity) for f in findings] == [("9", "critical")]
+
+
+def test_a_too_fast_answer_the_incident_s_path_cannot_have_served_is_no_exposure():
+    """Blind review 47 D1: a healthy 0.5.23 fleet, pools over the context, agentic turns whose
+    prefix hits only multi-sequence batch lines stated: 61 honest answers named exposed. A leak
+    is a prefill's refusal for length handed to decode: a release that refuses for good, or a
+    prefill pool that took the prompt, closes that path; the timing tell stays a warning."""
+
+    def judged(pool: int, version: str | None) -> Finding:
+        (finding,) = run(
+            ImpossiblyFastPrefill(**GLM),
+            boot("prefill-0", "prefill", T, pool, version),
+            boot("decode-0", "decode", T, 2_040_000, version),
+            decode_answer(9, T + 5_000, 600_000, ttft=0.05),
+        )
+        return finding
+
+    fixed = judged(2_040_000, "0.5.23")
+    assert (fixed.severity, fixed.exposure) == ("warning", False)
+    assert "prefill-0 ran 0.5.23, which refuses an over-length prompt for good" in fixed.summary
+    held = judged(2_040_000, "0.5.19")
+    assert (held.severity, held.exposure) == ("warning", False)
+    assert "prefill-0's pool took prompts of up to 2,039,993 tokens" in held.summary
+    # Over the pool on a release that hands refusals to decode: the incident's path.
+    leaked = judged(500_000, "0.5.19")
+    assert (leaked.severity, leaked.exposure) == ("critical", True)

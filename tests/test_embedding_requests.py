@@ -65,11 +65,22 @@ def test_an_embedding_request_without_its_cache_hits_is_not_judged_by_its_speed(
     assert _exposed(tmp_path, _request("EmbeddingReqInput")) == []
 
 
-@pytest.mark.parametrize(("cached", "exposed"), [("", [RID]), ("'cached_tokens': 36732, ", [])])
+@pytest.mark.parametrize(
+    ("cached", "judged"), [("", ["warning"]), ("'cached_tokens': 36732, ", [])]
+)
 def test_a_generation_states_its_hits_and_is_judged_by_them(
-    tmp_path: Path, cached: str, exposed: list[str]
+    tmp_path: Path, cached: str, judged: list[str]
 ) -> None:
-    assert _exposed(tmp_path, _request("GenerateReqInput", cached)) == exposed
+    """Too fast with nothing cached, and said so; a warning, not an exposure: its 540,672-token
+    pool took the prompt, and a server that is not disaggregated hands no refusal to a decode
+    (blind review 47)."""
+    assert _exposed(tmp_path, _request("GenerateReqInput", cached)) == []
+    findings = run_forensics(
+        [str(tmp_path / "case")], tmp_path / "again", write_parquet=False
+    ).summary["findings"]
+    assert [f["severity"] for f in findings if f["detector"] == "impossibly_fast_prefill"] == (
+        judged
+    )
 
 
 def test_an_embedding_request_is_not_judged_by_its_speed_though_its_hits_are_stated(

@@ -46,7 +46,7 @@ def _batch(at: str, new: int, cached: int, seqs: int = 1) -> str:
     )
 
 
-def _exposed_rooms(tmp_path: Path, answers: str, batches: str) -> set[str]:
+def _flagged_rooms(tmp_path: Path, answers: str, batches: str) -> set[str]:
     case = tmp_path / "case"
     case.mkdir()
     (case / "decode-0.log").write_text(server_args(DAY, "decode") + answers)
@@ -56,7 +56,13 @@ def _exposed_rooms(tmp_path: Path, answers: str, batches: str) -> set[str]:
     summary: dict[str, Any] = run_forensics(
         [str(case)], tmp_path / "out", write_parquet=False
     ).summary
-    return {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]}
+    # Flagged, not exposed: a 1,000,000-token prefill pool takes these prompts, so no refusal
+    # for length can have sent one to decode (blind review 47); the timing tell stays a warning.
+    return {
+        str(f["bootstrap_room"])
+        for f in summary["findings"]
+        if f["detector"] == "impossibly_fast_prefill" and f["severity"] != "info"
+    }
 
 
 def test_a_single_sequence_batch_line_of_the_prompt_s_length_states_its_hits(
@@ -65,7 +71,7 @@ def test_a_single_sequence_batch_line_of_the_prompt_s_length_states_its_hits(
     answers = _decode_answer("10:00:05", 1001, PROMPT) + _decode_answer("11:00:05", 1002, PROMPT)
     # Room 1001 was prefilled over its cached prefix (its line beside it); room 1002 had no
     # line: nothing says it was prefilled at all.
-    assert _exposed_rooms(tmp_path, answers, _batch("10:00:04", PROMPT - CACHED, CACHED)) == {
+    assert _flagged_rooms(tmp_path, answers, _batch("10:00:04", PROMPT - CACHED, CACHED)) == {
         "1002"
     }
 
@@ -83,7 +89,7 @@ def test_a_line_of_another_length_a_batch_of_several_or_an_hour_away_states_noth
         + _batch("11:00:04", PROMPT - CACHED, CACHED, seqs=2)  # two requests: whose hits?
         + _batch("13:30:00", PROMPT - CACHED, CACHED)  # long after 2003 was answered
     )
-    assert _exposed_rooms(tmp_path, answers, batches) == {"2001", "2002", "2003"}
+    assert _flagged_rooms(tmp_path, answers, batches) == {"2001", "2002", "2003"}
 
 
 def test_hits_are_kept_by_length_and_forgotten_after_an_hour() -> None:

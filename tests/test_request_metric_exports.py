@@ -181,8 +181,9 @@ def test_exports_no_node_could_be_found_for_are_no_all_clear(tmp_path: Path) -> 
 
 
 def test_a_0519_export_s_time_to_first_token_is_read_from_its_stamps(tmp_path: Path) -> None:
-    """600,000 uncached tokens (within the 681,280-token pool: no over-length verdict) prefilled
-    in 0.03 s by the stamps of a record with no `first_token_latency`."""
+    """600,000 uncached tokens prefilled in 0.03 s by the stamps of a record with no
+    `first_token_latency`: too fast, said as a warning, not an exposure, since the 681,280-token
+    pool took the prompt (no refusal for length can have sent it to decode: blind review 47)."""
     _deployment(tmp_path / "logs")
     export = tmp_path / "logs" / "decode-0" / "metrics" / f"{EXPORT_NAME}-20260906_06.log"
     export.write_text(
@@ -192,8 +193,11 @@ def test_a_0519_export_s_time_to_first_token_is_read_from_its_stamps(tmp_path: P
         + "\n"
     )
     result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
-    exposed = result.summary["exposure"]["requests"]
-    assert [(r["rid"], r["evidence"]) for r in exposed] == [("leaked", ["impossibly_fast_prefill"])]
+    assert result.summary["exposure"]["requests"] == []
+    (fast,) = [f for f in result.summary["findings"] if f["detector"] == "impossibly_fast_prefill"]
+    assert (fast["rid"], fast["severity"]) == ("leaked", "warning")
+    assert abs(fast["evidence"]["seconds"] - 0.03) < 1e-6
+    assert "pool took prompts of up to 681,273 tokens" in fast["summary"]  # 681,280 - 6 - 1
 
 
 def test_what_exports_alone_cover_begins_at_their_first_request(tmp_path: Path) -> None:
