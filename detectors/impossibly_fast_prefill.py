@@ -53,8 +53,10 @@ attempt's alone. Two floors:
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
 request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
-uncached tokens are critical (and an exposure); shorter ones down to `min_uncached_tokens`
-are warnings, below that fixed overheads dominate and nothing is judged.
+uncached tokens are critical (and an exposure), and only where the incident's path can have
+served them (`_leak_path_closed`: not behind a release that refuses for good, nor a prefill pool
+that took the prompt); shorter ones down to `min_uncached_tokens`, and those, are warnings;
+below that fixed overheads dominate and nothing is judged.
 """
 
 from __future__ import annotations
