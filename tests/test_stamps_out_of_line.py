@@ -117,3 +117,17 @@ def test_lines_after_a_jump_of_whole_hours_wait_for_the_zone_to_move() -> None:
     ]
     # An idle hour, the zone unmoved: the lines stay where the stream went.
     assert _zoned([T, T + 5, *ahead], {}) == [T, T + 5, *ahead]
+
+
+def test_lines_after_a_jump_back_of_whole_hours_wait_for_the_zone_to_move() -> None:
+    """Blind review 48 D1: a daylight-saving change back, the repeated hour; read in the old
+    zone until its votes moved it, the lines between came an hour early, their prefill sides
+    late, and honest answers after a restart that fixed the pool were named exposed."""
+    behind = [T - 3600 + 10 * k for k in range(1, 6)]
+    assert _zoned([T, T + 5, *behind], {5: -3600.0}) == [
+        T,
+        T + 5,
+        *(t + 3600 for t in behind),
+    ]
+    # The zone unmoved (a clock set back by hand, say): the lines stay where they were read.
+    assert _zoned([T, T + 5, *behind], {}) == [T, T + 5, *behind]
