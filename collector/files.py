@@ -212,6 +212,8 @@ class TelemetryFile:
     # On a log stream's first file, when its lines print the time of day alone: the local
     # midnight before its first line, in UTC seconds (`log_clock.log_day`).
     day: float | None = None
+    # ... and whether that midnight is `--log-date`'s, read as UTC: no stamp told its zone.
+    day_assumed: bool = False
     # The file as discovery found it: device, inode, size and modification time (`as_found`).
     found: tuple[int, int, int, int] | None = None
     # On a file of trace exports: the nodes its other files name, so a span's server named as

@@ -626,11 +626,12 @@ def _dated(
         day = found.day
         if day is None and dated:
             day = borrowed_day(found, dated[0])
+        assumed = day is None
         if day is None:
             day = log_date
         if day is not None:
             files = out[key]
-            out[key] = [replace(files[0], day=day), *files[1:]]
+            out[key] = [replace(files[0], day=day, day_assumed=assumed), *files[1:]]
     return out
 
 
@@ -1026,6 +1027,7 @@ def stream_clock(
         prefixed=prefixed,
         skew=skew,
         step=step,
+        assumed_day=bool(files) and files[0].day_assumed,
     )
 
 
@@ -1036,7 +1038,7 @@ def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) 
         stats.clock_steps[key[0]] = clock.stepped
     if clock is not None and any(clock.zones):
         stats.log_zones[key[0]] = list(clock.zones)
-    elif clock is not None and clock.prefixed and not clock.voted:
+    elif clock is not None and (clock.prefixed or clock.assumed_day) and not clock.voted:
         stats.zone_unknown.add(key[0])
 
 

@@ -422,6 +422,16 @@ def test_a_deployment_printing_the_time_of_day_alone_is_judged_as_its_dated_logs
         str(tmp_path / "unstamped"), "--out", str(tmp_path / "o3"), "--log-date", "2026-08-27"
     )
     assert exposed(out) == exposed(dated)
+    # Dated by --log-date, their times of day are read as UTC, and that is said (blind review
+    # 48 D6: on hosts five hours west, the window was five hours early, unsaid); dated by their
+    # own stamps, they are not.
+    assumed = "carry no zone, and no UTC stamp in their lines (time stats, metrics stamps) tells"
+    assert assumed in out
+    assert assumed in (tmp_path / "o3" / "report.md").read_text()
+    _, stamped_out, _ = _forensics_cli(
+        str(tmp_path / "stamped"), "--out", str(tmp_path / "o5"), "--log-date", "2026-08-27"
+    )
+    assert assumed not in stamped_out
 
 
 def test_json_request_records_between_prefixed_lines_tell_the_zone(tmp_path: Path) -> None:
