@@ -1227,14 +1227,15 @@ _LISTED_NODES = 8
 
 def undated_line(summary: dict[str, Any]) -> str:
     """Request lines that print the time of day alone (late-2024 builds) and that no stamp in
-    the logs, nor `--log-date`, dated: out of time, their requests were never judged."""
+    the logs, nor `--log-date`, dated: read out of time, so what their requests are judged by
+    lacks their times (blind review 48 D7: "were not judged" beside four exposures it named)."""
     undated = summary["input"].get("undated_request_lines", 0)
     if not undated:
         return ""
     return (
         f"{undated:,} request lines print the time of day alone (`[16:43:29 TP0]`) and nothing "
-        "in the logs dates them, so their requests were not judged; pass --log-date YYYY-MM-DD, "
-        "the date the logs begin on."
+        "in the logs dates them: read out of time, their requests' times are unknown and some "
+        "may not be judged; pass --log-date YYYY-MM-DD, the date the logs begin on."
     )
 
 
