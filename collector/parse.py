@@ -47,6 +47,7 @@ from collector.sglang.clock_join import (
     sample,
     skews_and_steps,
     span_sample,
+    unmoved_offsets,
 )
 from collector.sglang.log_clock import (
     ZONE_STEP,
@@ -114,6 +115,9 @@ class ParseStats:
     # seconds it ran ahead, the nodes whose clock it was moved onto, and whether as many
     # nodes kept its own (which clock was right is then unknown).
     clock_skews: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
+    # (node, other node) -> how far the first's clock ran ahead of the other's, under a minute
+    # (`clock_join.unmoved_offsets`): not moved, only said.
+    clock_offsets: dict[tuple[str, str], float] = field(default_factory=dict)
     # Nodes whose host clock moved during the run (`clock_join.skews_and_steps`) where their
     # stream showed the jump (`LogClock.follow`): by how many seconds, and the first line's
     # time after it.
@@ -180,6 +184,7 @@ class ParseStats:
         self.zone_unknown |= other.zone_unknown
         self.zone_aligned.update(other.zone_aligned)
         self.clock_skews.update(other.clock_skews)
+        self.clock_offsets.update(other.clock_offsets)
         self.clock_steps.update(other.clock_steps)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
@@ -1009,6 +1014,9 @@ def _note_skews(
         stats.clock_skews[key[0]] = (skew.seconds, against, skew.tied)
     for key, step in steps.items():
         readings[key] = readings[key]._replace(step=step)
+    if not skews:
+        for (first, second), seconds in unmoved_offsets(zones, samples).items():
+            stats.clock_offsets[(first[0], second[0])] = seconds
 
 
 def stream_clock(

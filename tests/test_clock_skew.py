@@ -167,6 +167,26 @@ def test_a_fast_decode_clock_hides_no_exposure(incident: Path, tmp_path: Path) -
     assert "which was right, the logs cannot tell" in said
 
 
+def test_clocks_under_a_minute_apart_are_left_as_they_are_and_said(
+    incident: Path, tmp_path: Path
+) -> None:
+    """Blind review 48 D5: a decode 45 s fast gave its exposures' times to the millisecond,
+    45 s late, and nothing said the clocks disagreed. Every join tolerates that much, so
+    nothing is moved; the offset is said, and the same deployment with one clock says none."""
+    right = _forensics(incident, tmp_path / "right")
+    assert right["input"]["log_clock_offsets"] == []
+    skewed = _forensics(_skewed(incident, tmp_path, "decode-0", 45), tmp_path / "out")
+    assert skewed["input"]["log_clock_skews"] == {}
+    assert skewed["input"]["log_clock_offsets"] == [
+        {"node": "decode-0", "ahead_of": "prefill-0", "seconds": 45.0}
+    ]
+    said = (tmp_path / "out" / "report.md").read_text()
+    assert "decode-0's clock ran 45 s ahead of prefill-0's: under a minute, not moved" in said
+    assert [r["rid"] for r in skewed["exposure"]["requests"]] == [
+        r["rid"] for r in right["exposure"]["requests"]
+    ]
+
+
 @pytest.mark.parametrize(
     ("stepped", "node"), [(False, "decode-0"), (True, "decode-0"), (True, "prefill-0")]
 )

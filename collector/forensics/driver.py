@@ -1228,6 +1228,10 @@ def build_summary(
                 node: {"seconds": round(seconds, 1), "at": iso_time(at)}
                 for node, (seconds, at) in sorted(stats.clock_steps.items())
             },
+            "log_clock_offsets": [
+                {"node": node, "ahead_of": other, "seconds": round(seconds, 1)}
+                for (node, other), seconds in sorted(stats.clock_offsets.items())
+            ],
             "merged_logs": dict(sorted(stats.merged_logs.items())),
             "logs_of_both_roles": logs_of_both_roles(pipeline.timeline),
             "newest_first_logs": list(stats.newest_first_logs),

@@ -481,7 +481,27 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     )
     skewed = _skewed_clocks(skews, set(unknown))
     stepped = _stepped_clocks(summary["input"].get("log_clock_steps") or {})
-    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, stepped, assumed]))
+    apart = _clocks_apart(summary["input"].get("log_clock_offsets") or [])
+    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, stepped, apart, assumed]))
+
+
+def _clocks_apart(offsets: list[dict[str, Any]]) -> str:
+    """Host clocks under a minute apart, not moved: each node's times are its own clock's, and
+    a responder matching them against another system's logs needs to know by how much (blind
+    review 48 D5: a decode 45 s fast, its exposures given to the millisecond, nothing said)."""
+    parts = []
+    for pair in offsets:
+        seconds = float(pair["seconds"])
+        node, other = (
+            (pair["node"], pair["ahead_of"]) if seconds > 0 else (pair["ahead_of"], pair["node"])
+        )
+        parts.append(f"{node}'s clock ran {abs(seconds):.0f} s ahead of {other}'s")
+    if not parts:
+        return ""
+    return (
+        f"By the requests both logged, {'; '.join(parts)}: under a minute, not moved, so each "
+        "node's times here are on its own clock."
+    )
 
 
 def _stepped_clocks(steps: dict[str, dict[str, Any]]) -> str:
