@@ -52,11 +52,11 @@ attempt's alone. Two floors:
   or below.
 
 The score is `floor / observed` (higher is more anomalous); at or above `threshold` the
-request was faster than possible. Only prompts with at least `critical_min_uncached_tokens`
-uncached tokens are critical (and an exposure), and only where the incident's path can have
-served them (`_leak_path_closed`: not behind a release that refuses for good, nor a prefill pool
-that took the prompt); shorter ones down to `min_uncached_tokens`, and those, are warnings;
-below that fixed overheads dominate and nothing is judged.
+request was faster than possible. Prompts with at least `critical_min_uncached_tokens` uncached
+tokens are critical (and an exposure) where the incident's path can have served them
+(`_leak_path_closed`: not behind a release that refuses for good, nor a prefill pool that took
+the prompt); the others, and shorter ones down to `min_uncached_tokens`, are warnings; below
+that fixed overheads dominate and nothing is judged.
 """
 
 from __future__ import annotations

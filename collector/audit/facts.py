@@ -33,6 +33,13 @@ CONFIG_FIELDS: Final = (
     "pp_size",
     "page_size",
 )
+# What a KV transfer's layout signature is made of, by NodeFacts field.
+LAYOUT_FIELDS: Final = ("tp_size", "pp_size", "page_size")
+
+
+def layout_size(value: Any) -> int | None:
+    """A stated TP width, PP size or page size, when it is one (a positive whole number)."""
+    return value if type(value) is int and value > 0 else None
 
 
 @dataclass
@@ -117,9 +124,7 @@ class NodeFacts:
     def layout(self) -> tuple[tuple[str, int], ...]:
         """The parts of a KV transfer's layout signature this node states, (name, value)."""
         return tuple(
-            (name, value)
-            for name in ("tp_size", "pp_size", "page_size")
-            if (value := getattr(self, name)) is not None
+            (name, value) for name in LAYOUT_FIELDS if (value := getattr(self, name)) is not None
         )
 
     def checked(self) -> NodeFacts:

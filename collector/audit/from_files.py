@@ -29,9 +29,11 @@ from typing import Any, Final
 
 from collector.audit.facts import (
     CONFIG_FIELDS,
+    LAYOUT_FIELDS,
     ChecksumEvidence,
     Deployment,
     NodeFacts,
+    layout_size,
     mode_doubt,
     token_doubt,
 )
@@ -186,9 +188,9 @@ class _Tracker:
         if event.kind == "server_info" and event.get("version") is not None:
             gen.version = str(event.get("version"))
         if event.kind in ("server_info", "server_args"):
-            for name in ("tp_size", "pp_size", "page_size"):
-                value = event.get(name)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            for name in LAYOUT_FIELDS:
+                value = layout_size(event.get(name))
+                if value is not None:
                     gen.layout[name] = value
         path = event.source.rsplit(":", 1)[0] if event.kind != "server_info" else event.source
         if path not in gen.sources and len(gen.sources) < _MAX_SOURCES:

@@ -25,7 +25,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
-from collector.audit.facts import NodeFacts, mode_doubt, token_doubt
+from collector.audit.facts import LAYOUT_FIELDS, NodeFacts, layout_size, mode_doubt, token_doubt
 from collector.events import Event
 from collector.sglang.outcome import MALFORMED_EXPOSITION
 from collector.sglang.prometheus import parse_exposition
@@ -332,11 +332,11 @@ def _merge(
     facts.max_req_input_len = limit if isinstance(limit, int) else None
     checksum = field(info, "kv_checksum")
     facts.kv_checksum = checksum if isinstance(checksum, bool) else None
-    for name in ("tp_size", "pp_size", "page_size"):
+    for name in LAYOUT_FIELDS:
         value = field(info, name)
         if name == "page_size" and value is None and snap is not None:
             value = snap.page_size
-        setattr(facts, name, value if isinstance(value, int) and value > 0 else None)
+        setattr(facts, name, layout_size(value))
 
 
 def _oldest_version(facts: NodeFacts, *stated: Any) -> str | None:
