@@ -47,7 +47,6 @@ from collector.sglang.clock_join import (
     sample,
     skews_and_steps,
     span_sample,
-    unmoved_offsets,
 )
 from collector.sglang.log_clock import (
     ZONE_STEP,
@@ -1007,16 +1006,15 @@ def _note_skews(
     """Each log stream's host clock error, set in its reading and noted in
     `stats.clock_skews`, and how far it stepped during the run (followed along its stream)."""
     zones = {key: reading.zone for key, reading in readings.items() if reading.prefixed}
-    skews, steps = skews_and_steps(zones, samples, ends)
+    skews, steps, unmoved = skews_and_steps(zones, samples, ends)
     for key, skew in skews.items():
         readings[key] = readings[key]._replace(skew=skew.seconds)
         against = sorted({other[0] for other in skew.against})
         stats.clock_skews[key[0]] = (skew.seconds, against, skew.tied)
     for key, step in steps.items():
         readings[key] = readings[key]._replace(step=step)
-    if not skews:
-        for (first, second), seconds in unmoved_offsets(zones, samples).items():
-            stats.clock_offsets[(first[0], second[0])] = seconds
+    for (first, second), seconds in unmoved.items():
+        stats.clock_offsets[(first[0], second[0])] = seconds
 
 
 def stream_clock(

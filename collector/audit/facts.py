@@ -37,6 +37,11 @@ CONFIG_FIELDS: Final = (
 LAYOUT_FIELDS: Final = ("tp_size", "pp_size", "page_size")
 
 
+def other_pd_role(role: str | None) -> str | None:
+    """The PD role a node of `role` exchanges KV with (None for a unified or unknown one)."""
+    return {"prefill": "decode", "decode": "prefill"}.get(role or "")
+
+
 def layout_size(value: Any) -> int | None:
     """A stated TP width, PP size or page size, when it is one (a positive whole number)."""
     return value if type(value) is int and value > 0 else None
@@ -299,7 +304,7 @@ class Deployment:
         anyone's. A unified (non-PD) node has none."""
         if role is None:
             return frozenset(n for n, _ in self.pd_roles if n != node)
-        other = {"prefill": "decode", "decode": "prefill"}.get(role)
+        other = other_pd_role(role)
         if other is None:
             return frozenset()
         return frozenset(n for n, r in self.pd_roles if r in (other, "unknown") and n != node)

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts
+from collector.audit.facts import ChecksumEvidence, Deployment, NodeFacts, other_pd_role
 from collector.events import iso_time
 from collector.state.prompt_capacity import prompt_capacity
 from detectors.engine_version import VersionPolicy, is_below, parse_version
@@ -489,7 +489,7 @@ def checksum_checks(
                 {**evidence, "unstated_peers": unstated},
             )
         )
-    other = {"prefill": "decode", "decode": "prefill"}.get(facts.role or "")
+    other = other_pd_role(facts.role)
     if on is True and other and not peers and not seen.one_side and not _caught(seen):
         # Verified only if the other side runs it too, and no node of it was audited (blind
         # review 46 D3: a decode audited alone passed); a mismatch caught shows it verifying.
@@ -645,11 +645,12 @@ def _other_layouts(
     facts: NodeFacts, peers_on: list[str], deployment: Deployment, policy: AuditPolicy
 ) -> list[str]:
     """The peers, checksum on, whose stated KV layout differs from this node's: `prefill-0
-    (tp_size 8, here 4)`. A decode from 0.5.23 signs each digest with the layout it was written
-    in and skips one of another layout (telemetry: `KV checksum skipped ... admitted unverified`,
-    logged once a signature, after the first such transfer): a gate run before traffic sees no
-    such line, yet the stated layouts already say it (blind review 46 D1: TP 8 prefill, TP 4
-    decode, "KV checksum on, no skips in the logs"). Before 0.5.23 nothing is known of it."""
+    (tp_size 8 there, 4 here)`. A decode from 0.5.23 signs each digest with the layout it was
+    written in and skips one of another layout (telemetry: `KV checksum skipped ... admitted
+    unverified`, logged once a signature, after the first such transfer): a gate run before
+    traffic sees no such line, yet the stated layouts already say it (blind review 46 D1: TP 8
+    prefill, TP 4 decode, "KV checksum on, no skips in the logs"). Before 0.5.23 nothing is
+    known of it."""
     mine = dict(facts.layout)
     if not mine:
         return []

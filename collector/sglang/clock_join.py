@@ -469,37 +469,40 @@ def _skews_of(
 SAID_SKEW: Final = 5.0
 
 
-def unmoved_offsets(
-    zones: Mapping[Stream, float], samples: Mapping[Stream, Sample]
-) -> dict[tuple[Stream, Stream], float]:
-    """Pairs of streams whose clocks the rooms both logged put more than `SAID_SKEW` but at
-    most `SKEW_TOLERANCE` apart (the first's less the second's): not moved, since every join
-    tolerates them, but every time read from one is that far off the other's (blind review 48
-    D5: a decode 45 s fast, its exposures' times given to the millisecond, nothing said)."""
-    return {
-        pair: seconds
-        for pair, seconds in _ahead(zones, samples).items()
-        if SAID_SKEW < abs(seconds) <= SKEW_TOLERANCE
-    }
+class ClockErrors(NamedTuple):
+    """What the shared rooms tell of the streams' host clocks (`skews_and_steps`)."""
+
+    skews: dict[Stream, Skew]
+    steps: dict[Stream, float]
+    # Pairs more than `SAID_SKEW` but at most `SKEW_TOLERANCE` apart (the first's clock less
+    # the second's), where no clock is moved: every join tolerates them, but every time read
+    # from one is that far off the other's (blind review 48 D5: a decode 45 s fast, its
+    # exposures' times given to the millisecond, nothing said).
+    unmoved: dict[tuple[Stream, Stream], float]
 
 
 def skews_and_steps(
     zones: Mapping[Stream, float],
     starts: Mapping[Stream, Sample],
     ends: Mapping[Stream, Sample],
-) -> tuple[dict[Stream, Skew], dict[Stream, float]]:
-    """`skews` of the streams' first lines, and the streams whose host clock moved during the
-    run by more than `SKEW_TOLERANCE` (NTP stepping it): their skew among the other nodes'
-    ends (`ends`) less that at the start, for streams both measured (a stream whose end shares
-    no room is not judged)."""
+) -> ClockErrors:
+    """`skews` of the streams' first lines, the streams whose host clock moved during the run
+    by more than `SKEW_TOLERANCE` (NTP stepping it): their skew among the other nodes' ends
+    (`ends`) less that at the start, for streams both measured (a stream whose end shares no
+    room is not judged), and the clocks apart by less than a minute, said, not moved."""
     before = _ahead(zones, starts)
     first = _skews_of(before, starts)
+    unmoved = (
+        {}
+        if first
+        else {pair: s for pair, s in before.items() if SAID_SKEW < abs(s) <= SKEW_TOLERANCE}
+    )
     after = _ahead(zones, ends) if ends else {}
     measured = {stream for pair in before for stream in pair} & {
         stream for pair in after for stream in pair
     }
     if not measured:
-        return first, {}
+        return ClockErrors(first, {}, unmoved)
     last = _skews_of(after, ends)
     moved: dict[Stream, float] = {}
     for stream in sorted(measured):
@@ -518,7 +521,7 @@ def skews_and_steps(
             for other in said.against:
                 if other in measured:
                     moved.setdefault(other, -step)
-    return first, moved
+    return ClockErrors(first, moved, unmoved)
 
 
 def _ahead(
