@@ -1082,6 +1082,36 @@ def test_a_checksum_with_no_node_of_the_other_role_audited_is_not_known_to_verif
     )
 
 
+def test_a_node_whose_role_nothing_states_is_a_checksum_peer_not_an_absent_one(
+    tmp_path: Path,
+) -> None:
+    """Blind review 46 F11: a decode audited beside `prefill-0`, whose saved /server_info states
+    no disaggregation mode, said "no prefill node audited". That node may be its prefill: the
+    decode's checksum verifies if that node runs it too, so its setting decides."""
+    for path in (DATA / "healthy").iterdir():
+        if path.name.startswith("decode-0"):
+            shutil.copy(path, tmp_path / path.name)
+    source = DATA / "healthy" / "prefill-0@20261102T090000Z.server_info.json"
+    info = json.loads(source.read_text())
+    info.pop("disaggregation_mode")
+    for state in info["internal_states"]:
+        state.pop("disaggregation_mode")
+    saved = tmp_path / source.name
+    saved.write_text(json.dumps(info))
+    code, out, _ = run(str(tmp_path))
+    said = {line.split()[0]: line for line in lines(out)}
+    assert code == 3
+    assert said["prefill-0"].startswith("prefill-0  unknown  UNKNOWN  role unknown")
+    assert said["decode-0"].startswith("decode-0   decode   PASS  "), out
+    # Its setting unstated too: the decode's line names it as the peer that decides.
+    del info["disaggregation_enable_kv_checksum"]
+    saved.write_text(json.dumps(info))
+    code, out, _ = run(str(tmp_path))
+    said = {line.split()[0]: line for line in lines(out)}
+    assert code == 3
+    assert "KV checksum on here, setting unknown for prefill-0" in said["decode-0"], out
+
+
 def test_a_node_named_for_one_role_whose_engine_states_the_other_is_said() -> None:
     """Blind review 46 D5: `--endpoint decode-0=<the prefill's URL>` passed, the role column
     alone showing that no decode was audited."""

@@ -285,7 +285,12 @@ class Deployment:
                 best is None or best.context_len is None or facts.context_len > best.context_len
             ):
                 best = facts
-        pd_nodes = [n for n in reachable if n.role in ("prefill", "decode")]
+        # A node whose role nothing stated is judged as PD beside PD nodes (the strictest case):
+        # it may be any of their peers (blind review 46 F11: a decode beside `prefill-0`, its role
+        # unstated, said "no prefill node audited").
+        pd_nodes = [
+            n for n in reachable if n.role in ("prefill", "decode") or (pd and n.role is None)
+        ]
         return cls(
             pd=pd,
             advertised_context=best.context_len if best else None,
