@@ -121,6 +121,9 @@ class ParseStats:
     # stream showed the jump (`LogClock.follow`): by how many seconds, and the first line's
     # time after it.
     clock_steps: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Nodes whose zoneless stamps went back an hour at a daylight-saving change
+    # (`LogClock.fall_back`): the time of each first line after it, as moved.
+    clock_fell_back: dict[str, list[float]] = field(default_factory=dict)
     # Files holding several engines' lines (`collector.merged_logs`): the nodes read from each.
     merged_logs: dict[str, list[str]] = field(default_factory=dict)
     # Files written newest line first, read from their end (`collector.line_order`).
@@ -185,6 +188,7 @@ class ParseStats:
         self.clock_skews.update(other.clock_skews)
         self.clock_offsets.update(other.clock_offsets)
         self.clock_steps.update(other.clock_steps)
+        self.clock_fell_back.update(other.clock_fell_back)
         for path, names in other.merged_logs.items():
             self.note_merged(path, names)
         for path in other.newest_first_logs:
@@ -767,8 +771,15 @@ class StampsInLine:
                     self.zone_held = self.zone_clock.shift
                     self.zone_jump = when - self.clock
                 return out
+            zone_clock = self.zone_clock
             if (
-                self.zone_clock is not None
+                zone_clock is not None
+                and when < self.clock - OUT_OF_LINE_SECONDS
+                and zone_clock.falls_back(when, self.clock)
+            ):
+                event.time = when = zone_clock.fall_back(when)
+            elif (
+                zone_clock is not None
                 and when < self.clock - OUT_OF_LINE_SECONDS
                 and _zone_step(self.clock - when)
             ):
@@ -777,7 +788,7 @@ class StampsInLine:
                 # (blind review 48 D1: read an hour early until then, five honest answers
                 # came before the restart that fixed their pool, and were named exposed).
                 held.append(event)
-                self.zone_held = self.zone_clock.shift
+                self.zone_held = zone_clock.shift
                 self.zone_jump = when - self.clock
                 return out
             # `_read_at`, spelt out: this runs for every event.
@@ -821,6 +832,9 @@ class StampsInLine:
         if self.zone_held is not None:
             return True
         clock = max(self.clock, lane_clock)
+        if when < clock - OUT_OF_LINE_SECONDS:
+            # A change back it would begin: the lines after it are read an hour on (`take`).
+            return self.zone_clock is not None and self.zone_clock.falls_back(when, clock)
         return when > clock + OUT_OF_LINE_SECONDS > -math.inf and self._zone_jump(when, clock)
 
     def _zone_jump(self, when: float, clock: float) -> bool:
@@ -1042,6 +1056,8 @@ def note_clock(key: tuple[str, str], clock: LogClock | None, stats: ParseStats) 
     by assumption (prefixed lines, and no stamp that told the zone)."""
     if clock is not None and clock.stepped is not None:
         stats.clock_steps[key[0]] = clock.stepped
+    if clock is not None and clock.fell_back:
+        stats.clock_fell_back[key[0]] = list(clock.fell_back)
     if clock is not None and any(clock.zones):
         stats.log_zones[key[0]] = list(clock.zones)
     elif clock is not None and (clock.prefixed or clock.assumed_day) and not clock.voted:

@@ -162,7 +162,11 @@ class BatchLane:
         order = self.order
         if (
             order is not None
-            and (order.zone_held is not None or time > self.last_time + OUT_OF_LINE_SECONDS)
+            and (
+                order.zone_held is not None
+                or time > self.last_time + OUT_OF_LINE_SECONDS
+                or time < self.last_time - OUT_OF_LINE_SECONDS
+            )
             and order.holds(time, self.last_time)
         ):
             return False

@@ -21,6 +21,7 @@ from collector.audit.run import audit
 from collector.events import Event, parse_iso_time
 from collector.files import TelemetryFile
 from collector.forensics.driver import run_forensics
+from collector.forensics.report import log_zones_line
 from collector.parse import ParseStats, events_by_node
 from collector.sglang.log_clock import LogClock, agreed_zone, log_zone, vote, zone_name
 from collector.sglang.logs import LineParser
@@ -592,3 +593,66 @@ def test_a_daylight_saving_change_forward_amid_the_exposures(tmp_path: Path, wor
     assert summary["requests"]["late_lines"] == 0
     assert summary["exposure"]["last"] == max(r["time"] for r in truth)
     assert set(map(tuple, summary["input"]["log_utc_offsets"].values())) == {("-04:00", "-03:00")}
+
+
+def _unstamped_at_night(minutes: int) -> Any:
+    """The CI incident replay on the night Europe's clocks go back (2026-10-25, 00:00 to 02:30
+    UTC), in a zone `minutes` east of UTC, with no UTC stamp in any line: no time stats, no
+    metrics stamps, so nothing tells the zone or its change."""
+    text = (SCENARIOS / "incident-replay-small.yaml").read_text()
+    for hour, night in (("12", "00"), ("13", "01"), ("14", "02")):
+        text = text.replace(f"2026-09-08T{hour}:", f"2026-10-25T{night}:")
+    data = yaml.safe_load(text)
+    for role in ("prefill", "decode"):
+        spec = data["deployment"][role]
+        spec |= {"log_utc_offset_minutes": minutes}
+        spec |= {"enable_metrics": False, "request_time_stats": False}
+    return scenario_from_dict(data, "unstamped-at-night")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_daylight_saving_change_back_in_logs_whose_stamps_tell_no_zone(
+    tmp_path: Path, workers: int
+) -> None:
+    """Blind review 48 D2/D3: zoneless logs of hosts whose clocks went back an hour at 03:00.
+    Read as printed, the repeated hour lay over the first: 710 of prefill-0's request lines came
+    late, and the exposure window began 15 minutes early. Read an hour on from the change, the
+    repeated hour follows the first, and every time is the summer zone's, as before it."""
+    folder = tmp_path / "sim"
+    run_offline(_unstamped_at_night(120), folder)
+    change = datetime(2026, 10, 25, 1, tzinfo=UTC).timestamp()  # 03:00 CEST, 02:00 CET
+    _clocks_go_back(folder, change)
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    times = sorted(parse_iso_time(r["time"]) or 0.0 for r in truth)
+    assert times[0] < change < times[-1]
+    summary = run_forensics(
+        [str(folder / "logs")], tmp_path / "out", write_parquet=False, workers=workers
+    ).summary
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    assert summary["requests"]["late_lines"] == 0
+    # Read as UTC, the summer zone's two hours on, before the change and after it.
+    read = [parse_iso_time(summary["exposure"][end]) for end in ("first", "last")]
+    assert read == [int(times[0]) + 7200, int(times[-1]) + 7200]  # printed to the second
+    fell_back = summary["input"]["log_clock_fell_back"]
+    assert set(fell_back) == {"decode-0", "prefill-0"}
+    for node, (at,) in fell_back.items():
+        assert 0 <= (parse_iso_time(at) or 0.0) - (change + 7200) < 60, node
+    assert "decode-0 and prefill-0 went back an hour at 2026-10-25T03:00:" in log_zones_line(
+        summary
+    )
+
+
+def test_only_a_zoneless_stream_going_back_an_hour_at_night_falls_back() -> None:
+    """A stream the stamps give a zone moves by their votes; going back an hour by day, or
+    twenty minutes at night, is no daylight-saving change."""
+    night = datetime(2026, 10, 25, 3, tzinfo=UTC).timestamp()
+    clock = LogClock(prefixed=True)
+    assert clock.falls_back(night - 3600 + 5, night - 2)
+    assert clock.falls_back(night - 3600 + 600, night - 2)  # ten quiet minutes before it
+    assert not clock.falls_back(night - 1200, night - 2)
+    assert not clock.falls_back(night - 3600 + 5 + 12 * 3600, night - 2 + 12 * 3600)
+    assert not LogClock(prefixed=True, voted=True).falls_back(night - 3600 + 5, night - 2)
+    assert clock.fall_back(night - 3600 + 5) == night + 5
+    # Later lines are read an hour on too.
+    assert clock.shift == -3600.0 and clock.fell_back == [night + 5]

@@ -1228,6 +1228,10 @@ def build_summary(
                 node: {"seconds": round(seconds, 1), "at": iso_time(at)}
                 for node, (seconds, at) in sorted(stats.clock_steps.items())
             },
+            "log_clock_fell_back": {
+                node: [iso_time(at) for at in times]
+                for node, times in sorted(stats.clock_fell_back.items())
+            },
             "log_clock_offsets": [
                 {"node": node, "ahead_of": other, "seconds": round(seconds, 1)}
                 for (node, other), seconds in sorted(stats.clock_offsets.items())

@@ -482,7 +482,28 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     skewed = _skewed_clocks(skews, set(unknown))
     stepped = _stepped_clocks(summary["input"].get("log_clock_steps") or {})
     apart = _clocks_apart(summary["input"].get("log_clock_offsets") or [])
-    return " ".join(filter(None, [said, _aligned_zones(aligned), skewed, stepped, apart, assumed]))
+    fell_back = _fell_back_clocks(summary["input"].get("log_clock_fell_back") or {})
+    return " ".join(
+        filter(None, [said, _aligned_zones(aligned), skewed, stepped, apart, assumed, fell_back])
+    )
+
+
+def _fell_back_clocks(changes: dict[str, list[str]]) -> str:
+    """Zoneless logs whose stamps went back an hour at night: read as a daylight-saving change
+    back and moved, which a responder matching these times against the hosts' own logs must
+    know (the lines after it are an hour off theirs)."""
+    by_times: dict[tuple[str, ...], list[str]] = {}
+    for node, times in sorted(changes.items()):
+        by_times.setdefault(tuple(times), []).append(node)
+    parts = []
+    for moments, nodes in sorted(by_times.items()):
+        parts.append(
+            f"The log stamps of {_listed(nodes)} went back an hour at {' and '.join(moments)} "
+            "(as read here), as a daylight-saving change back sets a clock: their lines from "
+            "then on were read an hour on, so the repeated hour follows the first, and those "
+            "times are an hour later here than printed."
+        )
+    return " ".join(parts)
 
 
 def _clocks_apart(offsets: list[dict[str, Any]]) -> str:

@@ -45,6 +45,14 @@ KEPT_OFFSETS: Final = frozenset(
     | {hours * 3600.0 for hours in _HALF_HOURS}
     | {hours * 3600.0 for hours in (5.75, 8.75, 12.75, 13.75)}
 )
+# A daylight-saving change back sets a host's clock back an hour, in every zone that makes one
+# in whole hours, at a time of night between its midnight and 04:00 (tz database: 03:00 in the
+# EU, 02:00 in the US and Australia, 00:00 in Chile). A stream whose times go back that much,
+# less a quiet spell of up to `FALL_BACK_QUIET_SECONDS` before the change, made one.
+FALL_BACK_SECONDS: Final = 3600.0
+FALL_BACK_QUIET_SECONDS: Final = 900.0
+FALL_BACK_MAX_SECONDS: Final = FALL_BACK_SECONDS + 120.0
+FALL_BACK_BEFORE_SECONDS: Final = 4 * 3600.0
 MAX_VOTES: Final = 64
 # The votes are taken from the start of a node's logs: at most this many lines and bytes are
 # looked at (a node without stamps costs a few hundredths of a second, not a pass over its logs;
@@ -352,6 +360,7 @@ class LogClock(StreamDate):
         "stepped",
         "_latest",
         "assumed_day",
+        "fell_back",
     )
 
     def __init__(
@@ -394,6 +403,9 @@ class LogClock(StreamDate):
         # Its time-of-day lines are dated by `--log-date`, read as UTC: as zoneless as a prefix
         # no stamp told (blind review 48 D6: five hours off, and nothing said so).
         self.assumed_day = assumed_day
+        # The time of each first line after a daylight-saving change back its zoneless
+        # stream showed (`fall_back`), as read once moved.
+        self.fell_back: list[float] = []
 
     def observe(self, event: Event) -> None:
         """A stamped request line (`REQUEST_TIME_STATS`, `REQUEST_FINISHED`) whose time is its
@@ -440,6 +452,31 @@ class LogClock(StreamDate):
         if latest is None or when > latest:
             self._latest = when
         return when
+
+    def falls_back(self, when: float, latest: float) -> bool:
+        """Whether a line at `when`, read after one at `latest`, is the first after a
+        daylight-saving change back in a stream whose stamps tell no zone: its prefix went back
+        about an hour (less a quiet spell before it), at a time of night such changes are made.
+
+        Only such a stream: a zone the stamps tell moves by their votes (`observe`), and a host
+        clock stepped against the other nodes' is followed as a step (`follow`). Half-hour
+        changes (Lord Howe Island) are not taken for one."""
+        back = latest - when
+        if not (FALL_BACK_SECONDS - FALL_BACK_QUIET_SECONDS <= back <= FALL_BACK_MAX_SECONDS):
+            return False
+        if self.voted or not self.prefixed:
+            return False
+        # The change's moment on the earlier clock: the prefix, an hour on.
+        return (when + self.shift + FALL_BACK_SECONDS) % 86400.0 < FALL_BACK_BEFORE_SECONDS
+
+    def fall_back(self, when: float) -> float:
+        """`when` (the first line after a change back, `falls_back`) and every later line read an
+        hour on, so the repeated hour follows the first instead of lying over it. Why: blind
+        review 48 D2/D3, zoneless logs whose hosts fell back an hour; the repeated hour's lines
+        came late against the first's, and exposures went unnamed."""
+        self.shift -= FALL_BACK_SECONDS
+        self.fell_back.append(when + FALL_BACK_SECONDS)
+        return when + FALL_BACK_SECONDS
 
     def unskewed(self, parse: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, Any]]:
         """`parse`, with the UTC stamps of the fields it reads moved back by the host clock's
