@@ -52,6 +52,9 @@ class PoolInForce:
     # (`collector.state.prompt_capacity`: the pool, over its dcp ranks as its release counts
     # them).
     limit: int
+    # The engine cuts a prompt at the limit to it (`--allow-auto-truncate`) instead of refusing
+    # it: one of the limit's own length loses nothing.
+    truncates: bool = False
 
     @classmethod
     def of(cls, config: NodeConfig, basis: str, tokens: int | None = None) -> PoolInForce | None:
@@ -72,7 +75,7 @@ class PoolInForce:
             limit = capacity - REFUSAL_MARGIN
         if pool is None:
             basis = "stated limit"
-        return cls(pool, config.node, config.generation, basis, limit)
+        return cls(pool, config.node, config.generation, basis, limit, config.auto_truncate is True)
 
     @classmethod
     def known_for(cls, config: NodeConfig | None, basis: str) -> PoolInForce | None:
@@ -81,8 +84,10 @@ class PoolInForce:
 
     @property
     def longest_accepted(self) -> int:
-        """The longest prompt this pool lets the engine take: one token longer is refused."""
-        return self.limit - 1
+        """The longest prompt this pool lets the engine take whole: one token longer is refused,
+        or cut short where the engine truncates (a prompt of the limit's length is cut to itself:
+        blind review 49 D1, an honest 681,274-token answer named exposed)."""
+        return self.limit if self.truncates else self.limit - 1
 
 
 def pool_in_force(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:

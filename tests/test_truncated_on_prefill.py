@@ -85,7 +85,8 @@ def test_the_truncation_warning_names_the_answer_decode_gave_over_the_cut_prompt
         if f["detector"] == "over_length_answered" and f["bootstrap_room"] == CUT_ROOM
     ]
     assert finding["severity"] == "critical"
-    assert finding["evidence"]["longest_accepted"] == LIMIT - 1
+    # Cut to the limit, a prompt of the limit's own length is whole.
+    assert finding["evidence"]["longest_accepted"] == LIMIT
     assert finding["evidence"]["pool_tokens"] is None
     assert pool_unknown_line(summary) == ""  # judged by length, against the stated limit
 
@@ -102,3 +103,17 @@ def test_without_the_warning_the_pool_is_unknown_and_nothing_is_judged_by_length
     assert summary["exposure"]["count"] == 0
     assert not [f for f in summary["findings"] if f["detector"] == "over_length_answered"]
     assert pool_unknown_line(summary).startswith("prefill-0: no KV pool stated")
+
+
+def test_an_answer_to_a_prompt_of_the_limit_s_own_length_is_whole(tmp_path: Path) -> None:
+    """Blind review 49 D1: the scheduler cuts a prompt of `max_req_input_len` tokens or more to
+    that many, so one of exactly that length loses nothing; its honest answer was named exposed
+    with "takes prompts of up to 681,273 tokens". One token longer is still cut, and named."""
+    folder = _case(tmp_path / "case", warning=True)
+    at_limit, over_limit = "7000000000000011111", "7000000000000022222"
+    with (folder / "decode-0.log").open("a") as log:
+        log.write(_request("decode", at_limit, "2026-08-29 10:48:05", LIMIT, 20.0))
+        log.write(_request("decode", over_limit, "2026-08-29 10:49:05", LIMIT + 1, 20.0))
+    summary = run_forensics([str(folder)], tmp_path / "out", write_parquet=False).summary
+    exposed = {r["bootstrap_room"] for r in summary["exposure"]["requests"]}
+    assert exposed == {CUT_ROOM, over_limit}

@@ -191,6 +191,7 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "pp_size": _int(data.get("pp_size")),
         "dcp_size": _int(data.get("dcp_size")),
         "kv_cache_sharding": _bool(data.get("enable_kv_cache_sharding")),
+        "allow_auto_truncate": _bool(data.get("allow_auto_truncate")),
         "dp_size": _int(data.get("dp_size")),
     }
     if by_rank:

@@ -102,6 +102,9 @@ class NodeConfig:
     # `--enable-kv-cache-sharding` (0.5.22 on): the capacity is wider than the pool reported.
     kv_cache_sharding: bool | None = None
     page_size: int | None = None
+    # `--allow-auto-truncate`: a prompt at the limit is cut to it, so one of the limit's own
+    # length is taken whole (`PoolInForce.longest_accepted`).
+    auto_truncate: bool | None = None
     source: str = ""
 
     @property
@@ -839,6 +842,7 @@ def _on_server_args(history: _NodeHistory, event: Event) -> bool:
         ("kv_checksum", "kv_checksum"),
         ("deferred_release", "deferred_release"),
         ("kv_cache_sharding", "kv_cache_sharding"),
+        ("auto_truncate", "allow_auto_truncate"),
     ):
         value = event.get(key)
         if isinstance(value, bool):
@@ -938,6 +942,8 @@ def _on_auto_truncated(history: _NodeHistory, event: Event) -> bool:
     limit = _truncation_limit(event)
     if limit is not None and history.generations[-1].max_req_input_len is None:
         history.replace_current(source=event.source, max_req_input_len=limit)
+    if limit is not None and history.generations[-1].auto_truncate is None:
+        history.replace_current(source=event.source, auto_truncate=True)
     return restart
 
 
@@ -1034,8 +1040,12 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     shards = shard_count(event.get("dcp_size"))
     if shards is not None:
         changes["dcp_size"] = shards
-    for field in ("kv_cache_sharding", "deferred_release"):
-        stated = event.get(field)
+    for field, key in (
+        ("kv_cache_sharding", "kv_cache_sharding"),
+        ("deferred_release", "deferred_release"),
+        ("auto_truncate", "allow_auto_truncate"),
+    ):
+        stated = event.get(key)
         if isinstance(stated, bool):
             changes[field] = stated
     role = _role_from_mode(event.get("disaggregation_mode"), mode_present=_states_mode(event))
@@ -1218,6 +1228,7 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["pool_tokens"] = _tokens(get("tokens"))
     if kind == "auto_truncated":
         facts["max_req_input_len"] = _truncation_limit(event)
+        facts["auto_truncate"] = True if facts["max_req_input_len"] is not None else None
     if kind == "request_rejected":
         facts["max_req_input_len"] = _refusal_limit(event)
     if kind == "pool_below_context_warning":
@@ -1243,6 +1254,8 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["kv_cache_sharding"] = sharding if isinstance(sharding, bool) else None
         deferred = get("deferred_release")
         facts["deferred_release"] = deferred if isinstance(deferred, bool) else None
+        truncates = get("allow_auto_truncate")
+        facts["auto_truncate"] = truncates if isinstance(truncates, bool) else None
     if kind == "server_args":
         facts["tp_size"] = _as_int(get("tp_size"))
         facts["pp_size"] = _as_int(get("pp_size"))
