@@ -112,8 +112,10 @@ class LedgerConfig(BaseModel):
     node_reuse_seconds: float = Field(default=300.0, gt=0)
     # A prefill refusal no other line of its node names (that prefill logs no request lines)
     # is the refusal of a room whose decode side names no prefill, when it refused exactly the
-    # decode's prompt length this close to the decode's start, and no other such refusal did.
-    refusal_match_seconds: float = Field(default=30.0, ge=0)
+    # decode's prompt length this close to the decode's start, and no other such refusal did:
+    # clocks under a minute apart are not moved (`clock_join`), so the join tolerates that
+    # and the seconds between the two lines (blind review 49: a prefill clock 40 s behind).
+    refusal_match_seconds: float = Field(default=75.0, ge=0)
     # `events`: raw request events. `sides`: `request_side` events, each node's lines about a
     # request folded where the log is read (forensics); raw request events are then ignored.
     input: Literal["events", "sides"] = "events"
@@ -954,6 +956,13 @@ class RequestLedger:
     def _emit(self, entry: _Entry) -> list[RequestRecord]:
         """The entry's request, or with parallel sampling its requests (`_requests_in`)."""
         self._entries.pop(entry.key, None)
+        if entry.refusal is None and self._pending and entry.room is not None:
+            # A refusal read after the room's last line (logged the same second as decode's
+            # abort, or by a clock behind): its wait outlasts the window, so every refusal that
+            # could be its is read by now (blind review 49 D2: three refusals in the second of
+            # decode's aborts joined nothing, and an honest run was NOT JUDGED).
+            for side in entry.sides.values():
+                self._claim_refusal(entry, side)
         refusal = entry.refusal
         if refusal is not None:
             node_rid = refusal_key(refusal)
