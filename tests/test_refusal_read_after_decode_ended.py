@@ -109,3 +109,31 @@ def test_the_answers_of_refusals_read_after_them_are_rejected_then_served(tmp_pa
         f["bootstrap_room"] for f in summary["findings"] if f["detector"] == "rejected_then_served"
     }
     assert joined == rooms
+
+
+def test_an_answer_ending_35_minutes_after_its_refusal_still_meets_it(tmp_path: Path) -> None:
+    """Blind review 49 D3: a decode answer tells its prompt's length, by which a refusal naming
+    prefill's rid alone is joined, only when it ends; the refusal had waited 30 minutes, and a
+    generation ending 35 minutes after it was "NO DECODE SIDE" (the README says a long
+    generation an hour after its refusal still meets it)."""
+    folder = _case(tmp_path / "case", 0, answered=True)
+    decode = folder / "decode-0.log"
+    lines = decode.read_text().splitlines(keepends=True)
+    _, decode_rid, room, _, clock = REFUSED[0]
+    late = _moved(clock, 35 * 60)
+    (finish,) = [line for line in lines if decode_rid in line and "Finish" in line]
+    # Batch lines each minute: the logs' time moves on while the answer is written.
+    busy = [
+        f"[2026-09-01 {_moved(clock, minute * 60)} TP0] Decode batch, #running-req: 1, "
+        "#token: 700000, token usage: 0.34, gen throughput (token/s): 20.00, #queue-req: 0\n"
+        for minute in range(7, 35)
+    ]
+    moved = finish.replace(f"[2026-09-01 {clock}] Finish", f"[2026-09-01 {late}] Finish")
+    decode.write_text("".join([line for line in lines if line is not finish] + busy + [moved]))
+    assert f"{late}] Finish" in decode.read_text()
+    summary = run_forensics([str(folder)], tmp_path / "out", write_parquet=False).summary
+    assert summary["requests"]["refused_without_decode"]["count"] == 0
+    joined = {
+        f["bootstrap_room"] for f in summary["findings"] if f["detector"] == "rejected_then_served"
+    }
+    assert room in joined

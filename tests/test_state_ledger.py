@@ -330,9 +330,9 @@ def test_two_refusals_that_could_be_a_decode_s_join_neither():
 
 
 def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():
-    ledger = RequestLedger(
-        LedgerConfig(join_window_seconds=60, long_join_window_seconds=60), role_of=role_of
-    )
+    # A refusal waits as long as an unfinished side (`max_open_seconds`).
+    config = LedgerConfig(join_window_seconds=60, long_join_window_seconds=60, max_open_seconds=60)
+    ledger = RequestLedger(config, role_of=role_of)
     ledger.add(ev("request_received", "prefill-0", T, rid="pA", bootstrap_room="11"))
     ledger.add(
         ev(

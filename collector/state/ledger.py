@@ -716,7 +716,11 @@ class RequestLedger:
             if entry is None or entry.deadline != deadline:
                 continue
             out += self._emit(entry)
-        horizon = now - self.config.long_join_window_seconds  # refusals wait the long window
+        # Refusals wait as long as an unfinished side does: a decode writing a long answer
+        # tells its prompt's length, which a refusal naming prefill's rid alone is joined by,
+        # only when it ends (blind review 49 D3: an answer 35 min after its refusal, which had
+        # waited 30, was "NO DECODE SIDE").
+        horizon = now - self.config.max_open_seconds
         while self._pending:
             node_rid, refusal = next(iter(self._pending.items()))
             time = refusal.last_time
