@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from collector.forensics.driver import run_forensics
+from collector.forensics.report import ambiguous_refusals_line
 
 LIMIT = 681_274
 _ABORTED = (
@@ -52,11 +53,16 @@ def _moved(clock: str, seconds: int) -> str:
     return (datetime.strptime(clock, "%H:%M:%S") + timedelta(seconds=seconds)).strftime("%H:%M:%S")
 
 
-def _case(folder: Path, prefill_ahead: int, answered: bool = False) -> Path:
+def _case(
+    folder: Path,
+    prefill_ahead: int,
+    answered: bool = False,
+    refused: tuple[tuple[str, str, str, int, str], ...] = REFUSED,
+) -> Path:
     folder.mkdir()
     prefill = [_args("prefill"), _capacity(681_280)]
     decode = [_args("decode"), _capacity(2_048_000)]
-    for prefill_rid, decode_rid, room, prompt, clock in REFUSED:
+    for prefill_rid, decode_rid, room, prompt, clock in refused:
         prefill.append(
             f"[2026-09-01 {_moved(clock, prefill_ahead)} TP0] Input length ({prompt} tokens) "
             f"exceeds the maximum allowed length ({LIMIT} tokens). Use a shorter input or enable "
@@ -137,3 +143,25 @@ def test_an_answer_ending_35_minutes_after_its_refusal_still_meets_it(tmp_path: 
         f["bootstrap_room"] for f in summary["findings"] if f["detector"] == "rejected_then_served"
     }
     assert room in joined
+
+
+def test_refusals_several_answers_of_their_length_could_be_are_not_said_unanswered(
+    tmp_path: Path,
+) -> None:
+    """Blind review 49 D3: two refusals of one length seconds apart, each answered; which answer
+    is whose is not known, so neither is joined, and both were said "joined to no decode
+    answer" (NO DECODE SIDE) beside the two exposures they stood for."""
+    twins = (
+        ("c1" * 16, "d1" * 16, "5000000000000000001", 700_000, "10:34:00"),
+        ("c2" * 16, "d2" * 16, "5000000000000000002", 700_000, "10:34:05"),
+    )
+    summary = run_forensics(
+        [str(_case(tmp_path / "case", 0, answered=True, refused=twins))],
+        tmp_path / "out",
+        write_parquet=False,
+    ).summary
+    rooms = {room for _, _, room, _, _ in twins}
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == rooms
+    assert summary["requests"]["refused_without_decode"]["count"] == 0
+    assert summary["requests"]["refusals_matched_ambiguously"] == 2
+    assert ambiguous_refusals_line(summary).startswith("2 refusals naming prefill's rid alone")

@@ -32,6 +32,7 @@ from collector.forensics.progress import Progress
 from collector.forensics.report import (
     Sayer,
     abort_signals_line,
+    ambiguous_refusals_line,
     answering_not_judged,
     archives_line,
     canary_unnamed_line,
@@ -1267,6 +1268,7 @@ def build_summary(
                 "first": iso_time(evidence.refused_first),
                 "last": iso_time(evidence.refused_last),
             },
+            "refusals_matched_ambiguously": pipeline.ledger.stats.ambiguous_refusals,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }
@@ -1680,6 +1682,7 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         ("PREFILL UNTOLD: ", _beside_exposures(prefill_untold_line)),
         ("HALF MISSING: ", _beside_exposures(pd_role_missing_line)),
         ("NO DECODE SIDE: ", _beside_exposures(refused_without_decode_line)),
+        ("REFUSALS UNPAIRED: ", ambiguous_refusals_line),
         ("ARCHIVES: ", archives_line),
         ("CSV FILES: ", csv_files_line),
         ("CLIENT LINES: ", client_lines_line),

@@ -924,6 +924,21 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
     )
 
 
+def ambiguous_refusals_line(summary: dict[str, Any]) -> str:
+    """Refusals several decode answers of their prompt's length could be: each was answered,
+    whose answer is whose is not known, so none is joined; said so that the answers' findings
+    without `rejected_then_served` are not read as answers no refusal preceded."""
+    count = summary["requests"].get("refusals_matched_ambiguously", 0)
+    if not count:
+        return ""
+    noun = "refusal" if count == 1 else "refusals"
+    return (
+        f"{count:,} {noun} naming prefill's rid alone met several decode answers of the refused "
+        "prompt's length begun near them: which answer is whose is not known, so none was "
+        "joined to its refusal, and those answers were judged by their length and timing."
+    )
+
+
 def refused_without_decode_line(summary: dict[str, Any]) -> str:
     """Requests prefill refused (or ran as one-token stubs) of which no decode node in the
     input logged anything, with both halves of the deployment there: decode receives every PD
@@ -2371,6 +2386,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         decode_apart_line,
         decode_ended_early_line,
         pool_unknown_line,
+        ambiguous_refusals_line,
     ):
         line = said(summary)
         if line:

@@ -141,6 +141,10 @@ class LedgerStats:
     evicted: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
+    # Of those, refusals several decode answers of their prompt's length could be
+    # (`_claim_refusal`): each has an answer in the input, whose is not known, so none is a
+    # request alone.
+    ambiguous_refusals: int = 0
     health_checks: int = 0
     unkeyed: int = 0
 
@@ -656,12 +660,18 @@ class RequestLedger:
                     del self._pending_by_rid[refusal.rid]
         return refusal
 
-    def _unjoined(self, refusal: SideRecord, elsewhere: bool, out: list[RequestRecord]) -> None:
+    def _unjoined(
+        self, refusal: SideRecord, elsewhere: bool, ambiguous: bool, out: list[RequestRecord]
+    ) -> None:
         """A held refusal no room took: a request of its own (`_refusal_alone`), unless its rid
         is another node's request's (`elsewhere`: a trace span names its server otherwise, and
-        the span's side of the request carries what the refusal says)."""
+        the span's side of the request carries what the refusal says), or several rooms' decode
+        answers of its length could be its (`ambiguous`: blind review 49 D3, five refusals of
+        equal lengths seconds apart, each answered, said "joined to no decode answer")."""
         self.stats.unjoined_rejections += 1
-        if not elsewhere:
+        if ambiguous:
+            self.stats.ambiguous_refusals += 1
+        elif not elsewhere:
             out.append(self._refusal_alone(refusal))
 
     def _refusal_alone(self, refusal: SideRecord) -> RequestRecord:
@@ -728,9 +738,10 @@ class RequestLedger:
                 break
             claimed = node_rid in self._claimed
             elsewhere = node_rid in self._named_elsewhere
+            ambiguous = node_rid in self._ambiguous
             self._release(node_rid, revoke=False)
             if not claimed:
-                self._unjoined(refusal, elsewhere, out)
+                self._unjoined(refusal, elsewhere, ambiguous, out)
         return out
 
     def drain(self) -> list[RequestRecord]:
@@ -740,7 +751,8 @@ class RequestLedger:
         for entry in sorted(self._entries.values(), key=lambda e: (e.deadline, e.key)):
             out += self._emit(entry)
         for node_rid, refusal in self._pending.items():
-            self._unjoined(refusal, node_rid in self._named_elsewhere, out)
+            ambiguous = node_rid in self._ambiguous
+            self._unjoined(refusal, node_rid in self._named_elsewhere, ambiguous, out)
         self._pending.clear()
         self._pending_by_length.clear()
         self._pending_by_rid.clear()
