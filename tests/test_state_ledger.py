@@ -303,6 +303,8 @@ def test_a_refusal_two_answers_could_be_joins_neither(honest_first: bool):
         ("42", False),
     ]
     assert _alone(records) == ["p1"]
+    (alone,) = [r for r in records if r.bootstrap_room is None]
+    assert alone.contended_rooms == ("41", "42")  # its answer is one of them
 
 
 def test_a_refusal_of_a_release_that_refuses_for_good_is_no_answer_s():
@@ -327,6 +329,10 @@ def test_two_refusals_that_could_be_a_decode_s_join_neither():
     )
     assert [r.prefill_refused for r in _answers(records)] == [False]
     assert sorted(_alone(records)) == ["p1", "p2"]
+    # One answer for two refusals: the first released is left without it, the other has it
+    # among the rooms that could be its (review 49 D3).
+    contended = {r.sides[0].rid: r.contended_rooms for r in records if r.bootstrap_room is None}
+    assert contended == {"p1": (), "p2": ("42",)}
 
 
 def test_rejection_after_the_receive_line_joins_immediately_and_orphans_expire():

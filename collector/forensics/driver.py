@@ -230,6 +230,9 @@ class _Evidence:
         # Of those, the ones no line named by room (a prefill refusal by rid alone: SGLang's
         # default logging), a few rids named; and when the refusals of both kinds came.
         self.refused_without_decode_rids: list[str] = []
+        # Refusals whose answer is one of several exposed answers of its length
+        # (`settle_refusals`).
+        self.refused_matched_ambiguously = 0
         self.refused_without_room = 0
         self.refused_first: float | None = None
         self.refused_last: float | None = None
@@ -237,9 +240,12 @@ class _Evidence:
         # from the pipeline): its refusals by rid alone reach no decode node.
         self.refusal_final: Callable[[str, float | None], bool] | None = None
         # Refusals no line joined to a room, on a release not known to refuse for good when
-        # judged: (node, time, rid, request time), asked again once the whole input is read
+        # judged: (node, time, rid, request time, the rooms its answer is among:
+        # `RequestRecord.contended_rooms`), asked again once the whole input is read
         # (`settle_refusals`).
-        self._refused_alone_held: list[tuple[str, float | None, str | None, float | None]] = []
+        self._refused_alone_held: list[
+            tuple[str, float | None, str | None, float | None, tuple[str, ...]]
+        ] = []
         # PD one-token stubs by node and second, a refusal line naming no request each may be
         # the refusal of (`settle_refusals`); at most `MAX_REFUSALS_HELD` in all.
         self._stubs: dict[str, Counter[int]] = {}
@@ -309,7 +315,9 @@ class _Evidence:
             side = record.sides[0]
             if len(self._refused_alone_held) < MAX_REFUSALS_HELD:
                 when = record.began
-                self._refused_alone_held.append((side.node, side.last_time, side.rid, when))
+                self._refused_alone_held.append(
+                    (side.node, side.last_time, side.rid, when, record.contended_rooms)
+                )
             else:
                 self._refused_without_decode(record, rid=side.rid)
         exposing = [f for f in findings if f.exposure]
@@ -390,7 +398,16 @@ class _Evidence:
         made for good."""
         held, self._refused_alone_held = self._refused_alone_held, []
         final = self.refusal_final
-        for node, at, rid, when in held:
+        exposed_rooms = {entry.bootstrap_room for entry in self.exposed.values()}
+        for node, at, rid, when, rooms in held:
+            if rooms and exposed_rooms.issuperset(rooms):
+                # Several answers of its length could be its, each named exposed: its answer is
+                # one of them, not missing (blind review 49 D3: "NO DECODE SIDE: 5" beside the
+                # 5 exposures they stood for). One request, counted once.
+                self.refused_matched_ambiguously += 1
+                self.records -= 1
+                self.pd_requests -= 1
+                continue
             if rid is None and self._stub_of(node, at):
                 # The refusal of a stub this run judged by its room (a 2025 refusal line names
                 # no rid): one request, counted once (blind review 37 D4: 28 leaks named, and
@@ -1268,7 +1285,7 @@ def build_summary(
                 "first": iso_time(evidence.refused_first),
                 "last": iso_time(evidence.refused_last),
             },
-            "refusals_matched_ambiguously": pipeline.ledger.stats.ambiguous_refusals,
+            "refusals_matched_ambiguously": evidence.refused_matched_ambiguously,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
         },
     }

@@ -925,17 +925,17 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
 
 
 def ambiguous_refusals_line(summary: dict[str, Any]) -> str:
-    """Refusals several decode answers of their prompt's length could be: each was answered,
-    whose answer is whose is not known, so none is joined; said so that the answers' findings
-    without `rejected_then_served` are not read as answers no refusal preceded."""
+    """Refusals several exposed decode answers of their prompt's length could be: whose answer
+    is whose is not known, so none is joined; said so that the answers' findings without
+    `rejected_then_served` are not read as answers no refusal preceded."""
     count = summary["requests"].get("refusals_matched_ambiguously", 0)
     if not count:
         return ""
     noun = "refusal" if count == 1 else "refusals"
     return (
         f"{count:,} {noun} naming prefill's rid alone met several decode answers of the refused "
-        "prompt's length begun near them: which answer is whose is not known, so none was "
-        "joined to its refusal, and those answers were judged by their length and timing."
+        "prompt's length begun near them, each named exposed: which answer is whose is not "
+        "known, so none was joined to its refusal (no rejected_then_served finding)."
     )
 
 

@@ -79,6 +79,11 @@ _ROLES: Final = ("prefill", "decode", "unified")
 _MAX_MESSAGE: Final = 200
 
 
+# How many refusals and rooms `_answered_ambiguously` links at most (a prompt refused thousands
+# of times in a minute): beyond, the refusal is taken to have its answer among them.
+_MAX_AMBIGUOUS_LINKS: Final = 256
+
+
 class LedgerConfig(BaseModel):
     """How long the ledger waits, and how much it may hold."""
 
@@ -141,10 +146,6 @@ class LedgerStats:
     evicted: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
-    # Of those, refusals several decode answers of their prompt's length could be
-    # (`_claim_refusal`): each has an answer in the input, whose is not known, so none is a
-    # request alone.
-    ambiguous_refusals: int = 0
     health_checks: int = 0
     unkeyed: int = 0
 
@@ -247,9 +248,11 @@ class RequestLedger:
         self._pending_by_rid: dict[str, set[tuple[str, str]]] = {}
         self._named_elsewhere: set[tuple[str, str]] = set()
         # Held refusals an open room has taken (`_Entry.refusal`), by the room's key; and those
-        # two decode sides could be, which no room takes.
+        # two decode sides could be, which no room takes, with the keys of the rooms that could
+        # be theirs, and the other way round (`_answered_ambiguously`).
         self._claimed: dict[tuple[str, str], str] = {}
-        self._ambiguous: set[tuple[str, str]] = set()
+        self._ambiguous: dict[tuple[str, str], set[str]] = {}
+        self._contended: dict[str, set[tuple[str, str]]] = {}
         # (prompt length, node) -> when a side of that node last finished stating that it
         # refused a prompt of that length (`_own_refusal`); and the nodes by length.
         self._stated_refusals: OrderedDict[tuple[int, str], float] = OrderedDict()
@@ -614,8 +617,37 @@ class RequestLedger:
         # Two refusals could be this answer's, or this refusal another open room's answer's too
         # (a prompt sent twice, one answered honestly): which is whose is not known.
         for node_rid in found:
+            rooms = self._ambiguous.setdefault(node_rid, set())
+            holder = self._claimed.get(node_rid)
+            for key in (entry.key, holder) if holder is not None else (entry.key,):
+                rooms.add(key)
+                self._contended.setdefault(key, set()).add(node_rid)
             self._revoke(node_rid)
-            self._ambiguous.add(node_rid)
+
+    def _answered_ambiguously(self, node_rid: tuple[str, str]) -> tuple[str, ...]:
+        """The rooms an ambiguous refusal, released now, has its answer among: the held
+        refusals and the rooms that could be theirs, linked through one another, when they are
+        at least as many rooms as refusals (else none). Asked refusal by refusal as each is
+        released, the refusals left without are as many as the rooms fall short (two refusals
+        one answer could be: one of them; two and two: none). Why: blind review 49 D3, five
+        refusals of equal lengths seconds apart, each answered and named exposed, were said
+        "joined to no decode answer"."""
+        if node_rid not in self._ambiguous:
+            return ()
+        refusals = {node_rid}
+        rooms: set[str] = set()
+        todo = [node_rid]
+        while todo and len(refusals) + len(rooms) <= _MAX_AMBIGUOUS_LINKS:
+            for key in self._ambiguous.get(todo.pop(), ()):
+                if key not in rooms:
+                    rooms.add(key)
+                    for other in self._contended.get(key, ()):
+                        if other not in refusals and other in self._ambiguous:
+                            refusals.add(other)
+                            todo.append(other)
+        if todo or len(rooms) >= len(refusals):
+            return tuple(sorted(self._ambiguous[node_rid]))
+        return ()
 
     def _revoke(self, node_rid: tuple[str, str]) -> None:
         """The open room that took this held refusal gives it up."""
@@ -643,7 +675,12 @@ class RequestLedger:
             self._revoke(node_rid)
         else:
             self._claimed.pop(node_rid, None)
-        self._ambiguous.discard(node_rid)
+        for key in self._ambiguous.pop(node_rid, ()):
+            contending = self._contended.get(key)
+            if contending is not None:
+                contending.discard(node_rid)
+                if not contending:
+                    del self._contended[key]
         self._named_elsewhere.discard(node_rid)
         refusal = self._pending.pop(node_rid, None)
         if refusal is not None and refusal.reject_input_tokens is not None:
@@ -661,18 +698,22 @@ class RequestLedger:
         return refusal
 
     def _unjoined(
-        self, refusal: SideRecord, elsewhere: bool, ambiguous: bool, out: list[RequestRecord]
+        self,
+        refusal: SideRecord,
+        elsewhere: bool,
+        rooms: tuple[str, ...],
+        out: list[RequestRecord],
     ) -> None:
         """A held refusal no room took: a request of its own (`_refusal_alone`), unless its rid
         is another node's request's (`elsewhere`: a trace span names its server otherwise, and
-        the span's side of the request carries what the refusal says), or several rooms' decode
-        answers of its length could be its (`ambiguous`: blind review 49 D3, five refusals of
-        equal lengths seconds apart, each answered, said "joined to no decode answer")."""
+        the span's side of the request carries what the refusal says). `rooms`: those whose
+        decode answers of its length could each be its, as many as such refusals at least
+        (`_answered_ambiguously`), kept on the record: its answer is among them."""
         self.stats.unjoined_rejections += 1
-        if ambiguous:
-            self.stats.ambiguous_refusals += 1
-        elif not elsewhere:
-            out.append(self._refusal_alone(refusal))
+        if not elsewhere:
+            record = self._refusal_alone(refusal)
+            record.contended_rooms = rooms
+            out.append(record)
 
     def _refusal_alone(self, refusal: SideRecord) -> RequestRecord:
         """A refusal no line joined within the long window: a request of its own, its answer
@@ -738,10 +779,10 @@ class RequestLedger:
                 break
             claimed = node_rid in self._claimed
             elsewhere = node_rid in self._named_elsewhere
-            ambiguous = node_rid in self._ambiguous
+            rooms = self._answered_ambiguously(node_rid)
             self._release(node_rid, revoke=False)
             if not claimed:
-                self._unjoined(refusal, elsewhere, ambiguous, out)
+                self._unjoined(refusal, elsewhere, rooms, out)
         return out
 
     def drain(self) -> list[RequestRecord]:
@@ -750,15 +791,18 @@ class RequestLedger:
         self._forced = []
         for entry in sorted(self._entries.values(), key=lambda e: (e.deadline, e.key)):
             out += self._emit(entry)
-        for node_rid, refusal in self._pending.items():
-            ambiguous = node_rid in self._ambiguous
-            self._unjoined(refusal, node_rid in self._named_elsewhere, ambiguous, out)
+        for node_rid, refusal in list(self._pending.items()):
+            elsewhere = node_rid in self._named_elsewhere
+            rooms = self._answered_ambiguously(node_rid)
+            self._release(node_rid, revoke=False)
+            self._unjoined(refusal, elsewhere, rooms, out)
         self._pending.clear()
         self._pending_by_length.clear()
         self._pending_by_rid.clear()
         self._named_elsewhere.clear()
         self._claimed.clear()
         self._ambiguous.clear()
+        self._contended.clear()
         self._heap.clear()
         return out
 

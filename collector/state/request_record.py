@@ -295,6 +295,7 @@ class RequestRecord:
         "time",
         "start_time",
         "began",
+        "contended_rooms",
     )
 
     key: str
@@ -311,6 +312,10 @@ class RequestRecord:
         # pass before the samples): the warm-up read the prompt, each sample reuses it. Set by
         # the ledger.
         self.sampled = False
+        # Of a refusal no room took: the rooms whose decode answers of its length could each be
+        # its, when they are as many as such refusals (its answer is among them). Set by the
+        # ledger.
+        self.contended_rooms: tuple[str, ...] = ()
         self.memo: dict[str, Any] = {}
         self.prompt_tokens: int | None = _largest(*(s.prompt_length for s in self.sides))
         # The prefill side whose KV decode got (`_prefill`); the side that answered the client
