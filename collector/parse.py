@@ -55,6 +55,7 @@ from collector.sglang.log_clock import (
     borrowed_day,
     log_day,
     read_zone,
+    startup_zone,
 )
 from collector.sglang.logs import (
     DROPPED_PREFIX,
@@ -110,6 +111,9 @@ class ParseStats:
     # Nodes whose zone was set against other nodes' clocks by the rooms they shared
     # (`collector.sglang.clock_join`): (offset, those nodes, whether their zone was told).
     zone_aligned: dict[str, tuple[float, list[str], bool]] = field(default_factory=dict)
+    # Nodes whose zone no stamp told, set by the `startup_time` their saved `/server_info`
+    # states against their log's start-up lines (`log_clock.startup_zone`).
+    zone_by_startup: dict[str, float] = field(default_factory=dict)
     # Nodes whose host clock ran off the others' beyond its zone (`clock_join.skews`): the
     # seconds it ran ahead, the nodes whose clock it was moved onto, and whether as many
     # nodes kept its own (which clock was right is then unknown).
@@ -185,6 +189,7 @@ class ParseStats:
         self.log_zones.update(other.log_zones)
         self.zone_unknown |= other.zone_unknown
         self.zone_aligned.update(other.zone_aligned)
+        self.zone_by_startup.update(other.zone_by_startup)
         self.clock_skews.update(other.clock_skews)
         self.clock_offsets.update(other.clock_offsets)
         self.clock_steps.update(other.clock_steps)
@@ -963,6 +968,7 @@ def stream_zones(
     `stats.zone_aligned`)."""
     logs = {key: settled(files) for key, files in streams.items() if is_log_stream(key[1])}
     readings = {key: read_zone(key[0], files) for key, files in logs.items()}
+    _zones_by_startup(streams, readings, stats)
     prefixed = [key for key, reading in readings.items() if reading.prefixed]
     if len(prefixed) < 2:
         return readings
@@ -992,6 +998,42 @@ def stream_zones(
         stats.zone_aligned[key[0]] = (aligned.zone, against, aligned.known)
     _note_skews(readings, samples, stats, _end_samples(logs, samples))
     return readings
+
+
+def _zones_by_startup(
+    streams: Mapping[tuple[str, str], list[TelemetryFile]],
+    readings: dict[tuple[str, str], ZoneReading],
+    stats: ParseStats,
+) -> None:
+    """The zone of each log whose stamps tell none, where its node's saved `/server_info`
+    states a `startup_time` (UTC) that one of its start-ups brackets (`startup_zone`): told
+    then, as by a stamp, and the logs sharing rooms with it are set against it."""
+    for key, reading in list(readings.items()):
+        if reading.voted or not reading.prefixed or not reading.startups:
+            continue
+        started = _startup_times(
+            tf for (node, _), files in streams.items() if node == key[0] for tf in files
+        )
+        zone = startup_zone(reading.startups, started) if started else None
+        if zone is not None:
+            readings[key] = reading._replace(zone=zone, voted=True, by_startup=True)
+            stats.zone_by_startup[key[0]] = zone
+
+
+# A node's saved documents read for the `startup_time` they state, at most.
+_MAX_STARTUP_DOCUMENTS: Final = 64
+
+
+def _startup_times(files: Iterable[TelemetryFile]) -> list[float]:
+    """The `startup_time`s a node's saved `/server_info` documents state (UTC epochs)."""
+    started: set[float] = set()
+    documents = [tf for tf in files if tf.kind == "json"][:_MAX_STARTUP_DOCUMENTS]
+    for tf in documents:
+        for event in file_events(tf, ParseStats()):
+            at = event.get("started_at") if event.kind == "server_info" else None
+            if isinstance(at, float):
+                started.add(at)
+    return sorted(started)
 
 
 def _end_samples(
@@ -1038,12 +1080,15 @@ def stream_clock(
     `stream_zones`) says (None for other streams: exports and snapshots are UTC)."""
     if not is_log_stream(key[1]):
         return None
-    zone, voted, prefixed, skew, step = reading if reading is not None else read_zone(key[0], files)
+    if reading is None:
+        reading = read_zone(key[0], files)
+    zone, voted, prefixed, skew, step = reading[:5]
     day = files[0].day if files else None  # lines printing the time of day alone (`_dated`)
     return LogClock(
         zone,
         day=None if day is None else day + zone,
         voted=voted,
+        stamped=voted and not reading.by_startup,
         prefixed=prefixed,
         skew=skew,
         step=step,

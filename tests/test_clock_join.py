@@ -132,13 +132,25 @@ def _split_zones(prefill: int, decode: int, count: int, prefill_tells: bool) -> 
     return scenario_from_dict(data, "split-zones")
 
 
+def _without_startup_times(snapshots: Path) -> None:
+    """The saved `/server_info` documents without the `startup_time` that tells a zoneless
+    log's zone by itself (`log_clock.startup_zone`): the rooms alone set the clocks."""
+    for saved in snapshots.glob("*.server_info.json"):
+        document = json.loads(saved.read_text())
+        document.pop("startup_time", None)
+        saved.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("startup_times", [False, True], ids=["rooms", "startup-times"])
 @pytest.mark.parametrize("case", list(SPLIT_ZONES))
 def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
-    tmp_path: Path, case: str
+    tmp_path: Path, case: str, startup_times: bool
 ) -> None:
     deployment, zones, known = SPLIT_ZONES[case]
     folder = tmp_path / "sim"
     run_offline(_split_zones(*deployment), folder)
+    if not startup_times:
+        _without_startup_times(folder / "snapshots")
     truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
     rooms = {str(r["bootstrap_room"]) for r in truth}
     assert len(rooms) >= 10
@@ -150,6 +162,12 @@ def test_an_incident_on_hosts_in_different_zones_is_joined_request_by_request(
     for end, pick in (("first", min), ("last", max)):
         said = parse_iso_time(summary["exposure"][end]) or 0.0
         assert 0.0 <= pick(parse_iso_time(r["time"]) or 0.0 for r in truth) - said < 1.0
+    if startup_times:
+        # Each zoneless log's zone told by its node's saved startup_time, none by the rooms.
+        told = summary["input"]["log_zone_by_startup"]
+        assert {node: told[node] for node in zones} == zones
+        assert summary["input"]["log_zone_aligned"] == {}
+        return
     aligned = summary["input"]["log_zone_aligned"]
     assert {node: how["offset"] for node, how in aligned.items()} == zones
     assert {how["against_known"] for how in aligned.values()} == {known}

@@ -656,3 +656,27 @@ def test_only_a_zoneless_stream_going_back_an_hour_at_night_falls_back() -> None
     assert clock.fall_back(night - 3600 + 5) == night + 5
     # Later lines are read an hour on too.
     assert clock.shift == -3600.0 and clock.fell_back == [night + 5]
+
+
+@pytest.mark.parametrize("goes_back", [False, True], ids=["summer", "change-back"])
+def test_a_saved_server_info_s_startup_time_tells_a_zoneless_log_s_zone(
+    tmp_path: Path, goes_back: bool
+) -> None:
+    """Blind review 48 D4: zoneless, unstamped logs of a UTC+02:00 host beside their UTC
+    snapshots were read as UTC, the exposure window two hours late. The `startup_time` a saved
+    `/server_info` states falls between the start-up's arguments and ready lines at one offset
+    alone: the logs' zone, and every time is UTC, across a change back too."""
+    folder = tmp_path / "sim"
+    run_offline(_unstamped_at_night(120), folder)
+    if goes_back:
+        _clocks_go_back(folder, datetime(2026, 10, 25, 1, tzinfo=UTC).timestamp())
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    times = sorted(parse_iso_time(r["time"]) or 0.0 for r in truth)
+    summary = run_forensics(_inputs(folder), tmp_path / "out", write_parquet=False).summary
+    rooms = {str(r["bootstrap_room"]) for r in truth}
+    assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == rooms
+    read = [parse_iso_time(summary["exposure"][end]) for end in ("first", "last")]
+    assert read == [int(times[0]), int(times[-1])]  # printed to the second
+    assert summary["input"]["log_zone_by_startup"] == {"decode-0": "+02:00", "prefill-0": "+02:00"}
+    assert summary["input"]["log_zone_unknown"] == []
+    assert "startup_time their saved /server_info states" in log_zones_line(summary)

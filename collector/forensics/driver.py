@@ -1234,6 +1234,9 @@ def build_summary(
             # Of the logs that gave events: a router's lines are noise, however stamped (blind
             # review 29a: "the log stamps of smg-router carry no zone").
             "log_zone_unknown": sorted(n for n in stats.zone_unknown if stats.node_events.get(n)),
+            "log_zone_by_startup": {
+                node: zone_name(zone) for node, zone in sorted(stats.zone_by_startup.items())
+            },
             "log_zone_aligned": {
                 node: {"offset": zone_name(zone), "against": against, "against_known": known}
                 for node, (zone, against, known) in sorted(stats.zone_aligned.items())

@@ -467,7 +467,12 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         else ""
     )
     aligned: dict[str, dict[str, Any]] = summary["input"].get("log_zone_aligned") or {}
-    told = {node: zones for node, zones in offsets.items() if node not in aligned}
+    by_startup: dict[str, str] = summary["input"].get("log_zone_by_startup") or {}
+    told = {
+        node: zones
+        for node, zones in offsets.items()
+        if node not in aligned and node not in by_startup
+    }
     by_zones: dict[str, list[str]] = {}
     for node, zones in sorted(told.items()):
         # A zone that changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`.
@@ -479,12 +484,33 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         if parts
         else ""
     )
+    started = _zones_by_startup(by_startup, offsets)
     skewed = _skewed_clocks(skews, set(unknown))
     stepped = _stepped_clocks(summary["input"].get("log_clock_steps") or {})
     apart = _clocks_apart(summary["input"].get("log_clock_offsets") or [])
     fell_back = _fell_back_clocks(summary["input"].get("log_clock_fell_back") or {})
     return " ".join(
-        filter(None, [said, _aligned_zones(aligned), skewed, stepped, apart, assumed, fell_back])
+        filter(
+            None,
+            [said, started, _aligned_zones(aligned), skewed, stepped, apart, assumed, fell_back],
+        )
+    )
+
+
+def _zones_by_startup(by_startup: dict[str, str], offsets: dict[str, list[str]]) -> str:
+    """Zoneless logs whose zone the saved `/server_info`'s `startup_time` told: said apart
+    from stamps' zones, since a responder checking it looks at the snapshot, not the lines."""
+    by_zones: dict[str, list[str]] = {}
+    for node, zone in sorted(by_startup.items()):
+        zones = offsets.get(node) or [zone]
+        by_zones.setdefault("UTC" + ", then ".join(zones), []).append(node)
+    parts = [f"{_listed(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
+    if not parts:
+        return ""
+    return (
+        f"Log stamps of {'; '.join(parts)} carry no zone, but the startup_time their saved "
+        "/server_info states (UTC) falls within a start-up their logs print only at that "
+        "offset: they were converted to UTC by it."
     )
 
 
@@ -500,8 +526,8 @@ def _fell_back_clocks(changes: dict[str, list[str]]) -> str:
         parts.append(
             f"The log stamps of {_listed(nodes)} went back an hour at {' and '.join(moments)} "
             "(as read here), as a daylight-saving change back sets a clock: their lines from "
-            "then on were read an hour on, so the repeated hour follows the first, and those "
-            "times are an hour later here than printed."
+            "then on were read in the zone before the change, an hour on from what they print, "
+            "so the repeated hour follows the first."
         )
     return " ".join(parts)
 

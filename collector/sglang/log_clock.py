@@ -143,6 +143,11 @@ class ZoneReading(NamedTuple):
     # How far its host's clock moved during the run (NTP stepping it): its end set against
     # the other nodes' ends less its start against theirs (`LogClock.follow`).
     step: float = 0.0
+    # Each start-up its first lines show, as printed: the `server_args=` line's time and the
+    # ready line's after it (`startup_zone`).
+    startups: tuple[tuple[float, float], ...] = ()
+    # The zone was told by the node's saved `/server_info` (`startup_zone`), not by a stamp.
+    by_startup: bool = False
 
 
 def log_zone(node: str, files: list[TelemetryFile]) -> float:
@@ -164,6 +169,8 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
     parser = LineParser(node)
     votes: list[float] = []
     prefixed = False
+    startups: list[tuple[float, float]] = []
+    args_at: float | None = None  # the last start-up's `server_args=` line, until it is ready
     before: float | None = None  # the last prefixed line's time (local)
     records: list[float] = []  # JSON records' times (UTC) since it
     runtime = RuntimeLines()
@@ -182,6 +189,11 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
         if head is not None:
             prefixed = True
             after = head[0]
+            if _ARGS_MARK in line:
+                args_at = after
+            elif args_at is not None and _READY_MARK in line:
+                startups.append((args_at, after))
+                args_at = None
             if records and before is not None and after - before <= _BRACKET_SECONDS:
                 votes.extend(
                     zone
@@ -203,7 +215,41 @@ def read_zone(node: str, files: list[TelemetryFile]) -> ZoneReading:
                     votes.append(zone)
         if len(votes) >= MAX_VOTES:
             break
-    return ZoneReading(agreed_zone(votes), bool(votes), prefixed)
+    return ZoneReading(agreed_zone(votes), bool(votes), prefixed, startups=tuple(startups))
+
+
+# The start-up lines of reference §2.2: the arguments, printed first, and the ready line.
+_ARGS_MARK: Final = "server_args="
+_READY_MARK: Final = "The server is fired up and ready to roll"
+# A `/server_info` `startup_time` may be taken a little before the arguments are printed.
+_STARTUP_SLACK_SECONDS: Final = 30.0
+
+
+def startup_zone(startups: Iterable[tuple[float, float]], started: Iterable[float]) -> float | None:
+    """The zone a log whose stamps tell none was printed in when it begins, by its node's saved
+    `/server_info`: the `startup_time` it states (UTC) falls between the first such start-up's
+    arguments line and its ready line as printed (local), and one zone in use puts it there;
+    else None. A later start-up may be in another zone (a daylight-saving change between:
+    `LogClock.falls_back` follows a change back along the stream).
+
+    Why: blind review 48 D4, zoneless logs of a UTC+01:00 host read as UTC beside its UTC
+    snapshots: the exposure window an hour late, and said only as an assumption.
+
+    >>> startup_zone([(3600.0 + 100, 3600.0 + 400)], [390.5])
+    3600.0
+    >>> startup_zone([(100.0, 400.0)], [390.5]), startup_zone([(0.0, 5000.0)], [1000.0])
+    (0.0, None)
+    """
+    for before, after in startups:
+        fits = {
+            zone
+            for utc in started
+            for zone in KEPT_OFFSETS
+            if before - _STARTUP_SLACK_SECONDS <= utc + zone <= after + 1.0
+        }
+        if fits:
+            return fits.pop() if len(fits) == 1 else None
+    return None
 
 
 def _runtime_vote(line: str, written: float | None, slack: float = 0.0) -> float | None:
@@ -351,6 +397,7 @@ class LogClock(StreamDate):
         "sample_every",
         "confirm",
         "voted",
+        "stamped",
         "prefixed",
         "_seen",
         "_unskewed",
@@ -371,6 +418,7 @@ class LogClock(StreamDate):
         confirm: int = 3,
         day: float | None = None,
         voted: bool = False,
+        stamped: bool | None = None,
         prefixed: bool = False,
         skew: float = 0.0,
         step: float = 0.0,
@@ -389,6 +437,9 @@ class LogClock(StreamDate):
         # Whether a stamped line told the zone (else it is UTC by assumption), and whether the
         # stream's lines carry the engine's zoneless prefix at all.
         self.voted = voted
+        # Whether stamps told it (else a saved `/server_info` did, or nothing): a zone no stamp
+        # told is not moved by votes, and follows a change back by the stream's times alone.
+        self.stamped = voted if stamped is None else stamped
         self.prefixed = prefixed
         self._seen: dict[str, int] = {}
         self._unskewed: dict[Callable[[str], Any], Callable[[str], dict[str, Any]]] = {}
@@ -416,7 +467,7 @@ class LogClock(StreamDate):
         off = vote(event)
         if off is None:
             return
-        self.voted = True
+        self.voted = self.stamped = True
         if not off:
             self._run = 0
             return
@@ -458,13 +509,14 @@ class LogClock(StreamDate):
         daylight-saving change back in a stream whose stamps tell no zone: its prefix went back
         about an hour (less a quiet spell before it), at a time of night such changes are made.
 
-        Only such a stream: a zone the stamps tell moves by their votes (`observe`), and a host
-        clock stepped against the other nodes' is followed as a step (`follow`). Half-hour
+        Only such a stream (its zone told by nothing, or by its node's `/server_info` alone): a
+        zone the stamps tell moves by their votes (`observe`), and a host clock stepped against
+        the other nodes' is followed as a step (`follow`). Half-hour
         changes (Lord Howe Island) are not taken for one."""
         back = latest - when
         if not (FALL_BACK_SECONDS - FALL_BACK_QUIET_SECONDS <= back <= FALL_BACK_MAX_SECONDS):
             return False
-        if self.voted or not self.prefixed:
+        if self.stamped or not self.prefixed:
             return False
         # The change's moment on the earlier clock: the prefix, an hour on.
         return (when + self.shift + FALL_BACK_SECONDS) % 86400.0 < FALL_BACK_BEFORE_SECONDS
