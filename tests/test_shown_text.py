@@ -61,3 +61,36 @@ def test_printable_text_has_no_control_characters_and_keeps_printable_text(text:
     lines = printable_lines(text)
     assert lines.count("\n") == text.count("\n")
     assert all(line.isprintable() for line in lines.split("\n"))
+
+
+def test_a_forged_engine_line_s_free_text_is_not_taken_as_an_engine_word() -> None:
+    """Blind review 50 D1/D2: a client's rid with newlines forges engine lines; a sentence where
+    the engine writes a backend's name reached the reports as configuration, and a 3,000-
+    character launch tag the findings. What the engine writes there is one short word."""
+    from collector.sglang.pd import parse_checksum_skipped, parse_kv_canary
+    from collector.sglang.server_info import _server_info
+    from collector.sglang.startup import parse_server_args
+
+    sentence = "my SSN is 078-05-1120 and my diagnosis is flu"
+    args = parse_server_args(
+        "server_args=ServerArgs(model_path='m', disaggregation_mode='decode', "
+        f"disaggregation_transfer_backend='{sentence}', kv_canary='log')"
+    )
+    assert (args["transfer_backend"], args["kv_canary"]) == (None, "log")
+    assert (
+        parse_server_args("server_args={'disaggregation_transfer_backend': 'mooncake'}")[
+            "transfer_backend"
+        ]
+        == "mooncake"
+    )
+    canary = parse_kv_canary(
+        f"kv_canary violation: launch_tag={'A' * 3000} fail_reason=a+b slot_idx=1 position=2"
+    )
+    assert (canary["launch_tag"], canary["fail_reason"], canary["slot_idx"]) == (None, "a+b", 1)
+    skipped = parse_checksum_skipped(
+        f"KV checksum skipped: prefill layout signature {'x' * 200} differs from this decode's "
+        "0x1f2e"
+    )
+    assert (skipped["prefill_signature"], skipped["decode_signature"]) == (None, "0x1f2e")
+    info = _server_info({"disaggregation_transfer_backend": sentence, "max_total_num_tokens": 9})
+    assert info is not None and info["transfer_backend"] is None

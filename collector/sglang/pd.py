@@ -13,6 +13,7 @@ from typing import Any
 
 from collector.sglang.templates import UNSIGNED
 from collector.sglang.values import as_int
+from collector.shown_text import engine_token
 
 _FAILED = re.compile(
     r"rank=(\d+) (?:decode_req\.)?req\.rid='?([^'\s]*)'? (?:decode_req\.)?req\.bootstrap_room=(\d+)"
@@ -103,8 +104,8 @@ def _hash(value: str | None) -> str | None:
 def parse_checksum_skipped(message: str) -> dict[str, Any]:
     m = _SKIPPED.search(message)
     return {
-        "prefill_signature": m.group(1) if m else None,
-        "decode_signature": m.group(2).rstrip(";,") if m else None,
+        "prefill_signature": engine_token(m.group(1)) if m else None,
+        "decode_signature": engine_token(m.group(2).rstrip(";,")) if m else None,
     }
 
 
@@ -173,7 +174,7 @@ def parse_kv_canary(message: str) -> dict[str, Any]:
         if key in ("slot_idx", "position", "stored_token", "expected_token"):
             fields[key] = as_int(value)
         else:
-            fields[key] = value
+            fields[key] = engine_token(value)
     return fields
 
 

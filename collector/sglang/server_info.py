@@ -23,6 +23,7 @@ from collector.sglang.outcome import (
     json_object,
 )
 from collector.sglang.values import finite_number, whole_number
+from collector.shown_text import engine_token
 
 SERVER_INFO_ENDPOINT: Final = "server_info"
 V1_MODELS: Final = "v1_models"
@@ -180,9 +181,9 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         "model": _str(data.get("served_model_name")) or _str(data.get("model_path")),
         "disaggregation_mode": mode,
         "role": mode if mode is not None else _unified(known_mode, mode_raw),
-        "transfer_backend": _str(data.get("disaggregation_transfer_backend")),
+        "transfer_backend": engine_token(_str(data.get("disaggregation_transfer_backend"))),
         "kv_checksum": _bool(data.get("disaggregation_enable_kv_checksum")),
-        "kv_canary": _str(data.get("kv_canary")),
+        "kv_canary": engine_token(_str(data.get("kv_canary"))),
         "max_total_num_tokens": pool,
         "max_req_input_len": _int(data.get("max_req_input_len")),
         "context_len": context if context is not None else _context_from_limit(data),

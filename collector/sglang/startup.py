@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from collector.sglang.values import literal, number, parsed_expression
+from collector.shown_text import engine_token
 
 # server_args keys kvwatch keeps, and the event field each becomes. Everything else (api keys,
 # paths with user names, ...) is deliberately dropped.
@@ -77,6 +78,9 @@ def parse_server_args(message: str) -> dict[str, Any]:
     for key, field in _SERVER_ARG_FIELDS.items():
         if key in raw:
             fields[field] = raw[key]
+    for field in ("disaggregation_mode", "transfer_backend", "kv_canary"):
+        if isinstance(fields[field], str):
+            fields[field] = engine_token(fields[field])
     served = fields.get("served_model_name")
     if isinstance(served, str) and served.strip():
         # The name the node serves under, as `/server_info` gives it: one key for both sources
