@@ -32,7 +32,7 @@ from collector.events import Event, iso_time
 from collector.state.config_timeline import ConfigChange, NodeConfig
 from detectors.base import Detector, DetectorConfig
 from detectors.context import DetectionContext
-from detectors.engine_version import is_below
+from detectors.engine_version import is_at_least, is_below
 from detectors.finding import Finding
 
 
@@ -150,10 +150,7 @@ class ChecksumUnverified(Detector[ChecksumUnverifiedConfig]):
         # A restart forgets the release until a snapshot tells it; one that ran the checksum
         # and states it off has it (blind review 37 D5: no snapshot after such a restart, and
         # no finding at all).
-        if (
-            config.version is not None
-            and not is_below(config.version, self.config.checksum_since_version)
-        ) or was_on:
+        if is_at_least(config.version, self.config.checksum_since_version) or was_on:
             said = (
                 "restarted with the KV checksum off after running with it on: corrupt "
                 "transfers it caught as aborts are answered from then on; set "

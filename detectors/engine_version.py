@@ -186,7 +186,17 @@ def holds_aborted_pages(
 def refuses_for_good(version: str | None, leak_fixed: str = LEAK_FIXED) -> bool:
     """The release is known and refuses an over-length prompt for good: decode answers nothing
     its prefill refused. Unknown releases are not taken for fixed ones."""
-    return version is not None and not is_below(version, leak_fixed)
+    return is_at_least(version, leak_fixed)
+
+
+def is_at_least(version: str | EngineVersion | None, threshold: str) -> bool:
+    """True when `version` parses and sorts at or after `threshold`: a text that is no version
+    (a `/server_info` saved with garbage in it) is not taken for a new release (blind review
+    50: such a prefill was taken to refuse over-length prompts for good, and three answers it
+    was the only pool for were neither named nor warned of)."""
+    parsed = version if isinstance(version, EngineVersion) else parse_version(version)
+    limit = parse_version(threshold)
+    return parsed is not None and limit is not None and not parsed < limit
 
 
 def is_below(version: str | EngineVersion | None, threshold: str) -> bool:

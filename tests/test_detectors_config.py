@@ -11,7 +11,9 @@ from detectors.checksum_unverified import ChecksumUnverified
 from detectors.engine_version import (
     VersionPolicy,
     holds_aborted_pages,
+    is_at_least,
     parse_version,
+    refuses_for_good,
     version_verdict,
 )
 from detectors.pipeline import DetectionPipeline
@@ -653,3 +655,16 @@ def test_a_restart_that_turns_the_checksum_off_is_a_warning_before_its_release_i
         noted = [f for f in findings if f.node is not None]
         assert [(f.severity, f.node, f.time) for f in noted] == [("warning", "decode-0", T + 3_600)]
         assert noted[0].summary.startswith("decode-0 (decode) restarted with the KV checksum off")
+
+
+@pytest.mark.parametrize("version", ["garbage-version", "", "unknown", None])
+def test_a_text_that_is_no_version_is_no_release_that_refuses_for_good(
+    version: str | None,
+) -> None:
+    """Blind review 50: a saved `/server_info` with garbage for `version` was taken for a
+    release that refuses over-length prompts for good, and the answers its pool left to decode
+    were neither named nor warned of."""
+    assert not refuses_for_good(version)
+    assert not is_at_least(version, "0.5.20")
+    assert refuses_for_good("0.5.20") and refuses_for_good("v0.5.23")
+    assert not refuses_for_good("0.5.19.post2")
