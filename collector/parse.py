@@ -1008,12 +1008,19 @@ def _zones_by_startup(
     """The zone of each log whose stamps tell none, where its node's saved `/server_info`
     states a `startup_time` (UTC) that one of its start-ups brackets (`startup_zone`): told
     then, as by a stamp, and the logs sharing rooms with it are set against it."""
-    for key, reading in list(readings.items()):
-        if reading.voted or not reading.prefixed or not reading.startups:
-            continue
-        started = _startup_times(
-            tf for (node, _), files in streams.items() if node == key[0] for tf in files
-        )
+    asked = [
+        key
+        for key, reading in readings.items()
+        if reading.startups and reading.prefixed and not reading.voted
+    ]
+    if not asked:
+        return
+    documents: dict[str, list[TelemetryFile]] = {}
+    for (node, _), files in streams.items():
+        documents.setdefault(node, []).extend(tf for tf in files if tf.kind == "json")
+    for key in asked:
+        reading = readings[key]
+        started = _startup_times(documents.get(key[0], []))
         zone = startup_zone(reading.startups, started) if started else None
         if zone is not None:
             readings[key] = reading._replace(zone=zone, voted=True, by_startup=True)
@@ -1024,11 +1031,10 @@ def _zones_by_startup(
 _MAX_STARTUP_DOCUMENTS: Final = 64
 
 
-def _startup_times(files: Iterable[TelemetryFile]) -> list[float]:
+def _startup_times(documents: list[TelemetryFile]) -> list[float]:
     """The `startup_time`s a node's saved `/server_info` documents state (UTC epochs)."""
     started: set[float] = set()
-    documents = [tf for tf in files if tf.kind == "json"][:_MAX_STARTUP_DOCUMENTS]
-    for tf in documents:
+    for tf in documents[:_MAX_STARTUP_DOCUMENTS]:
         for event in file_events(tf, ParseStats()):
             at = event.get("started_at") if event.kind == "server_info" else None
             if isinstance(at, float):
