@@ -498,6 +498,7 @@ class StormDetector(Detector[S], Generic[S, W]):
             self.config.window_seconds,
             logged,
             absent_since=ctx.timeline.scraped_before(event.node, event.time),
+            started_at=ctx.timeline.last_start_up(event.node, event.time),
         )
 
     # -- hooks ---------------------------------------------------------------------------------

@@ -100,9 +100,13 @@ class CounterDeltas:
         time: float | None = None,
         *,
         absent_since: float | None = None,
+        started_at: float | None = None,
     ) -> float:
         """The increase since this series' previous sample; 0 for the first sample, unless
         `absent_since`: a scrape of the node before `time` that had no sample of the series.
+        `started_at`: the node's latest start-up before `time`; one after the previous sample
+        began the counter again from 0, though it may have passed its old value since (blind
+        review 51 D2: 30 then 38 across a restart, 38 timeouts counted as 8, a storm missed).
         SGLang creates a labelled series at its first increment, so it counted from 0 since
         that scrape; the one rule for every reader of the counters, the detectors and
         forensics' count alike (blind review 44 D1: forensics took a first value as a baseline
@@ -113,8 +117,10 @@ class CounterDeltas:
         13.0
         >>> deltas.delta("t", 13.0, 900.0)  # the node's first scrape: counted before it
         0.0
+        >>> deltas.delta("t", 38.0, 1800.0, started_at=1000.0)  # restarted at 1000: all new
+        38.0
         """
-        previous = self._previous(series, time, absent_since)
+        previous = self._previous(series, time, absent_since, started_at)
         self.last[series] = (value, time)
         if previous is None:
             return 0.0
@@ -131,13 +137,15 @@ class CounterDeltas:
         logged: float = 0.0,
         *,
         absent_since: float | None = None,
+        started_at: float | None = None,
     ) -> float:
         """The increase attributable to one window ending at `time`. `logged`: how many of the
         counted things the logs showed since the series' previous sample. Over a gap longer
         than the window those were counted in the windows they happened in, so only the rest,
         what the logs missed, is spread (a window's own lines and a scrape within it meet as
         the larger of the two, in the detector). `absent_since`: a scrape that had no sample of
-        a series first seen now, which then counts from 0 since it.
+        a series first seen now, which then counts from 0 since it; `started_at`: the node's
+        latest start-up, from which a series counts again (`delta`).
 
         >>> deltas = CounterDeltas()
         >>> deltas.in_window("s", 0.0, 0.0, 300.0)
@@ -149,8 +157,10 @@ class CounterDeltas:
         >>> deltas.in_window("t", 24.0, 3900.0, 300.0, absent_since=3300.0)  # new: 24 in 600 s
         12.0
         """
-        previous = self._previous(series, time, absent_since)
-        increase = self.delta(series, value, time, absent_since=absent_since)
+        previous = self._previous(series, time, absent_since, started_at)
+        increase = self.delta(
+            series, value, time, absent_since=absent_since, started_at=started_at
+        )
         if previous is None or previous[1] is None or time is None:
             return increase
         elapsed = time - previous[1]
@@ -159,12 +169,25 @@ class CounterDeltas:
         return max(increase - logged, 0.0) * window / elapsed
 
     def _previous(
-        self, series: str, time: float | None, absent_since: float | None
+        self,
+        series: str,
+        time: float | None,
+        absent_since: float | None,
+        started_at: float | None = None,
     ) -> tuple[float, float | None] | None:
-        """The series' previous sample, or 0 at `absent_since` for a series first seen now."""
+        """The series' previous sample, or 0 at `absent_since` for a series first seen now,
+        or 0 at `started_at` for one whose node started again since its previous sample."""
         previous = self.last.get(series)
         if previous is None and absent_since is not None and time is not None:
             return (0.0, absent_since)
+        if (
+            previous is not None
+            and started_at is not None
+            and previous[1] is not None
+            and time is not None
+            and previous[1] < started_at <= time
+        ):
+            return (0.0, started_at)
         return previous
 
     def to_state(self) -> dict[str, list[float | None]]:

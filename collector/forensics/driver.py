@@ -473,21 +473,31 @@ class _Evidence:
             self._timing_stride *= 2
             self.timing = [p for i, p in enumerate(self.timing) if p.exposed or i % 2 == 0]
 
-    def release_counter(self, event: Event, scraped_before: float | None = None) -> None:
+    def release_counter(
+        self,
+        event: Event,
+        scraped_before: float | None = None,
+        started_before: float | None = None,
+    ) -> None:
         """A sample of decode's deferred-release counter: its increase since the series' last.
         Logs at ERROR show no timeout (a WARNING): the counters are then all there is (blind
         review: "0 timed out" beside a storm found in them). `scraped_before`: the node's last
         scrape before this one (`ConfigTimeline.scraped_before`), from which a series new now
         counted, by the detectors' rule (`CounterDeltas.delta`): a node whose earlier scrapes
         held no release series at all had its first storm's timeouts taken as a baseline
-        (blind review 44 D1)."""
+        (blind review 44 D1); `started_before`: the node's last start-up, from which every
+        series counted again (blind review 51 D2)."""
         labels = event.get("labels") or {}
         value = event.get("value")
         if not isinstance(labels, dict) or not isinstance(value, int | float):
             return
         series = f"{event.node}|{sorted(labels.items())}"
         increase = self._release_deltas.delta(
-            series, float(value), event.time, absent_since=scraped_before
+            series,
+            float(value),
+            event.time,
+            absent_since=scraped_before,
+            started_at=started_before,
         )
         if increase > 0:
             # Ranks of one DP group count the same releases: each counted once, as the detector
@@ -797,8 +807,10 @@ def run_forensics(
             if event.kind == "deferred_release":
                 evidence.deferred_release(event, pipeline.context.lost)
             elif event.kind == "metric" and event.get("signal") == "deferred_release_total":
-                scraped = pipeline.context.timeline.scraped_before(event.node, event.time)
-                evidence.release_counter(event, scraped)
+                timeline = pipeline.context.timeline
+                scraped = timeline.scraped_before(event.node, event.time)
+                start_up = timeline.last_start_up(event.node, event.time)
+                evidence.release_counter(event, scraped, start_up)
             for finding in process(event):
                 note_finding(finding)
         for finding in pipeline.finish():

@@ -217,6 +217,14 @@ class _NodeHistory:
         if latest is None or time > latest:
             self.scrapes = (time, latest)
 
+    def last_start_up(self, time: float) -> float | None:
+        """The latest start-up at or before `time` (a generation its start-up lines or a
+        snapshot's `startup_time` began, not one first seen running)."""
+        at = bisect.bisect_right(self.starts, time) - 1
+        if at < 0 or (at == 0 and self.began_mid_run):
+            return None
+        return self.starts[at]
+
     def scraped_before(self, time: float) -> float | None:
         for scraped in self.scrapes:
             if scraped is not None and scraped < time:
@@ -556,6 +564,14 @@ class ConfigTimeline:
         if history is None or time is None:
             return None
         return history.scraped_before(time)
+
+    def last_start_up(self, node: str, time: float | None) -> float | None:
+        """When the node last started up at or before `time`: its counters count from 0 since
+        (`CounterDeltas.delta`)."""
+        history = self._nodes.get(node)
+        if history is None or time is None:
+            return None
+        return history.last_start_up(time)
 
     def current_at(self, time: float | None) -> bool:
         """Whether every node's current generation is the one in force at `time` (true for
