@@ -683,6 +683,16 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             for node in nodes
         }
 
+    def _baselines(self) -> list[Baseline]:
+        return [
+            self.baseline_timeouts_,
+            self.baseline_errors_,
+            self.baseline_share_,
+            self.baseline_held_,
+            self.rise_baseline_,
+            *self.node_timeouts_.values(),
+        ]
+
     def _absorb(self, other: DeferredReleaseTimeouts) -> None:
         size = self.config.baseline_windows
         self.baseline_timeouts_ = shifted(

@@ -350,6 +350,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         probe.reset()
         probe._seed(recent, ctx)
         probe.warm_ = probe.seeded_ = True
+        # Judged against the normal that followed, as it was: learning from the warm-up's own
+        # windows as they pass, a storm that rose over its first windows became the normal it
+        # was judged by (blind review 51 D3: 182 timeouts in the first 90 minutes, then two
+        # an hour, no finding; its first windows held 3 and 6).
+        for baseline in probe._baselines():
+            baseline.freeze()
         findings = [probe._close(window, start, ctx) for start, window in looked]
         return [finding for finding in findings if finding is not None]
 
@@ -526,6 +532,10 @@ class StormDetector(Detector[S], Generic[S, W]):
 
     def _absorb(self, other: Self) -> None:
         """Add the levels of `other`'s baselines (a late node's, just seeded) to these."""
+        raise NotImplementedError
+
+    def _baselines(self) -> list[Baseline]:
+        """The baselines the detector learns as windows close."""
         raise NotImplementedError
 
     def _unobserved(self) -> None:

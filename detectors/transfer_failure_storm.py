@@ -417,6 +417,9 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         bar = cfg.ratio * max(normal_level(values), cfg.prior_failures)
         self.baseline_ = Baseline(cfg.baseline_windows, [settled_level(values, bar)])
 
+    def _baselines(self) -> list[Baseline]:
+        return [self.baseline_]
+
     def _absorb(self, other: TransferFailureStorm) -> None:
         level = other.baseline_.level(0.0)
         self.baseline_ = shifted(self.baseline_, self.config.baseline_windows, level)

@@ -200,13 +200,20 @@ class Baseline:
     Windows that raised a finding are not added, so a long storm does not become normal.
     """
 
-    __slots__ = ("values",)
+    __slots__ = ("values", "frozen")
 
     def __init__(self, size: int, values: Iterable[float] = ()) -> None:
         self.values: deque[float] = deque(values, maxlen=size)
+        # A frozen baseline keeps the level it was set to (`freeze`).
+        self.frozen = False
 
     def add(self, value: float) -> None:
-        self.values.append(float(value))
+        if not self.frozen:
+            self.values.append(float(value))
+
+    def freeze(self) -> None:
+        """Keep the level as it is: windows judged against it again do not enter it."""
+        self.frozen = True
 
     def level(self, floor: float) -> float:
         if not self.values:

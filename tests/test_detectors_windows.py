@@ -216,6 +216,22 @@ def test_a_storm_from_the_first_line_lasting_over_an_hour_is_found_once_the_norm
     assert run(DeferredReleaseTimeouts(), steady(16, hours=4)) == []
 
 
+def test_a_storm_rising_from_the_first_line_for_90_minutes_is_found_looking_back():
+    """Blind review 51 D3: 3, then 6, then 10 timeouts a window from the first line for 90
+    minutes, then two an hour. Looking back, the warm-up was judged by a detector that learned
+    from it as it went: the rising first windows lifted the normal each later one was judged
+    against, and nothing was raised. Judged against the normal that followed, as it was, the
+    storm is a warning."""
+    first = [timeout(T + 5 + 100 * k, k) for k in range(3)]
+    first += [timeout(T + 305 + 50 * k, 10 + k) for k in range(6)]
+    storm = [timeout(T + 605 + 30 * k, 100 + k) for k in range(10 * 16)]
+    after = [timeout(T + 5400 + 1800 * k + 7, 1_000 + k) for k in range(9)]
+    events = sorted(first + storm + after + quiet_hours(6), key=lambda e: e.time or 0.0)
+    findings = run(DeferredReleaseTimeouts(), events)
+    assert [f.severity for f in findings] == ["warning"]
+    assert findings[0].time is not None and findings[0].time < T + 3600
+
+
 def test_looking_back_at_the_warm_up_goes_on_from_the_detectors_saved_state():
     events = _over_an_hour_from_the_first_line()
     first = DeferredReleaseTimeouts()
