@@ -265,6 +265,18 @@ def test_a_raised_canary_violation_killed_its_batch_and_names_no_victim():
     assert page.severity == "critical" and page.evidence["raised"] is True
 
 
+def test_a_raised_sweep_violation_found_a_slot_overwritten_before_and_is_attributed():
+    """Blind review 51 D4: a sweep's check finds a slot overwritten some time before it ran;
+    requests may have read it and been answered since. Raised, the server died at the sweep,
+    not with the batch that read it: nothing logged in flight is said, as in `log` mode (it
+    was an all-clear, exit 0, where `log` mode was NOT JUDGED)."""
+    sweep = {**VIOLATION, "launch_tag": "SWEEP_V_FULL"}
+    raised = ev("kv_canary_violation", "decode-0", T + 50, **sweep, raised=True)
+    page, unnamed = _attribute(raised, *_served(1, T, T + 10))
+    assert page.severity == "critical" and unnamed.severity == "warning"
+    assert unnamed.evidence["in_flight"] == 0
+
+
 def test_a_canary_violation_with_nothing_logged_in_flight_says_its_victim_is_unnamed():
     page, unnamed = _attribute(
         ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION), *_served(1, T, T + 10)
