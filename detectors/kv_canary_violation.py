@@ -141,9 +141,15 @@ class _Pending:
         `forward_duration` before its finish line, which may trail the scheduler by up to
         `finish_lag`) began later than that was still waiting, not hit. And the slot held the
         token at `position` of its request, so a request that never had more tokens than that
-        is not it."""
+        is not it; nor is one another data-parallel rank ran, where both ranks are logged."""
         start, end = side.start_time, side.end_time
         if start is None or end is None:
+            return False
+        dp = self.evidence.get("dp_rank")
+        if dp is not None and side.dp_rank is not None and side.dp_rank != dp:
+            # Another data-parallel rank's request: with DP attention each rank's KV is a pool
+            # of its own (blind review 51 D1: two other ranks' requests listed beside the one
+            # it hit, and the exposure went unnamed).
             return False
         time = self.time
         latest = time + (1.0 if time == math.floor(time) else 0.001)
@@ -264,6 +270,9 @@ class KVCanaryViolation(Detector[KVCanaryViolationConfig]):
             evidence["stored_chain_hash"] = stored
         if event.get("raised"):
             evidence["raised"] = True
+        dp = event.ranks.get("dp")
+        if dp is not None:
+            evidence["dp_rank"] = dp
         findings = [
             self._event_finding(
                 "critical", event, summary=summary, subject=subject, evidence=evidence

@@ -256,6 +256,38 @@ def test_a_canary_violation_that_hit_a_failed_request_names_it_but_exposes_nothi
     assert named.severity == "critical" and named.bootstrap_room == "5" and not named.exposure
 
 
+def test_a_canary_violation_on_one_data_parallel_rank_names_that_rank_s_request() -> None:
+    """Blind review 51 D1: with DP attention each rank has a KV pool of its own. A violation
+    logged by DP2's scheduler, three requests in flight on the node, one of them DP2's (its
+    time stats say so): that one was hit; the other ranks' were listed beside it, and the
+    exposure went unnamed."""
+
+    def on_rank(events: list[Event], dp: int) -> list[Event]:
+        """The request's events, and decode's time stats printed by DP rank `dp`."""
+        (finish,) = [e for e in events if e.kind == "request_finished" and e.node == "decode-0"]
+        stats = ev(
+            "request_time_stats",
+            "decode-0",
+            finish.time,
+            rid=finish.get("rid"),
+            bootstrap_room=finish.get("bootstrap_room"),
+            role="decode",
+        )
+        stats.ranks = {"dp": dp, "tp": dp}
+        return [*events, stats]
+
+    violation = ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION)
+    violation.ranks = {"dp": 2, "tp": 2}
+    in_flight = [on_rank(_served(room, T + 40, T + 90), room) for room in (0, 1, 2)]
+    page, named = _attribute(violation, *[e for events in in_flight for e in events])
+    assert named.severity == "critical" and named.exposure
+    assert named.bootstrap_room == "2" and named.evidence["dp_rank"] == 2
+    # Ranks not logged (no time stats' prefix): every request in flight stays a candidate.
+    plain = ev("kv_canary_violation", "decode-0", T + 50, **VIOLATION)
+    _, listed = _attribute(plain, *[e for room in (0, 1, 2) for e in _served(room, T + 40, T + 90)])
+    assert listed.evidence["in_flight"] == 3
+
+
 def test_a_raised_canary_violation_killed_its_batch_and_names_no_victim():
     """Blind review 38 D6: under `--kv-canary raise` the server died at the check, its request
     in flight was never answered, and the run said "no request logged in flight there" and

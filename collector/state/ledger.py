@@ -1454,6 +1454,9 @@ def apply_event(side: SideRecord, event: Event, fields: dict[str, Any], time: fl
         if side.first_token_latency is None:
             side.first_token_latency = _first_token_from_stamps(get)
     elif kind == "request_time_stats":
+        dp = event.ranks.get("dp")
+        if dp is not None:
+            side.dp_rank = dp
         side.has_stats = True
         role = get("role")
         role = (role.strip() or None) if type(role) is str else text_or_none(role)
@@ -1727,6 +1730,8 @@ def merge_side(side: SideRecord, later: SideRecord) -> None:
     side.touch(later.last_time)
     if later.logged:
         side.logged = True
+    if later.dp_rank is not None:
+        side.dp_rank = later.dp_rank
     for source in later.sources:
         side.note_source(source)
     if later.received_time is not None and (

@@ -91,6 +91,9 @@ class SideRecord:
     # A line of a log, an export or a snapshot named the request on this node (else only a
     # trace span did, by its server's name in traces).
     logged: bool = False
+    # The data-parallel rank whose scheduler ran it (its time stats' `DPn` prefix): with DP
+    # attention each rank has a KV pool of its own.
+    dp_rank: int | None = None
     sources: list[str] = field(default_factory=list)
 
     # -- facts ---------------------------------------------------------------------------------
