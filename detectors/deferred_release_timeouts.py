@@ -92,6 +92,22 @@ def _with_joined(rates: deque[float], joined: float) -> deque[float]:
     return deque((r if r == _UNMEASURED else r + joined for r in rates), maxlen=rates.maxlen)
 
 
+# What to do, by the rule that fired: a longer release timeout lets a transfer still writing
+# finish before the pages go back, but holds pages longer, and does nothing for a release that
+# failed (blind review 51 D6/D8: both were told to raise it).
+_ADVICE: Final = {
+    "timeouts": "raise the release timeout and find the aborts",
+    "held": (
+        "held pages wait on prefill's drain acks (a longer release timeout holds them longer): "
+        "find the aborts and the prefill whose acks stopped"
+    ),
+    "errors": (
+        "failed releases end in an exception (decode's traceback after `Deferred KV release "
+        "failed`): find its cause and the aborts"
+    ),
+}
+
+
 class DeferredReleaseTimeoutsConfig(StormConfig):
     # Baseline floors, so an empty history does not make one timeout a storm.
     prior_timeouts: float = Field(default=1.0, gt=0)
@@ -1156,7 +1172,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         )
         summary = (
             f"{head}{spread}{span}{extra}{self._priors_said()}: late RDMA writes can corrupt "
-            "re-let pages; raise the release timeout and find the aborts"
+            f"re-let pages; {_ADVICE.get(rule, _ADVICE['timeouts'])}"
         )
         time = span_start + cfg.window_seconds
         if rule in ("sustained", "steady"):
