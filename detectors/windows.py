@@ -158,9 +158,7 @@ class CounterDeltas:
         12.0
         """
         previous = self._previous(series, time, absent_since, started_at)
-        increase = self.delta(
-            series, value, time, absent_since=absent_since, started_at=started_at
-        )
+        increase = self.delta(series, value, time, absent_since=absent_since, started_at=started_at)
         if previous is None or previous[1] is None or time is None:
             return increase
         elapsed = time - previous[1]
