@@ -341,6 +341,7 @@ class _StormTally:
         "windows",
         "timeouts",
         "errors",
+        "held",
         "nodes",
         "mismatches",
         "critical_from",
@@ -360,26 +361,41 @@ class _StormTally:
         self.windows = 0
         self.timeouts = 0.0
         self.errors = 0.0
+        # The most requests' pages the held gauge read during it (blind review 51 D6: "up to
+        # 8 held", the first window's, of a hold that rose to 60).
+        self.held = 0.0
         self.nodes: set[str] = set()
         self.mismatches = 0
         # When the storm turned critical, and what it had counted before then (as a warning).
         self.critical_from: float | None = None
         self.warned: _StormTally | None = None
-        self._gap: list[tuple[float, float, set[str], int]] = []
+        self._gap: list[tuple[float, float, set[str], int, float]] = []
 
     def fired(
-        self, end: float, timeouts: float, errors: float, nodes: set[str], windows: int = 1
+        self,
+        end: float,
+        timeouts: float,
+        errors: float,
+        nodes: set[str],
+        windows: int = 1,
+        held: float = 0.0,
     ) -> None:
         for gap in self._gap:
             self._add(*gap)
         self._gap.clear()
-        self._add(timeouts, errors, nodes, windows)
+        self._add(timeouts, errors, nodes, windows, held)
         self.end = self.counted_to = end
 
     def quiet(
-        self, end: float, timeouts: float, errors: float, nodes: set[str], windows: int = 1
+        self,
+        end: float,
+        timeouts: float,
+        errors: float,
+        nodes: set[str],
+        windows: int = 1,
+        held: float = 0.0,
     ) -> None:
-        self._gap.append((timeouts, errors, nodes, windows))
+        self._gap.append((timeouts, errors, nodes, windows, held))
         self.counted_to = end
 
     def turn_critical(self, at: float) -> None:
@@ -389,20 +405,25 @@ class _StormTally:
             return
         warned = _StormTally(self.start)
         warned.end, warned.windows = self.end, self.windows
-        warned.timeouts, warned.errors = self.timeouts, self.errors
+        warned.timeouts, warned.errors, warned.held = self.timeouts, self.errors, self.held
         warned.nodes, warned.mismatches = set(self.nodes), self.mismatches
         warned.critical_from = self.critical_from = at
         self.warned = warned
 
-    def _add(self, timeouts: float, errors: float, nodes: set[str], windows: int) -> None:
+    def _add(
+        self, timeouts: float, errors: float, nodes: set[str], windows: int, held: float
+    ) -> None:
         self.windows += windows
         self.timeouts += timeouts
         self.errors += errors
+        self.held = max(self.held, held)
         self.nodes |= nodes
 
     def said(self) -> str:
         minutes = (self.end - self.start) / 60
         errors = f" and {self.errors:,.0f} failed releases" if self.errors else ""
+        if self.held:
+            errors += f", up to {self.held:,.0f} requests' pages held"
         names = sorted(self.nodes)
         on = f" on {' and '.join([', '.join(names[:-1]), names[-1]] if len(names) > 1 else names)}"
         corrupt = (
@@ -429,6 +450,7 @@ class _StormTally:
             "windows": self.windows,
             "timeouts": self.timeouts,
             "errors": self.errors,
+            "held": self.held,
             "nodes": sorted(self.nodes),
             "mismatches": self.mismatches,
         }
@@ -796,11 +818,12 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         timeouts: float,
         errors: float,
         lead: _Lead | None = None,
-    ) -> tuple[float, float, float, set[str], int]:
+    ) -> tuple[float, float, float, set[str], int, float]:
         """What the window from `start` adds to its storm's tally: (its end, timeouts, failed
-        releases, nodes, windows). A window's share of a /metrics increase spread over far-apart
-        samples is what it is judged by, but where the span lies within the storm the storm held the
-        whole increase, and the lead's it began with (blind review 44: a storm of 34 timeouts
+        releases, nodes, windows, the most pages held). A window's share of a /metrics increase
+        spread over far-apart samples is what it is judged by, but where the span lies within
+        the storm the storm held the whole increase, and the lead's it began with (blind
+        review 44: a storm of 34 timeouts
         in half an hour, scraped every 15 minutes, said "7 timeouts in 300s" and nothing of the
         other 27). Its windows are those of the spans, but for any the tally already holds, and
         with no line of its own it ends at the later sample (blind review 45 D6: "10:45 to 11:05"
@@ -830,7 +853,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             timeouts = min(
                 timeouts, sum(window.outcome_count(node, "timeout") for node in troubled)
             )
-        return end, timeouts, errors, troubled, windows
+        return end, timeouts, errors, troubled, windows, window.held.get("*", 0.0)
 
     def _troubled(self, window: _Window, nodes: set[str]) -> set[str]:
         """The nodes whose releases failed or held pages in `window`, or timed out beyond their

@@ -404,6 +404,21 @@ def test_held_gauge_rising_far_above_its_baseline():
     assert finding.evidence["rule"] == "held" and finding.evidence["held"] == 40.0
 
 
+def test_a_hold_rising_after_it_fired_is_said_at_its_peak() -> None:
+    """Blind review 51 D6: a held gauge that fired at 8 and rose to 60 was said as "up to 8
+    requests' pages held", the first window's reading; the whole storm says its peak, and a
+    hold is not told to raise the release timeout, which would hold pages longer."""
+    events = [held(T + 60 * k, 0.0) for k in range(120)]
+    events += [held(T + 7200 + 300 * k, value) for k, value in enumerate((8.0, 24.0, 60.0, 60.0))]
+    events += [held(T + 8400 + 300 * k, 0.0) for k in range(12)]
+    findings = _revised(events)
+    assert findings and findings[0].evidence["rule"] == "held"
+    said = findings[0].summary
+    assert "up to 60 requests' pages held" in said, said
+    assert findings[0].evidence["storm"]["held"] == 60.0
+    assert "raise the release timeout" not in said
+
+
 def test_the_node_named_is_the_one_whose_releases_went_wrong_by_the_rule_that_fired():
     # decode-0 times out now and then; decode-1's pages pile up, then its releases fail. The
     # finding names decode-1 each time, not the first node by name or by timeouts.
