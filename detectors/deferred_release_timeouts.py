@@ -324,6 +324,17 @@ class _Counts:
         self.held = window.held.get("*", 0.0)
 
 
+class _Share(NamedTuple):
+    """What one window adds to its storm's tally (`DeferredReleaseTimeouts._storm_share`)."""
+
+    end: float
+    timeouts: float
+    errors: float
+    nodes: set[str]
+    windows: int
+    held: float
+
+
 class _StormTally:
     """What one storm counted from its first window over the bar to its last: each finding
     says the window it was raised in, and a responder asks how long the storm ran and how
@@ -369,34 +380,19 @@ class _StormTally:
         # When the storm turned critical, and what it had counted before then (as a warning).
         self.critical_from: float | None = None
         self.warned: _StormTally | None = None
-        self._gap: list[tuple[float, float, set[str], int, float]] = []
+        # Quiet windows inside its gap: counted once another window fires after them.
+        self._gap: list[_Share] = []
 
-    def fired(
-        self,
-        end: float,
-        timeouts: float,
-        errors: float,
-        nodes: set[str],
-        windows: int = 1,
-        held: float = 0.0,
-    ) -> None:
+    def fired(self, share: _Share) -> None:
         for gap in self._gap:
-            self._add(*gap)
+            self._add(gap)
         self._gap.clear()
-        self._add(timeouts, errors, nodes, windows, held)
-        self.end = self.counted_to = end
+        self._add(share)
+        self.end = self.counted_to = share.end
 
-    def quiet(
-        self,
-        end: float,
-        timeouts: float,
-        errors: float,
-        nodes: set[str],
-        windows: int = 1,
-        held: float = 0.0,
-    ) -> None:
-        self._gap.append((timeouts, errors, nodes, windows, held))
-        self.counted_to = end
+    def quiet(self, share: _Share) -> None:
+        self._gap.append(share)
+        self.counted_to = share.end
 
     def turn_critical(self, at: float) -> None:
         """The storm turns critical at `at`, its first sign of corrupt KV (in a window not yet
@@ -410,14 +406,12 @@ class _StormTally:
         warned.critical_from = self.critical_from = at
         self.warned = warned
 
-    def _add(
-        self, timeouts: float, errors: float, nodes: set[str], windows: int, held: float
-    ) -> None:
-        self.windows += windows
-        self.timeouts += timeouts
-        self.errors += errors
-        self.held = max(self.held, held)
-        self.nodes |= nodes
+    def _add(self, share: _Share) -> None:
+        self.windows += share.windows
+        self.timeouts += share.timeouts
+        self.errors += share.errors
+        self.held = max(self.held, share.held)
+        self.nodes |= share.nodes
 
     def said(self) -> str:
         minutes = (self.end - self.start) / 60
@@ -818,16 +812,15 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
         timeouts: float,
         errors: float,
         lead: _Lead | None = None,
-    ) -> tuple[float, float, float, set[str], int, float]:
-        """What the window from `start` adds to its storm's tally: (its end, timeouts, failed
-        releases, nodes, windows, the most pages held). A window's share of a /metrics increase
-        spread over far-apart samples is what it is judged by, but where the span lies within
-        the storm the storm held the whole increase, and the lead's it began with (blind
-        review 44: a storm of 34 timeouts
-        in half an hour, scraped every 15 minutes, said "7 timeouts in 300s" and nothing of the
-        other 27). Its windows are those of the spans, but for any the tally already holds, and
-        with no line of its own it ends at the later sample (blind review 45 D6: "10:45 to 11:05"
-        of a storm said to lie between the samples at 10:45 and 11:00)."""
+    ) -> _Share:
+        """What the window from `start` adds to its storm's tally. A window's share of a
+        /metrics increase spread over far-apart samples is what it is judged by, but where the
+        span lies within the storm the storm held the whole increase, and the lead's it began
+        with (blind review 44: a storm of 34 timeouts in half an hour, scraped every 15
+        minutes, said "7 timeouts in 300s" and nothing of the other 27). Its windows are those
+        of the spans, but for any the tally already holds, and with no line of its own it ends
+        at the later sample (blind review 45 D6: "10:45 to 11:05" of a storm said to lie
+        between the samples at 10:45 and 11:00)."""
         width = self.config.window_seconds
         first, end = start, start + width
         if window.spread_from is not None:
@@ -853,7 +846,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             timeouts = min(
                 timeouts, sum(window.outcome_count(node, "timeout") for node in troubled)
             )
-        return end, timeouts, errors, troubled, windows, window.held.get("*", 0.0)
+        return _Share(end, timeouts, errors, troubled, windows, window.held.get("*", 0.0))
 
     def _troubled(self, window: _Window, nodes: set[str]) -> set[str]:
         """The nodes whose releases failed or held pages in `window`, or timed out beyond their
@@ -1086,7 +1079,7 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                 if episode.severity == "warning" and window.mismatches:
                     tally.turn_critical(window.first_sign or start)
                 counted = self._storm_share(window, start, tally, timeouts, errors)
-                tally.fired(*counted)
+                tally.fired(counted)
                 tally.mismatches = episode.mismatches
             if episode.severity == "warning" and window.mismatches:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -1115,9 +1108,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
                     # Its last timeouts, seconds into the window after its last: the storm's,
                     # where the normal before it made them seldom (blind review 45 D4: "24
                     # timeouts" to 12:40:00 of a storm whose 25th came at 12:40:06).
-                    tally.fired(*counted)
+                    tally.fired(counted)
                 else:
-                    tally.quiet(*counted)
+                    tally.quiet(counted)
                 tally.mismatches = episode.mismatches
             if warned and window.mismatches and episode.start is not None:
                 return self._corrupt_after(episode, window.mismatches, start)
@@ -1143,9 +1136,9 @@ class DeferredReleaseTimeouts(StormDetector[DeferredReleaseTimeoutsConfig, _Wind
             tally.turn_critical(window.first_sign or start)
         counted = self._storm_share(window, start, tally, timeouts, errors, lead if new else None)
         if new or rule not in ("sustained", "steady") or timeouts >= cfg.min_timeouts:
-            tally.fired(*counted)
+            tally.fired(counted)
         else:  # fired by the hour before it, not by its own few: the storm's tail, not its end
-            tally.quiet(*counted)
+            tally.quiet(counted)
         tally.mismatches = mismatches
         severity: Severity = "critical" if mismatches > 0 else "warning"
         if not new and (episode.severity == "critical" or severity == episode.severity):
