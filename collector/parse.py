@@ -777,25 +777,18 @@ class StampsInLine:
                     self.zone_jump = when - self.clock
                 return out
             zone_clock = self.zone_clock
-            if (
-                zone_clock is not None
-                and when < self.clock - OUT_OF_LINE_SECONDS
-                and zone_clock.falls_back(when, self.clock)
-            ):
-                event.time = when = zone_clock.fall_back(when)
-            elif (
-                zone_clock is not None
-                and when < self.clock - OUT_OF_LINE_SECONDS
-                and _zone_step(self.clock - when)
-            ):
-                # A jump back of whole quarter hours in a zone the stamps tell: a daylight-
-                # saving change back, the repeated hour, held until the votes move the zone
-                # (blind review 48 D1: read an hour early until then, five honest answers
-                # came before the restart that fixed their pool, and were named exposed).
-                held.append(event)
-                self.zone_held = zone_clock.shift
-                self.zone_jump = when - self.clock
-                return out
+            if zone_clock is not None and when < self.clock - OUT_OF_LINE_SECONDS:
+                if zone_clock.falls_back(when, self.clock):
+                    event.time = when = zone_clock.fall_back(when)
+                elif _zone_step(self.clock - when):
+                    # A jump back of whole quarter hours in a zone the stamps tell: a daylight-
+                    # saving change back, the repeated hour, held until the votes move the zone
+                    # (blind review 48 D1: read an hour early until then, five honest answers
+                    # came before the restart that fixed their pool, and were named exposed).
+                    held.append(event)
+                    self.zone_held = zone_clock.shift
+                    self.zone_jump = when - self.clock
+                    return out
             # `_read_at`, spelt out: this runs for every event.
             if when < self.first:
                 self.first = when
