@@ -473,18 +473,14 @@ def log_zones_line(summary: dict[str, Any]) -> str:
         for node, zones in offsets.items()
         if node not in aligned and node not in by_startup
     }
-    by_zones: dict[str, list[str]] = {}
-    for node, zones in sorted(told.items()):
-        # A zone that changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`.
-        by_zones.setdefault("UTC" + ", then ".join(zones), []).append(node)
-    parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
+    parts = [f"{', '.join(nodes)} in {zones}" for zones, nodes in sorted(_by_zones(told).items())]
     said = (
         f"Log stamps of {'; '.join(parts)} (the UTC stamps in their own request lines say so) "
         "were converted to UTC, as every time here is."
         if parts
         else ""
     )
-    started = _zones_by_startup(by_startup, offsets)
+    started = _startup_zones_said(by_startup, offsets)
     skewed = _skewed_clocks(skews, set(unknown))
     stepped = _stepped_clocks(summary["input"].get("log_clock_steps") or {})
     apart = _clocks_apart(summary["input"].get("log_clock_offsets") or [])
@@ -497,14 +493,20 @@ def log_zones_line(summary: dict[str, Any]) -> str:
     )
 
 
-def _zones_by_startup(by_startup: dict[str, str], offsets: dict[str, list[str]]) -> str:
+def _by_zones(zones_of: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The nodes (in name order) by the zones their stamps were in, as read: a zone that
+    changed on the way (daylight saving time) reads `UTC+02:00, then +01:00`."""
+    nodes_in: dict[str, list[str]] = {}
+    for node, zones in sorted(zones_of.items()):
+        nodes_in.setdefault("UTC" + ", then ".join(zones), []).append(node)
+    return nodes_in
+
+
+def _startup_zones_said(by_startup: dict[str, str], offsets: dict[str, list[str]]) -> str:
     """Zoneless logs whose zone the saved `/server_info`'s `startup_time` told: said apart
     from stamps' zones, since a responder checking it looks at the snapshot, not the lines."""
-    by_zones: dict[str, list[str]] = {}
-    for node, zone in sorted(by_startup.items()):
-        zones = offsets.get(node) or [zone]
-        by_zones.setdefault("UTC" + ", then ".join(zones), []).append(node)
-    parts = [f"{_listed(nodes)} in {zones}" for zones, nodes in sorted(by_zones.items())]
+    zones_of = {node: offsets.get(node) or [zone] for node, zone in by_startup.items()}
+    parts = [f"{_listed(nodes)} in {zones}" for zones, nodes in sorted(_by_zones(zones_of).items())]
     if not parts:
         return ""
     return (
