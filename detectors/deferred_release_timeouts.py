@@ -225,8 +225,11 @@ class _Window:
         """Take out the timeouts of holds whose transfer was lost to a prefill that was seen
         starting again: the process that could have written into those pages is gone
         (`collector.state.lost_transfers`). Asked when the window is judged, once the restart
-        has had the window's span to show."""
+        has had up to `STARTED_WITHIN_SECONDS` after the loss to show (`restart_awaited`)."""
         ctx.lost.take_restarted(self.timeout_rooms, ctx.timeline, self.excused)
+
+    def restart_awaited(self, ctx: DetectionContext) -> float | None:
+        return ctx.lost.restart_awaited(self.timeout_rooms, ctx.timeline)
 
     def nodes(self) -> set[str]:
         return set(self.timeout_rooms) | set(self.error_rooms) | set(self.metric)

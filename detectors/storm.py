@@ -139,6 +139,11 @@ class WindowState(Protocol):
         """Move what `node` added to a window of its own (returned)."""
         ...
 
+    def restart_awaited(self, ctx: DetectionContext) -> float | None:
+        """Until when a prefill start, not read yet, could still take out some of what the
+        window holds (`LostTransfers.restart_awaited`); None when nothing waits for one."""
+        ...
+
     def to_state(self) -> dict[str, Any]: ...
 
     @classmethod
@@ -171,6 +176,11 @@ class StormDetector(Detector[S], Generic[S, W]):
         # The window before, when it did not fire: its count and the baseline it was judged
         # against (`burst_score`).
         self.quiet_window_: tuple[float, float] | None = None
+        # Windows closed but not judged yet, in order: (start, window, nodes that reported in
+        # it). One holding transfers lost to a prefill waits for that prefill's restart to be
+        # read (`_awaited`), and those after it wait behind it; and when to ask it again.
+        self.waiting_: list[tuple[float, W, set[str]]] = []
+        self.recheck_at_: float | None = None
         # Windows closed during the warm-up, not judged yet: (start, window).
         self.held_: list[tuple[float, W]] = []
         self.warm_ = self.config.warmup_windows == 0
@@ -201,6 +211,11 @@ class StormDetector(Detector[S], Generic[S, W]):
             "logged": dict(self.logged_),
             "logged_at": dict(self.logged_at_),
             "quiet_window": list(self.quiet_window_) if self.quiet_window_ else None,
+            "waiting": [
+                [start, window.to_state(), sorted(active)]
+                for start, window, active in self.waiting_
+            ],
+            "recheck_at": self.recheck_at_,
             "held": [[start, window.to_state()] for start, window in self.held_],
             "warm": self.warm_,
             "seeded": self.seeded_,
@@ -228,6 +243,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         self.logged_at_ = {str(k): int(v) for k, v in (state.get("logged_at") or {}).items()}
         quiet = state.get("quiet_window")
         self.quiet_window_ = (float(quiet[0]), float(quiet[1])) if quiet else None
+        self.waiting_ = [
+            (float(start), self.window_class.from_state(window), {str(n) for n in active})
+            for start, window, active in state.get("waiting") or []
+        ]
+        recheck_at = state.get("recheck_at")
+        self.recheck_at_ = None if recheck_at is None else float(recheck_at)
         self.held_ = [
             (float(start), self.window_class.from_state(window))
             for start, window in state.get("held") or []
@@ -280,7 +301,9 @@ class StormDetector(Detector[S], Generic[S, W]):
         clock = self.__dict__.get("clock_")
         if not isinstance(clock, WindowClock) or clock.start is None:
             return -math.inf
-        return clock.start + clock.width
+        due = clock.start + clock.width
+        recheck = self.__dict__.get("recheck_at_")
+        return due if recheck is None else min(due, recheck)
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
         clock = self.clock_
@@ -295,6 +318,12 @@ class StormDetector(Detector[S], Generic[S, W]):
         for start in self.clock_.due(now, max_windows=self.config.baseline_windows):
             window, self.window_ = self.window_, self.window_class()
             active, self.active_ = self.active_, set()
+            self.waiting_.append((start, window, active))
+        while self.waiting_:
+            start, window, active = self.waiting_[0]
+            if self._awaited(window, ctx, now):
+                break
+            del self.waiting_[0]
             if self.reports_ and not active:
                 # No node reported: a window not seen, not a quiet one.
                 self._unobserved()
@@ -327,6 +356,18 @@ class StormDetector(Detector[S], Generic[S, W]):
             for node in sorted(self.late_):
                 findings.extend(self._join(node, ctx))
         return findings
+
+    def _awaited(self, window: W, ctx: DetectionContext, now: float) -> bool:
+        """Whether `window` still waits for a prefill restart to be read before it is judged
+        (never at the end of input); asked again `RECHECK_SECONDS` later, or at its end."""
+        self.recheck_at_ = None
+        if math.isinf(now):
+            return False
+        until = window.restart_awaited(ctx)
+        if until is None or now >= until:
+            return False
+        self.recheck_at_ = min(until, now + RECHECK_SECONDS)
+        return True
 
     def _look_back(self, ctx: DetectionContext, *, final: bool = False) -> list[Finding]:
         """The warm-up again, against the normal of the last `hindsight_windows` after it:
@@ -543,6 +584,9 @@ class StormDetector(Detector[S], Generic[S, W]):
         storm, a burst across its boundary) and enters no baseline."""
         self.quiet_window_ = None
 
+
+# Event time between two asks of whether a window still waits for a prefill's restart.
+RECHECK_SECONDS = 60.0
 
 # Windows of history the bar must rest on before a window is judged with the one before it:
 # at the start of the logs a steady rate would otherwise be twice a prior that knows nothing.

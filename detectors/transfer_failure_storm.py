@@ -107,6 +107,9 @@ class _Window:
         (`collector.state.lost_transfers`). Idempotent: asked each time the window is read."""
         ctx.lost.take_restarted(self.rooms, ctx.timeline, self.excused)
 
+    def restart_awaited(self, ctx: DetectionContext) -> float | None:
+        return ctx.lost.restart_awaited(self.rooms, ctx.timeline)
+
     def node_rooms(self, node: str, holds: Holds) -> set[str]:
         aborted = self.aborts.get(node, {})
         return self.rooms.get(node, set()) | {r for r, t in aborted.items() if not holds(node, t)}

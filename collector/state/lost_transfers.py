@@ -94,27 +94,34 @@ class LostTransfers:
         node decode lost, silent since, counts as restarted when another prefill node of its
         model starts around the loss (blind review 35 D5 follow-up: a Kubernetes rollout read
         as the race's storm)."""
+        return self._restart(room, timeline)[0]
+
+    def _restart(self, room: object, timeline: ConfigTimeline) -> tuple[str | None, bool]:
+        """`to_restart`, and whether that is settled: a node seen starting again stays so, but
+        a pod read as replaced is so only while it stays silent (it may log again, hung, not
+        gone), and a prefill not seen starting may still be."""
         lost = self._rooms.get(str(room))
         if lost is None:
-            return None
+            return None, True
         when, host, port = lost
         owner = timeline.bootstrap_node(host, port, when) if host else None
         if owner is None:
             nodes = [n for n in timeline.nodes() if _prefill(timeline, n, when)]
-            return next((n for n in nodes if _started_around(timeline, n, when)), None)
+            started = next((n for n in nodes if _started_around(timeline, n, when)), None)
+            return started, started is not None
         if _started_around(timeline, owner, when):
-            return owner
+            return owner, True
         told = timeline.last_told(owner)
         config = timeline.current(owner)
         if told is None or told > when + SILENT_AFTER_SECONDS or config is None:
-            return None  # it went on: hung, not gone, it may still write
+            return None, False  # it went on: hung, not gone, it may still write
         replaced = any(
             _prefill(timeline, other, when + STARTED_WITHIN_SECONDS)
             and _started_around(timeline, other, when)
             for other in timeline.nodes_with_model(config.model)
             if other != owner
         )
-        return owner if replaced else None
+        return (owner if replaced else None), False
 
     def take_restarted(
         self, rooms_by_node: dict[str, set[str]], timeline: ConfigTimeline, taken: dict[str, int]
@@ -132,6 +139,26 @@ class LostTransfers:
                 taken[node] = taken.get(node, 0) + len(gone)
                 if not rooms:
                     del rooms_by_node[node]
+
+    def restart_awaited(
+        self, rooms_by_node: dict[str, set[str]], timeline: ConfigTimeline
+    ) -> float | None:
+        """Until when a prefill start could still take out some of these rooms: the latest of
+        their losses plus `STARTED_WITHIN_SECONDS`, of the rooms whose restart is not settled
+        (`_restart`); None when none is. A storm window waits for it before it is judged: a
+        prefill that crashes, is lost 10 s later and restarts two minutes after that is read
+        after the window holding its losses closes (blind review 52 D1)."""
+        if not self._rooms:
+            return None
+        awaited: float | None = None
+        for rooms in rooms_by_node.values():
+            for room in rooms:
+                lost = self._rooms.get(str(room))
+                if lost is None or self._restart(room, timeline)[1]:
+                    continue
+                until = lost[0] + STARTED_WITHIN_SECONDS
+                awaited = until if awaited is None else max(awaited, until)
+        return awaited
 
     def restarted(self, timeline: ConfigTimeline) -> Counter[str]:
         """Prefill node -> the transfers lost to its restart, of those remembered."""
