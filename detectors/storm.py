@@ -150,6 +150,14 @@ class WindowState(Protocol):
     def from_state(cls, state: dict[str, Any]) -> Self: ...
 
 
+class Learned(Protocol):
+    """What a storm detector learns as windows close (a `Baseline`, or the like)."""
+
+    def freeze(self) -> None:
+        """Keep what it learned: windows judged again do not enter it (`_look_back`)."""
+        ...
+
+
 S = TypeVar("S", bound=StormConfig)
 W = TypeVar("W", bound=WindowState)
 
@@ -575,7 +583,7 @@ class StormDetector(Detector[S], Generic[S, W]):
         """Add the levels of `other`'s baselines (a late node's, just seeded) to these."""
         raise NotImplementedError
 
-    def _baselines(self) -> list[Baseline]:
+    def _baselines(self) -> list[Learned]:
         """The baselines the detector learns as windows close."""
         raise NotImplementedError
 

@@ -47,6 +47,7 @@ from detectors.engine_version import holds_aborted_pages
 from detectors.finding import Finding, Severity
 from detectors.storm import (
     Episode,
+    Learned,
     StormConfig,
     StormDetector,
     baseline_said,
@@ -420,7 +421,7 @@ class TransferFailureStorm(StormDetector[TransferFailureStormConfig, _Window]):
         bar = cfg.ratio * max(normal_level(values), cfg.prior_failures)
         self.baseline_ = Baseline(cfg.baseline_windows, [settled_level(values, bar)])
 
-    def _baselines(self) -> list[Baseline]:
+    def _baselines(self) -> list[Learned]:
         return [self.baseline_]
 
     def _absorb(self, other: TransferFailureStorm) -> None:
