@@ -70,6 +70,7 @@ import numpy as np
 from pydantic import Field
 
 from collector.events import PREFILL_BATCH, Event
+from collector.state.config_timeline import NodeConfig
 from collector.state.prefill_hits import PREFILL_HIT, PrefillHits
 from collector.state.request_record import RequestRecord, SideRecord
 from detectors.base import Detector, DetectorConfig
@@ -78,6 +79,8 @@ from detectors.engine_version import refuses_for_good
 from detectors.finding import Finding, Severity
 from detectors.pool_in_force import (
     LENIENT_BASIS,
+    PoolInForce,
+    hosts_ruled_out,
     pool_in_force,
     serving_model,
     strictest_prefill_pool,
@@ -677,11 +680,23 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         review 47, a healthy 0.5.23 fleet with pools over the context whose agentic turns'
         prefix hits only multi-sequence batch lines stated: 61 honest answers named exposed."""
         when = record.began
+        host, ruled_out = hosts_ruled_out(record, ctx)
+        configs: list[NodeConfig | None]
         if record.prefill is not None:
             configs = [ctx.config_at(record.prefill.node, when)]
         else:  # the prefill nodes it may have met, else the node that answered
             model = serving_model(record, ctx)
             configs = [c for c in ctx.timeline.configs_at(when, model) if c.role == "prefill"]
+            if ruled_out:
+                # Decode names the host it met: not the nodes that announced others (blind
+                # review 53 D2: a healthy prefill's cache hits, its logs missing and decode
+                # saying `cached_tokens: 0`, named exposed against the leaking node's pool).
+                configs = [c for c in configs if c is not None and c.node not in ruled_out]
+                if not configs:
+                    return (
+                        f"it was prefilled on {host}, which no log read announced: its pool "
+                        "is not known"
+                    )
             if not configs and record.serving is not None:
                 configs = [ctx.config_at(record.serving.node, when)]
         fixed = [c for c in configs if c is not None and refuses_for_good(c.version)]
@@ -691,9 +706,12 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 return f"{node} ran {version}, which refuses an over-length prompt for good"
             return "every prefill node ran a release that refuses an over-length prompt for good"
         prompt = record.prompt_tokens
-        pool = pool_in_force(record, ctx)
-        if pool is not None and pool.basis == LENIENT_BASIS:
-            pool = strictest_prefill_pool(record, ctx)
+        if ruled_out:
+            pool = _strictest(configs)
+        else:
+            pool = pool_in_force(record, ctx)
+            if pool is not None and pool.basis == LENIENT_BASIS:
+                pool = strictest_prefill_pool(record, ctx)
         if pool is None or prompt is None or prompt > pool.longest_accepted:
             return None
         return (
@@ -784,6 +802,19 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         prompt = record.prompt_tokens
         pool = pool_in_force(record, ctx)
         return pool is None or prompt is None or prompt <= pool.longest_accepted
+
+
+def _strictest(configs: list[NodeConfig | None]) -> PoolInForce | None:
+    """Of the prefill nodes a request may have met, the pool taking the shortest prompts;
+    None when one of them is not known (it could be stricter still)."""
+    strictest: PoolInForce | None = None
+    for config in configs:
+        pool = PoolInForce.of(config, "strictest prefill pool it may have met") if config else None
+        if pool is None:
+            return None
+        if strictest is None or pool.longest_accepted < strictest.longest_accepted:
+            strictest = pool
+    return strictest
 
 
 def decode_wait(durations: dict[str, float]) -> float | None:

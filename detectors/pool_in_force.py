@@ -279,6 +279,24 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
     return said
 
 
+def hosts_ruled_out(record: RequestRecord, ctx: DetectionContext) -> tuple[str, frozenset[str]]:
+    """Decode's `bootstrap_host[:port]` of a request with no prefill side read, and the prefill
+    nodes it rules out: those that announced other addresses (`_ruled_out`), and those met at
+    other hosts by the answers whose prefill side was read (`RoomPairs.hosts`); an empty set
+    when it rules out none, or names a node read (`pool_in_force` judges by that one)."""
+    serving = record.serving
+    if record.prefill is not None or serving is None or serving.bootstrap_host is None:
+        return "", frozenset()
+    host, port = serving.bootstrap_host, serving.bootstrap_port
+    timeline = ctx.timeline
+    if timeline.bootstrap_node(host, port, record.began) is not None:
+        return "", frozenset()
+    said = host if port is None else f"{host}:{port}"
+    normal = normal_host(host)
+    met = {node for node, hosts in ctx.pairs.hosts.items() if hosts and normal not in hosts}
+    return said, frozenset(met | (_ruled_out(host, timeline) or frozenset()))
+
+
 def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
     """Of the deployment's prefill nodes in force at the request's time, the one that takes
     the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the
