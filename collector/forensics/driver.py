@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -118,6 +118,9 @@ MAX_REFUSALS_HELD = 100_000
 STUB_OF_REFUSAL_SECONDS: Final = 2
 # Releases remembered to count a release logged by several TP ranks once (they log it together).
 RECENT_RELEASES = 4096
+# Logged releases that timed out or failed remembered per node and outcome, for what a counter
+# sample adds to them (`_Evidence.release_sample`).
+LOGGED_RELEASES = 4096
 # Timeouts of transfers lost with their prefill held until the end to be told apart; past it,
 # each counts as the race's at once.
 MAX_LOST_TIMEOUTS = 100_000
@@ -180,6 +183,8 @@ class _Evidence:
         # series -> its increases so far, and the increases' reader (resets are restarts).
         self._release_counts: dict[tuple[str, str, str, str], float] = {}
         self._release_deltas = CounterDeltas()
+        # (node, outcome) -> when its logged releases timed out or failed, lately (each once).
+        self._logged_releases: dict[tuple[str, str], deque[float]] = {}
         # kind ("timeout": logged, "counted": decode's counters) -> node -> the first and last
         # time it was seen: whether the race went on to the end of a node's logs is told from
         # these, counters included (blind review 34 D2: a storm seen only in /metrics).
@@ -492,6 +497,8 @@ class _Evidence:
         if not isinstance(labels, dict) or not isinstance(value, int | float):
             return
         series = f"{event.node}|{sorted(labels.items())}"
+        before = self._release_deltas.last.get(series)
+        since = before[1] if before is not None else scraped_before or started_before
         increase = self._release_deltas.delta(
             series,
             float(value),
@@ -509,8 +516,26 @@ class _Evidence:
                 series,
             )
             self._release_counts[key] = self._release_counts.get(key, 0.0) + increase
-            if key[1] in ("timeout", "error"):
+            if key[1] in ("timeout", "error") and increase > self._logged_since(
+                event.node, key[1], since, event.time
+            ):
+                # More than the lines showed since the sample before: a sign the lines missed,
+                # dated at this sample. No more, it is those lines' (dated as logged): blind
+                # review 53 D3, a timeout logged 35 min before the end counted again at the
+                # last scrape read as the race going on to the end.
                 self._race_seen("counted", event.node, event.time)
+
+    def _logged_since(
+        self, node: str, outcome: str, since: float | None, until: float | None
+    ) -> int:
+        """How many of `node`'s logged releases of `outcome` came after `since` (all of those
+        remembered when not known), up to `until`."""
+        times = self._logged_releases.get((node, outcome)) or ()
+        return sum(
+            1
+            for when in times
+            if (since is None or when > since) and (until is None or when <= until)
+        )
 
     def _race_seen(self, kind: str, node: str | None, when: float | None) -> None:
         if when is None or node is None:
@@ -570,6 +595,14 @@ class _Evidence:
             self._recent_releases[key] = None
             if len(self._recent_releases) > RECENT_RELEASES:
                 del self._recent_releases[next(iter(self._recent_releases))]
+        outcome = str(event.get("outcome"))
+        if outcome in ("timeout", "error"):
+            logged = self._logged_releases.get((event.node, outcome))
+            if logged is None:
+                logged = self._logged_releases[(event.node, outcome)] = deque(
+                    maxlen=LOGGED_RELEASES
+                )
+            logged.append(when)
         if str(event.get("outcome")) == "timeout" and room is not None and lost.gone(room):
             if len(self._lost_timeouts) < MAX_LOST_TIMEOUTS:
                 self._lost_timeouts.append((event.node, str(room), when))
