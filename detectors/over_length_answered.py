@@ -46,6 +46,13 @@ NO_PREFILL_NAMED: Final = "no prefill node named"
 PREFILL_HOST_UNREAD: Final = "prefill host not read"
 # ... and of the one given where the pool was last told of before the decode node restarted.
 PREFILL_UNTOLD_SINCE_RESTART: Final = "prefill not read since decode restart"
+# ... and of the one given where the pool's node, unread from before the answer, was next read
+# prefilling whole a prompt beyond that pool: a restart with a bigger pool went unread.
+PREFILL_OUTGREW_POOL: Final = "prefill read past its pool later"
+# Prefill sides read are remembered by the minute, per node (`_read_between`).
+READ_MINUTE: Final = 60.0
+# An answer whose pool's node was read within this many minutes of it is judged at once.
+UNREAD_MINUTES: Final = 2
 # ... and of the one given where no room of the decode node met a prefill side read, while
 # other decode nodes' did (`collector.state.room_pairs`).
 PREFILL_NOT_READ: Final = "prefill node not read"
@@ -101,6 +108,12 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # Decode answers waiting to be told the prefill pool since their node's restart: a
         # heap of (until when, order held, record).
         self.untold_: list[tuple[float, int, RequestRecord]] = []
+        # Prefill node -> the minutes in which a request's prefill side on it was read
+        # (`_read_between`).
+        self.read_minutes_: dict[str, set[int]] = {}
+        # "node|generation" -> when a prefill side read on it first prefilled whole a prompt
+        # beyond that generation's pool (`_outgrown`).
+        self.outgrown_: dict[str, float] = {}
 
     def due_at(self) -> float:
         return self.untold_[0][0] if self.untold_ else math.inf
@@ -120,6 +133,14 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         return findings
 
     def _on_request(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:
+        prefill = record.prefill
+        if prefill is not None and not prefill.traced_only:
+            # When its lines were logged (not when the request came: one that came before a
+            # span of the node's logs was lost is logged after it).
+            minutes = self.read_minutes_.setdefault(prefill.node, set())
+            for when in (prefill.first_time, prefill.last_time):
+                if when is not None:
+                    minutes.add(int(when // READ_MINUTE))
         if pairing_undecided(record, ctx) and record.serving is not None:
             # Why: blind review 8a, the first answers of a decode node served by a prefill whose
             # logs were not read were judged against another deployment's pool, before enough
@@ -163,12 +184,21 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             # the timeline knows of that pool (a restart's start-up lines may be missing). Its
             # finish line is no such proof: it says what was asked, not what was computed (a
             # full-prompt "success" in 35 ms hid 20 true exposures, audit O's v04).
+            since = prefill.first_time
+            if prefill.node == pool.node and since is not None:
+                key = f"{pool.node}|{pool.generation}"
+                self.outgrown_[key] = min(self.outgrown_.get(key, since), since)
             return []
         pd = serving.role == "decode"
         if pd:
             untold = self._untold_since_restart(record, serving, prompt, pool, ctx)
             if untold is not None:
                 return untold if late else self._wait_untold(record, ctx)
+            if prefill is None and not late and self._unread_around(pool.node, record.began):
+                return self._wait_untold(record, ctx)
+            outgrown = self._outgrown(record, serving, prompt, pool) if prefill is None else None
+            if outgrown is not None:
+                return outgrown
             consequence = "the answer was probably generated from other requests' KV"
         else:
             consequence = "the prompt was probably truncated"
@@ -310,6 +340,65 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             longest_accepted=pool.longest_accepted,
             pool_last_read=iso_time(told),
             decode_started=iso_time(own.since),
+        )
+
+    def _unread_around(self, node: str, when: float | None) -> bool:
+        """Whether no prefill side on `node` was read within `READ_MINUTE` x `UNREAD_MINUTES`
+        of `when` (so far): what it ran then is told by what is read of it next (`_outgrown`),
+        which the answer waits for (`untold_wait_seconds`)."""
+        if when is None:
+            return False
+        minutes = self.read_minutes_.get(node, set())
+        minute = int(when // READ_MINUTE)
+        return not any(
+            m in minutes for m in range(minute - UNREAD_MINUTES, minute + UNREAD_MINUTES + 1)
+        )
+
+    def _read_between(self, node: str, since: float, until: float) -> bool:
+        """Whether a prefill side on `node` was read in a minute after `since`'s and before
+        `until`'s."""
+        minutes = self.read_minutes_.get(node, set())
+        first, last = int(since // READ_MINUTE) + 1, int(until // READ_MINUTE)
+        if last - first > len(minutes):
+            return any(first <= minute < last for minute in minutes)
+        return any(minute in minutes for minute in range(first, last))
+
+    def _outgrown(
+        self, record: RequestRecord, serving: SideRecord, prompt: int, pool: PoolInForce
+    ) -> list[Finding] | None:
+        """A warning, not an exposure, where the pool's node was next read prefilling whole a
+        prompt beyond that pool, and nothing of it was read between the answer and then: it
+        restarted with a bigger pool unread (its start-up lines in a cut archive), perhaps
+        before this answer. None otherwise.
+
+        Why: blind review 53 D1, a `.gz` cut short lost a prefill's restart onto a bigger pool:
+        20 honest answers after it, prefilled in two minutes each, were named exposed against
+        the old pool, and the leak said to go on. Its leaked answers in the same span stay
+        exposures by their timing (`impossibly_fast_prefill`)."""
+        when = record.began
+        outgrown = self.outgrown_.get(f"{pool.node}|{pool.generation}")
+        if when is None or outgrown is None or outgrown <= when:
+            return None
+        if self._read_between(pool.node, when, outgrown):
+            return None
+        summary = (
+            f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')}, longer than "
+            f"{pool.node}'s pool as last read ({pool.tokens or 0:,} tokens, prompts of up to "
+            f"{pool.longest_accepted:,}); but nothing of {pool.node} was read from then until "
+            f"{iso_time(outgrown)}, when its own time stats show it prefilling whole a prompt "
+            f"beyond that pool: it restarted with a bigger pool unread, perhaps before this "
+            f"answer. If it had not yet, the answer was generated from other requests' KV: "
+            f"read {pool.node}'s logs of that span to tell"
+        )
+        return self._possible(
+            record,
+            serving,
+            summary,
+            PREFILL_OUTGREW_POOL,
+            pool_node=pool.node,
+            pool_tokens=pool.tokens,
+            longest_accepted=pool.longest_accepted,
+            outgrown_at=iso_time(outgrown),
         )
 
     def _wait_untold(self, record: RequestRecord, ctx: DetectionContext) -> list[Finding]:

@@ -1473,3 +1473,57 @@ def test_a_too_fast_answer_the_incident_s_path_cannot_have_served_is_no_exposure
     # Over the pool on a release that hands refusals to decode: the incident's path.
     leaked = judged(500_000, "0.5.19")
     assert (leaked.severity, leaked.exposure) == ("critical", True)
+
+
+def _prefill_read(start: float, end: float, room: int) -> list[Event]:
+    """prefill-0 at work: a short prompt prefilled every two minutes from `start` to `end`."""
+    return [
+        e
+        for k, t in enumerate(np.arange(start, end, 120.0))
+        for e in prefill_ok(room + k, float(t), 2_000)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("read_again_with", "expected"),
+    [
+        (900_000, ("warning", False, "prefill read past its pool later")),
+        (2_000, ("critical", True, None)),
+    ],
+)
+def test_an_answer_in_a_span_its_prefill_was_not_read_waits_for_what_it_ran_next(
+    read_again_with: int, expected: tuple[str, bool, str | None]
+) -> None:
+    """prefill-0's log lost 50 minutes (a cut archive, with its restart onto a bigger pool):
+    decode answered an 800k-token prompt in that span, in two minutes, its prefill side unread.
+    When prefill-0 is read again prefilling a 900k-token prompt whole, past its pool as read,
+    it had restarted unread, perhaps before the answer: a warning (blind review 53 D1: 20
+    honest answers named exposed). Read again with short prompts, the answer stays an
+    exposure."""
+    (finding,) = run(
+        OverLengthAnswered(),
+        LEAKY,
+        _prefill_read(T + 300, T + 3_600, 5_000),
+        decode_answer(1001, T + 4_500, 800_000, ttft=120.0),
+        prefill_ok(2001, T + 6_600, read_again_with, seconds=150.0),
+        decode_answer(2001, T + 6_600, read_again_with, ttft=151.0),
+        _prefill_read(T + 6_900, T + 12_000, 6_000),
+    )
+    assert (
+        finding.severity,
+        finding.exposure,
+        finding.evidence.get("pool_basis") if not finding.exposure else None,
+    ) == expected
+
+
+def test_an_answer_while_its_prefill_was_read_is_judged_by_the_pool_read() -> None:
+    # prefill-0 read around the answer: its pool then is the one read, whatever came later.
+    (finding,) = run(
+        OverLengthAnswered(),
+        LEAKY,
+        _prefill_read(T + 300, T + 6_000, 5_000),
+        decode_answer(1001, T + 4_500, 800_000, ttft=120.0),
+        prefill_ok(2001, T + 6_600, 900_000, seconds=150.0),
+        decode_answer(2001, T + 6_600, 900_000, ttft=151.0),
+    )
+    assert finding.severity == "critical" and finding.exposure
