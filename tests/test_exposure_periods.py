@@ -112,3 +112,18 @@ def test_exposures_after_the_gap_they_followed_had_closed_are_a_period_of_their_
     late_gap = [("2026-08-24T00:00:00.000Z", 1_200_000), ("2026-08-24T12:00:00.000Z", 681_280)]
     early = ["2026-08-24T11:00:00.000Z", *leak]
     assert [p["count"] for p in exposure_periods(_summary(early, late_gap))] == [3]
+
+
+def test_a_response_answered_just_after_the_restart_that_closed_its_gap_is_in_its_period() -> None:
+    """Blind review 53 D4: refused at 10:58:13, answered at 10:58:39, 5 s after the restart
+    that mended the pool at 10:58:34: a period of one response of its own. A response dated
+    at its end may be generated minutes after the restart; the abort race half an hour on is
+    still a period of its own."""
+    mended = [("2026-08-24T00:00:00.000Z", 681_280), ("2026-08-24T10:58:34.000Z", 1_200_000)]
+    leak = ["2026-08-24T08:01:51.264Z", "2026-08-24T10:56:41.681Z", "2026-08-24T10:58:39.527Z"]
+    race = ["2026-08-24T11:30:00.000Z"]
+    periods = exposure_periods(_summary(leak + race, mended))
+    assert [(p["first"], p["last"], p["count"]) for p in periods] == [
+        (leak[0], leak[-1], 3),
+        (race[0], race[0], 1),
+    ]

@@ -1663,6 +1663,11 @@ def exposure_window(exposure: dict[str, Any], joiner: str, opening: str = "") ->
     return window + (f" ({undated:,} of them at times no line states)" if undated else "")
 
 
+# How long after a pool gap closed an exposed response may still be that gap's: a response is
+# dated at its end, and one refused before the restart may be answered minutes after it.
+GAP_TAIL: Final = 600.0
+
+
 def exposure_periods(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The dated exposed responses in periods: a new one begins when the pool gap open at an
     exposure had closed and another opened before the next (a restart that mended the pool,
@@ -1696,6 +1701,11 @@ def exposure_periods(summary: dict[str, Any]) -> list[dict[str, Any]]:
     open_gap: int | None = None
     for at, said in dated:
         index = gap_index(at)
+        if index is None and open_gap is not None and at <= joined[open_gap][1] + GAP_TAIL:
+            # Answered just after the restart that closed the gap: refused before it, and
+            # generated since (blind review 53 D4: an answer 5 s after the restart was a
+            # period of its own).
+            index = open_gap
         # Outside any gap after the open one had closed: not that leak, whose hole was mended
         # (blind review 35 D4: a leak to 12:48 and the abort race from 13:27 read as one).
         mended = index is None and open_gap is not None and at > joined[open_gap][1]
