@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from collector.events import Event
+from collector.events import BOOTSTRAP_SERVER, Event
 from detectors.base import Detector
 from detectors.finding import Finding
 from detectors.impossibly_fast_prefill import (
@@ -1527,3 +1527,46 @@ def test_an_answer_while_its_prefill_was_read_is_judged_by_the_pool_read() -> No
         decode_answer(2001, T + 6_600, 900_000, ttft=151.0),
     )
     assert finding.severity == "critical" and finding.exposure
+
+
+def test_a_fast_answer_decode_names_another_prefill_host_for_is_judged_by_that_nodes_pool():
+    """Blind review 53 D2: a leaking prefill-0 (10.0.0.10) and a healthy prefill-1 whose logs
+    are missing (its snapshots say a 2.04M pool) share decode-0, which says `cached_tokens: 0`
+    of prefill-1's cache hits. Decode names 10.0.1.11, not prefill-0's address, and every
+    answer that met prefill-0 named 10.0.0.10: the prompt met prefill-1, whose pool took it.
+    26 such answers were named exposed against prefill-0's pool."""
+
+    def with_host(events: list[Event], host: str) -> list[Event]:
+        for event in events:
+            if event.kind == "request_received":
+                event.fields.update(bootstrap_host=host, bootstrap_port=8998)
+        return events
+
+    announced = ev(BOOTSTRAP_SERVER, "prefill-0", T + 50, host="10.0.0.10", port=8998)
+    met = [
+        event
+        for k in range(5)
+        for event in prefill_ok(100 + k, T + 300 + 60 * k, 20_000)
+        + with_host(decode_answer(100 + k, T + 300 + 60 * k, 20_000, ttft=2.0), "10.0.0.10")
+    ]
+    elsewhere = with_host(decode_answer(9, T + 5_000, 800_000, ttft=0.05), "10.0.1.11")
+    (finding,) = run(
+        ImpossiblyFastPrefill(**GLM),
+        LEAKY,
+        [announced],
+        boot("prefill-1", "prefill", T, 2_040_000, "0.5.19"),
+        met,
+        elsewhere,
+    )
+    assert (finding.bootstrap_room, finding.severity, finding.exposure) == ("9", "warning", False)
+    assert "prefill-1's pool took prompts of up to 2,039,993 tokens" in finding.summary
+    # Decode naming prefill-0's own address: the incident's path.
+    (leaked,) = run(
+        ImpossiblyFastPrefill(**GLM),
+        LEAKY,
+        [announced],
+        boot("prefill-1", "prefill", T, 2_040_000, "0.5.19"),
+        met,
+        with_host(decode_answer(9, T + 5_000, 800_000, ttft=0.05), "10.0.0.10"),
+    )
+    assert (leaked.severity, leaked.exposure) == ("critical", True)
