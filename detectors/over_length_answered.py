@@ -343,12 +343,14 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         )
 
     def _unread_around(self, node: str, when: float | None) -> bool:
-        """Whether no prefill side on `node` was read within `READ_MINUTE` x `UNREAD_MINUTES`
-        of `when` (so far): what it ran then is told by what is read of it next (`_outgrown`),
-        which the answer waits for (`untold_wait_seconds`)."""
-        if when is None:
+        """Whether prefill sides on `node` were read, but none within `READ_MINUTE` x
+        `UNREAD_MINUTES` of `when` (so far): what it ran then is told by what is read of it
+        next (`_outgrown`), which the answer waits for (`untold_wait_seconds`). A node none of
+        whose requests is read (a sidecar shipped decode's logs alone) tells nothing next: its
+        answers are judged at once."""
+        minutes = self.read_minutes_.get(node)
+        if when is None or not minutes:
             return False
-        minutes = self.read_minutes_.get(node, set())
         minute = int(when // READ_MINUTE)
         return not any(
             m in minutes for m in range(minute - UNREAD_MINUTES, minute + UNREAD_MINUTES + 1)
