@@ -335,9 +335,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             serving,
             summary,
             PREFILL_UNTOLD_SINCE_RESTART,
-            pool_node=pool.node,
-            pool_tokens=pool.tokens,
-            longest_accepted=pool.longest_accepted,
+            **_judged_against(pool),
             pool_last_read=iso_time(told),
             decode_started=iso_time(own.since),
         )
@@ -397,9 +395,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             serving,
             summary,
             PREFILL_OUTGREW_POOL,
-            pool_node=pool.node,
-            pool_tokens=pool.tokens,
-            longest_accepted=pool.longest_accepted,
+            **_judged_against(pool),
             outgrown_at=iso_time(outgrown),
         )
 
@@ -554,3 +550,12 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                 "warning", record, serving, summary=summary, evidence=evidence, exposure=False
             )
         ]
+
+
+def _judged_against(pool: PoolInForce) -> dict[str, Any]:
+    """A warning's evidence of the pool it would have leaked against."""
+    return {
+        "pool_node": pool.node,
+        "pool_tokens": pool.tokens,
+        "longest_accepted": pool.longest_accepted,
+    }

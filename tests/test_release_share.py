@@ -11,19 +11,14 @@ from __future__ import annotations
 
 from collector.events import Event
 from detectors.deferred_release_timeouts import DeferredReleaseTimeouts
-from tests.test_storm_reporting import HOUR, T, reporting, run, startup, timeout
+from tests.test_storm_reporting import HOUR, T, failed, reporting, run, startup, timeout
 
 
 def _abort(t: float, room: int, node: str) -> Event:
-    """A client's abort mid-transfer as decode logs it (parsed: reason `aborted`)."""
-    fields = {
-        "rid": f"r{room}",
-        "bootstrap_room": str(room),
-        "side": "decode",
-        "stage": "transfer",
-        "reason": "aborted",
-    }
-    return Event("transfer_failed", node, t, f"{node}.log", fields)
+    """A client's abort mid-transfer as decode logs it, parsed (reason `aborted`)."""
+    event = failed(t, room, node)
+    event.fields["reason"] = "aborted"
+    return event
 
 
 def _aborts(
