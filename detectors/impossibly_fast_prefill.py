@@ -79,10 +79,10 @@ from detectors.engine_version import refuses_for_good
 from detectors.finding import Finding, Severity
 from detectors.pool_in_force import (
     LENIENT_BASIS,
-    PoolInForce,
     hosts_ruled_out,
     pool_in_force,
     serving_model,
+    strictest_of,
     strictest_prefill_pool,
 )
 from detectors.quantile_line import quantile_line
@@ -707,7 +707,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             return "every prefill node ran a release that refuses an over-length prompt for good"
         prompt = record.prompt_tokens
         if ruled_out:
-            pool = _strictest(configs)
+            pool = strictest_of(configs, "strictest prefill pool it may have met")
         else:
             pool = pool_in_force(record, ctx)
             if pool is not None and pool.basis == LENIENT_BASIS:
@@ -802,19 +802,6 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         prompt = record.prompt_tokens
         pool = pool_in_force(record, ctx)
         return pool is None or prompt is None or prompt <= pool.longest_accepted
-
-
-def _strictest(configs: list[NodeConfig | None]) -> PoolInForce | None:
-    """Of the prefill nodes a request may have met, the pool taking the shortest prompts;
-    None when one of them is not known (it could be stricter still)."""
-    strictest: PoolInForce | None = None
-    for config in configs:
-        pool = PoolInForce.of(config, "strictest prefill pool it may have met") if config else None
-        if pool is None:
-            return None
-        if strictest is None or pool.longest_accepted < strictest.longest_accepted:
-            strictest = pool
-    return strictest
 
 
 def decode_wait(durations: dict[str, float]) -> float | None:

@@ -24,6 +24,7 @@ addresses, one's announcement rotated away): the node those answers met there is
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -257,15 +258,12 @@ def unread_prefill_host(record: RequestRecord, ctx: DetectionContext) -> str | N
     the room's prefill side was read, no node read announced that host, and every prefill node
     read announced another (`_ruled_out`): the prompt was prefilled on a node whose logs are
     not here. None otherwise."""
-    serving = record.serving
-    if record.prefill is not None or serving is None or serving.bootstrap_host is None:
+    unannounced = _unannounced_host(record, ctx)
+    if unannounced is None:
         return None
+    host, said = unannounced
     when = record.began
-    host, port = serving.bootstrap_host, serving.bootstrap_port
     timeline = ctx.timeline
-    if timeline.bootstrap_node(host, port, when) is not None:
-        return None
-    said = host if port is None else f"{host}:{port}"
     if _met_elsewhere(host, when, _model(record, ctx, when), ctx):
         return said
     ruled_out = _ruled_out(host, timeline)
@@ -284,17 +282,25 @@ def hosts_ruled_out(record: RequestRecord, ctx: DetectionContext) -> tuple[str, 
     nodes it rules out: those that announced other addresses (`_ruled_out`), and those met at
     other hosts by the answers whose prefill side was read (`RoomPairs.hosts`); an empty set
     when it rules out none, or names a node read (`pool_in_force` judges by that one)."""
-    serving = record.serving
-    if record.prefill is not None or serving is None or serving.bootstrap_host is None:
+    unannounced = _unannounced_host(record, ctx)
+    if unannounced is None:
         return "", frozenset()
-    host, port = serving.bootstrap_host, serving.bootstrap_port
-    timeline = ctx.timeline
-    if timeline.bootstrap_node(host, port, record.began) is not None:
-        return "", frozenset()
-    said = host if port is None else f"{host}:{port}"
+    host, said = unannounced
     normal = normal_host(host)
     met = {node for node, hosts in ctx.pairs.hosts.items() if hosts and normal not in hosts}
-    return said, frozenset(met | (_ruled_out(host, timeline) or frozenset()))
+    return said, frozenset(met | (_ruled_out(host, ctx.timeline) or frozenset()))
+
+
+def _unannounced_host(record: RequestRecord, ctx: DetectionContext) -> tuple[str, str] | None:
+    """(host, `host[:port]`) decode names for a request with no prefill side read, when no node
+    read announced it; None otherwise."""
+    serving = record.serving
+    if record.prefill is not None or serving is None or serving.bootstrap_host is None:
+        return None
+    host, port = serving.bootstrap_host, serving.bootstrap_port
+    if ctx.timeline.bootstrap_node(host, port, record.began) is not None:
+        return None
+    return host, host if port is None else f"{host}:{port}"
 
 
 def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
@@ -303,11 +309,18 @@ def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> Pool
     pool that would have refused a longer prompt, had the request met it. None when a prefill
     node's capacity is not known (it could be stricter still)."""
     when = record.began
+    configs = ctx.timeline.configs_at(when, _model(record, ctx, when))
+    return strictest_of(
+        [c for c in configs if c.role == "prefill"], "strictest prefill pool in force"
+    )
+
+
+def strictest_of(configs: Iterable[NodeConfig | None], basis: str) -> PoolInForce | None:
+    """Of the prefill nodes `configs`, the pool taking the shortest prompts; None when one of
+    them is not known (it could be stricter still)."""
     strictest: PoolInForce | None = None
-    for config in ctx.timeline.configs_at(when, _model(record, ctx, when)):
-        if config.role != "prefill":
-            continue
-        pool = PoolInForce.of(config, "strictest prefill pool in force")
+    for config in configs:
+        pool = PoolInForce.of(config, basis) if config is not None else None
         if pool is None:
             return None
         if strictest is None or pool.longest_accepted < strictest.longest_accepted:
