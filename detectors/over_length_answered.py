@@ -346,13 +346,10 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         next (`_outgrown`), which the answer waits for (`untold_wait_seconds`). A node none of
         whose requests is read (a sidecar shipped decode's logs alone) tells nothing next: its
         answers are judged at once."""
-        minutes = self.read_minutes_.get(node)
-        if when is None or not minutes:
+        if when is None or not self.read_minutes_.get(node):
             return False
-        minute = int(when // READ_MINUTE)
-        return not any(
-            m in minutes for m in range(minute - UNREAD_MINUTES, minute + UNREAD_MINUTES + 1)
-        )
+        around = (UNREAD_MINUTES + 1) * READ_MINUTE
+        return not self._read_between(node, when - around, when + around)
 
     def _read_between(self, node: str, since: float, until: float) -> bool:
         """Whether a prefill side on `node` was read in a minute after `since`'s and before

@@ -588,14 +588,14 @@ class _Evidence:
             return
         # Every TP rank may log the same release: count it once, as the detector does.
         room = event.get("bootstrap_room")
+        outcome = str(event.get("outcome"))
         if room is not None:
-            key = (event.node, str(room), str(event.get("outcome")))
+            key = (event.node, str(room), outcome)
             if key in self._recent_releases:
                 return
             self._recent_releases[key] = None
             if len(self._recent_releases) > RECENT_RELEASES:
                 del self._recent_releases[next(iter(self._recent_releases))]
-        outcome = str(event.get("outcome"))
         if outcome in ("timeout", "error"):
             logged = self._logged_releases.get((event.node, outcome))
             if logged is None:
@@ -603,12 +603,12 @@ class _Evidence:
                     maxlen=LOGGED_RELEASES
                 )
             logged.append(when)
-        if str(event.get("outcome")) == "timeout" and room is not None and lost.gone(room):
+        if outcome == "timeout" and room is not None and lost.gone(room):
             if len(self._lost_timeouts) < MAX_LOST_TIMEOUTS:
                 self._lost_timeouts.append((event.node, str(room), when))
             else:
                 self._timed_out(event.node, when)
-        elif str(event.get("outcome")) == "timeout":
+        elif outcome == "timeout":
             self._timed_out(event.node, when)
         width = self.deferred_bin_seconds
         start = when - when % width
@@ -628,7 +628,7 @@ class _Evidence:
                 self.deferred, self.deferred_bin_seconds = merged, width
                 start = when - when % width
             self._deferred_span = (first, last)
-        self.deferred.setdefault(start, Counter())[str(event.get("outcome"))] += 1
+        self.deferred.setdefault(start, Counter())[outcome] += 1
 
 
 def _restart_losses(evidence: _Evidence, pipeline: DetectionPipeline) -> dict[str, Any]:
