@@ -114,6 +114,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # "node|generation" -> when a prefill side read on it first prefilled whole a prompt
         # beyond that generation's pool (`_outgrown`).
         self.outgrown_: dict[str, float] = {}
+        # Prefill node -> the minutes in which a refusal of its was read: its small pool still
+        # held then (`_outgrown`).
+        self.refused_minutes_: dict[str, set[int]] = {}
 
     def due_at(self) -> float:
         return self.untold_[0][0] if self.untold_ else math.inf
@@ -141,6 +144,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             for when in (prefill.first_time, prefill.last_time):
                 if when is not None:
                     minutes.add(int(when // READ_MINUTE))
+            if record.refused(prefill) and prefill.last_time is not None:
+                refused = self.refused_minutes_.setdefault(prefill.node, set())
+                refused.add(int(prefill.last_time // READ_MINUTE))
         if pairing_undecided(record, ctx) and record.serving is not None:
             # Why: blind review 8a, the first answers of a decode node served by a prefill whose
             # logs were not read were judged against another deployment's pool, before enough
@@ -340,6 +346,13 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
             decode_started=iso_time(own.since),
         )
 
+    def outgrown_at(self, node: str, generation: int) -> float | None:
+        """When `node`'s `generation` was first read prefilling whole a prompt beyond its pool
+        (it restarted with a bigger pool unread), None if it was not: the configuration gap's
+        end at the latest."""
+        outgrown: dict[str, float] = self.__dict__.get("outgrown_", {})
+        return outgrown.get(f"{node}|{generation}")
+
     def _unread_around(self, node: str, when: float | None) -> bool:
         """Whether prefill sides on `node` were read, but none within `READ_MINUTE` x
         `UNREAD_MINUTES` of `when` (so far): what it ran then is told by what is read of it
@@ -348,13 +361,18 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         answers are judged at once."""
         if when is None or not self.read_minutes_.get(node):
             return False
-        around = (UNREAD_MINUTES + 1) * READ_MINUTE
-        return not self._read_between(node, when - around, when + around)
+        return not self._read_near(node, when)
 
-    def _read_between(self, node: str, since: float, until: float) -> bool:
-        """Whether a prefill side on `node` was read in a minute after `since`'s and before
-        `until`'s."""
-        minutes = self.read_minutes_.get(node, set())
+    def _read_near(self, node: str, when: float) -> bool:
+        around = (UNREAD_MINUTES + 1) * READ_MINUTE
+        return self._read_between(node, when - around, when + around)
+
+    def _read_between(
+        self, node: str, since: float, until: float, minutes_read: dict[str, set[int]] | None = None
+    ) -> bool:
+        """Whether a prefill side on `node` was read (of `minutes_read`: refused) in a minute
+        after `since`'s and before `until`'s."""
+        minutes = (self.read_minutes_ if minutes_read is None else minutes_read).get(node, set())
         first, last = int(since // READ_MINUTE) + 1, int(until // READ_MINUTE)
         if last - first > len(minutes):
             return any(first <= minute < last for minute in minutes)
@@ -363,10 +381,11 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
     def _outgrown(
         self, record: RequestRecord, serving: SideRecord, prompt: int, pool: PoolInForce
     ) -> list[Finding] | None:
-        """A warning, not an exposure, where the pool's node was next read prefilling whole a
-        prompt beyond that pool, and nothing of it was read between the answer and then: it
-        restarted with a bigger pool unread (its start-up lines in a cut archive), perhaps
-        before this answer. None otherwise.
+        """A warning, not an exposure, where nothing of the pool's node was read around the
+        answer, and it was later read prefilling whole a prompt beyond that pool with no
+        refusal of its read in between: it restarted with a bigger pool unread (its start-up
+        lines in a cut archive), perhaps before this answer. None otherwise. Short prompts read
+        in between tell nothing: both pools take them.
 
         Why: blind review 53 D1, a `.gz` cut short lost a prefill's restart onto a bigger pool:
         20 honest answers after it, prefilled in two minutes each, were named exposed against
@@ -376,16 +395,18 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         outgrown = self.outgrown_.get(f"{pool.node}|{pool.generation}")
         if when is None or outgrown is None or outgrown <= when:
             return None
-        if self._read_between(pool.node, when, outgrown):
+        if self._read_near(pool.node, when) or self._read_between(
+            pool.node, when, outgrown, self.refused_minutes_
+        ):
             return None
         summary = (
             f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')}, longer than "
             f"{pool.node}'s pool as last read ({pool.tokens or 0:,} tokens, prompts of up to "
-            f"{pool.longest_accepted:,}); but nothing of {pool.node} was read from then until "
-            f"{iso_time(outgrown)}, when its own time stats show it prefilling whole a prompt "
-            f"beyond that pool: it restarted with a bigger pool unread, perhaps before this "
-            f"answer. If it had not yet, the answer was generated from other requests' KV: "
-            f"read {pool.node}'s logs of that span to tell"
+            f"{pool.longest_accepted:,}); but nothing of {pool.node} was read around the "
+            f"answer, and no refusal of its from then until {iso_time(outgrown)}, when its own "
+            f"time stats show it prefilling whole a prompt beyond that pool: it restarted with "
+            f"a bigger pool unread, perhaps before this answer. If it had not yet, the answer "
+            f"was generated from other requests' KV: read {pool.node}'s logs of that span to tell"
         )
         return self._possible(
             record,

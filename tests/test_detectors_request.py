@@ -1516,6 +1516,29 @@ def test_an_answer_in_a_span_its_prefill_was_not_read_waits_for_what_it_ran_next
     ) == expected
 
 
+@pytest.mark.parametrize(("refused_between", "exposed"), [(False, False), (True, True)])
+def test_short_prompts_read_before_the_pool_is_outgrown_tell_nothing_a_refusal_does(
+    refused_between: bool, exposed: bool
+) -> None:
+    """The same lost span, but prefill-0 is read again prefilling short prompts for 20 minutes
+    before the 900k-token one: both pools take short prompts, so the restart may still have
+    come before the answer (a `.gz` cut in the incident's replay: an honest 1M-token answer
+    named exposed). A refusal read after the answer says the small pool still held then."""
+    refusal = prefill_refused(3001, T + 6_300, 700_000) if refused_between else []
+    (finding,) = run(
+        OverLengthAnswered(),
+        LEAKY,
+        _prefill_read(T + 300, T + 3_600, 5_000),
+        decode_answer(1001, T + 4_500, 800_000, ttft=120.0),
+        _prefill_read(T + 6_000, T + 7_200, 6_000),
+        refusal,
+        prefill_ok(2001, T + 7_300, 900_000, seconds=150.0),
+        decode_answer(2001, T + 7_300, 900_000, ttft=151.0),
+    )
+    assert (finding.severity == "critical", finding.exposure) == (exposed, exposed)
+    assert finding.bootstrap_room == "1001"
+
+
 def test_an_answer_while_its_prefill_was_read_is_judged_by_the_pool_read() -> None:
     # prefill-0 read around the answer: its pool then is the one read, whatever came later.
     (finding,) = run(

@@ -102,7 +102,11 @@ from detectors.impossibly_fast_prefill import (
     ImpossiblyFastPrefillConfig,
     decode_wait,
 )
-from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_HOST_UNREAD
+from detectors.over_length_answered import (
+    NO_PREFILL_NAMED,
+    PREFILL_HOST_UNREAD,
+    OverLengthAnswered,
+)
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
@@ -1155,6 +1159,24 @@ def _started_unread(timeline: ConfigTimeline, node: str, told: float | None) -> 
     return {"unread_since": {"time": iso_time(when), "node": other, "restart": restart}}
 
 
+def _outgrew(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
+    """When `node`'s last configuration was first read prefilling whole a prompt beyond its
+    pool ({} when it was not): the node restarted with a bigger pool its logs do not show, by
+    then at the latest.
+
+    Why: blind review 53 D1, a `.gz` cut short lost a prefill's restart onto a bigger pool, and
+    the verdict said it "still ran a pool below the context" at the end."""
+    config = pipeline.timeline.current(node)
+    if config is None:
+        return {}
+    for det in pipeline.detectors:
+        if isinstance(det, OverLengthAnswered):
+            at = det.outgrown_at(node, config.generation)
+            if at is not None:
+                return {"outgrown": {"time": iso_time(at)}}
+    return {}
+
+
 def _replaced(
     pipeline: DetectionPipeline,
     traffic: PrefillTraffic,
@@ -1223,6 +1245,7 @@ def build_summary(
             "last_read": iso_time(told),
             **(
                 _replaced(pipeline, evidence.prefill_traffic, node, told, one_model)
+                or _outgrew(pipeline, node)
                 or _started_unread(pipeline.timeline, node, told)
             ),
             "config": [

@@ -1578,6 +1578,9 @@ class ConfigGap(NamedTuple):
     # Of the refusals decode logged while it was in force: answered with success, and not.
     refusals_answered: int = 0
     refusals_unanswered: int = 0
+    # `until` is only when the node was first read prefilling whole a prompt beyond the pool:
+    # it restarted with a bigger pool unread, by then at the latest.
+    outgrown: bool = False
 
     @property
     def context_said(self) -> str:
@@ -1636,6 +1639,12 @@ class ConfigGap(NamedTuple):
                 f"from {since} until {self.until}, replaced: its log ends at {self.last_read}, "
                 f"and from then on {_names(list(self.replaced_by))} took its deployment's "
                 "requests"
+            )
+        elif self.outgrown:
+            said = (
+                f"from {since} until {self.until} at the latest: no restart of it is read, but "
+                "from then it prefilled whole prompts beyond that pool (it restarted with a "
+                "bigger pool its logs here do not show)"
             )
         else:
             said = f"from {since} until {self.until}"
@@ -2305,6 +2314,9 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             replaced = info.get("replaced") if until is None else None
             if replaced:
                 until = replaced["time"]
+            outgrown = info.get("outgrown") if until is None else None
+            if outgrown:
+                until = outgrown["time"]
             unread = info.get("unread_since") if until is None else None
             unread_since = (unread["time"], unread["node"], unread["restart"]) if unread else None
             stated, floor = None, False
@@ -2329,6 +2341,7 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                         floor,
                         tuple(replaced["by"]) if replaced else (),
                         *_refusals_decoded(point),
+                        outgrown=bool(outgrown),
                     )
 
 
