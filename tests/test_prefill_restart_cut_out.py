@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from collector.audit.run import audit
 from collector.forensics.driver import run_forensics
 from collector.forensics.report import config_gaps
 from simulator.offline import run_offline
@@ -77,3 +78,31 @@ def test_the_gap_ends_when_prefill_is_read_past_its_pool_and_the_honest_answers_
     report = (tmp_path / "out" / "report.md").read_text()
     assert "still in force when the logs end" not in report
     assert f"until {gap.until} at the latest" in report
+
+
+def test_the_audit_does_not_pass_or_fail_a_pool_the_node_was_read_outgrowing(
+    case: tuple[Path, Path],
+) -> None:
+    """The gate fails closed: UNKNOWN (what the node runs now is not what was last read, and
+    not known), not a FAIL on a pool it no longer runs, nor a PASS on a guess."""
+    _, folder = case
+    report = audit([folder / "prefill-0.log"])
+    (result,) = report.results
+    (pool,) = [check for check in result.checks if check.check == "pool"]
+    stats_logged = _first_prefilled_beyond(folder / "prefill-0.log", 681_273)
+    assert pool.status == "UNKNOWN"
+    assert pool.evidence["pool_tokens"] == 681_280
+    assert pool.evidence["longest_prefilled"] > 681_280
+    assert "it restarted with a bigger pool these logs do not show" in pool.reason
+    # The log before the lost span alone: the pool as read fails.
+    before = folder.parent / "before.log"
+    with (
+        open(folder / "prefill-0.log", encoding="utf-8") as source,
+        open(before, "w", encoding="utf-8") as kept,
+    ):
+        for line in source:
+            if (stamp := LINE_TIME.match(line)) and stamp.group(1) >= stats_logged:
+                break
+            kept.write(line)
+    (result,) = audit([before]).results
+    assert [c.status for c in result.checks if c.check == "pool"] == ["FAIL"]

@@ -110,6 +110,10 @@ class NodeFacts:
     since: float | None = None
     until: float | None = None
     evidence: ChecksumEvidence = field(default_factory=ChecksumEvidence)
+    # The longest prompt the node's own time stats show it prefilling whole while this
+    # configuration was the last read, and when (tokens, time): one beyond its pool says it
+    # restarted with a bigger pool no line read shows.
+    longest_prefilled: tuple[int, float | None] | None = None
     sources: list[str] = field(default_factory=list)
     # Set when the facts came (at least partly) from live endpoints.
     live: bool = False

@@ -96,6 +96,8 @@ class _Generation:
     corruption_keys: set[str] = field(default_factory=set)
     sources: list[str] = field(default_factory=list)
     doubts: dict[str, str] = field(default_factory=dict)
+    # The longest prompt its own time stats show prefilled whole, and when (`NodeFacts`).
+    longest_prefilled: tuple[int, float | None] | None = None
     # The KV layout its documents state (`NodeFacts.layout`): a saved /server_info states it
     # too, which the configuration timeline reads from startup lines alone.
     layout: dict[str, int] = field(default_factory=dict)
@@ -130,6 +132,8 @@ class _Tracker:
             current = self.timeline.current(event.node)
             if current is None or current.role not in PD_ROLES:
                 self._update(event)
+            if kind == "request_time_stats" and event.get("role") == "prefill":
+                self._prefilled(event)
         elif kind in _CONFIG_KINDS:
             self._update(event)
         elif kind == "checksum_skipped":
@@ -157,6 +161,15 @@ class _Tracker:
             room = event.get("bootstrap_room") or event.get("rid") or event.source
             gen.corruption_keys.add(str(room))
             gen.evidence.corruptions = len(gen.corruption_keys)
+
+    def _prefilled(self, event: Event) -> None:
+        # A prompt refused for its length leaves a one-token stub's stats (reference §5).
+        tokens = event.get("input_len")
+        if not isinstance(tokens, int) or tokens <= 1:
+            return
+        gen = self._generation(event.node)
+        if gen.longest_prefilled is None or tokens > gen.longest_prefilled[0]:
+            gen.longest_prefilled = (tokens, event.time)
 
     def _generation(self, node: str) -> _Generation:
         gens = self.generations[node]
@@ -335,6 +348,7 @@ def _node_facts(
         evidence=dataclasses.replace(gen.evidence),
         sources=list(gen.sources),
         doubts=doubts,
+        longest_prefilled=gen.longest_prefilled,
         **merged,
     )
     return facts.checked()

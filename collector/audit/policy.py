@@ -336,6 +336,19 @@ def pool_check(facts: NodeFacts, deployment: Deployment, *, pd: bool) -> CheckRe
     evidence["gap_tokens"] = gap
     evidence["gap_fraction"] = round(gap / reference, 4)
     reason = f"{pool_said} < context {reference:,}{where} ({_share(gap, reference)} of the window"
+    prefilled, at = facts.longest_prefilled or (0, None)
+    if prefilled > pool:
+        # Blind review 53 D1: a cut archive lost a prefill's restart onto a bigger pool. What
+        # it runs now is not what was last read, and not known: a PASS needs its own figures.
+        evidence["longest_prefilled"] = prefilled
+        return CheckResult(
+            "pool",
+            "UNKNOWN",
+            f"{reason} cannot fit) as last read, but at {human_time(at)} it prefilled whole a "
+            f"{prefilled:,}-token prompt, beyond that pool: it restarted with a bigger pool "
+            "these logs do not show (save its /server_info or audit it with --endpoint)",
+            evidence,
+        )
     if pd:
         return CheckResult("pool", "FAIL", reason + " cannot fit)", evidence)
     return CheckResult("pool", "WARN", reason + " cannot fit; not PD: refused)", evidence)
