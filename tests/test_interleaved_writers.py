@@ -97,3 +97,43 @@ def test_a_time_stats_rid_spelling_a_record_is_the_rid(tmp_path: Path) -> None:
     kinds = [json.loads(e)[0] for e in events]
     assert "checksum_mismatch" not in kinds and "request_time_stats" in kinds
     assert not stats.dropped
+
+
+def _json_finish(prefixed: bool) -> str:
+    """A `--log-requests-format json` finish record of the incident's decode request."""
+    record = {
+        "timestamp": "2026-08-27T10:12:08.000Z",
+        "event": "request.finished",
+        "rid": "d1c0b3a2f4e5d6c7b8a9887766554433",
+        "obj": {"text": "x " * 400, "bootstrap_room": 7701188362211045501},
+        "out": {
+            "text": "y " * 300,
+            "meta_info": {
+                "id": "d1c0b3a2f4e5d6c7b8a9887766554433",
+                "finish_reason": {"type": "stop", "matched": 2},
+                "prompt_tokens": 900_000,
+                "completion_tokens": 300,
+                "cached_tokens": 0,
+                "e2e_latency": 2.0,
+            },
+        },
+    }
+    line = json.dumps(record)
+    return f"[2026-08-27 10:12:08] {line}" if prefixed else line
+
+
+@pytest.mark.parametrize("prefixed", [True, False], ids=["prefixed", "bare"])
+def test_a_json_request_record_cut_by_another_writer_s_line_is_read_whole(
+    tmp_path: Path, prefixed: bool
+) -> None:
+    """Blind review 54 D1: under `--log-requests-format json` the record cut by a scheduler
+    line was dropped as a cut request line, and the line inside it as unread: at level 3 every
+    prefill refusal was lost, and exposures were missed."""
+    finish = _json_finish(prefixed)
+    written, _ = _read(tmp_path / "written", [*LOG[:6], finish, BATCH_THEN])
+    assert sum('"request_finished"' in e for e in written) == 1
+    for cut in (len(finish) // 3, len(finish) - 40):  # in its prompt, in its meta_info
+        spliced = [*LOG[:6], finish[:cut] + BATCH_THEN, finish[cut:]]
+        events, stats = _read(tmp_path / f"cut{cut}", spliced)
+        assert sorted(events) == sorted(written)
+        assert not stats.dropped and stats.unclassified_other == stats.unclassified_engine == 0

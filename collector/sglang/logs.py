@@ -630,6 +630,13 @@ class LineParser:
                         return kind, ev.Event.deferred(
                             kind, self.node, when, source, payload, line, ranks, start
                         )
+        elif whole and request_log.json_record(line, 0):
+            # A JSON request record behind no prefix, as another writer's line may cut it.
+            at = line.find("[")
+            if at > 0:
+                embedded = self._embedded_record(line, 0, at)
+                if embedded is not None:
+                    return self._interleaved(line, 0, embedded, source)
         return self._parse_general(line, source)
 
     # -- two writers' records on one line ----------------------------------------------------
@@ -651,7 +658,7 @@ class LineParser:
             at = max(at, line.rfind(_TIME_STATS_INPUT))
         while at > 0:
             if line.startswith("20", at + 1) and sglang_prefix_at(line, at):
-                if line.startswith(_SPLIT_HEADS, start):
+                if line.startswith(_SPLIT_HEADS, start) or request_log.json_record(line, start):
                     return at
                 # Other lines write a client's rid raw (time stats, refusals, mismatches):
                 # what follows may be the rid's own text, and read as a record it would be a

@@ -469,6 +469,16 @@ def cut_record(line: str) -> bool:
     return False
 
 
+def json_record(line: str, start: int) -> bool:
+    """Whether `line[start:]` opens a JSON request record (`--log-requests-format json`),
+    whole or cut: one another writer's line may split like a text one (blind review 54 D1)."""
+    # Its `event` key as written unescaped: a runtime's or shipper's JSON record wrapping an
+    # engine line (`{"log": "[2026-…] …"}`) escapes the quotes of a request record inside.
+    return line.startswith("{", start) and (
+        line.find('"event": "request.', start) > 0 or line.find('"event":"request.', start) > 0
+    )
+
+
 # A trace export's line (its spans' `"rid"` attributes are no request record): a cut one is
 # the trace reader's to count (blind review 24: said as a cut request line).
 _TRACE_EXPORT: Final = ('{"resourceSpans"', '{"resource_spans"')
