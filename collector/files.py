@@ -323,6 +323,10 @@ def describe(path: Path) -> TelemetryFile | None:
         said = _CHANNEL.search(name)
         if said and said.start() > 0:
             name, channel = name[: said.start()], said.group(1)
+        elif name in _SIDE_CHANNELS:
+            # `decode-0/stdout.log` beside `decode-0/stderr.log`: one process's two streams,
+            # its folder's node (blind review 54 D3: two nodes, the pool never met the answers).
+            name, channel = host_folder(path.parent).name, name
     if kind != "log" and name in _ENDPOINT_NAMES:  # `node-0/server_info.json`: the folder's
         name = host_folder(path.parent).name
     elif kind == "log" and _DOCKER_LOG.match(name):  # `decode-2/<container id>-json.log`

@@ -60,6 +60,11 @@ def test_a_node_s_saved_files_sort_oldest_first(names: list[str], node: str | No
         ("decode-0.stderr.log", "stderr"),
         ("decode-0-stdout.log", "stdout"),
         ("decode-0.log", ""),
+        # The process's two streams in its folder (blind review 54 D3: nodes `decode-0/stdout`
+        # and `decode-0/stderr`, the pool never met the answers).
+        ("decode-0/stdout.log", "stdout"),
+        ("decode-0/logs/stderr.log.1", "stderr"),
+        ("decode-0/stderr", "stderr"),
     ],
 )
 def test_a_channel_is_told_by_the_name_and_the_node_is_the_same(name: str, channel: str) -> None:
@@ -111,18 +116,26 @@ def _on_stdout(line: str) -> bool:
     return "] Receive:" in head or "] Finish:" in head or "] INFO:     " in head
 
 
-def test_stderr_and_stdout_saved_apart_are_read_side_by_side(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("stdout_name", "stderr_name"), [("{}.out", "{}.err"), ("{}/stdout.log", "{}/stderr.log")]
+)
+def test_stderr_and_stdout_saved_apart_are_read_side_by_side(
+    tmp_path: Path, stdout_name: str, stderr_name: str
+) -> None:
     """The engine's logging on stderr, the request logger's and uvicorn's access lines on
-    stdout: saved apart, both are the node's, at the same time."""
+    stdout: saved apart, beside each other or in the node's folder, both are the node's, at
+    the same time."""
     run_offline(_variant(request_time_stats=False), tmp_path / "sim")
     apart = tmp_path / "apart"
-    apart.mkdir()
     for log in (tmp_path / "sim" / "logs").glob("*.log"):
         lines = log.read_text().splitlines(keepends=True)
         stdout = [line for line in lines if _on_stdout(line)]
         assert stdout
-        (apart / f"{log.stem}.out").write_text("".join(stdout))
-        (apart / f"{log.stem}.err").write_text("".join(x for x in lines if not _on_stdout(x)))
+        err = [x for x in lines if not _on_stdout(x)]
+        for name, kept in ((stdout_name, stdout), (stderr_name, err)):
+            path = apart / name.format(log.stem)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(kept))
     summary = run_forensics(
         [str(apart), str(tmp_path / "sim" / "snapshots")], tmp_path / "out", write_parquet=False
     ).summary
@@ -133,6 +146,7 @@ def test_stderr_and_stdout_saved_apart_are_read_side_by_side(tmp_path: Path) -> 
     assert len(truth) >= 10
     assert {str(r["bootstrap_room"]) for r in summary["exposure"]["requests"]} == truth
     assert summary["requests"].get("late_lines", 0) == 0
+    assert sorted(summary["nodes"]) == ["decode-0", "prefill-0"]
 
 
 UID = "00000001-1a2b-4c3d-9e8f-0123456789ab"
