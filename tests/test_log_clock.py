@@ -457,6 +457,48 @@ def test_json_request_records_between_prefixed_lines_tell_the_zone(tmp_path: Pat
     assert summary["exposure"]["last"] == max(r["time"] for r in truth)
 
 
+@pytest.mark.parametrize("stamp_zone", ["+00:00", "Z"])
+def test_json_request_records_behind_the_prefix_tell_the_zone_by_their_own_timestamp(
+    tmp_path: Path, stamp_zone: str
+) -> None:
+    """Blind review 54 D2: a deployment at UTC+8 logging requests as JSON behind the request
+    logger's `[%(asctime)s] ` prefix, without time stats, metrics stamps or snapshots. Each
+    record states its UTC time, yet every exposure was dated 8 hours late."""
+    data = yaml.safe_load((SCENARIOS / "incident-replay-small.yaml").read_text())
+    for role in ("prefill", "decode"):
+        data["deployment"][role].update(
+            log_utc_offset_minutes=480,
+            log_requests_format="json",
+            request_time_stats=False,
+            enable_metrics=False,
+        )
+    folder = tmp_path / "sim"
+    run_offline(scenario_from_dict(data, "json-east-prefixed"), folder, seed=2)
+    prefixed = 0
+    for log in (folder / "logs").glob("*.log"):
+        lines = log.read_text().splitlines(keepends=True)
+        for at, line in enumerate(lines):
+            if line.startswith('{"timestamp": "'):
+                utc = datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00"))
+                local = (utc + timedelta(hours=8)).strftime("%Y-%m-%d %H:%M:%S")
+                stamp = utc.isoformat(timespec="milliseconds").replace("+00:00", stamp_zone)
+                record = line.replace(json.loads(line)["timestamp"], stamp, 1)
+                lines[at] = f"[{local}] {record}"
+                prefixed += 1
+        log.write_text("".join(lines))
+    assert prefixed > 100
+    summary = run_forensics([str(folder / "logs")], tmp_path / "out", write_parquet=False).summary
+    truth = json.loads((folder / "ground_truth.json").read_text())["exposed"]
+    assert len(truth) >= 10
+    assert {r["rid"] for r in summary["exposure"]["requests"]} == {r["rid"] for r in truth}
+    assert set(map(tuple, summary["input"]["log_utc_offsets"].values())) == {("+08:00",)}
+    first, last = (parse_iso_time(summary["exposure"][k]) for k in ("first", "last"))
+    assert first is not None and last is not None
+    # To the second: the prefix is.
+    assert abs(first - min(parse_iso_time(r["time"]) or 0 for r in truth)) < 1.5
+    assert abs(last - max(parse_iso_time(r["time"]) or 0 for r in truth)) < 1.5
+
+
 def test_request_lines_printed_without_any_prefix_are_not_taken_for_undated(
     tmp_path: Path,
 ) -> None:
