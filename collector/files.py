@@ -1093,8 +1093,17 @@ def _logs_apart(files: list[TelemetryFile], described_as: dict[Path, str]) -> li
             origins.setdefault(f.node, {}).setdefault(key, []).append(f)
     renamed: dict[tuple[str, str, Path], str] = {}
     for node, held in origins.items():
-        by_folder = [o for o in held if o[1].name == node != o[0]]
         by_file = [o for o in held if o[0] == node]
+        beside = {o[1] for o in by_file}
+        by_folder = [
+            o
+            for o in held
+            if o[1].name == node != o[0]
+            # Its request exports in a folder of its name beside its log (`logs/decode-0.log`,
+            # `logs/decode-0/sglang-request-metrics-….log`) are the node's (blind review 54:
+            # two nodes named by their paths, the pool never met the answers).
+            and not (o[1].parent in beside and all(is_export(f.path) for f in held[o]))
+        ]
         if not by_folder or not by_file or len({o[1] for o in by_folder + by_file}) < 2:
             continue
         apart = by_folder + by_file

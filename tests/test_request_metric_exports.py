@@ -107,6 +107,38 @@ def test_an_export_in_a_hosts_folder_is_that_hosts_and_its_own_stream(tmp_path: 
     assert {f.node for f in discover([alone])} == {EXPORT_NAME}
 
 
+def test_exports_in_a_folder_of_the_node_s_name_beside_its_log_are_that_node_s(
+    tmp_path: Path,
+) -> None:
+    """`logs/decode-0.log` with its exports in `logs/decode-0/` (blind review 54): the two were
+    named apart by their paths, and the answers in the exports never met the pool."""
+    _deployment(tmp_path / "nested")
+    logs = tmp_path / "beside" / "logs"
+    for node in ("prefill-0", "decode-0"):
+        (logs / node).mkdir(parents=True)
+        (tmp_path / "nested" / node / "sglang.log").rename(logs / f"{node}.log")
+    export = f"{EXPORT_NAME}-20260906_06.log"
+    (tmp_path / "nested" / "decode-0" / "metrics" / export).rename(logs / "decode-0" / export)
+    with open(logs / "decode-0.log", "a", encoding="utf-8") as log:  # running past the exports
+        log.write(
+            "[2026-09-06 06:30:00 TP0] Decode batch, #running-req: 1, #token: 900, "
+            "token usage: 0.01, gen throughput (token/s): 40.00, #queue-req: 0\n"
+        )
+    # prefill-0's exports too: the folders of two nodes' exports name them.
+    (logs / "prefill-0" / export).write_text(_export("honest", 11, 40_000, 4.1, T + 60) + "\n")
+    assert {str(f.path.relative_to(logs)): f.node for f in discover([logs])} == {
+        "prefill-0.log": "prefill-0",
+        "decode-0.log": "decode-0",
+        f"prefill-0/{export}": "prefill-0",
+        f"decode-0/{export}": "decode-0",
+    }
+    summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
+    assert [(r["rid"], r["node"]) for r in summary["exposure"]["requests"]] == [
+        ("leaked", "decode-0")
+    ]
+    assert "over_length_answered" in summary["exposure"]["requests"][0]["evidence"]
+
+
 def test_an_over_length_prompt_known_only_from_an_export_is_named(tmp_path: Path) -> None:
     _deployment(tmp_path / "logs")
     result = run_forensics([str(tmp_path / "logs")], tmp_path / "out", write_parquet=False)
