@@ -323,16 +323,12 @@ def _json_record_vote(line: str, start: int, local: float) -> float | None:
     prefix, local, less its `timestamp`, when that states its zone (blind review 54 D2: a host
     at UTC+8 read as UTC, though each record said the UTC time). A timestamp without a zone
     has no say: it may be local too."""
-    if not line.startswith('{"', start) or _JSON_RECORD not in line[start : start + _JSON_HEAD]:
+    head = line[start : start + _JSON_RECORD_HEAD]
+    if not head.startswith('{"') or _JSON_RECORD not in head:
         return None
-    stamp = _JSON_STAMP.search(line, start, start + _JSON_HEAD)
+    stamp = _JSON_STAMP.search(head)
     utc = parse_iso_time(stamp.group(1)) if stamp else None
     return _zone_of(local - utc) if utc is not None else None
-
-
-# How far into a JSON record its `timestamp` and `event` are looked for (SGLang writes them
-# first).
-_JSON_HEAD: Final = 200
 
 
 def _bracketed_zone(before: float, after: float, utc: float) -> float | None:
