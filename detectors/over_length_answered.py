@@ -367,16 +367,10 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         around = (UNREAD_MINUTES + 1) * READ_MINUTE
         return self._read_between(node, when - around, when + around)
 
-    def _read_between(
-        self, node: str, since: float, until: float, minutes_read: dict[str, set[int]] | None = None
-    ) -> bool:
-        """Whether a prefill side on `node` was read (of `minutes_read`: refused) in a minute
-        after `since`'s and before `until`'s."""
-        minutes = (self.read_minutes_ if minutes_read is None else minutes_read).get(node, set())
-        first, last = int(since // READ_MINUTE) + 1, int(until // READ_MINUTE)
-        if last - first > len(minutes):
-            return any(first <= minute < last for minute in minutes)
-        return any(minute in minutes for minute in range(first, last))
+    def _read_between(self, node: str, since: float, until: float) -> bool:
+        """Whether a prefill side on `node` was read in a minute after `since`'s and before
+        `until`'s."""
+        return _minute_between(self.read_minutes_.get(node, set()), since, until)
 
     def _outgrown(
         self, record: RequestRecord, serving: SideRecord, prompt: int, pool: PoolInForce
@@ -395,9 +389,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         outgrown = self.outgrown_.get(f"{pool.node}|{pool.generation}")
         if when is None or outgrown is None or outgrown <= when:
             return None
-        if self._read_near(pool.node, when) or self._read_between(
-            pool.node, when, outgrown, self.refused_minutes_
-        ):
+        refused = self.refused_minutes_.get(pool.node, set())
+        if self._read_near(pool.node, when) or _minute_between(refused, when, outgrown):
             return None
         summary = (
             f"{serving.node} {answered(serving, f'a {prompt:,}-token prompt')}, longer than "
@@ -568,6 +561,14 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                 "warning", record, serving, summary=summary, evidence=evidence, exposure=False
             )
         ]
+
+
+def _minute_between(minutes: set[int], since: float, until: float) -> bool:
+    """Whether one of `minutes` (of `READ_MINUTE`) lies after `since`'s and before `until`'s."""
+    first, last = int(since // READ_MINUTE) + 1, int(until // READ_MINUTE)
+    if last - first > len(minutes):
+        return any(first <= minute < last for minute in minutes)
+    return any(minute in minutes for minute in range(first, last))
 
 
 def _judged_against(pool: PoolInForce) -> dict[str, Any]:

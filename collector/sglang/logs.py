@@ -569,10 +569,8 @@ class LineParser:
                 # One character is found at memchr's speed, and a bracket is rare after the
                 # head: a third of the time `find("[20")` took on a decode log's lines.
                 at = line.find("[", start)
-                if at > 0:
-                    embedded = self._embedded_record(line, start, at)
-                    if embedded is not None:
-                        return self._interleaved(line, start, embedded, source)
+                if at > 0 and (split := self._split_at(line, start, at, source)) is not None:
+                    return split
             dates = self._dates
             tod = dates.last_tod = when % 86400
             dates.day = when - tod
@@ -633,10 +631,8 @@ class LineParser:
         elif whole and request_log.json_record(line, 0):
             # A JSON request record behind no prefix, as another writer's line may cut it.
             at = line.find("[")
-            if at > 0:
-                embedded = self._embedded_record(line, 0, at)
-                if embedded is not None:
-                    return self._interleaved(line, 0, embedded, source)
+            if at > 0 and (split := self._split_at(line, 0, at, source)) is not None:
+                return split
         return self._parse_general(line, source)
 
     # -- two writers' records on one line ----------------------------------------------------
@@ -649,6 +645,12 @@ class LineParser:
     # records on one line. Both are read as the records they are. A prompt quoting a log line
     # is neither: its prefix lies inside a quoted literal that the line closes. Lines that
     # write a client's text unquoted are read as written, and what begins inside is counted.
+
+    def _split_at(self, line: str, start: int, at: int, source: str) -> LineRead | None:
+        """The line read as the records in it, when another record begins in it (from `at`,
+        the first place one may); None when it is one record."""
+        embedded = self._embedded_record(line, start, at)
+        return None if embedded is None else self._interleaved(line, start, embedded, source)
 
     def _embedded_record(self, line: str, start: int, at: int) -> int | None:
         """The offset of another record's SGLang prefix in the line after its message start
