@@ -16,6 +16,7 @@ from collector.state.node_windows import (
     BATCH_KINDS,
     NODE_WINDOW,
     SOURCE_KINDS,
+    NodeWindow,
     NodeWindowAggregator,
     with_node_windows,
 )
@@ -130,6 +131,31 @@ def test_batch_lines_fold_into_sums_counts_and_a_peak() -> None:
     assert closed.fields["sums"] == {"token_usage": 1.5, "gen_throughput": 400.0}
     assert closed.fields["queue_max"] == 7.0
     assert agg.flush() == []
+
+
+def test_a_timeout_every_rank_logs_counts_once_per_room_in_parts_merged_too() -> None:
+    """Each TP rank logs the same room's timeout: the window counts rooms, as the timeouts
+    detector does (blind review 51 D9: 3 rooms logged by 8 ranks said 24)."""
+    one_stream = NodeWindowAggregator(300.0)
+    ranks = [
+        ev("deferred_release", T + 1 + rank * 0.01, outcome="timeout", bootstrap_room=room)
+        for room in ("11", "22", "33")
+        for rank in range(8)
+    ]
+    feed(one_stream, [*ranks, ev("deferred_release", T + 2, outcome="timeout")])  # no room
+    (whole,) = one_stream.flush()
+    assert whole.fields["counts"]["deferred_timeouts"] == 4
+    assert whole.fields["timed_out_rooms"] == ["11", "22", "33"]
+    # The same node's two streams (stdout and stderr, two ranks' files): shared rooms once.
+    first, second = NodeWindow(), NodeWindow()
+    for room in ("11", "22"):
+        first.add_event(ev("deferred_release", T + 1, outcome="timeout", bootstrap_room=room))
+    for room in (22, 33):  # however the room was typed
+        second.add_event(ev("deferred_release", T + 1, outcome="timeout", bootstrap_room=room))
+    merged = NodeWindow.from_state(first.to_state())
+    merged.merge(NodeWindow.from_state(second.to_state()))
+    assert merged.counts["deferred_timeouts"] == 3
+    assert merged.timed_out_rooms == {"11", "22", "33"}
 
 
 def test_events_without_time_and_late_events_join_the_open_window() -> None:

@@ -73,12 +73,15 @@ class NodeWindow:
     them. Bounded and JSON-able (`to_state`), so a worker can ship one and the detector `merge`
     it as if it had read the events itself."""
 
-    __slots__ = ("counts", "sums", "queue_max")
+    __slots__ = ("counts", "sums", "queue_max", "timed_out_rooms")
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.sums: dict[str, float] = {}
         self.queue_max = 0.0
+        # Rooms whose deferred release timed out: every TP rank logs the same timeout, and a
+        # window's count is of rooms, as the timeouts detector counts them.
+        self.timed_out_rooms: set[str] = set()
 
     def add(self, key: str, value: float) -> None:
         """Add one sample of a mean: its sum under `key`, its count under `n_<key>`."""
@@ -108,6 +111,12 @@ class NodeWindow:
             counts["transfer_failed"] = counts.get("transfer_failed", 0) + 1
         elif kind == _DEFERRED_RELEASE:
             if fields.get("outcome") == "timeout":
+                room = fields.get("bootstrap_room")
+                if room is not None:
+                    room = str(room)
+                    if room in self.timed_out_rooms:
+                        return
+                    self.timed_out_rooms.add(room)
                 counts["deferred_timeouts"] = counts.get("deferred_timeouts", 0) + 1
         else:
             self.add_batch(
@@ -137,9 +146,20 @@ class NodeWindow:
             sums[key] = sums.get(key, 0.0) + total
         if other.queue_max > self.queue_max:
             self.queue_max = other.queue_max
+        seen_twice = self.timed_out_rooms & other.timed_out_rooms
+        if seen_twice:
+            counts["deferred_timeouts"] -= len(seen_twice)
+        self.timed_out_rooms |= other.timed_out_rooms
 
     def to_state(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "sums": dict(self.sums), "queue_max": self.queue_max}
+        state: dict[str, Any] = {
+            "counts": dict(self.counts),
+            "sums": dict(self.sums),
+            "queue_max": self.queue_max,
+        }
+        if self.timed_out_rooms:
+            state["timed_out_rooms"] = sorted(self.timed_out_rooms)
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> NodeWindow:
@@ -147,6 +167,7 @@ class NodeWindow:
         window.counts = {str(k): int(v) for k, v in state["counts"].items()}
         window.sums = {str(k): float(v) for k, v in state["sums"].items()}
         window.queue_max = float(state["queue_max"])
+        window.timed_out_rooms = {str(room) for room in state.get("timed_out_rooms") or ()}
         return window
 
 
