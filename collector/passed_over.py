@@ -49,9 +49,19 @@ NOT_READ_WHOLE: Final = frozenset(
     {f"{damage}_{codec}" for damage in ("corrupt", "truncated") for codec in _CODECS}
     | {"compressed_not_read", "read_error", UNDECODABLE, UNRECOGNISED}
 )
-# The rollout gate fails closed on more: a link to nowhere (a log volume not mounted) and an
-# archive not read whole (review: beside either, a node vanished from "all 2 nodes passed").
-GATE_UNREAD: Final = UNREAD_INPUT | NOT_READ_WHOLE | {"broken_or_looping_link"}
+# Files discovery does not open: a bundle (tar, zip) and a log search's CSV export. Forensics
+# says them on lines of their own (ARCHIVES, CSV FILES).
+_NOT_OPENED: Final = (
+    ("archive_not_read", "archive was not opened", "archives were not opened"),
+    ("csv_not_read", "CSV export was not read", "CSV exports were not read"),
+)
+# The rollout gate fails closed on more: a link to nowhere (a log volume not mounted), an
+# archive not read whole (review: beside either, a node vanished from "all 2 nodes passed"),
+# and a bundle or export not opened (blind review 58 D1: a node's failing logs in a `.tar.gz`
+# beside two passing nodes, "all 2 nodes passed", exit 0).
+GATE_UNREAD: Final = (
+    UNREAD_INPUT | NOT_READ_WHOLE | {"broken_or_looping_link"} | {why for why, *_ in _NOT_OPENED}
+)
 
 
 def passed_over(
@@ -70,6 +80,23 @@ def passed_over(
     passed = sum(dropped.get(why, 0) for why, *_ in _SAID)
     held = "what it holds is" if passed == 1 else "what they hold is"
     return f"{', '.join(said)}; {held} not in the verdicts."
+
+
+def not_opened(dropped: Mapping[str, int], named: Mapping[str, Sequence[str]] | None = None) -> str:
+    """`1 archive was not opened (logs.tar.gz); extract …`, or "": the gate's words for the
+    bundles and exports forensics says on lines of their own."""
+    said = [
+        f"{count:,} {one if count == 1 else several}"
+        + (f" ({names})" if (names := files_named(named, [why], count)) else "")
+        for why, one, several in _NOT_OPENED
+        if (count := dropped.get(why, 0))
+    ]
+    if not said:
+        return ""
+    return (
+        f"{', '.join(said)}: extract archives and pass the folders; what they hold is not in "
+        "the verdicts."
+    )
 
 
 def not_read_whole(

@@ -736,6 +736,48 @@ def test_an_archive_not_read_whole_fails_closed(tmp_path: Path, damage: str, rea
     _fails_closed_not_read_whole(case, reason, case / "prefill-1.log.1.gz")
 
 
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("prefill-1-logs.tar.gz", "1 archive was not opened"),
+        ("prefill-1-logs.zip", "1 archive was not opened"),
+        ("prefill-1.csv", "1 CSV export was not read"),
+    ],
+)
+def test_a_bundle_or_export_not_opened_fails_closed(tmp_path: Path, name: str, said: str) -> None:
+    """Blind review 58 D1: a third node's failing logs in a `.tar.gz` or `.zip` beside two
+    passing nodes: "PASS - all 2 nodes passed", exit 0, where forensics said ARCHIVES."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    assert run(str(case))[0] == 0
+    (case / name).write_bytes(gzip.compress((DATA / "incident" / "prefill-0.log").read_bytes()))
+    code, out, _ = run("--allow-unknown", str(case))
+    assert code == 3
+    assert lines(out)[-2] == (
+        f"PASSED OVER: {said} ({case / name}): extract archives and pass the folders; what "
+        "they hold is not in the verdicts."
+    )
+    assert lines(out)[-1].startswith("verdict: UNKNOWN")
+
+
+def test_a_node_whose_log_states_no_configuration_is_passed_over(tmp_path: Path) -> None:
+    """Blind review 58 D5: a third node whose log held `Decode batch` lines alone (its role,
+    nothing the gate checks) was a line of unknowns, which --allow-unknown passed (exit 0)."""
+    case = _case_with(tmp_path, DATA / "healthy")
+    (batch,) = [
+        line
+        for line in (DATA / "healthy" / "decode-0.log").read_text().splitlines(keepends=True)
+        if "Decode batch" in line
+    ]
+    (case / "decode-1.log").write_text(batch * 8)
+    code, out, _ = run("--allow-unknown", str(case))
+    assert code == 3
+    assert not any(line.startswith("decode-1 ") for line in lines(out))
+    assert lines(out)[-2] == (
+        "PASSED OVER: decode-1: no engine configuration read (no server_args, capacity line, "
+        "pool or context metric, /server_info): not judged."
+    )
+
+
 def _fails_closed_not_read_whole(case: Path, reason: str, path: Path) -> None:
     code, out, _ = run(str(case))
     assert code == 3

@@ -291,6 +291,30 @@ def _streams(
     return streams
 
 
+def _tells(facts: NodeFacts) -> bool:
+    """Whether a node's configuration states anything the gate checks, or its logs show the
+    checksum at work."""
+    stated = (
+        facts.version,
+        facts.stale_version,
+        facts.pool_tokens,
+        facts.max_req_input_len,
+        facts.context_len,
+        facts.kv_checksum,
+        facts.transfer_backend,
+        facts.dcp_size,
+        facts.kv_cache_sharding,
+        facts.tp_size,
+        facts.pp_size,
+        facts.page_size,
+        facts.longest_prefilled,
+    )
+    evidence = facts.evidence
+    seen = (evidence.skipped, evidence.one_side, evidence.mismatches, evidence.corruptions)
+    # A value stated that cannot be right (a pool of -1) is said on the node's own line.
+    return any(value is not None for value in stated) or any(seen) or bool(facts.doubts)
+
+
 def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
     by_node: dict[str, list[NodeFacts]] = {}
     for node in sorted(tracker.generations):
@@ -306,6 +330,11 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
         for current, following in zip(facts_list, facts_list[1:], strict=False):
             current.until = following.since
         by_node[node] = facts_list
+    # A node whose files state no configuration and show no checksum at work (a role told by
+    # batch lines alone) is checked by nothing: passed over, not a line of unknowns that
+    # --allow-unknown would pass (blind review 58 D5).
+    silent = {node for node, facts_list in by_node.items() if not any(map(_tells, facts_list))}
+    by_node = {node: facts_list for node, facts_list in by_node.items() if node not in silent}
     final = [facts_list[-1] for facts_list in by_node.values()]
     earlier: dict[str, list[tuple[NodeFacts, Deployment]]] = {}
     for node, facts_list in by_node.items():
@@ -313,7 +342,7 @@ def _facts(tracker: _Tracker, *, logged: frozenset[str]) -> Gathered:
             (facts, _deployment_at(by_node, _end_of(facts), facts.model))
             for facts in facts_list[:-1]
         ]
-    ignored = sorted(tracker.seen_nodes - set(by_node))
+    ignored = sorted((tracker.seen_nodes - set(by_node)) | silent)
     routers = sorted(tracker.router_nodes)
     return Gathered(final, earlier, ignored, tracker.timeline, routers)
 

@@ -16,6 +16,7 @@ from collector.passed_over import (
     GATE_UNREAD,
     documents_unread,
     input_unread,
+    not_opened,
     not_read_whole,
     passed_over,
     unread_documents,
@@ -156,6 +157,8 @@ class AuditReport:
         said = passed_over(self._dropped, self._dropped_files)
         if damaged := not_read_whole(self._dropped, self._dropped_files):
             said = f"{said} {damaged}; what they held past the damage is not in the verdicts."
+        if bundles := not_opened(self._dropped, self._dropped_files):
+            said = f"{said} {bundles}"
         if unread := unread_documents(self._dropped_files):
             states = "what it states is" if unread.startswith("1 ") else "what they state is"
             said = f"{said} {unread}; {states} not in the verdicts."
