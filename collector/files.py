@@ -174,8 +174,9 @@ def host_folder(folder: Path) -> Path:
 
 _COMPRESSED_SUFFIXES: Final = (".gz", ".xz", ".bz2", ".zst", ".lz4")
 _SKIP_SUFFIXES: Final = (".parquet", ".html", ".png", ".csv", ".md", ".pyc")
-# kvwatch's own table of findings, passed over without a count when a report folder is read.
-OWN_CSV: Final = "findings.csv"
+# kvwatch's own tables (findings; refusals no decode log shows), passed over without a count
+# when a report folder is read.
+OWN_CSVS: Final = frozenset({"findings.csv", "refused_without_decode.csv"})
 # Bundles of files: not read inside, but counted (`archive_not_read`) and said, so that logs
 # left in a support bundle are not taken for logs that were read. A `.tar.gz` read as one gzip
 # log was every engine's lines as one node, and tar headers as binary lines.
@@ -541,7 +542,7 @@ def discover(
             if path.name.lower().endswith(ARCHIVE_SUFFIXES):
                 pass_over(skip, named, "archive_not_read", str(path))
                 continue
-            if path.suffix.lower() == ".csv" and path.name != OWN_CSV:
+            if path.suffix.lower() == ".csv" and path.name not in OWN_CSVS:
                 # a log search's export (CloudWatch, Kibana)
                 pass_over(skip, named, "csv_not_read", str(path))
                 continue

@@ -337,7 +337,8 @@ def test_a_log_search_exported_as_csv_is_counted_and_said(tmp_path: Path) -> Non
     case = tmp_path / "case"
     shutil.copytree(REFERENCE, case)
     (case / "decode-1.csv").write_text('"@timestamp","@message"\n"2026-09-06","x"\n')
-    (case / "findings.csv").write_text("severity,detector\n")  # a report folder's own table
+    (case / "findings.csv").write_text("severity,detector\n")  # a report folder's own tables
+    (case / "refused_without_decode.csv").write_text("time,prefill_node\n")
     done, summary = _forensics(case, tmp_path / "out")
     assert summary["input"]["dropped_by_reason"]["csv_not_read"] == 1
     assert f"CSV FILES: 1 CSV file was not read ({case / 'decode-1.csv'}):" in done.stdout

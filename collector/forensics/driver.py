@@ -29,6 +29,8 @@ from collector.files import EXPORT_NAME, dated_by_file_time, regular_files
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plot_data import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
+from collector.forensics.refusals import FILE_NAME as REFUSAL_LIST_NAME
+from collector.forensics.refusals import RefusalListWriter
 from collector.forensics.report import (
     Sayer,
     abort_signals_line,
@@ -168,6 +170,7 @@ class _Evidence:
         self,
         parquet: RequestParquetWriter | None,
         long_prompt_tokens: int = ImpossiblyFastPrefillConfig().critical_min_uncached_tokens,
+        refusal_list: RefusalListWriter | None = None,
     ) -> None:
         self.findings: list[Finding] = []
         self.findings_dropped: Counter[str] = Counter()
@@ -200,6 +203,8 @@ class _Evidence:
         # node -> prefill node -> the timeouts of transfers lost to that prefill's restart.
         self.restart_timeouts: dict[str, Counter[str]] = {}
         self.parquet = parquet
+        # Every one of `refused_without_decode`, listed (the summary names a few).
+        self.refusal_list = refusal_list
         # A prompt this long, answered, is the incident's when prefill did not compute it: the
         # timing detector's critical length (`critical_min_uncached_tokens`), as configured.
         self.long_prompt_tokens = long_prompt_tokens
@@ -253,7 +258,7 @@ class _Evidence:
         # `RequestRecord.contended_rooms`), asked again once the whole input is read
         # (`settle_refusals`).
         self._refused_alone_held: list[
-            tuple[str, float | None, str | None, float | None, tuple[str, ...]]
+            tuple[str, float | None, str | None, float | None, tuple[str, ...], int | None, str]
         ] = []
         # PD one-token stubs by node and second, a refusal line naming no request each may be
         # the refusal of (`settle_refusals`); at most `MAX_REFUSALS_HELD` in all.
@@ -325,7 +330,15 @@ class _Evidence:
             if len(self._refused_alone_held) < MAX_REFUSALS_HELD:
                 when = record.began
                 self._refused_alone_held.append(
-                    (side.node, side.last_time, side.rid, when, record.contended_rooms)
+                    (
+                        side.node,
+                        side.last_time,
+                        side.rid,
+                        when,
+                        record.contended_rooms,
+                        record.prompt_tokens,
+                        _refusal(side),
+                    )
                 )
             else:
                 self._refused_without_decode(record, rid=side.rid)
@@ -408,7 +421,7 @@ class _Evidence:
         held, self._refused_alone_held = self._refused_alone_held, []
         final = self.refusal_final
         exposed_rooms = {entry.bootstrap_room for entry in self.exposed.values()}
-        for node, at, rid, when, rooms in held:
+        for node, at, rid, when, rooms, prompt_tokens, refusal in held:
             if rooms and exposed_rooms.issuperset(rooms):
                 # Several answers of its length could be its, each named exposed: its answer is
                 # one of them, not missing (blind review 49 D3: "NO DECODE SIDE: 5" beside the
@@ -425,7 +438,9 @@ class _Evidence:
                 self.pd_requests -= 1
                 continue
             if final is None or not final(node, at):
-                self._count_refused_without_decode(when, rid=rid)
+                self._count_refused_without_decode(
+                    when, rid=rid, node=node, prompt_tokens=prompt_tokens, refusal=refusal
+                )
 
     def _stub_of(self, node: str, at: float | None) -> bool:
         """Whether a stub on `node` near `at` is left to claim a refusal (and claim it)."""
@@ -442,13 +457,36 @@ class _Evidence:
     def _refused_without_decode(
         self, record: RequestRecord, *, room: str | None = None, rid: str | None = None
     ) -> None:
-        when = record.began
-        self._count_refused_without_decode(when, room=room, rid=rid)
+        prefill = record.prefill or record.sides[0]
+        self._count_refused_without_decode(
+            record.began,
+            room=room,
+            rid=rid if rid is not None else prefill.rid,
+            node=prefill.node,
+            prompt_tokens=record.prompt_tokens,
+            refusal=_refusal(prefill),
+        )
 
     def _count_refused_without_decode(
-        self, when: float | None, *, room: str | None = None, rid: str | None = None
+        self,
+        when: float | None,
+        *,
+        room: str | None = None,
+        rid: str | None = None,
+        node: str | None = None,
+        prompt_tokens: int | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.refused_without_decode += 1
+        if self.refusal_list is not None:
+            self.refusal_list.add(
+                when,
+                node=node,
+                room=room,
+                rid=rid,
+                prompt_tokens=prompt_tokens,
+                refusal=refusal,
+            )
         if room is not None and len(self.refused_without_decode_rooms) < 3:
             self.refused_without_decode_rooms.append(room)
         if room is None:
@@ -777,7 +815,8 @@ def run_forensics(
     timing = ImpossiblyFastPrefillConfig.model_validate(
         config.detectors.get(ImpossiblyFastPrefill.name, {})
     )
-    evidence = _Evidence(parquet, timing.critical_min_uncached_tokens)
+    refusal_list = RefusalListWriter(out_dir / REFUSAL_LIST_NAME)
+    evidence = _Evidence(parquet, timing.critical_min_uncached_tokens, refusal_list)
     window_seconds = _anomaly_window(config)
     pipeline = DetectionPipeline(config, on_record=evidence.record)
     evidence.refusal_final = pipeline.refusal_final
@@ -865,11 +904,17 @@ def run_forensics(
             parquet.close(exposed_later=evidence.exposed_later)
         elif parquet is not None:  # stopped (Ctrl-C, SIGTERM, a failed worker)
             parquet.abandon()
+        if finished:
+            refusal_list.close()
+        else:
+            refusal_list.abandon()
     if pipeline.timeline.implausible_tokens:  # a pool of -5, 1e300: taken as unknown
         stats.dropped["implausible_token_count"] += pipeline.timeline.implausible_tokens
     stats.finished = time.perf_counter()
     if parquet is not None:
         outputs["parquet"] = parquet.path
+    if refusal_list.path is not None:
+        outputs["refusals"] = refusal_list.path
     summary = build_summary(paths, stats, pipeline, evidence)
     # Lines are stamped to the second, a request's answer to the millisecond it was sent: the
     # logs cover the exposures they date (blind review 9b: the last one 0.8 s after "the end").
@@ -1355,6 +1400,7 @@ def build_summary(
                 "without_room": evidence.refused_without_room,
                 "first": iso_time(evidence.refused_first),
                 "last": iso_time(evidence.refused_last),
+                "csv": _path_or_none(evidence.refusal_list),
             },
             "refusals_matched_ambiguously": evidence.refused_matched_ambiguously,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,
@@ -1371,6 +1417,19 @@ _TOKENIZER_REFUSALS: Final = frozenset(
 
 # Rids named of the long answers no timing judges.
 _NAMED_UNTIMED: Final = 3
+
+
+def _path_or_none(refusal_list: RefusalListWriter | None) -> str | None:
+    path = refusal_list.path if refusal_list is not None else None
+    return str(path) if path is not None else None
+
+
+def _refusal(prefill: SideRecord) -> str:
+    """How prefill turned the request away, as `refused_without_decode.csv` says it: the
+    refusal's reason, else the one-token stub 0.5.19 makes of a prompt it refused."""
+    if prefill.reject_reason:
+        return prefill.reject_reason
+    return "refused" if prefill.rejected else "one-token stub"
 
 
 def _untimed_long(serving: SideRecord, long_prompt_tokens: int) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_LINE_KINDS, iso_time, parse_iso_time
 from collector.files import EXPORT_NAME, FILE_REPLACED
+from collector.forensics.csv_cells import inert_cell
 from collector.forensics.plot_data import PlotData
 from collector.passed_over import NOT_READ_WHOLE, files_named, input_unread, passed_over
 from collector.sglang.log_clock import zone_name
@@ -64,18 +65,7 @@ def write_findings_csv(path: Path, findings: list[dict[str, Any]]) -> None:
             row.append("true" if finding.get("exposure") else "false")
             evidence = finding.get("evidence") or {}
             row.append(";".join(f"{k}={_value(v)}" for k, v in sorted(evidence.items())))
-            writer.writerow(["" if v is None else _inert_cell(v) for v in row])
-
-
-# What a spreadsheet takes for a formula at a cell's start (OWASP's CSV injection guidance):
-# a rid or node name is the client's or a file's choice, and `=HYPERLINK(...)` would run.
-_FORMULA_STARTS: Final = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _inert_cell(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
-        return "'" + value
-    return value
+            writer.writerow([inert_cell(v) for v in row])
 
 
 def _switch(value: Any) -> str:
@@ -945,6 +935,7 @@ def pd_role_missing_line(summary: dict[str, Any]) -> str:
         return said + "."
     noun, it = _request_it(refused)
     named = _some_named(missing["refused_rooms"], missing.get("refused_rids") or [], refused)
+    named += _all_listed(summary, refused, named)
     return (
         f"{said}, and prefill refused {refused:,} {noun} or ran {it} as one-token stubs"
         f"{f' ({named})' if named else ''}: whether decode answered {it} "
@@ -983,7 +974,9 @@ def refused_without_decode_line(summary: dict[str, Any]) -> str:
     rooms, rids = missing.get("rooms") or [], missing.get("rids") or []
     first, last = missing.get("first"), missing.get("last")
     when = "" if first is None else first if first == last else f"{first} to {last}"
-    details = ", ".join(part for part in (_some_named(rooms, rids, count), when) if part)
+    named = _some_named(rooms, rids, count)
+    named += _all_listed(summary, count, named)
+    details = ", ".join(part for part in (named, when) if part)
     whys = []
     alone = missing.get("without_room", 0)
     if count > alone:
@@ -1055,6 +1048,15 @@ def _some_named(rooms: list[str], rids: list[str], count: int) -> str:
         return ""  # refusals that name no request (2025 builds)
     more = f" and {count - len(shown):,} more" if count > len(shown) else ""
     return ", ".join(shown) + more
+
+
+def _all_listed(summary: dict[str, Any], count: int, named: str) -> str:
+    """Where all `count` refusals without a decode side are listed, after the few `named`:
+    the responder looks each one up elsewhere (blind review 56: "and 23 more", found nowhere)."""
+    listed = (summary["requests"].get("refused_without_decode") or {}).get("csv")
+    if not listed or not named.endswith(" more"):
+        return ""
+    return f", all {count:,} listed in {Path(listed).name}"
 
 
 def _some_rooms(rooms: list[str], count: int) -> str:
