@@ -9,6 +9,7 @@ were formulas in findings.csv.
 
 from __future__ import annotations
 
+import calendar
 import csv
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collector.forensics.driver import run_forensics
 from collector.shown_text import printable, printable_lines
 
 REFERENCE = Path(__file__).parent / "testdata" / "reference_incident"
@@ -94,3 +96,40 @@ def test_a_forged_engine_line_s_free_text_is_not_taken_as_an_engine_word() -> No
     assert (skipped["prefill_signature"], skipped["decode_signature"]) == (None, "0x1f2e")
     info = _server_info({"disaggregation_transfer_backend": sentence, "max_total_num_tokens": 9})
     assert info is not None and info["transfer_backend"] is None
+
+
+def test_a_rid_holding_a_colour_code_is_one_request_however_its_lines_spell_it(
+    tmp_path: Path,
+) -> None:
+    """Blind review 58 D2: SGLang writes a rid as a repr in its request lines (the colour code
+    stays as `\\x1b[31m` text) and raw in its time stats (the code is taken off with the
+    line's colours). With both nodes' sides in both spellings, the room was two requests, and
+    its one exposure was named twice, once under a rid no client sent."""
+    shown, raw = "=evil\\x1b[31m|rid", "=evil\x1b[31m|rid"
+    case = tmp_path / "case"
+    case.mkdir()
+    prefill = (REFERENCE / "prefill-0.log").read_text()
+    prefill = prefill.replace("b2e1d4f3c5a6b7988877665544332222", shown)
+    entry = calendar.timegm((2026, 8, 27, 10, 14, 38, 0, 0, 0))
+    prefill += (
+        f"[2026-08-27 10:14:40 TP0] ReqTimeStats(rid={raw}, bootstrap_room=5523401987766512300, "
+        "input_len=1, cached_input_len=0, output_len=1, attempts=0, type=prefill): "
+        "bootstrap_duration=1.00ms, queue_duration=0.50ms, forward_duration=50.00ms, "
+        f"entry_time={entry}.000\n"
+    )
+    (case / "prefill-0.log").write_text(prefill)
+    decode = (REFERENCE / "decode-0.log").read_text().splitlines(keepends=True)
+    decode = [
+        line.replace(DECODE_RID, raw if "ReqTimeStats(" in line else shown) for line in decode
+    ]
+    (case / "decode-0.log").write_text("".join(decode))
+    summary = run_forensics([str(case)], tmp_path / "out", write_parquet=False).summary
+    assert summary["exposure"]["count"] == 1
+    (exposed,) = summary["exposure"]["requests"]
+    assert (exposed["rid"], exposed["bootstrap_room"]) == (shown, "5523401987766512300")
+    named = [f for f in summary["findings"] if f["exposure"]]
+    assert sorted(f["detector"] for f in named) == [
+        "impossibly_fast_prefill",
+        "over_length_answered",
+        "rejected_then_served",
+    ]

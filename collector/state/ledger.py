@@ -20,6 +20,7 @@ node's lines about a request already folded into one `SideRecord` where the node
 from __future__ import annotations
 
 import heapq
+import re
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -1655,7 +1656,7 @@ def _requests_by_rid(sides: list[SideRecord]) -> list[list[SideRecord]] | None:
     for side in sides:
         if not side.rid:
             return None
-        by_rid.setdefault(side.rid, []).append(side)
+        by_rid.setdefault(_as_joined(side.rid), []).append(side)
     if len(by_rid) < 2:
         return None
     for group in by_rid.values():
@@ -1663,6 +1664,18 @@ def _requests_by_rid(sides: list[SideRecord]) -> list[list[SideRecord]] | None:
         if "prefill" not in roles or "decode" not in roles:
             return None
     return list(by_rid.values())
+
+
+# A terminal's control sequence in a rid, raw or as repr writes it (`\x1b[31m`).
+_TERMINAL_CODE_IN_RID: Final = re.compile(r"(?:\x1b|\\x1b)\[[0-9;?]*[A-Za-z]")
+
+
+def _as_joined(rid: str) -> str:
+    """`rid` as its lines' spellings of it agree: SGLang writes a rid raw in its time stats,
+    where a colour code in it is taken off with the line's (`strip_terminal_codes`), and as a
+    repr in its request lines, where the code stays as text (blind review 58 D2: a client's
+    `=evil<ESC>[31m…` rid made one room two requests, one exposure named twice)."""
+    return _TERMINAL_CODE_IN_RID.sub("", rid) if "x1b" in rid else rid
 
 
 def _requests_in(sides: list[SideRecord], warm_up: bool | None) -> list[list[SideRecord]]:
