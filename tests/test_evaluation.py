@@ -239,11 +239,12 @@ def test_a_run_whose_detectors_failed_fails_the_evaluation(
     assert ev.to_json_dict()["detector_errors"] == failed
     assert "DETECTOR ERROR: pool_below_context failed 2 times" in format_evaluation(ev)
     monkeypatch.setattr(evaluation, "evaluate_scenario", lambda *a, **k: (ev, summary))
-    out = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     said = evaluation.run_eval_command(
-        "t", seed=None, json_path=None, min_precision=1.0, min_recall=1.0, out=out
+        "t", seed=None, json_path=None, min_precision=1.0, min_recall=1.0, out=out, err=err
     )
     assert said == 1
+    assert err.getvalue() == "kvwatch eval: a detector raised (DETECTOR ERROR above)\n"
     clean = score(_summary(["1", "2", "3"], []), TRUTH)
     monkeypatch.setattr(evaluation, "evaluate_scenario", lambda *a, **k: (clean, summary))
     assert (
@@ -252,3 +253,26 @@ def test_a_run_whose_detectors_failed_fails_the_evaluation(
         )
         == 0
     )
+
+
+def test_a_score_below_its_bar_is_said_beside_the_exit_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Blind review 58 J4: `--min-recall 1.01` exited 1 with nothing saying which bar failed."""
+    from detectors import evaluation
+
+    summary = _summary(["1", "2"], [])
+    ev = score(summary, TRUTH)
+    assert (ev.exposure.precision, ev.exposure.recall) == (1.0, 2 / 3)
+    monkeypatch.setattr(evaluation, "evaluate_scenario", lambda *a, **k: (ev, summary))
+    out, err = io.StringIO(), io.StringIO()
+    code = evaluation.run_eval_command(
+        "t", seed=None, json_path=None, min_precision=1.0, min_recall=0.9, out=out, err=err
+    )
+    assert code == 1
+    assert err.getvalue() == "kvwatch eval: exposure recall 0.667 < --min-recall 0.9\n"
+    err = io.StringIO()
+    code = evaluation.run_eval_command(
+        "t", seed=None, json_path=None, min_precision=1.0, min_recall=0.6, out=out, err=err
+    )
+    assert (code, err.getvalue()) == (0, "")
