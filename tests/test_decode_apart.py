@@ -93,6 +93,74 @@ def test_a_decode_log_ending_well_before_prefill_s_is_said(
             "node": "decode-0",
             "last": "2026-09-03T09:30:05.000Z",
             "prefill": {"prefill-0": "2026-09-03T10:00:00.000Z"},
+            "prefill_nodes": 1,
         }
     ]
     assert "decode-0's request lines end at 2026-09-03T09:30:05.000Z" in markdown
+
+
+def test_a_sparse_decode_node_s_quiet_hours_are_no_cut_log(tmp_path: Path) -> None:
+    """Blind review 57 D3: with 2,000 decode nodes answering three requests a day each, every
+    one was said to have ended early, since its last answer came hours before prefill's. A
+    silence five times the node's own pace is what says a cut log; hours at that pace do not."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day = "2026-09-03"
+    hours = range(9, 22)  # a request an hour, 09:00 to 21:00, on one prefill node
+    (folder / "prefill-0.log").write_text(
+        server_args(day, "prefill")
+        + prefill_start(day, "10.1.0.11", 2_040_000)
+        + "".join(
+            finish_line(f"{day} {h:02d}:00:00", f"p{h}", 7000 + h, 50_000, tokens=1) for h in hours
+        )
+    )
+    for decode, answered in (("decode-0", (9, 13, 17)), ("decode-1", set(hours) - {9, 13, 17})):
+        (folder / f"{decode}.log").write_text(
+            server_args(day, "decode")
+            + "".join(
+                finish_line(f"{day} {h:02d}:00:05", f"d{h}", 7000 + h, 50_000)
+                for h in sorted(answered)
+            )
+        )
+    result = run_forensics([str(folder)], tmp_path / "out", write_parquet=False)
+    # decode-0's last answer is 4 h before prefill's, at a pace of one every 4 h.
+    assert result.summary["input"]["decode_ended_early"] == []
+
+
+def test_a_cut_decode_log_names_three_prefill_nodes_and_counts_the_rest(tmp_path: Path) -> None:
+    """Blind review 57 D3: each entry listed every prefill node, so the JSON grew with the
+    square of the nodes (157 MB for 2,000 pairs)."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day = "2026-09-03"
+    minutes = range(0, 61, 5)
+    for p in range(5):
+        (folder / f"prefill-{p}.log").write_text(
+            server_args(day, "prefill")
+            + prefill_start(day, f"10.1.0.{11 + p}", 2_040_000)
+            + "".join(
+                finish_line(
+                    f"{day} {9 + (m + p) // 60:02d}:{(m + p) % 60:02d}:00",
+                    f"p{p}-{m}",
+                    7000 + 100 * p + m,
+                    50_000,
+                    tokens=1,
+                    host=f"10.1.0.{11 + p}",
+                )
+                for m in minutes
+            )
+        )
+    (folder / "decode-0.log").write_text(
+        server_args(day, "decode")
+        + "".join(
+            finish_line(f"{day} 09:{m + p:02d}:05", f"d{p}-{m}", 7000 + 100 * p + m, 50_000)
+            for m in minutes
+            if m <= 20
+            for p in range(5)
+        )
+    )
+    result = run_forensics([str(folder)], tmp_path / "out", write_parquet=False)
+    (entry,) = result.summary["input"]["decode_ended_early"]
+    assert entry["node"] == "decode-0" and entry["prefill_nodes"] == 5
+    assert list(entry["prefill"]) == ["prefill-4", "prefill-3", "prefill-2"]
+    assert entry["prefill"]["prefill-4"] == "2026-09-03T10:04:00.000Z"

@@ -123,3 +123,20 @@ def test_an_address_named_before_by_answers_with_a_prefill_side_is_not_new() -> 
     joined = [answer(LAST_LINE - 60 * k, prefill=OLD, host="10.0.0.9") for k in range(1, 4)]
     after = [answer(LAST_LINE + 900 + 60 * k, host="10.0.0.9") for k in range(4)]
     assert replaced(fed(*joined, *after)) is None
+
+
+def test_a_node_with_a_small_share_of_the_traffic_is_not_replaced_by_a_quiet_spell() -> None:
+    """Blind review 57: 2,000 prefill nodes taking three requests a day each. A node's hours
+    without a request, while the others took some, said it was gone; at its share of the
+    deployment's traffic it would have taken none of them anyway."""
+    peers = [f"prefill-{k}" for k in range(10)]
+    before = [answer(LAST_LINE - 60 * k, prefill=OLD) for k in range(1, 3)]
+    before += [answer(LAST_LINE - 60 * k - 3, prefill=p) for k in range(1, 5) for p in peers]
+    after = [answer(LAST_LINE + 900 + 60 * k, prefill=peers[k]) for k in range(8)]
+    traffic = fed(*before, *after)
+    # 8 minutes taken by others; its share before was 2 of 42 busy minutes: 0.4 expected.
+    assert traffic.replaced(OLD, LAST_LINE, [OLD, *peers], ["decode-0"], went_to) is None
+    # The same minutes after, the node alone before: it took them all, so it is gone.
+    alone = fed(*before[:2], *after)
+    found = alone.replaced(OLD, LAST_LINE, [OLD, *peers], ["decode-0"], went_to)
+    assert found is not None and found[0] == sorted(peers[:8])
