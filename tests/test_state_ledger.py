@@ -403,10 +403,43 @@ def test_memory_stays_bounded_on_a_long_stream():
 def test_entry_cap_emits_the_oldest_early():
     ledger = RequestLedger(LedgerConfig(max_entries=2), role_of=role_of)
     for k in range(3):
-        ledger.add(ev("request_received", "decode-0", T + k, rid=f"d{k}", bootstrap_room=str(k)))
+        # A prefill's refusal each: more than a receipt, so the oldest is judged early.
+        ledger.add(ev("request_received", "prefill-0", T + k, rid=f"p{k}", bootstrap_room=str(k)))
+        ledger.add(
+            ev(
+                "request_rejected",
+                "prefill-0",
+                T + k,
+                rid=f"p{k}",
+                bootstrap_room=str(k),
+                input_tokens=900_000,
+                limit_tokens=681_274,
+                reason="input_too_long",
+            )
+        )
     assert len(ledger) == 2 and ledger.stats.evicted == 1
+    assert ledger.stats.received_let_go == 0
     (record,) = ledger.advance(T + 3)
     assert record.bootstrap_room == "0" and not record.complete
+
+
+def test_at_the_cap_a_request_only_received_is_let_go_and_made_anew_by_its_finish():
+    """Blind review 57 D2: with SGLANG_LOG_REQUEST_EXCEEDED_MS only slow requests log their
+    finish, and every fast one left a `Receive:` line held two hours (600k took 1.8 GB). At
+    the cap such a request is let go unjudged, and its finish read later is a request of its
+    own, not a late line."""
+    ledger = RequestLedger(LedgerConfig(max_entries=2), role_of=role_of)
+    for event in decode_events("9", T)[:1] + decode_events("8", T + 1)[:1]:
+        ledger.add(event)
+    ledger.add(decode_events("7", T + 2)[0])
+    assert len(ledger) == 2 and ledger.stats.received_let_go == 1
+    assert ledger.stats.evicted == 0
+    # Room 9's finish, read after it was let go: judged whole from itself.
+    assert ledger.add(decode_events("9", T)[1])
+    records = ledger.drain()
+    (nine,) = [r for r in records if r.bootstrap_room == "9"]
+    assert nine.serving is not None and nine.serving.finish_type == "stop"
+    assert ledger.stats.late_events == 0
 
 
 def test_lines_after_emission_are_counted_late_not_rejoined():

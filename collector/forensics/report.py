@@ -1417,6 +1417,28 @@ def late_lines_line(summary: dict[str, Any]) -> str:
     return line + "."
 
 
+def held_at_cap_line(summary: dict[str, Any]) -> str:
+    """Requests judged early because the ledger held its most at once, and those let go with
+    nothing but their receipt read (`requests.judged_at_cap`, `requests.received_only`)."""
+    requests = summary["requests"]
+    early, received = requests.get("judged_at_cap", 0), requests.get("received_only", 0)
+    said = []
+    if early:
+        said.append(
+            f"{early:,} {'request' if early == 1 else 'requests'} still open were judged early, "
+            "the most requests the ledger holds at once being open (detection.ledger."
+            "max_entries): lines of theirs read later were late lines"
+        )
+    if received:
+        said.append(
+            f"{received:,} {'request' if received == 1 else 'requests'} of which nothing but "
+            "the receipt (Receive:) was read were let go unjudged, as the most held at once "
+            "were open: a finish read later judged its request anew (SGLANG_LOG_REQUEST_"
+            "EXCEEDED_MS logs slow requests' finishes alone)"
+        )
+    return "; ".join(said) + "." if said else ""
+
+
 # Late request lines that make "nothing found" no verdict: this many, and this share of all.
 _LATE_NOT_JUDGED: Final = (100, 0.01)
 
@@ -2434,6 +2456,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         newest_first_line,
         repeated_lines_line,
         late_lines_line,
+        held_at_cap_line,
         nodes_not_judged_line,
         request_logs_apart_line,
         decode_apart_line,

@@ -103,8 +103,12 @@ class LedgerConfig(BaseModel):
     settle_seconds: float = Field(default=5.0, ge=0)
     # Emit a request that has been idle this long without finishing (crash, lost logs).
     max_open_seconds: float = Field(default=7200.0, gt=0)
-    # Hard cap on requests held at once; the oldest is emitted early when it is reached.
-    max_entries: int = Field(default=1_000_000, gt=0)
+    # Hard cap on requests held at once (about 3 KB each): when it is reached, a request of
+    # which nothing but its receipt was read is let go (its later lines make it anew), else
+    # the oldest is judged early. SGLANG_LOG_REQUEST_EXCEEDED_MS logs the finishes of slow
+    # requests alone, leaving every fast one a `Receive:` line held for `max_open_seconds`
+    # (blind review 57 D2: 600k of them took 1.8 GB).
+    max_entries: int = Field(default=100_000, gt=0)
     # Emitted keys remembered, so lines arriving after emission are counted, not rejoined.
     late_memory: int = Field(default=100_000, ge=0)
     # A line of a judged room under a rid its request never had, this long after that request's
@@ -145,6 +149,8 @@ class LedgerStats:
     # stream went back in time over lines it had held (a shipper re-sending a block), not late.
     repeated_nodes: dict[str, int] = field(default_factory=dict)
     evicted: int = 0
+    # Requests let go at the cap with nothing but their receipt read (`_let_go_received`).
+    received_let_go: int = 0
     expired_open: int = 0
     unjoined_rejections: int = 0
     health_checks: int = 0
@@ -810,13 +816,30 @@ class RequestLedger:
     # -- internals -----------------------------------------------------------------------------
 
     def _new_entry(self, key: str, room: str | None) -> _Entry:
-        if len(self._entries) >= self.config.max_entries:
+        if len(self._entries) >= self.config.max_entries and not self._let_go_received():
             _, oldest = next(iter(self._entries.items()))
             self.stats.evicted += 1
             self._forced += self._emit(oldest)
         entry = _Entry(key, room)
         self._entries[key] = entry
         return entry
+
+    def _let_go_received(self) -> bool:
+        """Let go of one of the oldest entries (`_RECEIVED_SCAN`) of which nothing but the
+        requests' receipt was read, unjudged and unremembered: a line of it read later makes
+        it anew, never a late line, and a receipt alone says nothing any detector reads.
+        False when there is none."""
+        for _, entry in zip(range(_RECEIVED_SCAN), self._entries.values(), strict=False):
+            if entry.refusal is None and all(map(_received_only, entry.sides.values())):
+                self._entries.pop(entry.key, None)
+                for side in entry.sides.values():
+                    if side.rid and self._rid_index.get((side.node, side.rid)) == entry.key:
+                        del self._rid_index[(side.node, side.rid)]
+                    if side.rid and self._by_rid.get(side.rid) == entry.key:
+                        del self._by_rid[side.rid]
+                self.stats.received_let_go += 1
+                return True
+        return False
 
     def _merge_rid_entry(self, node: str, rid: str | None, room: str) -> None:
         """A node's earlier room-less lines for this rid belong to the room's entry."""
@@ -1676,6 +1699,25 @@ def _as_joined(rid: str) -> str:
     repr in its request lines, where the code stays as text (blind review 58 D2: a client's
     `=evil<ESC>[31m…` rid made one room two requests, one exposure named twice)."""
     return _TERMINAL_CODE_IN_RID.sub("", rid) if "x1b" in rid else rid
+
+
+# The oldest entries looked through for one to let go at the cap (`_let_go_received`).
+_RECEIVED_SCAN: Final = 64
+
+
+def _received_only(side: SideRecord) -> bool:
+    """Nothing of the request read on this side but its receipt (a `Receive:` line)."""
+    return not (
+        side.terminal
+        or side.has_stats
+        or side.has_trace
+        or side.rejected
+        or side.transfer_failures
+        or side.checksum_mismatch
+        or side.metadata_corruption
+        or side.prompt_tokens is not None
+        or side.finish_type is not None
+    )
 
 
 def _requests_in(sides: list[SideRecord], warm_up: bool | None) -> list[list[SideRecord]]:
