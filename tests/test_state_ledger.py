@@ -1108,3 +1108,35 @@ def test_a_refusal_is_not_taken_by_a_request_received_after_it():
     records = [r for r in ledger.drain() if r.bootstrap_room == "703"]
     assert [r.prefill_refused for r in records] == [False]
     assert records[0].prompt_tokens == 582_027
+
+
+def test_a_line_far_behind_the_time_reached_waits_from_there_for_its_request_s_other_lines():
+    """Blind review 57 D1: every host's clock stepped back 2 h. Prefill's refusals after the
+    step were judged at once (their times long passed), and decode's answers to them, at the
+    same stepped times, came as late lines: 37 of 40 exposures named, 2 of 50 with many steps.
+    A line that far behind waits from the time reached, as long as it would from its own."""
+    ledger = RequestLedger(role_of=role_of)
+    for event in prefill_events("1", T) + decode_events("1", T):
+        ledger.add(event)
+    assert len(ledger.advance(T + 8000)) == 1
+    stepped = T + 100  # after the step: 7,900 s behind the time reached
+    ledger.add(ev("request_received", "prefill-0", stepped, rid="p2", bootstrap_room="2"))
+    ledger.add(
+        ev(
+            "request_rejected",
+            "prefill-0",
+            stepped,
+            rid="p2",
+            bootstrap_room="2",
+            input_tokens=900_000,
+            limit_tokens=681_274,
+            reason="input_too_long",
+        )
+    )
+    assert ledger.advance(T + 8001) == []  # another stream moved the time on by a second
+    for event in decode_events("2", stepped + 1, prompt=900_000):
+        assert ledger.add(event)
+    (record,) = ledger.advance(T + 8000 + 400)
+    assert {side.role for side in record.sides} == {"prefill", "decode"}
+    assert record.prefill_refused and record.served
+    assert ledger.stats.late_events == 0
