@@ -105,6 +105,7 @@ _PD_INFO: dict[str, object] = {
         ("http://127.0.0.1", "http://127.0.0.1:80/"),
         ("https://Engine.example", "https://engine.example:443"),
         ("http://[::1]:{port}", "http://[0:0::1]:{port}"),
+        ("http://127.0.0.1:{port}", "http://[::ffff:127.0.0.1]:{port}"),  # blind review 58
     ],
 )
 def test_one_engine_given_under_two_node_names_is_a_usage_error(

@@ -144,9 +144,13 @@ def engine_address(url: str) -> str:
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     try:
-        host = ipaddress.ip_address(host).compressed
+        address = ipaddress.ip_address(host)
     except ValueError:
         pass  # a name, not an address
+    else:
+        # `::ffff:10.0.0.5` is 10.0.0.5 (blind review 58).
+        mapped = getattr(address, "ipv4_mapped", None)
+        host = (mapped or address).compressed
     shown = f"[{host}]" if ":" in host else host
     port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower())
     return f"{parts.scheme.lower()}://{shown}:{port}{parts.path.rstrip('/')}"
