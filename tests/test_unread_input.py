@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -665,3 +666,20 @@ def test_a_request_line_cut_at_the_end_names_its_file(tmp_path: Path) -> None:
     assert summary["input"]["dropped_by_reason"]["truncated_request_line"] == 1
     named = summary["input"]["dropped_files"]["truncated_request_line"]
     assert named == [str(logs / "decode-0.log")]
+
+
+def test_a_log_mostly_of_binary_bytes_is_said_so_and_its_text_lines_are_read(
+    tmp_path: Path,
+) -> None:
+    """Blind review 57: 50 MB of random bytes amid a log's lines made it "not read whole",
+    though every line of text in it was read and every exposure in it named."""
+    case = tmp_path / "case"
+    shutil.copytree(REFERENCE, case)
+    decode = case / "decode-0.log"
+    lines = decode.read_bytes().splitlines(keepends=True)
+    junk = random.Random(57).randbytes(1 << 20)
+    decode.write_bytes(b"".join(lines[:4]) + junk + b"\n" + b"".join(lines[4:]))
+    done, summary = _forensics(case, tmp_path / "out")
+    assert summary["exposure"]["count"] == 1
+    assert f"a file mostly not text, their text lines read: undecodable 1 ({decode})" in done.stdout
+    assert "files not read whole" not in done.stdout

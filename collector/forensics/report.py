@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from collector.events import REQUEST_LINE_KINDS, iso_time, parse_iso_time
-from collector.files import EXPORT_NAME, FILE_REPLACED
+from collector.files import EXPORT_NAME, FILE_REPLACED, UNDECODABLE
 from collector.forensics.csv_cells import inert_cell
 from collector.forensics.plot_data import PlotData
 from collector.passed_over import NOT_READ_WHOLE, files_named, input_unread, passed_over
@@ -803,8 +803,16 @@ def unread_line(summary: dict[str, Any]) -> str:
             if why not in WHOLE_FILE_LOSSES
         )
         said.append(f"{unused:,} of {lines:,} lines read could not be used ({top})")
+    named = summary["input"].get("dropped_files") or {}
+    if binary := files_lost.pop(UNDECODABLE, 0):
+        # Read through, their text lines used: most of what they held was not text (blind
+        # review 57: 50 MB of random bytes amid a log's lines read as "not read whole").
+        files = files_named(named, [UNDECODABLE], binary)
+        said.append(
+            f"{'a file' if binary == 1 else f'{binary:,} files'} mostly not text, their text "
+            f"lines read: {UNDECODABLE} {binary:,}" + (f" ({files})" if files else "")
+        )
     if files_lost:
-        named = summary["input"].get("dropped_files") or {}
         # Counted by file (a cut archive), not by line (a line too long): those name files.
         by_file = {why: count for why, count in files_lost.items() if why in named}
         files = files_named(named, by_file, sum(by_file.values()))
