@@ -17,6 +17,7 @@ import pytest
 from collector.events import Event, parse_iso_time
 from collector.parse import ParseStats, events_by_node
 from collector.sglang.prometheus import DUPLICATE_SERIES, parse_exposition
+from collector.sglang.server_info import parse_server_info
 from collector.state.config_timeline import ConfigTimeline
 
 T = 1_788_600_000.0
@@ -58,3 +59,22 @@ def test_a_snapshot_dates_itself_when_its_name_does_not(tmp_path: Path) -> None:
     assert events["decode-3"].time == 1_793_600_000.0
     assert events["decode-3"].source == f"{tmp_path / 'decode-3.prom'}:2"
     assert events["decode-7"].time == parse_iso_time("2026-11-02T10:00:05.000Z")
+
+
+@pytest.mark.parametrize("garbled", [-5, 0, 10**300])
+def test_a_garbled_top_level_pool_neither_hides_nor_joins_the_ranks_pool(garbled: int) -> None:
+    # Blind review 58 D4: beside a rank's plausible pool, a top-level 1e300 went unsaid, and a
+    # top-level -5 (the smaller) hid the rank's 681,280, leaving the pool unknown.
+    doc = {
+        "disaggregation_mode": "prefill",
+        "max_total_num_tokens": garbled,
+        "context_length": 1_048_576,
+        "internal_states": [{"dp_rank": 0, "memory_usage": {"token_capacity": 681_280}}],
+    }
+    (event,) = parse_server_info(doc, node="p0", source="p.json", time=T).events
+    assert event.fields["max_total_num_tokens"] == 681_280
+    timeline = ConfigTimeline()
+    timeline.update(event)
+    current = timeline.current("p0")
+    assert current is not None and current.pool_tokens == 681_280
+    assert timeline.implausible_tokens == 1  # counted, as every figure no engine states is

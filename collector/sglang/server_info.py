@@ -24,11 +24,14 @@ from collector.sglang.outcome import (
 )
 from collector.sglang.values import finite_number, whole_number
 from collector.shown_text import engine_token
+from collector.state.config_timeline import plausible_tokens
 
 SERVER_INFO_ENDPOINT: Final = "server_info"
 V1_MODELS: Final = "v1_models"
 V1_LOADS: Final = "v1_loads"
 MODEL_INFO: Final = "model_info"
+# A pool figure no engine could state, stated beside a plausible one (which is the pool).
+IMPLAUSIBLE_POOL: Final = "max_total_num_tokens_implausible"
 
 # Fields every server_info event carries (null when the endpoint does not say).
 FIELDS: Final = (
@@ -164,11 +167,13 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
             dp_rank = _int(state.get("dp_rank"))
             by_rank[str(index if dp_rank is None else dp_rank)] = capacity
     # The smallest of the DP ranks' pools is the one a long prompt routed there overflows; the
-    # top-level figure is one rank's.
-    pool = min(
-        (p for p in (_int(data.get("max_total_num_tokens")), *by_rank.values()) if p is not None),
-        default=None,
-    )
+    # top-level figure is one rank's. A figure no engine could state (-5, 1e300) does not hide
+    # the others' pool; it is kept apart, so it is counted as the doubt it is (blind review 58 D4).
+    top_level = _int(data.get("max_total_num_tokens"))
+    stated = [p for p in (top_level, *by_rank.values()) if p is not None]
+    plausible = [p for p in stated if plausible_tokens(p)]
+    pool = min(plausible or stated, default=None)
+    garbled = next((p for p in stated if not plausible_tokens(p)), None) if plausible else None
     first_state = states[0] if states else {}
     mode_raw = data["disaggregation_mode"] if "disaggregation_mode" in data else None
     if mode_raw is None:
@@ -197,6 +202,8 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
     }
     if by_rank:
         fields["max_total_num_tokens_by_dp_rank"] = by_rank
+    if garbled is not None:
+        fields[IMPLAUSIBLE_POOL] = garbled
     started = data.get("startup_time")
     if isinstance(started, int | float) and not isinstance(started, bool) and 1e9 < started < 1e11:
         # When the engine started (epoch seconds): a restart a snapshot shows is dated by it,

@@ -1346,6 +1346,7 @@ _TOKEN_KEYS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     "capacity": (("max_total_num_tokens", "pool_tokens"), ("context_len", "context_len")),
     "server_info": (
         ("max_total_num_tokens", "pool_tokens"),
+        ("max_total_num_tokens_implausible", "pool_tokens"),
         ("context_len", "context_len"),
         ("max_req_input_len", "max_req_input_len"),
     ),
