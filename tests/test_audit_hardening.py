@@ -623,6 +623,30 @@ def test_live_absurd_pool_overrides_a_plausible_one_from_the_logs(
     assert result.reasons == ["pool value 0 not plausible"]
 
 
+_RANKS_BESIDE_A_GARBLED_POOL: dict[str, object] = {
+    "disaggregation_mode": "null",
+    "max_total_num_tokens": -5,
+    "context_length": 1_048_576,
+    "internal_states": [{"dp_rank": 0, "memory_usage": {"token_capacity": 2_400_000}}],
+}
+
+
+def test_a_garbled_pool_beside_a_rank_s_plausible_one_is_said_not_judged(
+    tmp_path: Path, serve: Callable[[dict[str, Behaviour]], _RawServer]
+) -> None:
+    """Blind review 58 D4: the rank's pool is the node's; the top-level -5 hid it (UNKNOWN),
+    and a 1e300 went unsaid. Saved or live, it is now a note on the node's line."""
+    _info(tmp_path, "n-0", _RANKS_BESIDE_A_GARBLED_POOL)
+    server = serve(_static({"/server_info": _RANKS_BESIDE_A_GARBLED_POOL}))
+    saved = audit([tmp_path]).results[0]
+    live = audit(targets=[Target("n-0", server.url)], timeout=5).results[0]
+    for result in (saved, live):
+        assert result.facts.pool_tokens == 2_400_000
+        assert result.status == "PASS"
+        note = "pool value -5 not plausible: set aside, the plausible value is judged"
+        assert note in result.reasons
+
+
 def _page(body: bytes, content_type: bytes, status: bytes = b"200 OK") -> Behaviour:
     def send(conn: socket.socket, server: _RawServer) -> None:
         conn.sendall(

@@ -128,6 +128,10 @@ class NodeFacts:
     # Values a source stated that cannot be right, field -> reason ("pool value -1 not
     # plausible", "disaggregation_mode 5 not understood"): the field is then None (unknown).
     doubts: dict[str, str] = field(default_factory=dict)
+    # Values a source stated that cannot be right, beside a plausible value of the same field
+    # (a top-level pool of -5 beside a rank's 681,280): the plausible one is judged, and these
+    # are said, never dropped unsaid (blind review 58 D4).
+    set_aside: dict[str, str] = field(default_factory=dict)
 
     @property
     def layout(self) -> tuple[tuple[str, int], ...]:
@@ -173,6 +177,7 @@ class NodeFacts:
             "logs_read": self.logs_read,
             "endpoint_errors": dict(self.endpoint_errors),
             "doubts": dict(self.doubts),
+            "set_aside": dict(self.set_aside),
         }
 
 

@@ -368,6 +368,7 @@ def _node_facts(
     since = configs[0].since if configs else None
     # A mode that could not be read explains an unknown role; another source may state it.
     doubts = {k: v for k, v in gen.doubts.items() if merged.get(k) is None}
+    set_aside = {k: v for k, v in gen.doubts.items() if k not in doubts}
     facts = NodeFacts(
         node=node,
         version=gen.version,
@@ -377,6 +378,7 @@ def _node_facts(
         evidence=dataclasses.replace(gen.evidence),
         sources=list(gen.sources),
         doubts=doubts,
+        set_aside=set_aside,
         longest_prefilled=gen.longest_prefilled,
         **merged,
     )

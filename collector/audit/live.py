@@ -29,7 +29,7 @@ from collector.audit.facts import LAYOUT_FIELDS, NodeFacts, layout_size, mode_do
 from collector.events import Event
 from collector.sglang.outcome import MALFORMED_EXPOSITION
 from collector.sglang.prometheus import parse_exposition
-from collector.sglang.server_info import parse_server_info
+from collector.sglang.server_info import IMPLAUSIBLE_POOL, parse_server_info
 from collector.sglang.signals import config_snapshot
 from collector.shown_text import clipped, printable
 from collector.state.config_timeline import plausible_tokens, shard_count
@@ -322,6 +322,7 @@ def _merge(
     if facts.role is None and mode_doubts:
         facts.doubts["role"] = next(iter(mode_doubts.values()))
     pools = [field(info, "max_total_num_tokens"), field(loads, "max_total_num_tokens")]
+    pools.append(field(info, IMPLAUSIBLE_POOL))  # said, beside a rank's plausible pool
     pools.append(snap.pool_tokens if snap else None)
     # Ranks or endpoints that disagree: the smallest pool is the one a long prompt overflows.
     facts.pool_tokens = _plausible(facts, "pool_tokens", pools, min)
@@ -369,7 +370,10 @@ def _plausible(
     implausible ones (-1, 0, 1e308), None with the reason in `facts.doubts`."""
     stated = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
     good = [v for v in stated if plausible_tokens(v)]
+    bad = [v for v in stated if not plausible_tokens(v)]
     if good:
+        if bad:
+            facts.set_aside[name] = token_doubt(name, bad[0])
         return pick(good)
     if stated:
         facts.doubts[name] = token_doubt(name, stated[0])

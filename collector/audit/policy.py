@@ -170,7 +170,9 @@ def judge_node(
     facts = facts.checked()
     checks = _checks(facts, deployment, policy)
     judged_earlier = tuple(judge_node(f, d, policy) for f, d in (earlier or []))
-    notes: list[str] = []
+    notes: list[str] = [
+        f"{reason}: set aside, the plausible value is judged" for reason in facts.set_aside.values()
+    ]
     named = _role_in_name(facts.node)
     if named is not None and facts.role in PD_ROLES and facts.role != named:
         # A runbook's copy-paste: the node meant was never audited (blind review 46 D5).

@@ -100,6 +100,7 @@ def overlay(base: NodeFacts | None, live: NodeFacts) -> NodeFacts:
             setattr(merged, name, None)
             doubts[name] = live.doubts[name]
     merged.doubts = doubts
+    merged.set_aside = {**base.set_aside, **live.set_aside}
     if live.version is not None:
         merged.stale_version = None
     return merged
