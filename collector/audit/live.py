@@ -367,7 +367,8 @@ def _plausible(
     facts: NodeFacts, name: str, values: list[Any], pick: Callable[[list[int]], int]
 ) -> int | None:
     """`pick` of the plausible token counts among `values`; when the endpoints stated only
-    implausible ones (-1, 0, 1e308), None with the reason in `facts.doubts`."""
+    implausible ones (-1, 0, 1e308), None with the reason in `facts.doubts`; one stated beside
+    a plausible one goes to `facts.set_aside`, to be said."""
     stated = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
     good = [v for v in stated if plausible_tokens(v)]
     bad = [v for v in stated if not plausible_tokens(v)]
