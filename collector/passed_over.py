@@ -69,12 +69,7 @@ def passed_over(
 ) -> str:
     """`1 file could not be opened (logs/decode-1.log), …; what it holds is not in the
     verdicts.`, or "". `named`: the files by reason (`files.name_file`)."""
-    said = [
-        f"{count:,} {one if count == 1 else several}"
-        + (f" ({names})" if (names := files_named(named, [why], count)) else "")
-        for why, one, several in _SAID
-        if (count := dropped.get(why, 0))
-    ]
+    said = _counted(dropped, named, _SAID)
     if not said:
         return ""
     passed = sum(dropped.get(why, 0) for why, *_ in _SAID)
@@ -85,18 +80,28 @@ def passed_over(
 def not_opened(dropped: Mapping[str, int], named: Mapping[str, Sequence[str]] | None = None) -> str:
     """`1 archive was not opened (logs.tar.gz); extract …`, or "": the gate's words for the
     bundles and exports forensics says on lines of their own."""
-    said = [
-        f"{count:,} {one if count == 1 else several}"
-        + (f" ({names})" if (names := files_named(named, [why], count)) else "")
-        for why, one, several in _NOT_OPENED
-        if (count := dropped.get(why, 0))
-    ]
+    said = _counted(dropped, named, _NOT_OPENED)
     if not said:
         return ""
     return (
         f"{', '.join(said)}: extract archives and pass the folders; what they hold is not in "
         "the verdicts."
     )
+
+
+def _counted(
+    dropped: Mapping[str, int],
+    named: Mapping[str, Sequence[str]] | None,
+    reasons: Sequence[tuple[str, str, str]],
+) -> list[str]:
+    """`1 file could not be opened (logs/decode-1.log)` for each of `reasons` (reason, the
+    words for one, for several) that `dropped` counts, with the files it names."""
+    return [
+        f"{count:,} {one if count == 1 else several}"
+        + (f" ({names})" if (names := files_named(named, [why], count)) else "")
+        for why, one, several in reasons
+        if (count := dropped.get(why, 0))
+    ]
 
 
 def not_read_whole(
