@@ -461,7 +461,9 @@ class RequestLedger:
             entry.last_time = time
         now, stamped = self._now, event.time
         behind = now - stamped if now is not None and stamped is not None else 0.0
-        self._schedule(entry, behind if behind > cfg_behind(self.config) else 0.0)
+        # Past any disorder of streams merged by time (a join window), the line's stream went
+        # back in time: its entry waits from the time reached (`_schedule`).
+        self._schedule(entry, behind if behind > self.config.join_window_seconds else 0.0)
         return True
 
     def _own_refusal(self, key: str, side: SideRecord, length: int) -> None:
@@ -1708,12 +1710,6 @@ def _as_joined(rid: str) -> str:
     repr in its request lines, where the code stays as text (blind review 58 D2: a client's
     `=evil<ESC>[31m…` rid made one room two requests, one exposure named twice)."""
     return _TERMINAL_CODE_IN_RID.sub("", rid) if "x1b" in rid else rid
-
-
-def cfg_behind(config: LedgerConfig) -> float:
-    """How far behind the time reached a line must come for its entry to wait from there
-    (`_schedule`): past any disorder of streams merged by time, a join window."""
-    return config.join_window_seconds
 
 
 # The oldest entries looked through for one to let go at the cap (`_let_go_received`).
