@@ -418,3 +418,13 @@ def test_no_refusal_without_a_decode_side_writes_no_list(tmp_path: Path) -> None
     summary = run_forensics([str(REFERENCE)], tmp_path / "out", write_parquet=False).summary
     assert summary["requests"]["refused_without_decode"]["csv"] is None
     assert not (tmp_path / "out" / "refused_without_decode.csv").exists()
+
+
+def test_an_earlier_run_s_list_is_not_left_beside_a_run_that_has_none(tmp_path: Path) -> None:
+    # Left in the folder, an earlier run's list reads as this run's refusals.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "refused_without_decode.csv").write_text("time,prefill_node\n2026-09-06,prefill-0\n")
+    summary = run_forensics([str(REFERENCE)], out, write_parquet=False).summary
+    assert summary["requests"]["refused_without_decode"]["csv"] is None
+    assert not (out / "refused_without_decode.csv").exists()

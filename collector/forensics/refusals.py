@@ -62,8 +62,12 @@ class RefusalListWriter:
         self.rows += 1
 
     def close(self) -> None:
+        """The run's end: with no row, an earlier run's list in the folder is removed, since it
+        would read as this run's."""
         if self._handle is not None:
             self._handle.close()
+        else:
+            self._target.unlink(missing_ok=True)
 
     def abandon(self) -> None:
         """The run stopped before its end: a partial list would read as the whole one."""
