@@ -80,6 +80,14 @@ _ROLE_HINT_KINDS: Final = frozenset(
 )
 # The timeline's version is judged per generation (`_Generation.version`); its model is merged.
 _MERGED_FIELDS: Final = ("model", *CONFIG_FIELDS)
+# What a node's files can state that the gate checks: its configuration but the role (batch
+# lines alone tell a role) and what its versions and prefills show.
+_STATED_FIELDS: Final = (
+    *(name for name in CONFIG_FIELDS if name != "role"),
+    "version",
+    "stale_version",
+    "longest_prefilled",
+)
 _MAX_SOURCES: Final = 8
 # Set by `_mode_checked` on a server_info event whose document states a mode of the wrong type.
 _ROLE_DOUBT: Final = "audit_role_doubt"
@@ -294,21 +302,7 @@ def _streams(
 def _tells(facts: NodeFacts) -> bool:
     """Whether a node's configuration states anything the gate checks, or its logs show the
     checksum at work."""
-    stated = (
-        facts.version,
-        facts.stale_version,
-        facts.pool_tokens,
-        facts.max_req_input_len,
-        facts.context_len,
-        facts.kv_checksum,
-        facts.transfer_backend,
-        facts.dcp_size,
-        facts.kv_cache_sharding,
-        facts.tp_size,
-        facts.pp_size,
-        facts.page_size,
-        facts.longest_prefilled,
-    )
+    stated = (getattr(facts, name) for name in _STATED_FIELDS)
     evidence = facts.evidence
     seen = (evidence.skipped, evidence.one_side, evidence.mismatches, evidence.corruptions)
     # A value stated that cannot be right (a pool of -1) is said on the node's own line.
