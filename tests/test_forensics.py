@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from collector.events import iso_time, parse_iso_time
+from collector.forensics import driver
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
+from collector.forensics.plot_data import PlotData
 from collector.forensics.report import (
     TABLE_ROWS,
     config_gaps,
@@ -142,6 +145,29 @@ def test_a_condition_escalated_as_more_was_read_is_reported_once_at_its_worst(
     assert incident.summary["findings_by_severity"]["warning"] == sum(
         f["severity"] == "warning" for f in incident.summary["findings"]
     )
+
+
+def test_the_findings_plot_draws_what_the_reports_list(
+    incident: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The findings timeline drew the warnings that a critical of the same moment superseded:
+    "warning (4)" in its legend over reports of 0 warnings."""
+    drawn: list[PlotData] = []
+    write_html = driver.write_html
+
+    def keep_plot_data(path: Path, summary: dict, plot_data: PlotData) -> None:
+        drawn.append(plot_data)
+        write_html(path, summary, plot_data)
+
+    monkeypatch.setattr(driver, "write_html", keep_plot_data)
+    result = run_forensics(
+        [str(incident.sim / "logs"), str(incident.sim / "snapshots")], tmp_path / "again"
+    )
+    listed = Counter(
+        (f["severity"], f["detector"]) for f in result.summary["findings"] if f["time"]
+    )
+    assert listed[("critical", "pool_below_context")] >= 1
+    assert Counter((severity, name) for _, severity, name in drawn[0].findings) == listed
 
 
 def test_the_verdict_is_said_for_a_machine_as_for_a_person(incident: Run, tmp_path: Path) -> None:

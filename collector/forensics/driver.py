@@ -1296,6 +1296,9 @@ def build_summary(
             evidence.findings, key=lambda f: (f.time if f.time is not None else -1.0, f.detector)
         )
     )
+    # What every output says, the findings plot too (it drew the superseded warnings beside
+    # the criticals that replaced them: "warning (4)" over a report of 0 warnings).
+    evidence.findings = findings
     by_severity: Counter[str] = Counter(f.severity for f in findings)
     nodes: dict[str, Any] = {}
     configs = map(pipeline.timeline.current, pipeline.timeline.nodes())

@@ -17,6 +17,7 @@ import logging
 import os
 import select
 import signal
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -100,10 +101,11 @@ def timing_plot(data: PlotData) -> bytes:
             color="#111",
             linestyle="--",
             linewidth=1.2,
-            label=(
+            label=textwrap.fill(
                 f"physical floor, {data.floor_assumes} (per uncached token)"
                 if data.floor_assumes
-                else "physical floor (per uncached token)"
+                else "physical floor (per uncached token)",
+                width=100,
             ),
         )
     _learned_floor_lines(ax, data.learned_floors, min(prompts), max(prompts))
@@ -113,7 +115,9 @@ def timing_plot(data: PlotData) -> bytes:
     ax.set_ylabel("fastest timing per uncached prompt token (s)")
     ax.set_title("Prefill speed: replies below the floor could not have read their prompt")
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(loc="upper right", fontsize=8)
+    # Below the axes: the floor's assumptions make a long label, and inside them the legend
+    # spread over the y axis's label and ticks and over the slow answers of long prompts.
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.13), fontsize=8, frameon=False)
     return _png(fig)
 
 
