@@ -778,7 +778,8 @@ def test_a_canary_violation_whose_victim_is_not_named_is_no_all_clear() -> None:
     )
     several = verdict(_violations(4, possible=3))
     assert several["outcome"] == "not_judged"
-    assert "3 of them answered and not named" in several["said"]
+    # The requests are counted, not the violations (it read "4 violations ..., 3 of them").
+    assert "3 of those requests were answered and are not named" in several["said"]
     # Each violation named its one victim (answered or not): that is the answer.
     assert verdict(_violations(1, 1))["outcome"] == "none_found"
     # Several in flight, none answered or each named already: nothing left to check.

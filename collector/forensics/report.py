@@ -342,8 +342,9 @@ def canary_unnamed_line(summary: dict[str, Any]) -> str:
         groups = possible.get("groups", 0)
         said.append(
             f"{groups:,} KV canary {'violation' if groups == 1 else 'violations'} hit one of "
-            f"several requests in flight, {answered:,} of them answered and not named "
-            "(listed under Possibly hit)"
+            f"several requests in flight; {answered:,} of those "
+            f"{'request was' if answered == 1 else 'requests were'} answered and "
+            f"{'is' if answered == 1 else 'are'} not named (listed under Possibly hit)"
         )
     return (
         f"{' and '.join(said)}: responses built from overwritten KV can be neither named nor "
