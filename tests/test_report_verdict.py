@@ -25,6 +25,7 @@ from collector.forensics.report import (
     exposure_status,
     log_zones_line,
     next_steps,
+    possibly_exposed_line,
     prompts_answered,
     status_line,
 )
@@ -764,6 +765,23 @@ def _violations(*in_flight: int, possible: int = 0) -> dict:
     ]
     summary["exposure"]["possible"] = {"groups": 1 if possible else 0, "responses": possible}
     return summary
+
+
+def test_the_possibly_exposed_are_counted_once_in_the_verdict_s_words_or_on_their_own_line():
+    """The verdict's canary line and a "possibly exposed" line gave the same counts, one as
+    violations, the other as corruptions: two sets of requests to check, it read."""
+    several = _violations(4, possible=3)
+    several["verdict"] = verdict(several)
+    assert "3 of those requests" in several["verdict"]["said"]
+    assert possibly_exposed_line(several) == ""
+    # When the verdict gives another reason first, the counts are said on their own line.
+    several["verdict"] = {"outcome": "not_judged", "status": None, "said": "another reason"}
+    assert possibly_exposed_line(several) == (
+        "1 KV corruption hit one of several requests in flight; 3 answered responses among "
+        "them are not named above (listed in the report)"
+    )
+    several["exposure"]["possible"] = {"groups": 0, "responses": 0}
+    assert possibly_exposed_line(several) == ""
 
 
 def test_a_canary_violation_whose_victim_is_not_named_is_no_all_clear() -> None:

@@ -63,7 +63,7 @@ from collector.forensics.report import (
     per_response,
     periods_line,
     pool_unknown_line,
-    possible_line,
+    possibly_exposed_line,
     prefill_unknown_line,
     prefill_unread_line,
     prefill_untold_line,
@@ -1834,9 +1834,8 @@ def _write_outcome(result: ForensicsResult, out: TextIO) -> None:
         f"{severities.get('warning', 0):,} warning, {severities.get('info', 0):,} info"
         f"{info_kinds(summary)}\n"
     )
-    possible = exposure.get("possible") or {}
-    if possible.get("groups"):
-        out.write(f"POSSIBLY EXPOSED: {possible_line(possible)}\n")
+    if possibly := possibly_exposed_line(summary):
+        out.write(f"POSSIBLY EXPOSED: {possibly}\n")
     # What the input itself says, each said only when it applies.
     for label, said in (
         ("", caught_line),

@@ -1566,9 +1566,24 @@ def possible_line(possible: dict[str, int]) -> str:
     """The possibly exposed, in one line: what the responder checks after the named ones."""
     groups, responses = possible.get("groups", 0), possible.get("responses", 0)
     return (
-        f"{groups:,} KV corruptions hit one of several requests in flight; {responses:,} "
-        f"answered responses among them are not named above (listed in the report)"
+        f"{groups:,} KV {'corruption' if groups == 1 else 'corruptions'} hit one of several "
+        f"requests in flight; {responses:,} answered {_responses(responses)} among them "
+        f"{'is' if responses == 1 else 'are'} not named above (listed in the report)"
     )
+
+
+def possibly_exposed_line(summary: dict[str, Any]) -> str:
+    """`possible_line`, "" when nothing is possibly exposed or when the verdict's own words
+    (`canary_unnamed_line`) gave the same counts: said twice, under two names (violations,
+    then corruptions), they read as two sets of requests to check."""
+    possible = summary["exposure"].get("possible") or {}
+    if not possible.get("groups"):
+        return ""
+    canary = canary_unnamed_line(summary)
+    verdict = summary.get("verdict") or {}
+    if canary and canary in f"{verdict.get('said', '')}\n{verdict.get('unnamed', '')}":
+        return ""
+    return possible_line(possible)
 
 
 def _candidates(finding: dict[str, Any]) -> str:
@@ -2437,9 +2452,8 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         )
     if caught := caught_line(summary):
         lines.append(caught)
-    possible = exposure.get("possible") or {}
-    if possible.get("groups"):
-        lines.append(f"Possibly exposed: {possible_line(possible)}.")
+    if possibly := possibly_exposed_line(summary):
+        lines.append(f"Possibly exposed: {possibly}.")
     # What keeps the verdict from being whole, said beside exposures (without them, the
     # verdict line says the first of these as why nothing was judged).
     for label, said in (
