@@ -81,6 +81,7 @@ from detectors.pool_in_force import (
     LENIENT_BASIS,
     hosts_ruled_out,
     pool_in_force,
+    ran_by_then,
     serving_model,
     strictest_of,
     strictest_prefill_pool,
@@ -699,6 +700,13 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                     )
             if not configs and record.serving is not None:
                 configs = [ctx.config_at(record.serving.node, when)]
+        # A process that started after the request did not serve it: its release and pool are
+        # not what the request met (blind review 59 D1: a restart onto a pool over the context
+        # a minute after a leaked answer was said to have taken its prompt).
+        configs = [
+            c if c is None or ran_by_then(c.node, c.generation, when, ctx) else None
+            for c in configs
+        ]
         fixed = [c for c in configs if c is not None and refuses_for_good(c.version)]
         if fixed and len(fixed) == len(configs):
             if len(fixed) == 1:
@@ -712,7 +720,12 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             pool = pool_in_force(record, ctx)
             if pool is not None and pool.basis == LENIENT_BASIS:
                 pool = strictest_prefill_pool(record, ctx)
-        if pool is None or prompt is None or prompt > pool.longest_accepted:
+        if (
+            pool is None
+            or prompt is None
+            or prompt > pool.longest_accepted
+            or not ran_by_then(pool.node, pool.generation, when, ctx)
+        ):
             return None
         return (
             f"{pool.node}'s pool took prompts of up to {pool.longest_accepted:,} tokens, so no "

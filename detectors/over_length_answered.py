@@ -30,10 +30,12 @@ from detectors.finding import Finding
 from detectors.pool_in_force import (
     LENIENT_BASIS,
     PoolInForce,
+    first_read_after,
     host_owner_stranger,
     largest_prefill_pool,
     pairing_undecided,
     pool_in_force,
+    ran_by_then,
     served_elsewhere,
     serving_model,
     strictest_prefill_pool,
@@ -117,6 +119,9 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         # Prefill node -> the minutes in which a refusal of its was read: its small pool still
         # held then (`_outgrown`).
         self.refused_minutes_: dict[str, set[int]] = {}
+        # Prefill node -> the answers judged by no pool because its logs begin with its
+        # start-up after them (`_ran_by_then`): another process, of no pool read, prefilled them.
+        self.before_start_: dict[str, int] = {}
 
     def due_at(self) -> float:
         return self.untold_[0][0] if self.untold_ else math.inf
@@ -174,7 +179,8 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
                 if released is not record:
                     return self._judge(released, ctx, late=True)
             return self._prefill_host_unread(record, serving, prompt, ctx)
-        if late and not self._ran_by_then(record, pool, ctx):
+        if not self._ran_by_then(record, pool, ctx):
+            self.before_start_[pool.node] = self.before_start_.get(pool.node, 0) + 1
             return []
         if prompt <= pool.longest_accepted + self.config.margin_tokens:
             return self._perhaps_over_length(record, serving, prompt, pool, ctx)
@@ -353,6 +359,12 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         outgrown: dict[str, float] = self.__dict__.get("outgrown_", {})
         return outgrown.get(f"{node}|{generation}")
 
+    def answered_before_start(self, node: str) -> int:
+        """The answers judged by no pool because `node`'s logs begin with its start-up after
+        them: the exposures named may be fewer than there were (said beside the verdict)."""
+        before: dict[str, int] = self.__dict__.get("before_start_", {})
+        return before.get(node, 0)
+
     def _unread_around(self, node: str, when: float | None) -> bool:
         """Whether prefill sides on `node` were read, but none within `READ_MINUTE` x
         `UNREAD_MINUTES` of `when` (so far): what it ran then is told by what is read of it
@@ -429,18 +441,11 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         record: RequestRecord, pool: PoolInForce, ctx: DetectionContext
     ) -> float | None:
         """When `pool`'s node was first read, if after the answer `record` judges."""
-        when = record.began
-        generations = ctx.timeline.history(pool.node)
-        first = generations[0].since if generations else None
-        return first if first is not None and when is not None and first > when else None
+        return first_read_after(pool.node, record.began, ctx)
 
-    def _ran_by_then(self, record: RequestRecord, pool: PoolInForce, ctx: DetectionContext) -> bool:
-        """Whether `pool`'s node ran with it when `record` was answered: read by then, or its
-        logs begin mid-run with it. A node whose logs begin with its start-up after the
-        answer started after it: another prefilled that prompt."""
-        if self._read_after(record, pool, ctx) is None:
-            return True
-        return pool.generation == 0 and ctx.timeline.began_mid_run(pool.node)
+    @staticmethod
+    def _ran_by_then(record: RequestRecord, pool: PoolInForce, ctx: DetectionContext) -> bool:
+        return ran_by_then(pool.node, pool.generation, record.began, ctx)
 
     def _unpriced(self, record: RequestRecord, serving: SideRecord, ctx: DetectionContext) -> bool:
         """Whether a decode answer is held to be judged at the end of the input: no line of its

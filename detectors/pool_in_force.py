@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from collector.state.config_timeline import ConfigTimeline, NodeConfig, normal_host
@@ -245,7 +245,27 @@ def _lenient(
     config = ctx.config_at(node, when)
     if config is None:
         return PoolInForce(tokens, node, 0, LENIENT_BASIS, tokens - REFUSAL_MARGIN)
-    return PoolInForce.of(config, LENIENT_BASIS, tokens)
+    found = PoolInForce.of(config, LENIENT_BASIS, tokens)
+    if found is not None and config.pool_tokens is None:
+        # Only its engine's stated limit is known (`config_timeline.prefill_pool`): no pool.
+        return replace(found, tokens=None)
+    return found
+
+
+def first_read_after(node: str, when: float | None, ctx: DetectionContext) -> float | None:
+    """When `node` was first read, if after `when`."""
+    generations = ctx.timeline.history(node)
+    first = generations[0].since if generations else None
+    return first if first is not None and when is not None and first > when else None
+
+
+def ran_by_then(node: str, generation: int, when: float | None, ctx: DetectionContext) -> bool:
+    """Whether `node`'s `generation` ran at `when`: read by then, or its logs begin mid-run
+    with it. A node whose logs begin with its start-up after `when` started after it: another
+    process served what came before, with a pool and a release no line read tells."""
+    if first_read_after(node, when, ctx) is None:
+        return True
+    return generation == 0 and ctx.timeline.began_mid_run(node)
 
 
 def serving_model(record: RequestRecord, ctx: DetectionContext) -> str | None:

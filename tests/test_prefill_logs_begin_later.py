@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.forensics.driver import run_forensics
+from collector.forensics.report import pool_unknown_line
+from detectors.pipeline import PipelineConfig
 from tests.engine_lines import finish_line, prefill_start, refusal_line, server_args
 
 DAY = "2026-08-27"
@@ -32,7 +34,13 @@ def _refusal(hour: int, room: str, prompt: int) -> str:
     return refusal_line(f"{DAY} {hour:02d}:19:58", f"{int(room):032x}", prompt, POOL)
 
 
-def _summary(tmp_path: Path, prefill_begins: str) -> dict[str, Any]:
+def _summary(
+    tmp_path: Path,
+    prefill_begins: str,
+    *,
+    server_info: bool = True,
+    config: PipelineConfig | None = None,
+) -> dict[str, Any]:
     case = tmp_path / "case"
     case.mkdir()
     answers = sorted({**EARLY_EXPOSED, **EARLY_HONEST, **LATE_EXPOSED}.items(), key=lambda i: i[1])
@@ -53,18 +61,19 @@ def _summary(tmp_path: Path, prefill_begins: str) -> dict[str, Any]:
         ).replace("00:00:4", "12:00:4")
     ((room, (hour, prompt)),) = LATE_EXPOSED.items()
     (case / "prefill-0.log").write_text(head + _refusal(hour, room, prompt))
-    (case / "prefill-0.server_info.json").write_text(
-        json.dumps(
-            {
-                "model_path": "zai-org/GLM-5.3",
-                "disaggregation_mode": "prefill",
-                "context_length": 1048576,
-                "max_total_num_tokens": POOL,
-                "version": "0.5.19",
-            }
+    if server_info:
+        (case / "prefill-0.server_info.json").write_text(
+            json.dumps(
+                {
+                    "model_path": "zai-org/GLM-5.3",
+                    "disaggregation_mode": "prefill",
+                    "context_length": 1048576,
+                    "max_total_num_tokens": POOL,
+                    "version": "0.5.19",
+                }
+            )
         )
-    )
-    summary: dict[str, Any] = run_forensics([str(case)], tmp_path / "out").summary
+    summary: dict[str, Any] = run_forensics([str(case)], tmp_path / "out", config=config).summary
     return summary
 
 
@@ -91,3 +100,68 @@ def test_a_prefill_started_after_an_answer_did_not_prefill_it(tmp_path: Path) ->
         f["detector"] == "over_length_answered" and f["bootstrap_room"] in EARLY_EXPOSED
         for f in summary["findings"]
     )
+
+
+def test_answers_before_a_log_begun_mid_run_meet_the_limit_its_refusals_state(
+    tmp_path: Path,
+) -> None:
+    """Blind review 59 D2: no start-up line or snapshot gives the prefill's pool, only the
+    limit its refusal states hours later; the answers decode gave before its log begins were
+    judged by no pool, and the over-length ones went unnamed."""
+    summary = _summary(tmp_path, "mid-run", server_info=False)
+    exposed = {r["bootstrap_room"] for r in summary["exposure"]["requests"]}
+    assert exposed == set(EARLY_EXPOSED) | set(LATE_EXPOSED)
+    early = [
+        f
+        for f in summary["findings"]
+        if f["detector"] == "over_length_answered" and f["bootstrap_room"] in EARLY_EXPOSED
+    ]
+    # Only the limit is known: no pool is said.
+    assert all(
+        f"up to {POOL - 7:,} tokens (its engine's stated limit" in f["summary"] for f in early
+    )
+
+
+def test_answers_before_a_prefill_s_start_up_are_said_judged_by_no_pool(tmp_path: Path) -> None:
+    """Blind review 59 D1: a prefill whose logs begin with its start-up after decode's first
+    answers; another process prefilled those, of a pool no line tells, and the all-clear over
+    them said nothing of it."""
+    summary = _summary(tmp_path, "start-up")
+    answers = len(EARLY_EXPOSED) + len(EARLY_HONEST)
+    assert summary["nodes"]["prefill-0"]["answered_before_start"] == answers
+    said = pool_unknown_line(summary)
+    assert said.startswith(
+        f"prefill-0 before its start-up at {DAY}T12:00:00.000Z ({answers} answers came before it)"
+    )
+
+
+def test_a_pool_that_started_after_an_answer_is_no_proof_it_took_the_prompt(
+    tmp_path: Path,
+) -> None:
+    """Blind review 59 D1: with the model's physical floor configured, a leaked answer given
+    before its prefill's logs begin with a start-up onto a pool over the context was too fast,
+    and said a warning: "prefill-0's pool took prompts of up to ...", the pool of a process
+    that did not yet run."""
+    case = tmp_path / "case"
+    case.mkdir()
+    # Two minutes before the start-up: judged once it is read (the ledger's join window).
+    room = "5505000000000000000"
+    (case / "decode-0.log").write_text(
+        server_args(DAY, "decode")
+        + finish_line(f"{DAY} 11:58:00", f"{int(room):032x}", room, 790_000)
+    )
+    (case / "prefill-0.log").write_text(
+        server_args(DAY, "prefill").replace("00:00:00", "12:00:00")
+        + prefill_start(DAY, "10.1.0.11", 2_040_000).replace("00:00:4", "12:00:4")
+    )
+    # The physics of a GLM-5.3-class model: 21.9 s is too fast for a 790k-token prompt.
+    config = PipelineConfig(
+        detectors={
+            "impossibly_fast_prefill": {"model_active_params": 4.0e11, "attention_layers": 80}
+        }
+    )
+    summary = run_forensics([str(case)], tmp_path / "out", config=config).summary
+    (too_fast,) = [f for f in summary["findings"] if f["detector"] == "impossibly_fast_prefill"]
+    assert too_fast["bootstrap_room"] == room
+    assert too_fast["severity"] == "critical" and too_fast["exposure"]
+    assert "pool took prompts" not in too_fast["summary"]

@@ -1241,6 +1241,18 @@ def _outgrew(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
     return {}
 
 
+def _answered_before_start(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
+    """How many answers came before `node`'s logs begin with its start-up ({} when none): the
+    process that prefilled them is not in the logs, so they were judged by no pool.
+
+    Why: blind review 59 D1, a prefill restarted onto a pool over the context a minute after
+    a leaked answer; that answer was judged by no pool, and the all-clear said nothing of it."""
+    for det in pipeline.detectors:
+        if isinstance(det, OverLengthAnswered) and (count := det.answered_before_start(node)):
+            return {"answered_before_start": count}
+    return {}
+
+
 def _replaced(
     pipeline: DetectionPipeline,
     traffic: PrefillTraffic,
@@ -1315,6 +1327,7 @@ def build_summary(
                 or _outgrew(pipeline, node)
                 or _started_unread(pipeline.timeline, node, told)
             ),
+            **_answered_before_start(pipeline, node),
             "config": [
                 {
                     "time": iso_time(c.since),

@@ -1362,6 +1362,13 @@ def pool_unknown_line(summary: dict[str, Any]) -> str:
         for node, known in prefill.items()
         if known is not None and not (fits and node in traced)
     ]
+    # Its logs begin with its start-up after answers another process prefilled (blind review
+    # 59 D1: a false all-clear said nothing of them).
+    unknown += [
+        {"node": f"{node} before its start-up at {_first_time(info)} ({_answers(before)})"}
+        for node, info in sorted(summary["nodes"].items())
+        if prefill.get(node) is None and (before := info.get("answered_before_start"))
+    ]
     if not unknown:
         return ""
     # Said as a limit of the list (blind review 43 D2: a prefill logging batch lines alone,
@@ -1374,6 +1381,15 @@ def pool_unknown_line(summary: dict[str, Any]) -> str:
         "there were; pass their start-up logs or saved /server_info to judge them by length "
         "too."
     )
+
+
+def _first_time(info: dict[str, Any]) -> str:
+    points = info.get("config") or [{}]
+    return str(points[0].get("time") or "its first line")
+
+
+def _answers(count: int) -> str:
+    return f"{count:,} {'answer' if count == 1 else 'answers'} came before it"
 
 
 def _pool_known_from(points: list[dict[str, Any]]) -> str | bool | None:

@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from collector.events import BOOTSTRAP_SERVER, Event
-from collector.state.prompt_capacity import PromptCapacity, prompt_capacity
+from collector.state.prompt_capacity import (
+    REFUSAL_MARGIN,
+    PromptCapacity,
+    prompt_capacity,
+    stated_limit,
+)
 from detectors.engine_version import parse_version
 
 Role = Literal["prefill", "decode", "unified"]
@@ -290,6 +295,21 @@ class _NodeHistory:
         )
 
 
+def prefill_pool(config: NodeConfig) -> int | None:
+    """A PD prefill node's pool, else the pool its engine's stated prompt limit implies (a
+    refusal's "maximum allowed length"): None for other roles, or where neither is known.
+
+    Why: blind review 59 D2, a prefill whose limit only its refusals stated: the answers decode
+    gave with no prefill line read were judged against no pool, and one of 126,000 tokens over
+    a limit of 119,994 went unnamed."""
+    if config.role != "prefill":
+        return None
+    if config.pool_tokens is not None:
+        return config.pool_tokens
+    limit = stated_limit(config.max_req_input_len)
+    return limit + REFUSAL_MARGIN if limit is not None else None
+
+
 class _Maximum:
     """The largest of a multiset of ints that values leave and join: a max-heap whose removed
     values are dropped lazily, so each operation is O(log n) rather than a scan."""
@@ -354,8 +374,9 @@ class _CurrentIndex:
             self.all_contexts.add(config.context_len)
         if config.is_pd:
             self.pd_nodes += 1
-        if config.role == "prefill" and config.pool_tokens is not None:
-            entry = (-config.pool_tokens, config.node)
+        pool = prefill_pool(config)
+        if pool is not None:
+            entry = (-pool, config.node)
             heapq.heappush(self.prefill_pools.setdefault(config.model, []), entry)
             heapq.heappush(self.all_prefill_pools, entry)
 
@@ -664,12 +685,9 @@ class ConfigTimeline:
         return best
 
     def prefill_pools_at(self, time: float | None, model: str | None = None) -> dict[str, int]:
-        """Pools of the deployment's PD prefill nodes in force at `time`."""
-        return {
-            c.node: c.pool_tokens
-            for c in self.configs_at(time, model)
-            if c.role == "prefill" and c.pool_tokens is not None
-        }
+        """Pools of the deployment's PD prefill nodes in force at `time` (`prefill_pool`)."""
+        pools = ((c.node, prefill_pool(c)) for c in self.configs_at(time, model))
+        return {node: pool for node, pool in pools if pool is not None}
 
     def largest_prefill_pool(
         self, time: float | None, model: str | None = None
@@ -706,8 +724,7 @@ class ConfigTimeline:
             config = self._nodes[node].current
             if (
                 config is not None
-                and config.role == "prefill"
-                and config.pool_tokens == -negative
+                and prefill_pool(config) == -negative
                 and (any_model or config.model == model)
             ):
                 return top
