@@ -173,6 +173,12 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     # After the first few fits, refit at most this often (event time).
     refit_interval_seconds: float = Field(default=10800.0, ge=0)
     learn_min_uncached_tokens: int = Field(default=256, ge=1)
+    # A long prompt answered before any floor of its node was learned is judged again by the
+    # first one learned within this long after it (`_wait_for_floor`): a log's first quarter
+    # hour has no history, and a leaked answer there met the physical floor alone.
+    floor_wait_seconds: float = Field(default=21600.0, ge=0)
+    # At most this many such requests wait at once (the later ones are judged once only).
+    max_waiting: int = Field(default=2000, ge=0)
     # Decision: score = floor / observed seconds; at or above threshold it was too fast.
     threshold: float = Field(default=1.0, gt=0)
     min_uncached_tokens: int = Field(default=4096, ge=1)
@@ -207,6 +213,36 @@ def context_band(uncached_tokens: int, cached_tokens: int) -> int:
     """The power of two just above the context an uncached token attends on average (the
     cached prefix and half the uncached part): band `b` holds `[2**(b-1), 2**b)`."""
     return int(cached_tokens + uncached_tokens // 2).bit_length()
+
+
+class _Judgment(NamedTuple):
+    """A request's score against its floors (`ImpossiblyFastPrefill._judge`), and what it rests
+    on: per timing its learned model's key and the model judging it (None: no floor learned)."""
+
+    timings: list[Timing]
+    keys: list[str]
+    judging: list[FloorModel | None]
+    band: int
+    physical: float
+    score: float
+    learned: float | None
+    worst: Timing
+    worst_index: int
+    # A timing that carries the queue passed its floor only by the queue's margin.
+    queue_margin_only: bool
+
+
+class _Waiting:
+    """A request judged before any floor of its node was learned (`_wait_for_floor`)."""
+
+    __slots__ = ("record", "uncached", "band", "at", "done")
+
+    def __init__(self, record: RequestRecord, uncached: int, band: int, at: float) -> None:
+        self.record = record
+        self.uncached = uncached
+        self.band = band
+        self.at = at
+        self.done = False
 
 
 class FloorModel:
@@ -433,10 +469,19 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         # The last hour's single-sequence prefills over a cached prefix (not saved: a restarted
         # sidecar reads the lines after it).
         self.prefill_hits_ = PrefillHits()
+        # Requests waiting for a floor of their node (`_wait_for_floor`), by learned model key,
+        # and the findings their later judging made, said at the next flush. Not saved.
+        self.waiting_: dict[str, list[_Waiting]] = {}
+        self.waiting_count_ = 0
+        self.late_: list[Finding] = []
 
     def _on_event(self, event: Event, ctx: DetectionContext) -> list[Finding]:
         self.prefill_hits_.note(event)
         return []
+
+    def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:
+        late, self.late_ = self.late_, []
+        return late
 
     def _learned_state(self) -> dict[str, Any]:
         return {
@@ -561,6 +606,33 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         timings = self._timings(record, uncached, ctx)
         if not timings:
             return []
+        judged = self._judge(record, uncached, timings, ctx)
+        # Only what passed the floor without the queue's margin teaches it: answers 8 to 32
+        # times under the line pass by that margin, a stub's first token may be among them,
+        # and learned they pulled their band's line to a tenth of the node's honest speed
+        # (blind review 22: stubs of 0.2 and 0.3 s for 61k and 62k tokens against an honest
+        # 2.7 s put the floor of the next at 0.009 s).
+        learns = judged.score < cfg.threshold and not judged.queue_margin_only
+        if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and learns:
+            if self._may_learn(record, ctx):
+                # Refits are timed by the requests' own times, so what is learned depends on the
+                # requests seen, not on when the ledger happened to emit them.
+                when = record.time if record.time is not None else ctx.now
+                for key, timing in zip(judged.keys, timings, strict=True):
+                    self._learn(timing, when, key)
+                self._judge_waiting(judged.keys, ctx)
+        if judged.score < cfg.threshold:
+            self._wait_for_floor(record, uncached, judged)
+            return []
+        if uncached < cfg.min_uncached_tokens:
+            return []
+        return [self._finding_for(record, serving, uncached, judged, ctx)]
+
+    def _judge(
+        self, record: RequestRecord, uncached: int, timings: list[Timing], ctx: DetectionContext
+    ) -> _Judgment:
+        """The request's score against its floors, and what it rests on (no state changes)."""
+        cfg = self.config
         # As `_score` per timing, with what the timings share (tokens, GPUs, the learned
         # models' keys) worked out once.
         physical = self.physical_floor(uncached, timings[0].gpus, timings[0].cached_tokens)
@@ -590,7 +662,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             and max(physical, f or 0.0) / max(t.seconds, _MIN_SECONDS) < cfg.threshold
             for t, f in zip(timings, floors, strict=True)
         )
-        score, learned, worst = 0.0, None, timings[0]
+        score, learned, worst, worst_index = 0.0, None, timings[0], 0
         # Whether a timing that carries the queue passed its floor only by the queue's margin.
         queue_margin_only = False
         for index, timing in enumerate(timings):
@@ -609,22 +681,106 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                     margin = cfg.queued_safety_factor
                     queue_margin_only |= floor * margin >= cfg.threshold * seconds
             if index == 0 or timing_score > score:  # the first of equal scores, as `max`
-                score, learned, worst = timing_score, floor, timing
-        # Only what passed the floor without the queue's margin teaches it: answers 8 to 32
-        # times under the line pass by that margin, a stub's first token may be among them,
-        # and learned they pulled their band's line to a tenth of the node's honest speed
-        # (blind review 22: stubs of 0.2 and 0.3 s for 61k and 62k tokens against an honest
-        # 2.7 s put the floor of the next at 0.009 s).
-        learns = score < cfg.threshold and not queue_margin_only
-        if cfg.learn and uncached >= cfg.learn_min_uncached_tokens and learns:
-            if self._may_learn(record, ctx):
-                # Refits are timed by the requests' own times, so what is learned depends on the
-                # requests seen, not on when the ledger happened to emit them.
-                when = record.time if record.time is not None else ctx.now
-                for key, timing in zip(keys, timings, strict=True):
-                    self._learn(timing, when, key)
-        if score < cfg.threshold or uncached < cfg.min_uncached_tokens:
-            return []
+                score, learned, worst, worst_index = timing_score, floor, timing, index
+        return _Judgment(
+            timings,
+            keys,
+            judging,
+            band,
+            physical,
+            score,
+            learned,
+            worst,
+            worst_index,
+            queue_margin_only,
+        )
+
+    def _wait_for_floor(self, record: RequestRecord, uncached: int, judged: _Judgment) -> None:
+        """Keep a long prompt that passed while a timing of it had no learned floor, to be
+        judged again by the first floor its node learns (`_judge_waiting`).
+
+        Why: blind review 59 D1, a 129,500-token prompt answered 110 times faster than the
+        node's honest answers, a minute into the logs: no history yet, the physical floor of
+        the default 1B model passed it, and the run was an all-clear."""
+        cfg = self.config
+        when = record.time
+        if (
+            not cfg.learn
+            or when is None
+            or uncached < max(cfg.learned_min_uncached_tokens, cfg.min_uncached_tokens)
+            or self.waiting_count_ >= cfg.max_waiting
+        ):
+            return
+        unfloored = [
+            key
+            for key, model, timing in zip(judged.keys, judged.judging, judged.timings, strict=True)
+            if model is None and timing.source in cfg.learn_sources
+        ]
+        if not unfloored:
+            return
+        waiting = _Waiting(record, uncached, judged.band, when)
+        for key in dict.fromkeys(unfloored):
+            self.waiting_.setdefault(key, []).append(waiting)
+        self.waiting_count_ += 1
+
+    def _judge_waiting(self, keys: list[str], ctx: DetectionContext) -> None:
+        """Judge the waiting requests of `keys` whose band now has a floor learned (its first),
+        keeping for the next flush what that finds too fast; drop those waiting too long."""
+        cfg = self.config
+        now = ctx.now
+        for key in dict.fromkeys(keys):
+            entries = self.waiting_.get(key)
+            if not entries:
+                continue
+            still: list[_Waiting] = []
+            for waiting in entries:
+                if waiting.done:
+                    continue
+                if now is not None and now - waiting.at > cfg.floor_wait_seconds:
+                    self._done(waiting)
+                    continue
+                if self.judging_model(key, waiting.band) is None:
+                    still.append(waiting)
+                    continue
+                self._done(waiting)
+                record = waiting.record
+                serving = record.serving
+                timings = self._timings(record, waiting.uncached, ctx)
+                if serving is None or not timings:
+                    continue
+                judged = self._judge(record, waiting.uncached, timings, ctx)
+                if judged.score >= cfg.threshold:
+                    self.late_.append(
+                        self._finding_for(
+                            record, serving, waiting.uncached, judged, ctx, floor_after=True
+                        )
+                    )
+            if still:
+                self.waiting_[key] = still
+            else:
+                del self.waiting_[key]
+
+    def _done(self, waiting: _Waiting) -> None:
+        waiting.done = True
+        self.waiting_count_ -= 1
+
+    def _finding_for(
+        self,
+        record: RequestRecord,
+        serving: SideRecord,
+        uncached: int,
+        judged: _Judgment,
+        ctx: DetectionContext,
+        *,
+        floor_after: bool = False,
+    ) -> Finding:
+        cfg = self.config
+        score, learned, worst, physical = (
+            judged.score,
+            judged.learned,
+            judged.worst,
+            judged.physical,
+        )
         critical = uncached >= cfg.critical_min_uncached_tokens
         closed = self._leak_path_closed(record, ctx) if critical else None
         critical = critical and closed is None
@@ -639,39 +795,40 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             if closed is not None
             else "check this node's timing and cache accounting"
         )
+        after = floor_after and kind == "learned"
+        learned_after = ", learned from its node's answers after it," if after else ""
         summary = (
             f"{serving.node} answered a {prompt:,}-token prompt ({uncached:,} uncached) after "
             f"{worst.seconds:.3f}s of {worst.source} on {worst.node}, below the {kind} floor "
-            f"of {floor:.3f}s ({score:.1f}x too fast): {consequence}"
+            f"of {floor:.3f}s{learned_after} ({score:.1f}x too fast): {consequence}"
         )
-        model = judging[timings.index(worst)]
-        return [
-            self._request_finding(
-                severity,
-                record,
-                serving,
-                summary=summary,
-                evidence={
-                    "prompt_tokens": prompt,
-                    "cached_tokens": (
-                        record.cached_tokens
-                        if uncached == record.uncached_tokens
-                        else prompt - uncached
-                    ),
-                    "uncached_tokens": uncached,
-                    "seconds": worst.seconds,
-                    "source": worst.source,
-                    "timing_node": worst.node,
-                    "seconds_per_uncached_token": worst.seconds / uncached,
-                    "physical_floor_seconds": physical,
-                    "learned_floor_seconds": learned,
-                    "history": len(model.samples) if model is not None else 0,
-                    "score": round(score, 6),
-                    "threshold": cfg.threshold,
-                },
-                exposure=critical,
-            )
-        ]
+        model = judged.judging[judged.worst_index]
+        return self._request_finding(
+            severity,
+            record,
+            serving,
+            summary=summary,
+            evidence={
+                "prompt_tokens": prompt,
+                "cached_tokens": (
+                    record.cached_tokens
+                    if uncached == record.uncached_tokens
+                    else prompt - uncached
+                ),
+                "uncached_tokens": uncached,
+                "seconds": worst.seconds,
+                "source": worst.source,
+                "timing_node": worst.node,
+                "seconds_per_uncached_token": worst.seconds / uncached,
+                "physical_floor_seconds": physical,
+                "learned_floor_seconds": learned,
+                "history": len(model.samples) if model is not None else 0,
+                "score": round(score, 6),
+                "threshold": cfg.threshold,
+                **({"floor_learned_after": True} if learned_after else {}),
+            },
+            exposure=critical,
+        )
 
     def _leak_path_closed(self, record: RequestRecord, ctx: DetectionContext) -> str | None:
         """Why the incident's path cannot have served this request, as a clause (None when it
