@@ -888,6 +888,44 @@ def test_learned_floor_catches_what_an_unconfigured_physical_floor_misses():
     assert evidence["learned_floor_seconds"] == pytest.approx(8.1 / 8, rel=0.05)
 
 
+def test_a_leak_before_any_floor_was_learned_is_judged_by_the_first_one():
+    """Blind review 59 D1: a 129,500-token prompt answered 110 times faster than the node's
+    honest answers, a minute into the logs. No history yet; the unconfigured physical floor
+    passed it, and the run was an all-clear. It waits for its node's first floor."""
+
+    def case(**params: float) -> list:
+        detector = ImpossiblyFastPrefill(
+            model_active_params=1e6, min_history=20, refit_every=10, **params
+        )
+        history = []
+        for k in range(40):  # from a minute after the leak, a sample every 30 s
+            prompt = 4_000 + 1_000 * k
+            seconds = 0.1 + 2e-5 * prompt * (1.0 + (k % 3) * 0.2)
+            history += prefill_ok(100 + k, T + 160 + 30 * k, prompt, seconds=seconds)
+            history += decode_answer(100 + k, T + 160 + 30 * k, prompt, ttft=seconds + 0.2)
+        # An honest long answer before the history as well: judged by the same floor, passed.
+        history += prefill_ok(8, T + 90, 400_000, seconds=9.0)
+        history += decode_answer(8, T + 90, 400_000, ttft=9.3)
+        return run(
+            detector,
+            boot("prefill-0", "prefill", T, 300_000),
+            boot("decode-0", "decode", T, 2_040_000),
+            # Over the physical floor of 0.33 s, half the learned one of 1.01 s.
+            prefill_ok(9, T + 100, 400_000, seconds=0.5),
+            decode_answer(9, T + 100, 400_000, ttft=0.6),
+            history,
+        )
+
+    (finding,) = case()
+    assert (finding.bootstrap_room, finding.severity, finding.exposure) == ("9", "critical", True)
+    assert finding.evidence["floor_learned_after"] is True
+    assert "learned from its node's answers after it" in finding.summary
+    assert finding.time is not None and finding.time < T + 160  # the answer's, not the fit's
+    # A floor first learned longer after the answer than `floor_wait_seconds` judges nothing.
+    assert case(floor_wait_seconds=60.0) == []
+    assert case(max_waiting=0) == []
+
+
 def test_the_samples_of_a_parallel_sampling_request_are_not_timed():
     """Blind review 40 (h22): `n` = 4 on a 240k-token prompt, prefill logging no request line
     and decode stating nothing cached. The warm-up (a prompt-only pass, finished `length` at no
