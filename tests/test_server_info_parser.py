@@ -395,11 +395,17 @@ def test_a_model_list_of_several_cards_advertises_the_largest_context() -> None:
 @pytest.mark.parametrize(
     ("stated", "read"),
     [(1_788_956_970.0, 1_788_956_970.0), (1_788_956_970, 1_788_956_970.0)]
-    + [(132.5, None), ("2026-09-09T12:29:30Z", None), (True, None), (None, None)],
+    + [("1788956970.0", 1_788_956_970.0), ("2026-09-09T12:29:30Z", 1_788_956_970.0)]
+    + [("2026-09-09T14:29:30+02:00", 1_788_956_970.0), ("2026-09-09 12:29:30Z", 1_788_956_970.0)]
+    + [("2026-09-09T12:29:30", None), ("12:29:30Z", None), ("soon", None), ("nan", None)]
+    + [(132.5, None), (True, None), (None, None), ("9" * 100, None)],
 )
-def test_the_startup_time_is_read_only_as_an_epoch(stated: object, read: float | None) -> None:
-    """The time the engine started dates a restart a later snapshot shows; a figure that is no
-    epoch (a duration, a string, a flag) dates nothing."""
+def test_the_startup_time_is_read_as_an_epoch_or_a_zoned_time(
+    stated: object, read: float | None
+) -> None:
+    """The time the engine started dates a restart a later snapshot shows (blind review 59 J1:
+    an ISO time was passed over, and the file's time dated the restart half an hour late); a
+    figure that is no instant (a duration, a flag, a time of no zone or date) dates nothing."""
     document = json.dumps(
         {"version": "0.5.22", "max_total_num_tokens": 2_040_000, "startup_time": stated}
     )

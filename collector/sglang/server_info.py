@@ -204,13 +204,34 @@ def _server_info(data: dict[str, Any]) -> dict[str, Any] | None:
         fields["max_total_num_tokens_by_dp_rank"] = by_rank
     if garbled is not None:
         fields[IMPLAUSIBLE_POOL] = garbled
-    started = data.get("startup_time")
-    if isinstance(started, int | float) and not isinstance(started, bool) and 1e9 < started < 1e11:
-        # When the engine started (epoch seconds): a restart a snapshot shows is dated by it,
-        # not by when the snapshot was saved (`config_timeline._on_server_info`).
-        fields["started_at"] = float(started)
+    started = _started_at(data.get("startup_time"))
+    if started is not None:
+        # When the engine started: a restart a snapshot shows is dated by it, not by when the
+        # snapshot was saved (`config_timeline._on_server_info`).
+        fields["started_at"] = started
     fields.update(_deferred(data))
     return fields
+
+
+def _started_at(value: Any) -> float | None:
+    """A `startup_time` as epoch seconds: a number, or a time with its zone (ISO 8601); None
+    for what is no such time (a duration, a flag, a time of no zone, which says no instant).
+
+    Why: blind review 59 J1, an ISO `startup_time` was passed over, the restart it told was
+    dated by the file's time half an hour later, and two honest answers between were named
+    exposed against the old pool."""
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 64:
+            return None
+        try:
+            value = float(text)
+        except ValueError:
+            zoned = text.endswith(("Z", "z")) or (len(text) > 6 and text[-6] in "+-")
+            value = parse_iso_time(text) if zoned else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1e9 < value < 1e11:
+        return float(value)
+    return None
 
 
 def _v1_models(data: dict[str, Any]) -> dict[str, Any] | None:
