@@ -620,7 +620,8 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 when = record.time if record.time is not None else ctx.now
                 for key, timing in zip(judged.keys, timings, strict=True):
                     self._learn(timing, when, key)
-                self._judge_waiting(judged.keys, ctx)
+                if self.waiting_:  # none, once each node's first floors are learned
+                    self._judge_waiting(judged.keys, ctx)
         if judged.score < cfg.threshold:
             self._wait_for_floor(record, uncached, judged)
             return []
