@@ -1233,12 +1233,9 @@ def _outgrew(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
     config = pipeline.timeline.current(node)
     if config is None:
         return {}
-    for det in pipeline.detectors:
-        if isinstance(det, OverLengthAnswered):
-            at = det.outgrown_at(node, config.generation)
-            if at is not None:
-                return {"outgrown": {"time": iso_time(at)}}
-    return {}
+    det = _over_length(pipeline)
+    at = det.outgrown_at(node, config.generation) if det is not None else None
+    return {"outgrown": {"time": iso_time(at)}} if at is not None else {}
 
 
 def _answered_before_start(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
@@ -1247,10 +1244,15 @@ def _answered_before_start(pipeline: DetectionPipeline, node: str) -> dict[str, 
 
     Why: blind review 59 D1, a prefill restarted onto a pool over the context a minute after
     a leaked answer; that answer was judged by no pool, and the all-clear said nothing of it."""
-    for det in pipeline.detectors:
-        if isinstance(det, OverLengthAnswered) and (count := det.answered_before_start(node)):
-            return {"answered_before_start": count}
-    return {}
+    det = _over_length(pipeline)
+    count = det.answered_before_start(node) if det is not None else 0
+    return {"answered_before_start": count} if count else {}
+
+
+def _over_length(pipeline: DetectionPipeline) -> OverLengthAnswered | None:
+    """The run's `over_length_answered`, whose held answers tell what a node's configuration
+    did not judge (None when it is not run)."""
+    return next((d for d in pipeline.detectors if isinstance(d, OverLengthAnswered)), None)
 
 
 def _replaced(
