@@ -40,6 +40,10 @@ from detectors.context import DetectionContext
 from detectors.engine_version import is_below
 from detectors.finding import Finding, Severity
 
+# The refusals that state a prompt over the node's pool, one the tokenizer let through: the
+# context is at least its length (`_context_floor`).
+_FOR_THE_POOL = frozenset({"input_too_long", "exceeds_max_tokens"})
+
 
 class PoolBelowContextConfig(DetectorConfig):
     # First engine where prefill retires a refused request instead of leaking (PR 36988).
@@ -209,7 +213,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if reason is None or str(reason) in self.config.refusal_reasons:
             self.refusals_[event.node] = self.refusals_.get(event.node, 0) + 1
         tokens = event.get("input_tokens")
-        if reason != "input_too_long" or type(tokens) is not int:
+        if reason not in _FOR_THE_POOL or type(tokens) is not int:
             return []
         config = ctx.config_at(event.node, event.time)
         if config is None:
@@ -472,7 +476,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
 
     def _context_floor(self, config: NodeConfig) -> int | None:
         """The longest prompt the node's scheduler refused for its pool in this generation
-        (`Input length (N tokens) exceeds the maximum allowed length`): the tokenizer lets
+        (`Input length (N tokens) exceeds the maximum allowed length`, or a PD node's
+        `Request … exceeds the maximum number of tokens: N > m`): the tokenizer lets
         through only prompts within the context, so the context is at least that. Why: blind
         review 30a, the start-up lines rotated away; refusals of 758,885-token prompts against
         a 681,274 limit proved the gap, and it was never said."""

@@ -45,6 +45,12 @@ def finish_line(
     )
 
 
+def exceeds_line(at: str, rid: str, prompt: int, pool: int) -> str:
+    """A PD node's own capacity check refusing a `prompt`-token request over its `pool`
+    (reference §2.8, "PD prefill pool too small")."""
+    return f"[{at} TP0] Request {rid} exceeds the maximum number of tokens: {prompt} > {pool}\n"
+
+
 def refusal_line(at: str, rid: str, prompt: int, pool: int) -> str:
     """A prefill's 0.5.19 refusal of a `prompt`-token request against a `pool`-token pool."""
     return (

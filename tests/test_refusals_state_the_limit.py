@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
 from detectors.pool_below_context import PoolBelowContext
-from tests.engine_lines import finish_line, refusal_line, server_args
+from tests.engine_lines import exceeds_line, finish_line, refusal_line, server_args
 
 DAY = "2026-08-27"
 POOL = 681_280
@@ -38,7 +39,13 @@ _BATCH = (
 )
 
 
-def _case(tmp_path: Path, pool: int, refused: dict[str, int], answered: dict[str, int]) -> Path:
+def _case(
+    tmp_path: Path,
+    pool: int,
+    refused: dict[str, int],
+    answered: dict[str, int],
+    refusal: Callable[[str, str, int, int], str] = refusal_line,
+) -> Path:
     """Decode's log with its start-up (the context) and its `answered` requests; prefill's
     begun mid-run: a batch line and its refusals of the `refused` prompts, each stating the
     limit a `pool` gives."""
@@ -53,7 +60,7 @@ def _case(tmp_path: Path, pool: int, refused: dict[str, int], answered: dict[str
         )
     )
     refusals = [
-        refusal_line(f"{DAY} {hours[room]:02d}:19:58", f"{int(room):032x}", prompt, pool)
+        refusal(f"{DAY} {hours[room]:02d}:19:58", f"{int(room):032x}", prompt, pool)
         for room, prompt in sorted(refused.items())
     ]
     (case / "prefill-0.log").write_text(_BATCH + "".join(refusals))
@@ -61,9 +68,13 @@ def _case(tmp_path: Path, pool: int, refused: dict[str, int], answered: dict[str
 
 
 def _run(
-    tmp_path: Path, pool: int, refused: dict[str, int], answered: dict[str, int]
+    tmp_path: Path,
+    pool: int,
+    refused: dict[str, int],
+    answered: dict[str, int],
+    refusal: Callable[[str, str, int, int], str] = refusal_line,
 ) -> tuple[dict[str, Any], str]:
-    case = _case(tmp_path, pool, refused, answered)
+    case = _case(tmp_path, pool, refused, answered, refusal)
     result = run_forensics([str(case)], tmp_path / "out", workers=1)
     terminal = io.StringIO()
     print_outcome(result, terminal)
@@ -94,6 +105,24 @@ def test_a_pool_gap_only_refusals_state_is_found_and_dated(tmp_path: Path) -> No
     assert f"stated prompt limit {POOL - 6:,}" in terminal
     assert f"config gap: prefill-0 (prefill) pool {POOL:,}" in terminal
     assert f"< context {CONTEXT:,} from {DAY}T06:00:00.000Z" in terminal
+    assert "POOL UNKNOWN" not in terminal
+
+
+def test_a_pool_gap_only_the_pd_capacity_check_states_is_found(tmp_path: Path) -> None:
+    """Blind review 59 J5: a PD prefill's own check (`Request … exceeds the maximum number of
+    tokens: n > pool`) states its pool as plainly; read as nothing, the answers were judged by
+    refusals and times alone under "POOL UNKNOWN"."""
+    summary, terminal = _run(tmp_path, POOL, EXPOSED, {**EXPOSED, **HONEST}, exceeds_line)
+    assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == set(EXPOSED)
+    by_length = {
+        f["bootstrap_room"] for f in summary["findings"] if f["detector"] == "over_length_answered"
+    }
+    assert by_length == set(EXPOSED)
+    (critical,) = [f for f in _pool_findings(summary) if f["severity"] == "critical"]
+    assert critical["node"] == "prefill-0"
+    assert critical["evidence"]["pool_tokens"] == POOL
+    assert f"config gap: prefill-0 (prefill) pool {POOL:,} < context {CONTEXT:,}" in terminal
+    assert "stated prompt limit" not in terminal
     assert "POOL UNKNOWN" not in terminal
 
 
@@ -131,11 +160,15 @@ def test_a_failing_detector_is_said_and_no_all_clear(
     assert "pool_below_context failed" in (tmp_path / "out" / "report.md").read_text()
 
 
-def test_with_no_context_read_the_refused_prompts_show_the_gap(tmp_path: Path) -> None:
+@pytest.mark.parametrize("refusal", [refusal_line, exceeds_line])
+def test_with_no_context_read_the_refused_prompts_show_the_gap(
+    tmp_path: Path, refusal: Callable[[str, str, int, int], str]
+) -> None:
     """Blind review 30a: every start-up line rotated away, so no context was read anywhere;
     the scheduler refused prompts of up to 987,311 tokens against its 681,274 limit, which only
-    prompts the tokenizer let through (within the context) reach, and the gap went unsaid."""
-    case = _case(tmp_path, POOL, EXPOSED, {**EXPOSED, **HONEST})
+    prompts the tokenizer let through (within the context) reach, and the gap went unsaid.
+    Blind review 59 J5: the same from a PD prefill's own capacity check."""
+    case = _case(tmp_path, POOL, EXPOSED, {**EXPOSED, **HONEST}, refusal)
     decode = case / "decode-0.log"
     batch = (  # a decode node by its batch lines, its start-up gone
         f"[{DAY} 06:00:00 TP0] Decode batch, #running-req: 1, #token: 9000, token usage: 0.01, "

@@ -2387,6 +2387,10 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             if pool is None and capacity is not None:
                 pool, stated = capacity, point.get("max_req_input_len")
                 context, floor = judged.get((node, at), (context, False))
+            elif context is None:
+                # A pool only a PD check's refusals state, on a prefill whose start-up rotated
+                # away (blind review 59 J5).
+                context, floor = judged.get((node, at), (context, False))
             if pool is not None and capacity is not None and context is not None:
                 if capacity < context:
                     role = point.get("role") or info.get("role")

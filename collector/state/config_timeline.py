@@ -982,18 +982,24 @@ def _on_auto_truncated(history: _NodeHistory, event: Event) -> bool:
 
 def _on_refusal(history: _NodeHistory, event: Event) -> bool:
     """A refusal for length states the engine's prompt limit (`Input length (n tokens) exceeds
-    the maximum allowed length (m tokens)`: m is `max_req_input_len`), the one figure left of a
-    node's configuration when its start-up lines rotated away and no snapshot was saved. Taken
-    like a truncation warning's: its pool gap is then seen, and answers are judged by length
-    (blind review 25: the gap went unsaid, "POOL UNKNOWN", with the limit in 76 lines)."""
+    the maximum allowed length (m tokens)`: m is `max_req_input_len`) or, in a PD node's own
+    check, its pool (`Request … exceeds the maximum number of tokens: n > m`: m is the KV
+    capacity): the one figure left of a node's configuration when its start-up lines rotated
+    away and no snapshot was saved. Taken like a truncation warning's: its pool gap is then
+    seen, and answers are judged by length (blind review 25: the gap went unsaid, "POOL
+    UNKNOWN", with the limit in 76 lines; blind review 59 J5: the same with the PD check's)."""
     limit = _refusal_limit(event)
-    if limit is None:
+    pool = _refusal_pool(event)
+    if limit is None and pool is None:
         return False
     restart = history.current is None
     if restart:
         history.start(event.time, event.source, running=True)
-    if history.generations[-1].max_req_input_len is None:
+    current = history.generations[-1]
+    if limit is not None and current.max_req_input_len is None:
         history.replace_current(source=event.source, max_req_input_len=limit)
+    if pool is not None and current.pool_tokens is None:
+        history.replace_current(source=event.source, pool_tokens=pool)
     return restart
 
 
@@ -1001,6 +1007,14 @@ def _refusal_limit(event: Event) -> int | None:
     if event.get("reason") != "input_too_long":
         return None
     return _tokens(event.get("limit_tokens"))
+
+
+def _refusal_pool(event: Event) -> int | None:
+    """The pool a PD node's capacity check states (reference §2.8: prefill's limit is its pool
+    capacity unless the KV is sharded, decode's is its pool), unless garbled."""
+    if event.get("reason") != "exceeds_max_tokens":
+        return None
+    return stated_limit(_tokens(event.get("limit_tokens")))
 
 
 def _truncation_limit(event: Event) -> int | None:
@@ -1264,6 +1278,7 @@ def _facts(event: Event) -> dict[str, Any]:
         facts["auto_truncate"] = True if facts["max_req_input_len"] is not None else None
     if kind == "request_rejected":
         facts["max_req_input_len"] = _refusal_limit(event)
+        facts["pool_tokens"] = _refusal_pool(event)
     if kind == "pool_below_context_warning":
         facts["pool_tokens"] = _tokens(get("pool_tokens"))
         facts["context_len"] = _tokens(get("context_len"))
