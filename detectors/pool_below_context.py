@@ -31,7 +31,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from collector.events import Event
+from collector.events import Event, iso_time
 from collector.state.config_timeline import ConfigChange, ConfigTimeline, NodeConfig
 from collector.state.request_record import RequestRecord
 from detectors.base import Detector, DetectorConfig
@@ -43,6 +43,10 @@ from detectors.finding import Finding, Severity
 # The refusals that state a prompt over the node's pool, one the tokenizer let through: the
 # context is at least its length (`_context_floor`).
 _FOR_THE_POOL = frozenset({"input_too_long", "exceeds_max_tokens"})
+
+
+def _at(when: str | None) -> str:
+    return f" at {when}" if when else ""
 
 
 class PoolBelowContextConfig(DetectorConfig):
@@ -112,9 +116,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Per node, the nodes a request's room joined it to (prefill and decode): its
         # deployment, whose contexts its pool is judged against.
         self.links_: dict[str, set[str]] = {}
-        # Per node, (generation, the longest prompt its scheduler refused for the pool): the
-        # tokenizer passed it, so the context is at least that long (`_context_floor`).
-        self.refused_longest_: dict[str, tuple[int, int]] = {}
+        # Per node, (generation, the longest prompt its scheduler refused for the pool, when):
+        # the tokenizer passed it, so the context is at least that long (`_context_floor`).
+        self.refused_longest_: dict[str, tuple[int, int, float | None]] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -141,7 +145,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
     def _load_learned(self, state: dict[str, object]) -> None:
         raw = state.get("refused_longest_")
         if isinstance(raw, dict):
-            self.refused_longest_ = {str(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
+            self.refused_longest_ = {
+                str(k): (int(v[0]), int(v[1]), float(v[2]) if len(v) > 2 and v[2] else None)
+                for k, v in raw.items()
+            }
         raw = state.get("refusals_")
         if isinstance(raw, dict):
             self.refusals_ = {str(k): int(v) for k, v in raw.items()}
@@ -218,10 +225,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         config = ctx.config_at(event.node, event.time)
         if config is None:
             return []
-        generation, longest = self.refused_longest_.get(event.node, (-1, 0))
+        generation, longest, _ = self.refused_longest_.get(event.node, (-1, 0, None))
         if generation == config.generation and tokens <= longest:
             return []
-        self.refused_longest_[event.node] = (config.generation, tokens)
+        self.refused_longest_[event.node] = (config.generation, tokens, event.time)
         if config.context_len is not None or config.prompt_pool is None:
             return []
         # A longer context floor: judged again now, as a node whose context was stated would be.
@@ -435,9 +442,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "cannot fit)"
             )
         else:  # no context read: the longest prompt it refused for the pool passed the check
+            refused_at = iso_time(self._context_floor_at(config))
             against = (
                 f"a context of at least {reference:,} tokens (a {reference:,}-token prompt it "
-                "refused for the pool had passed the context check)"
+                f"refused for the pool{_at(refused_at)} had passed the context check)"
             )
         summary = (
             f"{config.node} ({role}) {said} < {against}: {why}; "
@@ -463,7 +471,11 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 "pool_tokens": config.pool_tokens,
                 **({"dcp_size": config.dcp_size, "prompt_pool_tokens": pool} if widened else {}),
                 "context_len": reference if floor is None else None,
-                **({"context_at_least": floor} if floor is not None else {}),
+                **(
+                    {"context_at_least": floor, "context_at_least_refused_at": refused_at}
+                    if floor is not None
+                    else {}
+                ),
                 "node_context_len": config.context_len,
                 "gap_tokens": gap,
                 "gap_fraction": round(gap / reference, 4),
@@ -485,6 +497,12 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if seen is None or seen[0] != config.generation:
             return None
         return seen[1]
+
+    def _context_floor_at(self, config: NodeConfig) -> float | None:
+        """When the node refused the prompt `_context_floor` is: a gap dated at the node's
+        first line quotes a refusal that may come long after it (blind review 59 J3)."""
+        seen = self.refused_longest_.get(config.node)
+        return seen[2] if seen is not None and seen[0] == config.generation else None
 
     def _why(self, version: str | None, told_by_answers: bool, answered: bool) -> str:
         """What a prefill's gap means, by its release (`version`) and by what its refusals
@@ -540,13 +558,20 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         seen = self.refused_longest_.get(finding.node or "")
         if not isinstance(said, int) or seen is None or seen[0] != evidence.get("generation"):
             return finding
-        longest = seen[1]
+        longest, refused_at = seen[1], iso_time(seen[2])
         if longest <= said:
             return finding
+        summary = finding.summary.replace(f"{said:,}", f"{longest:,}")
+        if said_at := evidence.get("context_at_least_refused_at"):
+            summary = summary.replace(_at(said_at), _at(refused_at))
         return replace(
             finding,
-            summary=finding.summary.replace(f"{said:,}", f"{longest:,}"),
-            evidence={**evidence, "context_at_least": longest},
+            summary=summary,
+            evidence={
+                **evidence,
+                "context_at_least": longest,
+                "context_at_least_refused_at": refused_at,
+            },
         )
 
     def _with_release(self, finding: Finding, ctx: DetectionContext) -> Finding:

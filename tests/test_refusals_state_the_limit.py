@@ -190,5 +190,13 @@ def test_with_no_context_read_the_refused_prompts_show_the_gap(
     assert critical["node"] == "prefill-0"
     assert critical["evidence"]["context_at_least"] == longest
     assert critical["evidence"]["context_len"] is None
-    assert f"a context of at least {longest:,} tokens" in critical["summary"]
+    # Blind review 59 J3: dated at the gap's start, it says when the prompt it quotes came.
+    refused_at = f"{DAY}T10:19:58.000Z"  # the longest refused prompt, its room third in order
+    assert critical["time"] < refused_at
+    assert critical["evidence"]["context_at_least_refused_at"] == refused_at
+    assert (
+        f"a context of at least {longest:,} tokens (a {longest:,}-token prompt it refused for "
+        f"the pool at {refused_at} had passed the context check)"
+    ) in critical["summary"]
+    assert f"{DAY}T08:19:58" not in critical["summary"]  # the first refusal's, superseded
     assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == set(EXPOSED)
