@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from html.parser import HTMLParser
 from pathlib import Path
 
 import jsonschema
@@ -392,6 +393,45 @@ def test_the_findings_by_detector_table_counts_what_the_list_holds(incident: Run
         warning = sum(f["severity"] == "warning" for f in mine)
         info = sum(f["severity"] == "info" for f in mine)
         assert f"| {detector} | {critical:,} | {warning:,} | {info:,} |" in table
+
+
+class _Cells(HTMLParser):
+    """Each table cell of an HTML page: its class and its text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[tuple[str | None, str]] = []
+        self._open: tuple[str | None, list[str]] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "td":
+            self._open = (dict(attrs).get("class"), [])
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open[1].append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._open is not None:
+            self.cells.append((self._open[0], "".join(self._open[1]).strip()))
+            self._open = None
+
+
+def test_times_and_node_names_stay_on_one_line_in_the_html_tables(incident: Run) -> None:
+    """A time broken at its hyphens ("2026-08-" over "30T10:18…") or a node name at its
+    ("decode-" over "0") reads as two values in a narrow column."""
+    page = (incident.out / "report.html").read_text()
+    parser = _Cells()
+    parser.feed(page)
+    nodes = set(incident.summary["nodes"])
+    kept = [
+        (kind, text)
+        for kind, text in parser.cells
+        if text in nodes or parse_iso_time(text) is not None
+    ]
+    assert len(kept) > 20
+    assert [text for kind, text in kept if kind != "nw"] == []
+    assert "td.nw{white-space:nowrap}" in page
 
 
 def test_the_summary_says_which_span_of_time_the_logs_cover(incident: Run) -> None:

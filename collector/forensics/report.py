@@ -2634,6 +2634,7 @@ background:#fdf2f0;padding:.6rem 1rem}.verdict.ok{border-color:#27ae60;backgroun
 table{border-collapse:collapse;width:100%;font-size:.85rem;margin:.5rem 0 1.5rem}
 th,td{border-bottom:1px solid #ddd;padding:.25rem .5rem;text-align:left;vertical-align:top}
 td code{overflow-wrap:anywhere}
+td.nw{white-space:nowrap}
 th{background:#f6f6f6}.critical{color:#c0392b;font-weight:600}.warning{color:#d35400}
 .info{color:#7f8c8d}figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}
 code{font-size:.85rem}.muted{color:#777;font-size:.85rem}
@@ -2642,6 +2643,11 @@ code{font-size:.85rem}.muted{color:#777;font-size:.85rem}
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def _kept(value: Any) -> str:
+    """A cell kept on one line: a time or node name broken at its hyphens reads as two."""
+    return f"<td class='nw'>{_e(value)}</td>"
 
 
 def _verdict_shade(summary: dict[str, Any]) -> str:
@@ -2701,8 +2707,8 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         for row in rows:
             parts.append(
                 f"<tr><td>{_e(row['detector'])}</td><td>{row['critical']:,}</td>"
-                f"<td>{row['warning']:,}</td><td>{row['info']:,}</td><td>{_e(row['first'])}</td>"
-                f"<td>{_e(row['last'])}</td><td>{len(row['nodes']):,}</td></tr>"
+                f"<td>{row['warning']:,}</td><td>{row['info']:,}</td>{_kept(row['first'])}"
+                f"{_kept(row['last'])}<td>{len(row['nodes']):,}</td></tr>"
             )
         parts.append("</table>")
     steps = next_steps(summary)
@@ -2718,7 +2724,7 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         )
         for req in exposure["requests"][:TABLE_ROWS]:
             parts.append(
-                f"<tr><td>{_e(req['time'])}</td><td>{_e(req['node'])}</td><td><code>"
+                f"<tr>{_kept(req['time'])}{_kept(req['node'])}<td><code>"
                 f"{_e(req['rid'])}</code></td><td><code>{_e(req['bootstrap_room'])}</code></td>"
                 f"<td>{_e(_n(req['prompt_tokens']))}</td><td><code>{_e(_prefill(req))}</code></td>"
                 f"<td>{_e(', '.join(req['evidence']))}</td></tr>"
@@ -2737,7 +2743,7 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         )
         for finding in lists[:TABLE_ROWS]:
             parts.append(
-                f"<tr><td>{_e(finding['time'])}</td><td>{_e(finding['node'])}</td>"
+                f"<tr>{_kept(finding['time'])}{_kept(finding['node'])}"
                 f"<td>{_e(finding['detector'])}</td><td><code>{_e(_candidates(finding))}</code>"
                 "</td></tr>"
             )
@@ -2747,9 +2753,9 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
     shown, rest = findings_table(summary)
     for finding in shown:
         parts.append(
-            f"<tr><td>{_e(finding['time'])}</td><td class='{_e(finding['severity'])}'>"
+            f"<tr>{_kept(finding['time'])}<td class='{_e(finding['severity'])}'>"
             f"{_e(finding['severity'])}</td><td>{_e(finding['detector'])}</td>"
-            f"<td>{_e(finding['node'])}</td><td>{_e(finding['summary'])}</td></tr>"
+            f"{_kept(finding['node'])}<td>{_e(finding['summary'])}</td></tr>"
         )
     parts.append("</table>")
     if not shown:
@@ -2762,8 +2768,8 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
     for node, info in sorted(summary["nodes"].items()):
         for point in info.get("config", []):
             parts.append(
-                f"<tr><td>{_e(node)}</td><td>{_e(info.get('role'))}</td><td>{_e(point['time'])}"
-                f"</td><td>{_e(_n(point.get('max_total_num_tokens')))}</td>"
+                f"<tr>{_kept(node)}<td>{_e(info.get('role'))}</td>{_kept(point['time'])}"
+                f"<td>{_e(_n(point.get('max_total_num_tokens')))}</td>"
                 f"<td>{_e(_n(point.get('context_len')))}</td>"
                 f"<td>{_e(point.get('version') or '?')}</td>"
                 f"<td>{_e(_switch(point.get('kv_checksum')))}</td>"
