@@ -19,8 +19,11 @@ from typing import Any
 
 import jsonschema
 import pytest
+from matplotlib.figure import Figure
 
+from collector.forensics import driver, plots
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
+from collector.forensics.plot_data import PlotData
 from detectors.pool_below_context import PoolBelowContext
 from tests.engine_lines import exceeds_line, finish_line, refusal_line, server_args
 
@@ -162,7 +165,7 @@ def test_a_failing_detector_is_said_and_no_all_clear(
 
 @pytest.mark.parametrize("refusal", [refusal_line, exceeds_line])
 def test_with_no_context_read_the_refused_prompts_show_the_gap(
-    tmp_path: Path, refusal: Callable[[str, str, int, int], str]
+    tmp_path: Path, refusal: Callable[[str, str, int, int], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Blind review 30a: every start-up line rotated away, so no context was read anywhere;
     the scheduler refused prompts of up to 987,311 tokens against its 681,274 limit, which only
@@ -176,6 +179,14 @@ def test_with_no_context_read_the_refused_prompts_show_the_gap(
         "cuda graph: True, gen throughput (token/s): 40.00, #queue-req: 0\n"
     )
     decode.write_text(batch + decode.read_text().replace(server_args(DAY, "decode"), ""))
+    drawn: list[PlotData] = []
+    write_html = driver.write_html
+
+    def drawing(path: Path, summary: dict[str, Any], data: PlotData) -> None:
+        drawn.append(data)
+        write_html(path, summary, data)
+
+    monkeypatch.setattr(driver, "write_html", drawing)
     result = run_forensics([str(case)], tmp_path / "out", workers=1)
     summary = result.summary
     jsonschema.validate(summary, json.loads(SCHEMA_PATH.read_text()))
@@ -199,4 +210,14 @@ def test_with_no_context_read_the_refused_prompts_show_the_gap(
         f"the pool at {refused_at} had passed the context check)"
     ) in critical["summary"]
     assert f"{DAY}T08:19:58" not in critical["summary"]  # the first refusal's, superseded
+    # The plot draws the gap the reports say: the pool the refusals imply and the context
+    # floor (it drew "no pool sizes in the input", or a pool with no context above it).
+    (data,) = drawn
+    assert [(pool, context) for _, pool, context in data.pools["prefill-0"]] == [(POOL, longest)]
+    assert data.context_floors == [longest]
+    figures: list[Figure] = []
+    monkeypatch.setattr(plots, "_png", lambda figure: figures.append(figure) or b"")
+    plots.pool_plot(data)
+    texts = [text.get_text() for text in figures[0].axes[0].texts]
+    assert texts == [f"context at least {longest:,}"]
     assert {r["bootstrap_room"] for r in summary["exposure"]["requests"]} == set(EXPOSED)

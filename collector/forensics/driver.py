@@ -32,6 +32,7 @@ from collector.forensics.progress import Progress
 from collector.forensics.refusals import FILE_NAME as REFUSAL_LIST_NAME
 from collector.forensics.refusals import RefusalListWriter
 from collector.forensics.report import (
+    ConfigGap,
     Sayer,
     abort_signals_line,
     ambiguous_refusals_line,
@@ -1697,11 +1698,25 @@ def _plot_data(
     pools: dict[str, list[tuple[float, int | None, int | None]]] = {}
     # A configuration in force from the start (`parse._from_start`) is drawn from the first line.
     start = parse_iso_time(summary["input"].get("first_time"))
+    # The gaps as the reports say them: a pool only a stated limit implies, a context read on
+    # another node of the deployment or only bounded by a refused prompt (the plot showed no
+    # pool, or a pool with no context, beside a report saying the gap).
+    gaps: dict[tuple[str, str | None], ConfigGap] = {
+        (gap.node, gap.since): gap for gap in config_gaps(summary)
+    }
+    context_floors: set[int] = set()
     for node in pipeline.timeline.nodes():
         for config in pipeline.timeline.history(node):
             since = config.since if config.since is not None else start
-            if since is not None:
-                pools.setdefault(node, []).append((since, config.pool_tokens, config.context_len))
+            if since is None:
+                continue
+            pool, context = config.pool_tokens, config.context_len
+            gap = gaps.get((node, iso_time(config.since)))
+            if gap is not None:
+                pool, context = pool if pool is not None else gap.pool, context or gap.context
+                if gap.context_floor and config.context_len is None:
+                    context_floors.add(gap.context)
+            pools.setdefault(node, []).append((since, pool, context))
     times = [e.time for e in evidence.exposed.values() if e.time is not None]
     return PlotData(
         timing=evidence.timing,
@@ -1714,6 +1729,7 @@ def _plot_data(
         deferred_bin_seconds=evidence.deferred_bin_seconds,
         transfer_failures=summary["abort_signals"]["transfer_failure_lines"],
         pools=pools,
+        context_floors=sorted(context_floors),
         exposure_spans=exposure_spans(times),
         end_time=pipeline.now,
     )

@@ -80,6 +80,8 @@ class PlotData:
     transfer_failures: int = 0
     # node -> [(time, pool, context)]
     pools: dict[str, list[tuple[float, int | None, int | None]]] = field(default_factory=dict)
+    # The contexts above that are only floors: no context read, a refused prompt that long.
+    context_floors: list[int] = field(default_factory=list)
     # (first, last) of each run of exposed responses, to shade on time plots
     exposure_spans: list[tuple[float, float]] = field(default_factory=list)
     # Time of the last event read: each node's last configuration holds until then.

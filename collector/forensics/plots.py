@@ -325,8 +325,9 @@ def pool_plot(data: PlotData) -> bytes:
     contexts = sorted({c for pts in data.pools.values() for _, _, c in pts if c is not None})
     for context in contexts[:MAX_POOL_LINES]:
         ax.axhline(context, color="#c0392b", linestyle=":", linewidth=1.2)
+        said = "context at least" if context in data.context_floors else "context"
         ax.annotate(
-            f"context {context:,}", (0.01, context), xycoords=("axes fraction", "data"), fontsize=8
+            f"{said} {context:,}", (0.01, context), xycoords=("axes fraction", "data"), fontsize=8
         )
     if not series:
         _empty(ax, "no pool sizes in the input")
