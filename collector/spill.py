@@ -73,16 +73,23 @@ class Stage(Protocol):
 
 
 StageFactory = Callable[[StreamKey], Stage | None]
-ObserveBatch = Callable[[str, str, float, str, BatchSample], Sequence[Event]]
+ObserveBatch = Callable[[str, str, float, str, BatchSample, int | None], Sequence[Event]]
 
 
 @runtime_checkable
 class BatchStage(Stage, Protocol):
     """A stage that takes a batch line as (kind, node, time, source, sample of `BATCH_PICKS`,
-    of `PREFILL_BATCH_PICKS` for a prefill line) in place of its event, with the same effect."""
+    of `PREFILL_BATCH_PICKS` for a prefill line, DP rank) in place of its event, with the same
+    effect."""
 
     def observe_batch(
-        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+        self,
+        kind: str,
+        node: str,
+        time: float,
+        source: str,
+        sample: BatchSample,
+        rank: int | None = None,
     ) -> Sequence[Event]: ...
 
 
@@ -112,12 +119,18 @@ class ChainedStages:
         return out
 
     def observe_batch(
-        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+        self,
+        kind: str,
+        node: str,
+        time: float,
+        source: str,
+        sample: BatchSample,
+        rank: int | None = None,
     ) -> Sequence[Event]:
         """For chains of `BatchStage`s only (`batch_observers` not empty)."""
         out: Sequence[Event] = ()
         for observe_batch in self.batch_observers:
-            shipped = observe_batch(kind, node, time, source, sample)
+            shipped = observe_batch(kind, node, time, source, sample, rank)
             if shipped:
                 out = shipped if not out else [*out, *shipped]
         return out
@@ -158,7 +171,9 @@ class BatchLane:
         # The stream's order: a line it holds on a zone's change comes as an event instead.
         self.order = order
 
-    def __call__(self, kind: str, time: float, source: str, line: str, offset: int) -> bool:
+    def __call__(
+        self, kind: str, time: float, source: str, line: str, offset: int, ranks: dict[str, int]
+    ) -> bool:
         order = self.order
         if (
             order is not None
@@ -175,7 +190,7 @@ class BatchLane:
             return False
         if time > self.last_time:
             self.last_time = time
-        shipped = self.observe(kind, self.node, time, source, sample)
+        shipped = self.observe(kind, self.node, time, source, sample, ranks.get("dp"))
         if shipped:
             self.outbox.extend(shipped)
         return True

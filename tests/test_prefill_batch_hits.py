@@ -15,7 +15,7 @@ from typing import Any
 
 from collector.events import Event
 from collector.forensics.driver import run_forensics
-from collector.state.prefill_hits import PREFILL_HIT, PrefillHits, prefill_hit
+from collector.state.prefill_hits import PREFILL_HIT, ChunkRuns, PrefillHits, prefill_hit
 from tests.engine_lines import prefill_start, server_args
 
 DAY = "2026-09-14"
@@ -37,9 +37,10 @@ def _decode_answer(at: str, room: int, prompt: int) -> str:
     return f"[{DAY} {at}] Receive: {obj}\n[{DAY} {at}] Finish: {obj}, out={{'meta_info': {meta}}}\n"
 
 
-def _batch(at: str, new: int, cached: int, seqs: int = 1) -> str:
+def _batch(at: str, new: int, cached: int, seqs: int = 1, rank: int | None = None) -> str:
+    ranks = "TP0" if rank is None else f"DP{rank} TP{rank} EP{rank}"
     return (
-        f"[{DAY} {at} TP0] Prefill batch, #new-seq: {seqs}, #new-token: {new}, "
+        f"[{DAY} {at} {ranks}] Prefill batch, #new-seq: {seqs}, #new-token: {new}, "
         f"#cached-token: {cached}, token usage: 0.80, #running-req: 0, #queue-req: 0, "
         "#pending-token: 0, #bootstrap-req: 0, #inflight-req: 0, #optimistic-req: 0, "
         "cuda graph: False, input throughput (token/s): 1674.00\n"
@@ -107,3 +108,61 @@ def test_hits_are_kept_by_length_and_forgotten_after_an_hour() -> None:
     assert hits.cached(100, 0.0, 30.0, frozenset({"p1"})) == 90
     hits.note(Event("prefill_batch", "p1", 4000.0, "q.log:9", raw))
     assert len(hits) == 1 and hits.cached(PROMPT, 0.0, 5000.0) is None
+
+
+CHUNK = 16_384
+# A prompt whose uncached part is longer than a chunk: prefilled in three chunks.
+CHUNKED_CACHED = PROMPT - 2 * CHUNK - 1_418
+
+
+def test_a_chunked_prefill_states_its_hits_over_its_rank_s_lines(tmp_path: Path) -> None:
+    """Blind review 60 D2: HiCache hits with more than a chunk left to prefill; the first
+    chunk's line states the hit, the others only their chunk, and other DP ranks' lines come
+    between them. 66 honest answers were named exposed with the model configured."""
+    answers = (
+        _decode_answer("10:00:09", 3001, PROMPT)
+        + _decode_answer("11:00:09", 3002, PROMPT)
+        + _decode_answer("12:00:09", 3003, PROMPT)
+    )
+    batches = (
+        # 3001: its chunks on DP4, DP2's lines between them.
+        _batch("10:00:04", CHUNK, CHUNKED_CACHED, rank=4)
+        + _batch("10:00:05", 4_000, 0, rank=2)
+        + _batch("10:00:06", CHUNK, 0, rank=4)
+        + _batch("10:00:07", 900, 0, rank=2)
+        + _batch("10:00:08", 1_418, 0, rank=4)
+        # 3002: a batch of two on its rank between its chunks: whose tokens are whose?
+        + _batch("11:00:04", CHUNK, CHUNKED_CACHED, rank=4)
+        + _batch("11:00:06", CHUNK, 0, seqs=2, rank=4)
+        + _batch("11:00:08", 1_418, 0, rank=4)
+        # 3003: its last chunk follows one shorter than the first: not this run's.
+        + _batch("12:00:04", CHUNK, CHUNKED_CACHED, rank=4)
+        + _batch("12:00:06", CHUNK - 1, 0, rank=4)
+        + _batch("12:00:08", 1_419, 0, rank=4)
+    )
+    assert _flagged_rooms(tmp_path, answers, batches) == {"3002", "3003"}
+
+
+def test_chunk_runs_add_up_each_rank_s_chunks() -> None:
+    runs = ChunkRuns()
+    steps = [
+        (10.0, 4, 1, CHUNK, 300_000),
+        (11.0, 2, 1, CHUNK, 0),  # another rank: no run there
+        (12.0, 4, 1, CHUNK, 0),
+        (13.0, 4, 1, 500, 0),
+        (14.0, 4, 1, 500, 0),  # after a part chunk: the run had ended
+    ]
+    stated = [
+        runs.step("p0", t, "p.log", rank, seqs, new, cached) for t, rank, seqs, new, cached in steps
+    ]
+    said = [
+        None if hit is None else (hit.fields["new_tokens"], hit.fields["cached_tokens"])
+        for hit in stated
+    ]
+    assert said == [
+        (CHUNK, 300_000),
+        None,
+        (2 * CHUNK, 300_000),
+        (2 * CHUNK + 500, 300_000),
+        None,
+    ]

@@ -37,8 +37,8 @@ Outcome = tuple[str, Fields | FieldParser | None]
 Handler = Callable[[str], Outcome]
 StaticOutcome = tuple[str, FieldParser]
 # Takes a batch line in place of its event: (kind, time, source, line, offset of the body after
-# the head) → whether it took it. See `collector.spill.BatchLane`.
-BatchSink = Callable[[str, float, str, str, int], bool]
+# the head, the prefix's ranks) → whether it took it. See `collector.spill.BatchLane`.
+BatchSink = Callable[[str, float, str, str, int, dict[str, int]], bool]
 
 UNCLASSIFIED_ENGINE: Final = "unclassified_engine"
 # How the scheduler's traceback ends when `--kv-canary raise` turns a violation into its crash.
@@ -588,7 +588,7 @@ class LineParser:
                     kind, parse = static
                     sink = self.batch_sink
                     if kind in ev.BATCH_KINDS:
-                        if sink is not None and sink(kind, when, source, line, head[2]):
+                        if sink is not None and sink(kind, when, source, line, head[2], ranks):
                             return kind, None
                         if line.find(": ", start) < 0 and line.find("=", start) < 0:
                             # No field in a form any release printed: a new release's

@@ -31,7 +31,7 @@ from collector.state.config_timeline import (
     batch_hint_strength,
     batch_role_hint,
 )
-from collector.state.prefill_hits import batch_hit, prefill_hit
+from collector.state.prefill_hits import ChunkRuns, batch_hit
 
 __all__ = [
     "BATCH_KINDS",
@@ -217,6 +217,7 @@ class NodeWindowAggregator:
         "_hint",
         "_hint_strength",
         "_shipped_strength",
+        "_chunks",
     )
 
     def __init__(self, window_seconds: float = 300.0) -> None:
@@ -233,6 +234,7 @@ class NodeWindowAggregator:
         self._hint: Role | None = None
         self._hint_strength = 0
         self._shipped_strength = 0
+        self._chunks = ChunkRuns()
 
     def observe(self, event: Event) -> list[Event]:
         """Take the stream's next event; return the partials to ship before it."""
@@ -250,10 +252,17 @@ class NodeWindowAggregator:
         return out
 
     def observe_batch(
-        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+        self,
+        kind: str,
+        node: str,
+        time: float,
+        source: str,
+        sample: BatchSample,
+        rank: int | None = None,
     ) -> list[Event]:
         """`observe` for a batch line read as a sample (a `BatchSampler` of `BATCH_PICKS`)
-        instead of an event: the same windows, sums and hints, without the event's cost."""
+        instead of an event: the same windows, sums and hints, without the event's cost.
+        `rank`: the line's DP rank (a chunked prefill runs on one)."""
         out: list[Event] = []
         latest = self._latest
         if latest is None or time > latest:
@@ -268,7 +277,7 @@ class NodeWindowAggregator:
         self._window.add_batch(values[0], values[1], values[2])
         self._events += 1
         if len(values) > 3:  # a prefill line (`PREFILL_BATCH_PICKS`)
-            hit = prefill_hit(node, time, source, values[3], values[4], values[5])
+            hit = self._chunks.step(node, time, source, rank, values[3], values[4], values[5])
             if hit is not None:
                 out.append(hit)
         if self._hint_strength < _SURE:
@@ -303,7 +312,7 @@ class NodeWindowAggregator:
             role = batch_role_hint(event.kind, event.fields.keys())
             self._hint_role(role, event.time, event.source, out)
         if event.kind == PREFILL_BATCH:
-            hit = batch_hit(event)
+            hit = batch_hit(self._chunks, event)
             if hit is not None:
                 out.append(hit)
 

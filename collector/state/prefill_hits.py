@@ -9,6 +9,13 @@ tokens add up to that prompt's length. The leak's prompts never have such a line
 them (a prompt longer than its pool cannot be held, cached part and all), so a line of exactly a
 prompt's length around its time says the prompt was prefilled, and with how much cached.
 
+A prompt whose uncached part is longer than `--chunked-prefill-size` is prefilled in chunks, a
+single-sequence line each on its DP rank: the first states the hit (`#new-token: 16384,
+#cached-token: 309913`), the rest only their chunk (`#new-token: 8730, #cached-token: 0`), so
+no one line adds up to the prompt (blind review 60 D2: 66 honest HiCache answers named
+exposed). `ChunkRuns` follows each rank's run of chunks and states the hit at every length the
+run reaches: the first chunk's line and each chunk after it that continues a full one.
+
 Lines with several sequences cannot be told apart and are not kept.
 """
 
@@ -19,7 +26,7 @@ from typing import Any, Final
 
 from collector.events import Event
 
-__all__ = ["PREFILL_HIT", "PrefillHits", "batch_hit", "prefill_hit"]
+__all__ = ["PREFILL_HIT", "ChunkRuns", "PrefillHits", "batch_hit", "prefill_hit"]
 
 # A worker's event for a single-sequence prefill batch line with cached tokens, so that batch
 # lines themselves never leave the worker (`collector.state.node_windows`).
@@ -46,16 +53,84 @@ def prefill_hit(
     )
 
 
-def batch_hit(event: Event) -> Event | None:
-    """`prefill_hit` of a `prefill_batch` event's fields (live, or a line no learnt shape
-    read in a worker)."""
+class _Run:
+    """One rank's chunked prefill over a cached prefix, as far as its lines have come."""
+
+    __slots__ = ("cached", "chunk", "last", "new_tokens", "time")
+
+    def __init__(self, cached: int, chunk: int, time: float) -> None:
+        self.cached = cached
+        self.chunk = chunk  # the first chunk's new tokens: a full chunk, if more follow
+        self.last = chunk  # the latest chunk's
+        self.new_tokens = chunk
+        self.time = time
+
+
+class ChunkRuns:
+    """Per DP rank of one node, the run of single-sequence prefill lines a chunked prompt
+    prints (see the module docstring): `step` takes each prefill line's values and gives the
+    `PREFILL_HIT` it states, the chunks so far added up, or None.
+
+    A run starts at a line with cached tokens and goes on while the rank's next lines are single
+    sequences with none cached, each after a full chunk (one as long as the first); any other
+    line on the rank ends it. A run matched to no prompt states nothing: a hit is taken only at
+    a prompt's exact length (`PrefillHits.cached`)."""
+
+    __slots__ = ("_runs",)
+
+    def __init__(self) -> None:
+        self._runs: dict[int | None, _Run] = {}
+
+    def step(
+        self,
+        node: str,
+        time: float,
+        source: str,
+        rank: int | None,
+        new_seq: Any,
+        new_tokens: Any,
+        cached: Any,
+    ) -> Event | None:
+        hit = prefill_hit(node, time, source, new_seq, new_tokens, cached)
+        runs = self._runs
+        if hit is not None:
+            runs[rank] = _Run(hit.fields["cached_tokens"], hit.fields["new_tokens"], time)
+            return hit
+        run = runs.pop(rank, None) if runs else None
+        if (
+            run is None
+            or new_seq != 1
+            or cached != 0
+            or type(new_tokens) is not int
+            or not 0 < new_tokens <= run.chunk
+            or run.last != run.chunk
+            or not 0 <= time - run.time <= KEEP_SECONDS
+        ):
+            return None
+        run.new_tokens += new_tokens
+        run.last = new_tokens
+        run.time = time
+        runs[rank] = run
+        return Event(
+            PREFILL_HIT,
+            node,
+            time,
+            source,
+            {"new_tokens": run.new_tokens, "cached_tokens": run.cached},
+        )
+
+
+def batch_hit(runs: ChunkRuns, event: Event) -> Event | None:
+    """`ChunkRuns.step` of a `prefill_batch` event's fields and DP rank (live, or a line no
+    learnt shape read in a worker)."""
     if event.time is None:
         return None
     fields = event.fields
-    return prefill_hit(
+    return runs.step(
         event.node,
         event.time,
         event.source,
+        event.ranks.get("dp"),
         fields.get("new_seq"),
         fields.get("new_token"),
         fields.get("cached_token"),
@@ -70,17 +145,24 @@ class PrefillHits:
     `start` and `end` states cached for a prompt of exactly that length, else None.
     """
 
-    __slots__ = ("_by_length", "_order")
+    __slots__ = ("_by_length", "_order", "_runs")
 
     def __init__(self) -> None:
         self._by_length: dict[int, list[tuple[float, str, int]]] = {}
         self._order: deque[tuple[float, int]] = deque()
+        self._runs: dict[str, ChunkRuns] = {}  # of raw batch lines, by node
 
     def __len__(self) -> int:
         return len(self._order)
 
     def note(self, event: Event) -> None:
-        hit = event if event.kind == PREFILL_HIT else batch_hit(event)
+        if event.kind == PREFILL_HIT:
+            hit: Event | None = event
+        else:
+            runs = self._runs.get(event.node)
+            if runs is None:
+                runs = self._runs[event.node] = ChunkRuns()
+            hit = batch_hit(runs, event)
         if hit is None or hit.time is None:
             return
         time = hit.time

@@ -156,7 +156,13 @@ class RequestSideAssembler:
         return out
 
     def observe_batch(
-        self, kind: str, node: str, time: float, source: str, sample: BatchSample
+        self,
+        kind: str,
+        node: str,
+        time: float,
+        source: str,
+        sample: BatchSample,
+        rank: int | None = None,
     ) -> list[Event]:
         """`observe` for a batch line read as a sample: to the assembler only its time counts."""
         out: list[Event] = []
