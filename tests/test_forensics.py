@@ -418,16 +418,17 @@ class _Cells(HTMLParser):
 
 
 def test_times_and_node_names_stay_on_one_line_in_the_html_tables(incident: Run) -> None:
-    """A time broken at its hyphens ("2026-08-" over "30T10:18…") or a node name at its
-    ("decode-" over "0") reads as two values in a narrow column."""
+    """A time broken at its hyphens ("2026-08-" over "30T10:18…"), a node name at its
+    ("decode-" over "0") or a room's digits read as two values in a narrow column."""
     page = (incident.out / "report.html").read_text()
     parser = _Cells()
     parser.feed(page)
     nodes = set(incident.summary["nodes"])
+    rooms = {str(r["bootstrap_room"]) for r in incident.summary["exposure"]["requests"]}
     kept = [
         (kind, text)
         for kind, text in parser.cells
-        if text in nodes or parse_iso_time(text) is not None
+        if text in nodes or text in rooms or parse_iso_time(text) is not None
     ]
     assert len(kept) > 20
     assert [text for kind, text in kept if kind != "nw"] == []

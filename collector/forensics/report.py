@@ -2724,8 +2724,8 @@ def write_html(path: Path, summary: dict[str, Any], plot_data: PlotData) -> None
         )
         for req in exposure["requests"][:TABLE_ROWS]:
             parts.append(
-                f"<tr>{_kept(req['time'])}{_kept(req['node'])}<td><code>"
-                f"{_e(req['rid'])}</code></td><td><code>{_e(req['bootstrap_room'])}</code></td>"
+                f"<tr>{_kept(req['time'])}{_kept(req['node'])}<td><code>{_e(req['rid'])}</code>"
+                f"</td><td class='nw'><code>{_e(req['bootstrap_room'])}</code></td>"
                 f"<td>{_e(_n(req['prompt_tokens']))}</td><td><code>{_e(_prefill(req))}</code></td>"
                 f"<td>{_e(', '.join(req['evidence']))}</td></tr>"
             )
