@@ -14,8 +14,9 @@ was computed, and the later timings, which carry the queue, answer to the physic
 redone optimistic prefill (`attempts` > 0) is not timed by its forward time, the last
 attempt's alone. Two floors:
 
-* physical: the FLOPs of reading the prompt at the GPUs' peak (`gpu_peak_flops`, GPUs =
-  `gpus_per_node` or the prefill node's `tp_size`): `2 x active parameters` per uncached token
+* physical: the FLOPs of reading the prompt at the GPUs' peak (`gpu_peak_flops`, per GPU, at the
+  model's dtype; GPUs = `gpus_per_node` or the prefill node's `tp_size x pp_size`): `2 x active
+  parameters` per uncached token
   (`model_active_params`), plus attention's `4 x layers x width` per pair of an uncached token
   and a token before it (QK^T and AV, causal; `attention_layers` attending the whole context,
   `attention_width` = query heads x head dim). The pairs grow with the square of the prompt,
@@ -126,7 +127,8 @@ class ImpossiblyFastPrefillConfig(DetectorConfig):
     attention_width: int = Field(default=2048, gt=0)
     # Peak dense FLOP/s of one GPU (H100 SXM BF16: 989 TFLOP/s).
     gpu_peak_flops: float = Field(default=9.89e14, gt=0)
-    # GPUs that prefill one request; None uses the prefill node's tp_size, else default_gpus.
+    # GPUs that prefill one request; None uses the prefill node's tp_size x pp_size, else
+    # default_gpus.
     gpus_per_node: int | None = Field(default=None, gt=0)
     default_gpus: int = Field(default=8, gt=0)
     # Best achievable fraction of peak; 1.0 makes the floor a hard physical bound.
@@ -961,7 +963,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             return self.config.gpus_per_node
         config = ctx.config_at(node, record.start_time)
         if config is not None and config.tp_size:
-            return config.tp_size
+            # Pipeline stages run a chunked prompt's chunks at once, each on its own GPUs: the
+            # floor counts them all, or it would be above what the hardware does (blind review
+            # 61 D4: a TP4 x PP2 prefill's honest answers read 1.1x under a 4-GPU floor).
+            return config.tp_size * max(config.pp_size or 1, 1)
         return self.config.default_gpus
 
     def _may_learn(self, record: RequestRecord, ctx: DetectionContext) -> bool:

@@ -739,6 +739,25 @@ def test_stub_prefill_is_below_the_physical_floor_and_critical():
     assert finding.evidence["source"] in ("first_token_latency", "e2e_latency")
 
 
+@pytest.mark.parametrize(("tp", "pp", "gpus"), [(8, None, 8), (4, 2, 8), (4, None, 4)])
+def test_the_physical_floor_counts_every_gpu_of_the_prefill(tp: int, pp: int | None, gpus: int):
+    """Blind review 61 D4: a TP4 x PP2 prefill's honest answers read 1.1x under a floor that
+    counted its tp_size alone; its pipeline stages run a chunked prompt's chunks at once."""
+    shape = {"tp_size": tp, **({"pp_size": pp} if pp else {})}
+    reshaped = [
+        ev(e.kind, e.node, e.time, **{**e.fields, **shape}) if e.kind == "server_args" else e
+        for e in LEAKY
+    ]
+    (finding,) = run(
+        ImpossiblyFastPrefill(**GLM),
+        reshaped,
+        prefill_refused(1001, T + 500, 700_000),
+        decode_answer(1001, T + 500, 700_000, ttft=0.3),
+    )
+    # As above, 6.677 s on 8 GPUs.
+    assert finding.evidence["physical_floor_seconds"] == pytest.approx(6.677 * 8 / gpus, abs=0.002)
+
+
 def test_attention_s_pairs_put_a_long_stub_under_the_unconfigured_floor():
     """Blind review 36: with the defaults (1B active parameters), a 900k-token prompt answered
     in 0.3 s passed the weights' floor of 0.23 s; attention over its 4e11 pairs of tokens
