@@ -808,7 +808,7 @@ def test_decode_s_wait_for_the_kv_times_a_leak_its_logs_alone_tell():
     (finding,) = run(ImpossiblyFastPrefill(), leak)
     assert finding.severity == "critical" and finding.exposure
     assert finding.evidence["source"] == "decode_wait"
-    assert finding.evidence["seconds"] == pytest.approx(0.116)
+    assert finding.evidence["seconds"] == pytest.approx(0.115)  # bootstrap, allocation, transfer
     # Without decode's time stats nothing tells it: the end-to-end time passes.
     assert run(ImpossiblyFastPrefill(), leak[:2]) == []
     # An honest prompt's KV, 48.8 s in coming, passes; so does one an older build timed as
@@ -819,6 +819,14 @@ def test_decode_s_wait_for_the_kv_times_a_leak_its_logs_alone_tell():
                          alloc_wait_duration=0.5, bootstrap_duration=0.5,
                          transfer_duration=1.0, forward_duration=3.0)  # fmt: skip
     assert run(ImpossiblyFastPrefill(), honest, older) == []
+    # Blind review 61 D2: a leak's page of KV in 39 ms, then 35 s in decode's queue for a slot
+    # in its batch (its first token 35.1 s after it came): the queue holds no prefill work.
+    queued = _decode_only(10, T + 100, 118_000, e2e=36.0, transfer_duration=0.039,
+                          bootstrap_duration=0.002, alloc_wait_duration=0.001,
+                          queue_duration=35.02, forward_duration=0.9)  # fmt: skip
+    (finding,) = run(ImpossiblyFastPrefill(**GLM), queued)
+    assert finding.evidence["source"] == "decode_wait"
+    assert finding.evidence["seconds"] == pytest.approx(0.042)
     # Prefill's own forward time showing the prompt computed is the measure: a wait decode's
     # clock cut short says nothing against it.
     computed = prefill_ok(7, T + 100, 784_536, seconds=41.0)
@@ -844,9 +852,10 @@ def test_decode_wait_counts_each_stage_once():
     from detectors.impossibly_fast_prefill import decode_wait
 
     assert decode_wait({"forward_duration": 3.0}) is None  # no transfer stated: no bound
+    # Not the queue after the KV came: a wait for a slot in decode's batch (blind review 61 D2).
     newer = {"bootstrap_duration": 0.5, "alloc_wait_duration": 0.25, "transfer_duration": 2.0,
-             "queue_duration": 0.125, "forward_duration": 9.0}  # fmt: skip
-    assert decode_wait(newer) == 2.875
+             "queue_duration": 35.0, "forward_duration": 9.0}  # fmt: skip
+    assert decode_wait(newer) == 2.75
     older = {"prealloc_queue_duration": 1.0, "alloc_wait_duration": 0.5,
              "bootstrap_duration": 0.25, "other_duration": 0.25,
              "transfer_duration": 2.0}  # fmt: skip
