@@ -367,7 +367,7 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
 
     def _unread_around(self, node: str, when: float | None) -> bool:
         """Whether prefill sides on `node` were read, but none within `READ_MINUTE` x
-        `UNREAD_MINUTES` of `when` (so far): what it ran then is told by what is read of it
+        `UNREAD_MINUTES` before `when`: what it ran then is told by what is read of it
         next (`_outgrown`), which the answer waits for (`untold_wait_seconds`). A node none of
         whose requests is read (a sidecar shipped decode's logs alone) tells nothing next: its
         answers are judged at once."""
@@ -376,8 +376,14 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         return not self._read_near(node, when)
 
     def _read_near(self, node: str, when: float) -> bool:
-        around = (UNREAD_MINUTES + 1) * READ_MINUTE
-        return self._read_between(node, when - around, when + around)
+        """Whether a prefill side on `node` was read in the minutes up to `when` (its minute
+        included): what the node ran then. Lines read only after it tell what ran after: a
+        restart onto a bigger pool in the hour of log lost before them went unseen, and an
+        honest answer a minute before the log resumed was named exposed against the old pool
+        (blind review 62 D1)."""
+        return self._read_between(
+            node, when - (UNREAD_MINUTES + 1) * READ_MINUTE, when + READ_MINUTE
+        )
 
     def _read_between(self, node: str, since: float, until: float) -> bool:
         """Whether a prefill side on `node` was read in a minute after `since`'s and before

@@ -1605,6 +1605,24 @@ def test_short_prompts_read_before_the_pool_is_outgrown_tell_nothing_a_refusal_d
     assert finding.bootstrap_room == "1001"
 
 
+def test_lines_read_only_just_after_an_answer_do_not_say_what_its_prefill_ran() -> None:
+    """Blind review 62 D1: prefill-0's log lost an hour, its restart onto a bigger pool in it;
+    decode answered an honest 975k-token prompt in 41 s a minute before the log resumed. Read
+    again 66 s after the answer, prefill-0 counted as read around it, and the answer was named
+    exposed against the old pool, the window stretched by half an hour."""
+    (finding,) = run(
+        OverLengthAnswered(),
+        LEAKY,
+        _prefill_read(T + 300, T + 3_600, 5_000),
+        decode_answer(1001, T + 6_534, 800_000, ttft=41.0),
+        prefill_ok(2001, T + 6_600, 900_000, seconds=150.0),
+        decode_answer(2001, T + 6_600, 900_000, ttft=151.0),
+        _prefill_read(T + 6_900, T + 12_000, 6_000),
+    )
+    assert (finding.severity, finding.exposure) == ("warning", False)
+    assert finding.evidence["pool_basis"] == "prefill read past its pool later"
+
+
 def test_an_answer_while_its_prefill_was_read_is_judged_by_the_pool_read() -> None:
     # prefill-0 read around the answer: its pool then is the one read, whatever came later.
     (finding,) = run(
