@@ -7,6 +7,8 @@ import json
 import random
 from pathlib import Path
 
+import pytest
+
 from collector.events import Event
 from collector.state.config_timeline import (
     TIMELINE_KINDS,
@@ -773,6 +775,34 @@ def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
         tl = _restarted(started)
         assert tl.config_at("p0", T + 3_001).pool_tokens == 681_280
         assert tl.config_at("p0", T + 3_600).pool_tokens == 2_040_000
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_a_snapshot_s_startup_after_the_node_served_is_a_restart_whatever_changed(
+    served: bool,
+) -> None:
+    """Blind review 62 D2: a restart onto a capped context, its start-up lines missing, the pool
+    unchanged; its snapshot (context 655,360, started at T + 7,200) was taken for the whole log,
+    the gap before it unsaid. The node served from T + 100: that process started before."""
+    tl = ConfigTimeline()
+    startup(tl, "p0", T, 681_280)
+    if served:
+        tl.update(ev("prefill_batch", "p0", T + 100, new_seq=1, new_token=8_192, cached_token=0))
+    tl.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 9_000,
+            max_total_num_tokens=681_280,
+            context_len=655_360,
+            started_at=T + 7_200.0,
+        )
+    )
+    contexts = [(c.since, c.context_len) for c in tl.history("p0")]
+    if served:
+        assert contexts == [(T, 1_048_576), (T + 7_200.0, 655_360)]
+    else:  # never seen serving: the snapshot may be of the process the start-up lines began
+        assert contexts == [(T, 655_360)]
 
 
 def test_a_restart_that_turns_the_canary_off_says_so():

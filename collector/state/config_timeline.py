@@ -62,6 +62,10 @@ _SAME_STARTUP_SECONDS: Final = 2.0
 # much later: a new process. Tolerates clock skew between a snapshot taker and the engine; a
 # restart (weights load) takes longer.
 _RUNNING_BEFORE_STARTUP_SECONDS: Final = 30.0
+# How long before a snapshot's `startup_time` the generation in force must have been seen serving
+# for that start-up to be another process's: a warm-up's batch lines may come before the time a
+# server states it started (`_new_process`).
+_SERVED_BEFORE_STARTUP_SECONDS: Final = 120.0
 # Figures stated this close to the first of an instant's are of that instant: one snapshot's
 # documents (`/server_info`, `/v1/loads`, `/v1/models`, `/metrics`, fetched one after another).
 # Where they differ, the endpoints or ranks disagree; no engine restarts in between (a weights
@@ -173,6 +177,7 @@ class _NodeHistory:
         "capacity_time",
         "stated",
         "running_since",
+        "first_served",
         "began_mid_run",
         "scrapes",
         "metric_ranks",
@@ -194,6 +199,9 @@ class _NodeHistory:
         # When this generation was begun by seeing the node run (traffic, metrics, /server_info)
         # rather than by its start-up lines: logs whose start rotated away begin so.
         self.running_since: float | None = None
+        # When this generation was first seen serving (batch lines, time stats, refusals): a
+        # snapshot's `startup_time` well after it is another process's (`_new_process`).
+        self.first_served: float | None = None
         # Whether the first generation was seen running before any start-up line of it: the
         # node's logs begin mid-run, so it ran with that configuration before them too.
         self.began_mid_run = False
@@ -273,6 +281,7 @@ class _NodeHistory:
         self.metric_ranks = {}
         self.instant = time
         self.running_since = (time if time is not None else start) if running else None
+        self.first_served = None
         if previous is not None and self.role_strength == _WEAK:
             self.role_strength = 0
         return config
@@ -475,6 +484,7 @@ class ConfigTimeline:
             and event.time < before.since - _SAME_STARTUP_SECONDS
         )
         if not late and handler is _on_role_hint and history.role_strength >= _STRONG:
+            _served(history, event)
             return None  # the usual request or window event: a settled role stays settled
         self.version += 1
         doubtful = implausible_tokens(event)
@@ -760,6 +770,7 @@ class ConfigTimeline:
                 "capacity_time": h.capacity_time,
                 "stated": sorted(h.stated),
                 "running_since": h.running_since,
+                "first_served": h.first_served,
                 "began_mid_run": h.began_mid_run,
                 "bootstrap": sorted(
                     [host, since, port]
@@ -799,6 +810,7 @@ class ConfigTimeline:
             history.capacity_time = data.get("capacity_time")
             history.stated = set(data.get("stated", []))
             history.running_since = data.get("running_since")
+            history.first_served = data.get("first_served")
             history.began_mid_run = bool(data.get("began_mid_run", False))
             latest, before = data.get("scrapes") or (None, None)
             history.scrapes = (latest, before)
@@ -988,6 +1000,7 @@ def _on_refusal(history: _NodeHistory, event: Event) -> bool:
     away and no snapshot was saved. Taken like a truncation warning's: its pool gap is then
     seen, and answers are judged by length (blind review 25: the gap went unsaid, "POOL
     UNKNOWN", with the limit in 76 lines; blind review 59 J5: the same with the PD check's)."""
+    _served(history, event)
     limit = _refusal_limit(event)
     pool = _refusal_pool(event)
     if limit is None and pool is None:
@@ -995,6 +1008,7 @@ def _on_refusal(history: _NodeHistory, event: Event) -> bool:
     restart = history.current is None
     if restart:
         history.start(event.time, event.source, running=True)
+        _served(history, event)
     current = history.generations[-1]
     if limit is not None and current.max_req_input_len is None:
         history.replace_current(source=event.source, max_req_input_len=limit)
@@ -1049,6 +1063,29 @@ def _started(event: Event, current: NodeConfig | None) -> float | None:
     return started
 
 
+def _served(history: _NodeHistory, event: Event) -> None:
+    if history.first_served is None and history.current is not None:
+        history.first_served = event.time
+
+
+def _new_process(history: _NodeHistory, event: Event) -> bool:
+    """Whether a `/server_info`'s `startup_time` is another process's than the generation in
+    force: it lies after the generation was seen serving, and before the snapshot was saved.
+    Why: blind review 62 D2, a restart onto a capped context (or only a new release) with its
+    start-up lines missing: the pool unchanged, the snapshot's configuration was taken for the
+    whole log, the gap before the restart unsaid and the exposures blamed on the abort race."""
+    current, started, served = history.current, event.get("started_at"), history.first_served
+    return (
+        current is not None
+        and current.since is not None
+        and type(started) is float
+        and served is not None
+        and event.time is not None
+        and served + _SERVED_BEFORE_STARTUP_SECONDS < started < event.time
+        and current.since < started
+    )
+
+
 def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     pool = _tokens(event.get("max_total_num_tokens"))
     version = event.get("version")
@@ -1064,6 +1101,7 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
         and (
             (pool is not None and history.is_stated("pool_tokens") and pool != current.pool_tokens)
             or (version is not None and history.is_stated("version") and version != current.version)
+            or _new_process(history, event)
         )
     )
     if restart:
@@ -1181,6 +1219,7 @@ def _on_metric(history: _NodeHistory, event: Event) -> bool:
 
 
 def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
+    _served(history, event)  # as the node's generation stands; again below if it starts one
     # Every hint is at most as strong as _STRONG, and a settled role stays settled across
     # restarts (the role is carried over), so once it is strong the hint cannot change
     # anything: return before reading the fields (batch lines are parsed on first access).
@@ -1204,6 +1243,7 @@ def _on_role_hint(history: _NodeHistory, event: Event) -> bool:
     restart = history.current is None
     if restart:
         history.start(event.time, event.source, running=True)
+        _served(history, event)
     if history.generations[-1].role != role:
         history.replace_current(role=role)
     history.role_strength = strength
