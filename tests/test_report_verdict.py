@@ -142,7 +142,7 @@ def test_timeouts_are_placed_in_time_and_what_only_the_canary_shows_is_said() ->
 
 
 GAP = (("2026-11-02T05:58:00.000Z", 200_000),)
-CLOSED = (*GAP, ("2026-11-02T10:00:00.000Z", 900_000))
+CLOSED = (*GAP, ("2026-11-02T10:20:00.000Z", 900_000))
 
 
 def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> None:
@@ -153,7 +153,17 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
     )
     assert status_line(_summary(exposed=3, pools=CLOSED)) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
-        "and every pool gap had closed by 2026-11-02T10:00:00.000Z."
+        "and every pool gap had closed by 2026-11-02T10:20:00.000Z."
+    )
+    # Exposed half an hour after every gap closed: the gaps do not say why it stopped (blind
+    # review 62 D4: a 0.5.19 pool raised past the context still leaks the prompts within 6
+    # tokens of it); within a quarter hour, an answer to a request made before the restart.
+    late = _summary(exposed=3, pools=(*GAP, ("2026-11-02T10:00:00.000Z", 900_000)))
+    assert exposure_status(late)[0] == "possibly_not_over"
+    assert status_line(late).startswith(
+        "Possibly not over: the last exposed response came 33 s before the logs end, though "
+        "every pool gap had closed by 2026-11-02T10:00:00.000Z: responses exposed after that "
+        "came by a path the pools do not close"
     )
     # No pool gap: the abort race, whose signs at the end say whether it was still open
     # (review: the last exposure's age alone answered nothing); an exposure 33 s before the
@@ -181,12 +191,12 @@ def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -
     word anything keyed on `verdict.status` read, while the race still exposed responses; the
     same signs with no pool gap were already "possibly not over"."""
     closed = _summary(exposed=3, pools=CLOSED)
-    assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:00:00.000Z.")
+    assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:20:00.000Z.")
     closed["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
     # Timeouts ended an hour before the end: the leak stopped, the open release is said.
     assert status_line(closed) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
-        "and every pool gap had closed by 2026-11-02T10:00:00.000Z. But prefill-0 (0.5.20) "
+        "and every pool gap had closed by 2026-11-02T10:20:00.000Z. But prefill-0 (0.5.20) "
         "still ran a release open to the abort race: aborted transfers could still land on "
         "pages re-let to other requests."
     )
@@ -196,7 +206,7 @@ def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -
     assert exposure_status(closed) == (
         "possibly_not_over",
         "Possibly not over: the last exposed response came 33 s before the logs end; the "
-        "over-length leak stopped (every pool gap had closed by 2026-11-02T10:00:00.000Z), but "
+        "over-length leak stopped (every pool gap had closed by 2026-11-02T10:20:00.000Z), but "
         "deferred KV releases still timed out 12 s before the logs end; prefill-0 (0.5.20) "
         "still ran a release open to the abort race: aborted transfers could still land on "
         "pages re-let to other requests.",
@@ -809,3 +819,28 @@ def test_a_canary_violation_whose_victim_is_not_named_is_no_all_clear() -> None:
     assert said["outcome"] == "exposed" and said["unnamed"].startswith("1 KV canary violation ")
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.validate(said, schema["properties"]["verdict"])
+
+
+def test_an_exposure_near_the_end_of_its_node_s_logs_is_said_so_not_near_the_end() -> None:
+    """Blind review 62 D5: "the last exposed response came 3 h 0 min before the logs end,
+    within the last 15 min of them": it was near the end of its decode node's logs, which
+    ended hours before the others."""
+    summary = _summary(exposed=1)
+    summary["exposure"].update(
+        first="2026-11-02T08:00:00.000Z",
+        last="2026-11-02T08:00:00.000Z",
+        requests=[{"time": "2026-11-02T08:00:00.000Z", "node": "decode-0"}],
+    )
+    summary["nodes"]["decode-0"] = {
+        "role": "decode",
+        "last_read": "2026-11-02T08:05:00.000Z",
+        "config": [],
+    }
+    word, said = exposure_status(summary)
+    assert word == "possibly_not_over"
+    assert "within the last" not in said
+    assert (
+        "the last exposed response came 2 h 30 min before the logs end, and the abort race's "
+        "signs go on to the end of the logs: an exposed response came 5 min 0 s before "
+        "decode-0's logs end (2026-11-02T08:05:00.000Z), and nothing read tells of it since"
+    ) in said

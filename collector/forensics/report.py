@@ -1947,7 +1947,13 @@ def _race_state(summary: dict[str, Any], end: float, *, exposures: bool) -> _Rac
             phrase += f" ({nodes[cut]['last_read']}), and nothing read tells of it since"
         going_on.insert(0, phrase)
     if "exposure" in latest and not going_on:
-        going_on = [""]  # only an exposure in the final stretch: the status says it
+        # Only an exposure in the final stretch: the status says it, unless the stretch was
+        # its node's logs' (blind review 62 D5: "3 h 0 min before the logs end, within the
+        # last 15 min of them").
+        _, phrase, cut = latest["exposure"]
+        if cut is not None:
+            phrase += f" ({nodes[cut]['last_read']}), and nothing read tells of it since"
+        going_on = [phrase if cut is not None else ""]
     open_, closed, unknown = _race_releases(summary)
     last = max(signs, key=lambda sign: sign.at) if signs else None
     return _RaceState(going_on, last, open_, closed, unknown)
@@ -2038,6 +2044,11 @@ def _race_exposed(summary: dict[str, Any]) -> bool:
     )
 
 
+# How long after a gap closed an exposure may still be of a request made while it was open: an
+# answer decoded for minutes after a restart received before it (`exposure_status`).
+_ANSWERING_SECONDS: Final = 900.0
+
+
 def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     """(`status_line`'s verdict as a word, its sentence): `not_over`, `possibly_not_over`,
     `stopped`, `last_seen` (only the last exposure's age is known), `unknown` (no exposure
@@ -2104,6 +2115,17 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     if gaps:
         closed = max(gap.until for gap in gaps if gap.until is not None)
         leak = f"every pool gap had closed by {closed}"
+        closed_at = parse_iso_time(closed)
+        if closed_at is not None and last > closed_at + _ANSWERING_SECONDS:
+            # Named after every gap closed: the gaps do not say why it stopped (blind review 62
+            # D4: a 0.5.19 pool raised past the context still refuses, and leaks, the prompts
+            # of the context's last 6 tokens; "Stopped" beside three such exposures).
+            return "possibly_not_over", (
+                f"Possibly not over: {before}, though {leak}: responses exposed after that "
+                "came by a path the pools do not close (on releases before "
+                f"{LEAK_FIXED}, a refused prompt within 6 tokens of the context is still "
+                "answered from other requests' KV)."
+            )
         if race_open:
             return "possibly_not_over", _race_not_over(before, leak, still)
         return "stopped", f"Stopped within these logs: {before}, and {leak}.{_race_aside(still)}"
