@@ -140,3 +140,16 @@ def test_a_node_with_a_small_share_of_the_traffic_is_not_replaced_by_a_quiet_spe
     alone = fed(*before[:2], *after)
     found = alone.replaced(OLD, LAST_LINE, [OLD, *peers], ["decode-0"], went_to)
     assert found is not None and found[0] == sorted(peers[:8])
+
+
+def test_its_own_requests_read_after_the_line_it_was_dated_by_are_no_later_traffic() -> None:
+    """Blind review 62 D3: the old prefill's time stats went on three minutes past the last
+    line its end was dated by, up to a watchdog's crash; counted as requests it took after its
+    end, they kept it from being replaced, and the status said its pool gap was still open."""
+    before = [answer(LAST_LINE - 60 * k, prefill=OLD) for k in range(1, 5)]
+    own_later = [answer(LAST_LINE + 180, prefill=OLD)]
+    after = [answer(LAST_LINE + 900 + 60 * k, prefill=NEW) for k in range(4)]
+    found = replaced(fed(*before, *own_later, *after))
+    assert found == ([NEW], (LAST_LINE + 900) // 60 * 60)
+    # Taking one more after the new node began: not replaced, whatever its last line said.
+    assert replaced(fed(*before, *own_later, *after, answer(LAST_LINE + 1200, prefill=OLD))) is None

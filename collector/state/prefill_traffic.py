@@ -98,6 +98,12 @@ class PrefillTraffic:
         took its requests after its last line at `last_read`, and the first minute they did:
         when it took none then and every answer of the deployment then is placed on one of
         them. None else: its logs may only have stopped being kept."""
+        own = self.by_node.get(node)
+        if own:
+            # Its own requests read last, when later than the last line the caller dated it by
+            # (blind review 62 D3: its time stats up to a watchdog's crash three minutes on,
+            # counted as requests it took "after" its end, kept it from being replaced).
+            last_read = max(last_read, max(own) * MINUTE)
         first = int((last_read + CLOCK_MARGIN_SECONDS) // MINUTE) + 1
         peers = set(peers) - {node}
         decodes = set(decodes)
