@@ -142,7 +142,7 @@ def test_timeouts_are_placed_in_time_and_what_only_the_canary_shows_is_said() ->
 
 
 GAP = (("2026-11-02T05:58:00.000Z", 200_000),)
-CLOSED = (*GAP, ("2026-11-02T10:20:00.000Z", 900_000))
+CLOSED = (*GAP, ("2026-11-02T10:25:00.000Z", 900_000))
 
 
 def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> None:
@@ -153,11 +153,11 @@ def test_the_status_says_whether_it_was_still_happening_when_the_logs_end() -> N
     )
     assert status_line(_summary(exposed=3, pools=CLOSED)) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
-        "and every pool gap had closed by 2026-11-02T10:20:00.000Z."
+        "and every pool gap had closed by 2026-11-02T10:25:00.000Z."
     )
     # Exposed half an hour after every gap closed: the gaps do not say why it stopped (blind
     # review 62 D4: a 0.5.19 pool raised past the context still leaks the prompts within 6
-    # tokens of it); within a quarter hour, an answer to a request made before the restart.
+    # tokens of it); within 10 minutes, an answer to a request made before the restart.
     late = _summary(exposed=3, pools=(*GAP, ("2026-11-02T10:00:00.000Z", 900_000)))
     assert exposure_status(late)[0] == "possibly_not_over"
     assert status_line(late).startswith(
@@ -191,12 +191,12 @@ def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -
     word anything keyed on `verdict.status` read, while the race still exposed responses; the
     same signs with no pool gap were already "possibly not over"."""
     closed = _summary(exposed=3, pools=CLOSED)
-    assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:20:00.000Z.")
+    assert status_line(closed).endswith("every pool gap had closed by 2026-11-02T10:25:00.000Z.")
     closed["nodes"]["prefill-0"]["config"][-1]["version"] = "0.5.20"
     # Timeouts ended an hour before the end: the leak stopped, the open release is said.
     assert status_line(closed) == (
         "Stopped within these logs: the last exposed response came 33 s before the logs end, "
-        "and every pool gap had closed by 2026-11-02T10:20:00.000Z. But prefill-0 (0.5.20) "
+        "and every pool gap had closed by 2026-11-02T10:25:00.000Z. But prefill-0 (0.5.20) "
         "still ran a release open to the abort race: aborted transfers could still land on "
         "pages re-let to other requests."
     )
@@ -206,7 +206,7 @@ def test_a_stopped_over_length_leak_says_the_abort_race_may_not_have_stopped() -
     assert exposure_status(closed) == (
         "possibly_not_over",
         "Possibly not over: the last exposed response came 33 s before the logs end; the "
-        "over-length leak stopped (every pool gap had closed by 2026-11-02T10:20:00.000Z), but "
+        "over-length leak stopped (every pool gap had closed by 2026-11-02T10:25:00.000Z), but "
         "deferred KV releases still timed out 12 s before the logs end; prefill-0 (0.5.20) "
         "still ran a release open to the abort race: aborted transfers could still land on "
         "pages re-let to other requests.",

@@ -2044,11 +2044,6 @@ def _race_exposed(summary: dict[str, Any]) -> bool:
     )
 
 
-# How long after a gap closed an exposure may still be of a request made while it was open: an
-# answer decoded for minutes after a restart received before it (`exposure_status`).
-_ANSWERING_SECONDS: Final = 900.0
-
-
 def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
     """(`status_line`'s verdict as a word, its sentence): `not_over`, `possibly_not_over`,
     `stopped`, `last_seen` (only the last exposure's age is known), `unknown` (no exposure
@@ -2116,7 +2111,7 @@ def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:
         closed = max(gap.until for gap in gaps if gap.until is not None)
         leak = f"every pool gap had closed by {closed}"
         closed_at = parse_iso_time(closed)
-        if closed_at is not None and last > closed_at + _ANSWERING_SECONDS:
+        if closed_at is not None and last > closed_at + GAP_TAIL:
             # Named after every gap closed: the gaps do not say why it stopped (blind review 62
             # D4: a 0.5.19 pool raised past the context still refuses, and leaks, the prompts
             # of the context's last 6 tokens; "Stopped" beside three such exposures).
