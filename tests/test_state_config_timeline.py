@@ -805,6 +805,25 @@ def test_a_snapshot_s_startup_after_the_node_served_is_a_restart_whatever_change
         assert contexts == [(T, 655_360)]
 
 
+def test_a_snapshot_s_startup_is_no_restart_of_a_log_begun_mid_run() -> None:
+    """No start-up line ties the log's clock to `startup_time`'s UTC: read in the wrong zone,
+    a log begun mid-run puts the same process's start hours after its first line."""
+    tl = ConfigTimeline()
+    tl.update(ev("prefill_batch", "p0", T, new_seq=1, new_token=8_192, cached_token=0))
+    tl.update(ev("prefill_batch", "p0", T + 100, new_seq=1, new_token=8_192, cached_token=0))
+    tl.update(
+        ev(
+            "server_info",
+            "p0",
+            T + 30_000,
+            max_total_num_tokens=681_280,
+            context_len=1_048_576,
+            started_at=T + 18_000.0,  # five hours in: the host's zone, not a restart
+        )
+    )
+    assert [c.pool_tokens for c in tl.history("p0")] == [681_280]
+
+
 def test_a_restart_that_turns_the_canary_off_says_so():
     """Blind review 37: `kv_canary='none'` was read as unstated and the `log` of the start
     before carried forward, so a storm after the restart read as watched, and as all clear."""

@@ -1071,12 +1071,16 @@ def _served(history: _NodeHistory, event: Event) -> None:
 def _new_process(history: _NodeHistory, event: Event) -> bool:
     """Whether a `/server_info`'s `startup_time` is another process's than the generation in
     force: it lies after the generation was seen serving, and before the snapshot was saved.
+    Only of a generation its start-up lines began: those tie the log's clock to the UTC of
+    `startup_time` (`log_clock.startup_zone`), where a log begun mid-run read in the wrong zone
+    would put the same process's start hours after its first line.
     Why: blind review 62 D2, a restart onto a capped context (or only a new release) with its
     start-up lines missing: the pool unchanged, the snapshot's configuration was taken for the
     whole log, the gap before the restart unsaid and the exposures blamed on the abort race."""
     current, started, served = history.current, event.get("started_at"), history.first_served
     return (
         current is not None
+        and history.running_since is None
         and current.since is not None
         and type(started) is float
         and served is not None
