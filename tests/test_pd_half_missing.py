@@ -66,6 +66,9 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     assert summary["verdict"]["status"] == "possibly_not_over"
     assert "no prefill pool was read" in summary["verdict"]["said"]
     assert "aborted transfers" not in summary["verdict"]["said"]
+    # Timing names a leak only while its answer beats every honest prefill: the list is a
+    # floor, and says so where a machine reads it (blind review 61 D5).
+    assert "exposures are named by timing alone" in summary["verdict"]["unnamed"]
     assert summary["requests"]["pd_role_missing"] == {
         "role": "prefill",
         "present": ["decode-0"],
@@ -81,6 +84,7 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     said = "HALF MISSING: no prefill node's logs were found in the input, only decode's (decode-0)"
     assert said in done.stdout
     assert "judged by their timing alone." in done.stdout
+    assert "NOT ALL NAMED: no prefill node was read, so exposures are named" in done.stdout
     # Without decode's time stats, nothing in its log shows the leak: not judged.
     untimed = tmp_path / "untimed"
     untimed.mkdir()
@@ -428,3 +432,12 @@ def test_an_earlier_run_s_list_is_not_left_beside_a_run_that_has_none(tmp_path: 
     summary = run_forensics([str(REFERENCE)], out, write_parquet=False).summary
     assert summary["requests"]["refused_without_decode"]["csv"] is None
     assert not (out / "refused_without_decode.csv").exists()
+
+
+def test_both_halves_name_exposures_by_the_refusal_not_timing_alone(tmp_path: Path) -> None:
+    """With prefill's log read, the refusal names the leak whatever its timing: the list is not
+    said to be a floor (blind review 61 D5's caveat is for one half alone)."""
+    summary = run_forensics([str(REFERENCE)], tmp_path / "out", write_parquet=False).summary
+    assert [r["bootstrap_room"] for r in summary["exposure"]["requests"]] == [EXPOSED_ROOM]
+    assert summary["requests"]["pd_role_missing"] is None
+    assert "timing alone" not in summary["verdict"].get("unnamed", "")

@@ -74,6 +74,7 @@ from collector.forensics.report import (
     repeated_lines_line,
     request_logs_apart_line,
     status_line,
+    timing_only_line,
     unattributed_exports_line,
     undated_line,
     unread_line,
@@ -1113,9 +1114,16 @@ def verdict(summary: dict[str, Any]) -> dict[str, Any]:
         answer = {"outcome": "exposed", "status": status, "said": said}
         # The list is a floor when the race ran where no canary watched (blind review 35 D2:
         # 11 named, 66 exposed, and nothing a machine reads said so).
-        # So is it when a canary violation's victim could not be named (blind review 36).
+        # So is it when a canary violation's victim could not be named (blind review 36), and
+        # when only timing named exposures (blind review 61 D5).
         if unnamed := "; ".join(
-            said for said in (race_unjudged_line(summary), canary_unnamed_line(summary)) if said
+            said
+            for said in (
+                race_unjudged_line(summary),
+                canary_unnamed_line(summary),
+                timing_only_line(summary),
+            )
+            if said
         ):
             answer["unnamed"] = unnamed
         return answer

@@ -312,6 +312,23 @@ def race_unjudged_line(summary: dict[str, Any]) -> str:
     )
 
 
+def timing_only_line(summary: dict[str, Any]) -> str:
+    """Exposures named by their timing alone, no prefill node read ("" otherwise): the list is a
+    floor, since timing names a leak only while its answer is faster than any honest prefill.
+
+    Why: blind review 61 D5, decode-only logs: a leak's page of KV came in 40 ms, then waited
+    30 s in decode's full batch, and read like an honest prefill; the run's list of exposures
+    did not say it could be short."""
+    missing = summary["requests"].get("pd_role_missing")
+    if not missing or missing["role"] != "prefill":
+        return ""
+    return (
+        "no prefill node was read, so exposures are named by timing alone: a leaked answer that "
+        "then waited (a full batch, a retraction, a queue) reads as an honest prefill and is "
+        "not named"
+    )
+
+
 def canary_unnamed_line(summary: dict[str, Any]) -> str:
     """KV canary violations whose victim is not named ("" when each named its request or found
     it unanswered): the canary proved KV overwritten, so naming none is no all-clear.
