@@ -164,3 +164,52 @@ def test_a_cut_decode_log_names_three_prefill_nodes_and_counts_the_rest(tmp_path
     assert entry["node"] == "decode-0" and entry["prefill_nodes"] == 5
     assert list(entry["prefill"]) == ["prefill-4", "prefill-3", "prefill-2"]
     assert entry["prefill"]["prefill-4"] == "2026-09-03T10:04:00.000Z"
+
+
+def _at(minute: int, second: int) -> str:
+    return f"2026-09-03 {9 + minute // 60:02d}:{minute % 60:02d}:{second:02d}"
+
+
+@pytest.mark.parametrize("swapped", [True, False])
+def test_a_decode_node_swapped_for_one_that_takes_its_traffic_is_no_cut_log(
+    tmp_path: Path, swapped: bool
+) -> None:
+    """Blind review 62 D6: blue/green, the green decode node started at 09:55, the router moved
+    to it at 10:00 and the blue one drained to 10:05; "DECODE ENDED EARLY" named the blue one,
+    since its successor started before its end. The shares tell: prefill's requests after
+    10:05 all have a decode answer. Beside it, two decode nodes sharing the traffic, one's
+    log cut at 09:30: the other answers only its own half after, and the cut is said."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day = "2026-09-03"
+    minutes = range(121)  # a request a minute, 09:00 to 11:00
+    (folder / "prefill-0.log").write_text(
+        server_args(day, "prefill")
+        + prefill_start(day, "10.1.0.11", 2_040_000)
+        + "".join(finish_line(_at(m, 0), f"p{m}", 7000 + m, 50_000, tokens=1) for m in minutes)
+    )
+    if swapped:
+        answered = {
+            "decode-0": [m for m in minutes if m < 60] + [65],
+            "decode-g0": [m for m in minutes if m >= 60 and m != 65],
+        }
+        started = {"decode-0": "00:00:00", "decode-g0": "09:55:00"}
+    else:
+        answered = {
+            "decode-0": [m for m in minutes if m % 2 == 0 and m <= 30],
+            "decode-1": [m for m in minutes if m % 2 == 1],
+        }
+        started = {"decode-0": "00:00:00", "decode-1": "00:00:00"}
+    for node, answers in answered.items():
+        (folder / f"{node}.log").write_text(
+            server_args(day, "decode").replace("00:00:00", started[node])
+            + "".join(finish_line(_at(m, 5), f"d{m}", 7000 + m, 50_000) for m in answers)
+        )
+    result = run_forensics([str(folder)], tmp_path / "out", write_parquet=False)
+    early = result.summary["input"]["decode_ended_early"]
+    if swapped:
+        assert early == []
+    else:
+        assert [(row["node"], row["last"]) for row in early] == [
+            ("decode-0", "2026-09-03T09:30:05.000Z")
+        ]

@@ -15,7 +15,7 @@ import math
 import os
 import sys
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -846,6 +846,8 @@ def run_forensics(
     # Per node, the first and last moment of the requests it logged, and how many it logged
     # (`_decode_apart`, `_decode_ended_early`).
     request_spans: dict[str, list[float]] = {}
+    # Per node, the requests it logged in each minute (`_decode_ended_early`: traffic shares).
+    request_minutes: dict[str, Counter[int]] = defaultdict(Counter)
     finished = False
     try:
         for event in events:
@@ -868,6 +870,7 @@ def run_forensics(
                     else:
                         span[0], span[1] = min(span[0], earliest), max(span[1], when)
                         span[2] += 1.0
+                    request_minutes[event.node][int(when // 60)] += 1
             elif event.kind == "request_trace":  # a span covers its start to its end (its time)
                 start = event.fields.get("start")
                 if isinstance(start, float) and when is not None and start < when:
@@ -929,7 +932,9 @@ def run_forensics(
             first_time = at if first_time is None else min(first_time, at)
             last_time = at if last_time is None else max(last_time, at)
     summary["input"]["decode_apart"] = _decode_apart(request_spans, pipeline)
-    summary["input"]["decode_ended_early"] = _decode_ended_early(request_spans, pipeline)
+    summary["input"]["decode_ended_early"] = _decode_ended_early(
+        request_spans, request_minutes, pipeline
+    )
     summary["input"]["first_time"] = iso_time(first_time)
     summary["input"]["last_time"] = iso_time(last_time)
     outcomes: Counter[str] = Counter()
@@ -1021,20 +1026,28 @@ ENDED_EARLY_SECONDS: Final = 900.0
 # chance of such a silence is e^-5, under 1% (blind review 57 D3: 2,000 decode nodes answering
 # three requests a day each, every one said to have ended early).
 ENDED_EARLY_PACES: Final = 5.0
+# The hours before and after a decode node's last request line whose traffic shares tell a
+# swap from a cut log, and the prefill requests in each it takes to tell them.
+SHARE_MINUTES: Final = 60
+SHARE_REQUESTS: Final = 20
 # Prefill nodes named in one decode node's entry (the rest counted): one entry listing every
 # prefill node made the JSON grow with the square of the nodes (157 MB for 2,000 pairs).
 PREFILLS_LISTED: Final = 3
 
 
 def _decode_ended_early(
-    spans: dict[str, list[float]], pipeline: DetectionPipeline
+    spans: dict[str, list[float]],
+    minutes: dict[str, Counter[int]],
+    pipeline: DetectionPipeline,
 ) -> list[dict[str, Any]]:
     """Decode nodes whose request lines end `ENDED_EARLY_SECONDS` before those of a prefill node
-    of their deployment, when no decode node of it started after: prefill went on handing it
-    requests whose answers no line read tells.
+    of their deployment, when no decode node of it started after and the others did not take
+    over its share: prefill went on handing it requests whose answers no line read tells.
 
     Why: blind review 34 (D6), a decode log cut 40 minutes before prefill's, 22 of 33 exposures
-    and 150 timeouts after its end, and nothing said that decode's lines had stopped."""
+    and 150 timeouts after its end, and nothing said that decode's lines had stopped. A
+    blue/green swap, the new decode started minutes before the old one drained, is no cut log
+    (blind review 62 D6)."""
     timeline = pipeline.timeline
     roles = {node: _last_role(pipeline, node) for node in spans}
     early = []
@@ -1056,7 +1069,8 @@ def _decode_ended_early(
             if other != node and roles.get(other) == "decode"
             for c in timeline.history(other)
         )
-        if later and not successor:
+        swapped = successor or _share_taken_over(node, last, deployment, roles, minutes)
+        if later and not swapped:
             early.append(
                 {
                     "node": node,
@@ -1071,6 +1085,40 @@ def _decode_ended_early(
                 }
             )
     return early
+
+
+def _share_taken_over(
+    node: str,
+    last: float,
+    deployment: AbstractSet[str],
+    roles: dict[str, str | None],
+    minutes: dict[str, Counter[int]],
+) -> bool:
+    """Whether the deployment's other decode nodes answered, in the hour after `node`'s last
+    request line, at least half the share of prefill's requests `node` had answered in the
+    hour before: prefill handed them its traffic, so `node` was swapped out, not cut short.
+
+    Every PD request has a prefill and a decode side; the ratio of decode's to prefill's
+    per hour cancels whatever each side leaves unlogged. A cut log leaves the others'
+    ratio short by the node's whole share. Too few of prefill's requests to tell
+    (`SHARE_REQUESTS`) is no takeover."""
+    cut = int(last // 60)
+    before, after = range(cut - SHARE_MINUTES, cut), range(cut + 1, cut + 1 + SHARE_MINUTES)
+
+    def count(nodes: Iterable[str], span: range) -> int:
+        return sum(minutes[n][m] for n in nodes if n in minutes for m in span)
+
+    prefills = [n for n in deployment if roles.get(n) == "prefill"]
+    others = [n for n in deployment if n != node and roles.get(n) == "decode"]
+    prefill_before, prefill_after = count(prefills, before), count(prefills, after)
+    own = count([node], before)
+    if min(prefill_before, prefill_after) < SHARE_REQUESTS or not own:
+        return False
+    answered_before = own + count(others, before)
+    share = own / answered_before
+    ratio_before = answered_before / prefill_before
+    ratio_after = count(others, after) / prefill_after
+    return ratio_after >= ratio_before * (1 - share / 2)
 
 
 def _refusals_decoded(
