@@ -9,41 +9,14 @@ deployment's decode was accused of answering 900,000 tokens from a 681,280-token
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 from collector.forensics.driver import run_forensics
 from tests.engine_lines import refusal_line
+from tests.engine_lines import stats_start as _start
+from tests.engine_lines import time_stats_line as _stats
 
 DAY = "2026-09-01"
-
-
-def _start(role: str, pool: int) -> str:
-    return (
-        f"[{DAY} 08:00:00] server_args={{'model_path': 'zai-org/GLM-5.3', 'tp_size': 1, "
-        f"'disaggregation_mode': '{role}', 'disaggregation_transfer_backend': 'mooncake', "
-        "'context_length': 1048576, 'log_requests': True, 'log_requests_level': 0, "
-        "'enable_request_time_stats_logging': True}\n"
-        f"[{DAY} 08:00:42] max_total_num_tokens={pool}, chunked_prefill_size=8192, "
-        "max_prefill_tokens=16384, max_running_requests=128, context_len=1048576, "
-        "available_gpu_mem=4.11 GB\n"
-    )
-
-
-def _stats(at: str, rid: str, room: int, prompt: int, role: str, forward_ms: float) -> str:
-    """A `ReqTimeStats(...)` line (reference §2.5) of a request that entered at `at`."""
-    entry = datetime.fromisoformat(f"{DAY}T{at}").replace(tzinfo=UTC).timestamp()
-    tokens, tail = (
-        (1, "transfer_speed=12.30 GB/s, transfer_total=300.00 MB")
-        if role == "prefill"
-        else (100, f"transfer_duration={forward_ms / 2:.2f}ms, queue_duration=0.52ms")
-    )
-    return (
-        f"[{DAY} {at}] ReqTimeStats(rid={rid}, bootstrap_room={room}, input_len={prompt}, "
-        f"cached_input_len=0, output_len={tokens}, attempts=0, type={role}): "
-        f"bootstrap_duration=1.20ms, queue_duration=99.48ms, forward_duration={forward_ms:.2f}ms, "
-        f"entry_time={entry:.3f}, {tail}\n"
-    )
 
 
 def _fleet(logs: Path) -> str:

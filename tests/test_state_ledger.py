@@ -470,7 +470,10 @@ def test_lines_after_emission_are_counted_late_not_rejoined():
         # Other rids minutes on, on the nodes the request had: a new request (blind review 34
         # D4: a room reused 17 minutes on, its victim counted late, a bystander named).
         (0.1, ("p9", "d9"), True),
-        (0.03, ("p9", "d9"), False),  # within the slack of a release's timeout and skew: late
+        # ... and two minutes on: the request had both halves, so no half of it is to come
+        # (blind review 63 D1: a leak in a room reused 2 minutes on, an all-clear).
+        (0.03, ("p9", "d9"), True),
+        (0.03, ("p1", "d1"), False),  # its own rids: its late lines
     ],
 )
 def test_a_room_used_again_hours_later_is_a_new_request_not_late_lines(

@@ -270,7 +270,9 @@ class RequestLedger:
         self._recent: OrderedDict[str, _Judged | None] = OrderedDict()
         # The same keys: when the room's request's last line was, and its rids and its nodes,
         # packed (`_rid_marks`), for a new request in the room to be told from a late line.
-        self._ended: dict[str, tuple[float, int, int]] = {}
+        # Per judged key: its last line's time, its rids' and nodes' marks, and whether it had
+        # both halves (a prefill and a decode side): `_reused_room`.
+        self._ended: dict[str, tuple[float, int, int, bool]] = {}
         # The rids of requests emitted with a log's side, for a span without its room that
         # comes after them: late, not a request of its own. Kept once spans are seen.
         self._recent_rids: OrderedDict[str, None] = OrderedDict()
@@ -1142,6 +1144,7 @@ class RequestLedger:
                 entry.last_time,
                 _rid_marks(s.rid for s in sides),
                 _rid_marks(s.node for s in sides),
+                _PD_PAIR <= {self._role(s) for s in sides},
             )
         else:
             self._ended.pop(entry.key, None)
@@ -1157,7 +1160,7 @@ class RequestLedger:
         ended = self._ended.get(key)
         if ended is None or time is None:
             return False
-        last, marks, _ = ended
+        last, marks, _, _ = ended
         return time <= last and (rid is None or _rid_mark(rid) in _unpack(marks))
 
     def _reused_room(
@@ -1174,17 +1177,22 @@ class RequestLedger:
         an all-clear and exit 0 with `--fail-on exposure`). A node whose clock disagrees sends
         the other half of a request late, but a node that had its side already starts another:
         blind review 34 (D4), a room reused 17 minutes after an aborted request, its victim's
-        lines counted late and a bystander named in its place."""
+        lines counted late and a bystander named in its place. A request that had both halves
+        waits for no other: a new rid after its last line starts the next request (blind
+        review 63 D1: a room reused 2 minutes later on the same nodes, or 20 minutes later by
+        another deployment's router, hid an over-length leak behind an all-clear)."""
         ended = self._ended.get(key)
         if ended is None or rid is None or time is None:
             return None
-        last, marks, nodes = ended
+        last, marks, nodes, whole = ended
         cfg = self.config
         if _rid_mark(rid) in _unpack(marks):
             if time - last < cfg.max_open_seconds:
                 return None
-        elif time - last < cfg.room_reuse_seconds and (
-            time - last < cfg.node_reuse_seconds or _rid_mark(node) not in _unpack(nodes)
+        elif (
+            not (whole and time > last)
+            and time - last < cfg.room_reuse_seconds
+            and (time - last < cfg.node_reuse_seconds or _rid_mark(node) not in _unpack(nodes))
         ):
             return None
         del self._recent[key], self._ended[key]
@@ -1340,8 +1348,10 @@ class RequestLedger:
             ledger._recent[key] = None
         for key, ended in (state.get("ended") or {}).items():
             if key in ledger._recent:
-                last, marks, *nodes = ended  # no nodes' marks in a state saved before them
-                ledger._ended[key] = (float(last), int(marks), int(nodes[0]) if nodes else 0)
+                # No nodes' marks, nor halves, in a state saved before them.
+                last, marks, *rest = ended
+                nodes = int(rest[0]) if rest else 0
+                ledger._ended[key] = (float(last), int(marks), nodes, bool(rest[1:2] == [True]))
         ledger.stats = LedgerStats(**state.get("stats", {}))
         return ledger
 
