@@ -118,7 +118,8 @@ class LedgerConfig(BaseModel):
     room_reuse_seconds: float = Field(default=3600.0, gt=0)
     # ... and this long after it on a node that request had a side on: that node's clock
     # agrees with itself, so its new rid is a new request, not the other half arriving late;
-    # beyond the slack its own late lines (a release's timeout) and hosts' skew take.
+    # beyond the slack its own late lines (a release's timeout) and hosts' skew take. A
+    # request that had both halves waits for none: a new rid after it is a new request.
     node_reuse_seconds: float = Field(default=300.0, gt=0)
     # A prefill refusal no other line of its node names (that prefill logs no request lines)
     # is the refusal of a room whose decode side names no prefill, when it refused exactly the
