@@ -1445,7 +1445,8 @@ def late_lines_line(summary: dict[str, Any]) -> str:
     where += f" and {len(named) - 3:,} more nodes" if len(named) > 3 else ""
     line = (
         f"{count:,} request lines{f' ({where})' if where else ''} came after their request had "
-        "been judged and were not used (a clock that disagrees with the others): those "
+        "been judged and were not used (a clock that disagrees with the others, or a room "
+        "used again soon by a request they could not be told from): those "
         "requests were judged without them"
     )
     if summary["input"].get("events_by_kind", {}).get("request_trace"):
