@@ -777,6 +777,16 @@ def test_a_restart_a_snapshot_shows_is_dated_by_the_startup_time_it_states():
         assert tl.config_at("p0", T + 3_600).pool_tokens == 2_040_000
 
 
+def test_a_node_known_first_from_a_snapshot_has_its_configuration_since_its_start():
+    """Blind review 63 J2: a prefill known only from its `/server_info`, saved three minutes
+    after the engine started, had its pool gap dated at the file. One process has one pool:
+    the configuration held from `startup_time`; a start after the snapshot says nothing."""
+    for started, since in ((T - 180.0, T - 180.0), (T + 60.0, T)):
+        tl = ConfigTimeline()
+        tl.update(ev("server_info", "p0", T, max_total_num_tokens=681_280, started_at=started))
+        assert [c.since for c in tl.history("p0")] == [since]
+
+
 @pytest.mark.parametrize("served", [True, False])
 def test_a_snapshot_s_startup_after_the_node_served_is_a_restart_whatever_changed(
     served: bool,

@@ -1047,18 +1047,19 @@ def _states_mode(event: Event) -> bool:
 
 def _started(event: Event, current: NodeConfig | None) -> float | None:
     """When the restart a `/server_info` shows began: the `startup_time` it states, when that
-    lies after the generation before began and before the snapshot was saved; else the
-    snapshot's time. Why: blind review 30a, prefill logs missing, a snapshot saved ten minutes
-    after a restart to a 2.04M pool: an honest 786,136-token answer in those minutes was judged
-    by the old 681,280 pool and called exposed."""
+    lies after the generation before began (or there was none) and before the snapshot was
+    saved; else the snapshot's time.
+
+    Why: blind review 30a, prefill logs missing, a snapshot saved ten minutes after a restart
+    to a 2.04M pool: an honest 786,136-token answer in those minutes was judged by the old
+    681,280 pool and called exposed. Blind review 63 J2: a prefill known only from a snapshot
+    saved three minutes after its start had its pool gap dated at the snapshot."""
     started = event.get("started_at")
-    if (
-        current is None
-        or type(started) is not float
-        or event.time is None
-        or current.since is None
-        or not current.since < started < event.time
-    ):
+    if type(started) is not float or event.time is None or not started < event.time:
+        return event.time
+    if current is None:  # the node's first: its process ran so since it started
+        return started
+    if current.since is None or not current.since < started:
         return event.time
     return started
 
