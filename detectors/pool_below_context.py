@@ -119,6 +119,10 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         # Per node, (generation, the longest prompt its scheduler refused for the pool, when):
         # the tokenizer passed it, so the context is at least that long (`_context_floor`).
         self.refused_longest_: dict[str, tuple[int, int, float | None]] = {}
+        # Per prefill node, (generation, when, decode nodes): its pool below its own context,
+        # but not below what the decode nodes answering its requests take since they restarted
+        # then (`capped_at`).
+        self.capped_: dict[str, tuple[int, float | None, list[str]]] = {}
         self._forget_sync()
 
     def _forget_sync(self) -> None:
@@ -140,6 +144,7 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
             "deferred_": dict(self.deferred_),
             "links_": {node: sorted(linked) for node, linked in self.links_.items()},
             "refused_longest_": {node: list(seen) for node, seen in self.refused_longest_.items()},
+            "capped_": {node: list(seen) for node, seen in self.capped_.items()},
         }
 
     def _load_learned(self, state: dict[str, object]) -> None:
@@ -147,6 +152,12 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if isinstance(raw, dict):
             self.refused_longest_ = {
                 str(k): (int(v[0]), int(v[1]), float(v[2]) if len(v) > 2 and v[2] else None)
+                for k, v in raw.items()
+            }
+        raw = state.get("capped_")
+        if isinstance(raw, dict):
+            self.capped_ = {
+                str(k): (int(v[0]), _time_or_none(v[1]), [str(n) for n in v[2]])
                 for k, v in raw.items()
             }
         raw = state.get("refusals_")
@@ -363,10 +374,18 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         """The context the node's deployment advertises at `now`: the largest of its own and
         those of the nodes rooms joined it to. Before a room joined it to any, its own; the
         larger one its model's nodes serve (`by_model`) once `link_wait_seconds` have passed
-        since its start (it is judged again then) or when it states none."""
+        since its start (it is judged again then) or when it states none.
+
+        For a prefill node joined to decode nodes that state theirs, the largest of those
+        alone: decode answers, and its tokenizer refuses a prompt over its own context before
+        any KV is read. Why: blind review 62 J1, a context capped on decode only, under the
+        prefill's pool, mended the leak, and the status said "Not over"."""
         linked = self.links_.get(config.node)
         own = config.context_len
         if linked:
+            answering = self._answering(config, ctx)
+            if answering:
+                return max(c.context_len for c in answering if c.context_len is not None)
             contexts = [own]
             for node in linked:
                 other = ctx.timeline.config_at(node, ctx.now)
@@ -385,6 +404,37 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
                 return own
         return by_model
 
+    def _answering(self, config: NodeConfig, ctx: DetectionContext) -> list[NodeConfig]:
+        """The configurations in force of the decode nodes rooms joined a prefill node to, of
+        those that state their context (none for another role)."""
+        if config.role != "prefill":
+            return []
+        configs = (
+            ctx.timeline.config_at(n, ctx.now) for n in sorted(self.links_.get(config.node, ()))
+        )
+        return [c for c in configs if c is not None and c.role == "decode" and c.context_len]
+
+    def _note_cap(self, config: NodeConfig, pool: int, ctx: DetectionContext) -> None:
+        """Note when a prefill's pool, below its own context, came to hold what its decode
+        nodes take: they restarted with a context within it (`capped_at`)."""
+        own = config.context_len
+        if own is None or pool >= own:
+            return
+        answering = self._answering(config, ctx)
+        seen = self.capped_.get(config.node)
+        if not answering or (seen is not None and seen[0] == config.generation):
+            return
+        since = max((c.since for c in answering if c.since is not None), default=None)
+        self.capped_[config.node] = (config.generation, since, [c.node for c in answering])
+
+    def capped_at(self, node: str, generation: int) -> tuple[float | None, list[str]] | None:
+        """When (and by which decode nodes) the pool gap of `node`'s `generation` closed by a
+        context capped on decode alone; None when it did not, or opened again since."""
+        seen = self.__dict__.get("capped_", {}).get(node)
+        if seen is None or seen[0] != generation:
+            return None
+        return seen[1], seen[2]
+
     def _evaluate(
         self, config: NodeConfig, advertised: int | None, ctx: DetectionContext
     ) -> Finding | None:
@@ -397,7 +447,9 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         if pool is None or reference is None or pool >= reference:
             if pool is not None and reference is not None:
                 self.faults_.mended(config.node)
+                self._note_cap(config, pool, ctx)
             return None
+        self.capped_.pop(config.node, None)
         severity: Severity = "warning"
         told_by_answers = False  # critical since decode answered a refused prompt, not before
         why = "prompts longer than the pool will be refused"

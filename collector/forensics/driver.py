@@ -113,6 +113,7 @@ from detectors.over_length_answered import (
     OverLengthAnswered,
 )
 from detectors.pipeline import DetectionPipeline, PipelineConfig
+from detectors.pool_below_context import PoolBelowContext
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 from detectors.windows import CounterDeltas
@@ -1306,6 +1307,23 @@ def _answered_before_start(pipeline: DetectionPipeline, node: str) -> dict[str, 
     return {"answered_before_start": count} if count else {}
 
 
+def _capped(pipeline: DetectionPipeline, node: str) -> dict[str, Any]:
+    """When `node`'s last configuration's pool gap closed by a context capped on the decode
+    nodes answering its requests ({} when it did not).
+
+    Why: blind review 62 J1, a context capped on decode only, below the prefill's pool: its
+    tokenizer refused every over-length prompt, and the status said "Not over"."""
+    config = pipeline.timeline.current(node)
+    det = next((d for d in pipeline.detectors if isinstance(d, PoolBelowContext)), None)
+    if config is None or det is None:
+        return {}
+    capped = det.capped_at(node, config.generation)
+    if capped is None:
+        return {}
+    when, by = capped
+    return {"capped": {"time": iso_time(when), "by": by}}
+
+
 def _over_length(pipeline: DetectionPipeline) -> OverLengthAnswered | None:
     """The run's `over_length_answered`, whose held answers tell what a node's configuration
     did not judge (None when it is not run)."""
@@ -1384,6 +1402,7 @@ def build_summary(
             **(
                 _replaced(pipeline, evidence.prefill_traffic, node, told, one_model)
                 or _outgrew(pipeline, node)
+                or _capped(pipeline, node)
                 or _started_unread(pipeline.timeline, node, told)
             ),
             **_answered_before_start(pipeline, node),

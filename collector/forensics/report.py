@@ -1663,6 +1663,9 @@ class ConfigGap(NamedTuple):
     # `until` is only when the node was first read prefilling whole a prompt beyond the pool:
     # it restarted with a bigger pool unread, by then at the latest.
     outgrown: bool = False
+    # The decode nodes whose context, capped within the pool, closed the gap at `until`: their
+    # tokenizers refuse longer prompts before prefill is asked.
+    capped_by: tuple[str, ...] = ()
 
     @property
     def context_said(self) -> str:
@@ -1727,6 +1730,12 @@ class ConfigGap(NamedTuple):
                 f"from {since} until {self.until} at the latest: no restart of it is read, but "
                 "from then it prefilled whole prompts beyond that pool (it restarted with a "
                 "bigger pool its logs here do not show)"
+            )
+        elif self.capped_by:
+            said = (
+                f"from {since} until {self.until}, when {_names(list(self.capped_by))}, "
+                "answering its requests, restarted with a context within that pool: longer "
+                "prompts are refused there, before any KV is read"
             )
         else:
             said = f"from {since} until {self.until}"
@@ -2416,6 +2425,9 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
             outgrown = info.get("outgrown") if until is None else None
             if outgrown:
                 until = outgrown["time"]
+            capped = info.get("capped") if until is None else None
+            if capped:
+                until = capped["time"]
             unread = info.get("unread_since") if until is None else None
             unread_since = (unread["time"], unread["node"], unread["restart"]) if unread else None
             stated, floor = None, False
@@ -2445,6 +2457,7 @@ def config_gaps(summary: dict[str, Any]) -> Iterator[ConfigGap]:
                         tuple(replaced["by"]) if replaced else (),
                         *_refusals_decoded(point),
                         outgrown=bool(outgrown),
+                        capped_by=tuple(capped["by"]) if capped else (),
                     )
 
 
