@@ -32,6 +32,7 @@ from detectors.pool_in_force import (
     PoolInForce,
     first_read_after,
     host_owner_stranger,
+    hosts_ruled_out,
     largest_prefill_pool,
     pairing_undecided,
     pool_in_force,
@@ -276,7 +277,11 @@ class OverLengthAnswered(Detector[OverLengthAnsweredConfig]):
         exposure: the large node may have computed it."""
         if pool.basis != LENIENT_BASIS or serving.role != "decode":
             return []
-        strictest = strictest_prefill_pool(record, ctx)
+        # Decode names the host it met: not the nodes that announced others (blind review 63
+        # J1: a healthy deployment's answers, its prefill known from a snapshot alone, warned
+        # against the pool of a leaking prefill announced at another address).
+        _, ruled_out = hosts_ruled_out(record, ctx)
+        strictest = strictest_prefill_pool(record, ctx, ruled_out)
         margin = self.config.margin_tokens
         if strictest is None or prompt <= strictest.longest_accepted + margin:
             return []

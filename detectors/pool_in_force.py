@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -323,15 +324,19 @@ def _unannounced_host(record: RequestRecord, ctx: DetectionContext) -> tuple[str
     return host, host if port is None else f"{host}:{port}"
 
 
-def strictest_prefill_pool(record: RequestRecord, ctx: DetectionContext) -> PoolInForce | None:
-    """Of the deployment's prefill nodes in force at the request's time, the one that takes
-    the shortest prompts: where `pool_in_force` took the most lenient (`LENIENT_BASIS`), the
-    pool that would have refused a longer prompt, had the request met it. None when a prefill
-    node's capacity is not known (it could be stricter still)."""
+def strictest_prefill_pool(
+    record: RequestRecord, ctx: DetectionContext, excluding: AbstractSet[str] = frozenset()
+) -> PoolInForce | None:
+    """Of the deployment's prefill nodes in force at the request's time, but those `excluding`
+    names (`hosts_ruled_out`), the one that takes the shortest prompts: where `pool_in_force`
+    took the most lenient (`LENIENT_BASIS`), the pool that would have refused a longer prompt,
+    had the request met it. None when a prefill node's capacity is not known (it could be
+    stricter still), or none is left."""
     when = record.began
     configs = ctx.timeline.configs_at(when, _model(record, ctx, when))
     return strictest_of(
-        [c for c in configs if c.role == "prefill"], "strictest prefill pool in force"
+        [c for c in configs if c.role == "prefill" and c.node not in excluding],
+        "strictest prefill pool in force",
     )
 
 

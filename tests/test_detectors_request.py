@@ -1677,3 +1677,39 @@ def test_a_fast_answer_decode_names_another_prefill_host_for_is_judged_by_that_n
         with_host(decode_answer(9, T + 5_000, 800_000, ttft=0.05), "10.0.0.10"),
     )
     assert (leaked.severity, leaked.exposure) == ("critical", True)
+
+
+def test_an_over_length_answer_decode_names_another_prefill_host_for_is_not_warned_of():
+    """Blind review 63 J1: a healthy deployment's prefill known only from its snapshot (2.04M
+    pool), its decode's answers naming 10.0.1.11, beside a leaking prefill-0 announced at
+    10.0.0.10 whose own answers name it: 14 honest answers of 700k to 1M tokens warned "if it
+    went to prefill-0". Decode names the host it met; prefill-0 announced another."""
+
+    def with_host(events: list[Event], host: str) -> list[Event]:
+        for event in events:
+            if event.kind == "request_received":
+                event.fields.update(bootstrap_host=host, bootstrap_port=8998)
+        return events
+
+    announced = ev(BOOTSTRAP_SERVER, "prefill-0", T + 50, host="10.0.0.10", port=8998)
+    met = [
+        event
+        for k in range(5)
+        for event in prefill_ok(100 + k, T + 300 + 60 * k, 20_000)
+        + with_host(decode_answer(100 + k, T + 300 + 60 * k, 20_000, ttft=2.0), "10.0.0.10")
+    ]
+    healthy = boot("prefill-1", "prefill", T, 2_040_000, "0.5.22")
+    for host, warned in (("10.0.1.11", False), (None, True)):
+        answer = decode_answer(9, T + 5_000, 800_000, ttft=70.0)
+        findings = run(
+            OverLengthAnswered(),
+            LEAKY,
+            [announced],
+            healthy,
+            met,
+            with_host(answer, host) if host else answer,
+        )
+        # Naming no host, it may have met prefill-0: a warning, never an exposure.
+        assert [(f.bootstrap_room, f.severity, f.exposure) for f in findings] == (
+            [("9", "warning", False)] if warned else []
+        )
