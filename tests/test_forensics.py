@@ -23,6 +23,7 @@ from collector.forensics import driver
 from collector.forensics.driver import SCHEMA_PATH, print_outcome, run_forensics
 from collector.forensics.plot_data import PlotData
 from collector.forensics.report import (
+    GROUPED_FROM,
     TABLE_ROWS,
     config_gaps,
     findings_table,
@@ -627,6 +628,36 @@ def test_both_reports_list_the_same_findings_and_say_what_they_leave_out() -> No
     assert [f["time"] for f in shown] == sorted(f["time"] for f in shown)
     assert rest == "55 more critical and warning findings and 7 info findings in findings.csv"
     assert findings_table({"findings": findings[:5]}) == (findings[:5], "")
+
+
+def test_many_warnings_of_one_kind_on_one_node_in_an_hour_are_one_row() -> None:
+    """Blind review 61 D3: 815 warnings on honest cache hits, each its own line, buried the
+    table. Criticals stay one a row; warnings of another kind, node or hour are not folded."""
+
+    def warning(minute: int, node: str = "decode-0", why: str = "check the timing") -> dict:
+        return {
+            "severity": "warning",
+            "time": f"2026-09-08T{12 + minute // 60:02d}:{minute % 60:02d}:00.000Z",
+            "detector": "impossibly_fast_prefill",
+            "node": node,
+            "summary": f"{node} answered a {1000 + minute:,}-token prompt: {why}",
+        }
+
+    findings = [warning(m) for m in range(30)]  # 30 in the 12:00 hour
+    findings += [warning(m) for m in range(60, 60 + GROUPED_FROM - 1)]  # too few at 13:00
+    findings += [warning(5, "decode-1"), warning(6, why="if it went to prefill-0, it leaked")]
+    findings += [{**warning(7), "severity": "critical"} for _ in range(GROUPED_FROM)]
+    shown, rest = findings_table({"findings": findings})
+    assert [f["severity"] for f in shown[:GROUPED_FROM]] == ["critical"] * GROUPED_FROM
+    warnings = shown[GROUPED_FROM:]
+    assert len(warnings) == 1 + 2 + GROUPED_FROM - 1
+    (folded,) = [f for f in warnings if f["summary"].startswith("30 warnings")]
+    assert folded["time"] == "2026-09-08T12:00:00.000Z"
+    assert folded["summary"] == (
+        "30 warnings like this one to 2026-09-08T12:29:00.000Z (each in findings.csv); the "
+        "first: decode-0 answered a 1,000-token prompt: check the timing"
+    )
+    assert rest == ""
 
 
 def test_reports_write_token_counts_as_the_summaries_do(tmp_path: Path) -> None:

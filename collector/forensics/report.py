@@ -88,21 +88,65 @@ def _n(count: Any) -> str:
     return f"{count:,}" if isinstance(count, int) else "?"
 
 
+# Warnings of one detector on one node within one hour that are written as one row from this
+# many on (`findings_table`).
+GROUPED_FROM: Final = 10
+
+
 def findings_table(summary: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """The critical and warning findings both reports list (critical first, then by time, at
-    most `TABLE_ROWS`), and a note of what the table leaves to findings.csv ("" if nothing)."""
+    most `TABLE_ROWS`), and a note of what the table leaves to findings.csv ("" if nothing).
+
+    Warnings of one detector on one node within one hour, `GROUPED_FROM` or more, are one row
+    saying how many: blind review 61 D3, 815 warnings on honest cache hits, each its own line,
+    buried the table. Criticals are each listed: each names a response or a fault."""
     rank = {"critical": 0, "warning": 1}
     serious = sorted(
         (f for f in summary["findings"] if f["severity"] in rank),
         key=lambda f: (rank[f["severity"]], f["time"] or ""),
     )
+    rows = _grouped_warnings(serious)
+    shown = rows[:TABLE_ROWS]
+    listed = sum(count for _, count in shown)
     info = len(summary["findings"]) - len(serious)
     left = []
-    if len(serious) > TABLE_ROWS:
-        left.append(f"{len(serious) - TABLE_ROWS:,} more critical and warning findings")
+    if len(serious) > listed:
+        left.append(f"{len(serious) - listed:,} more critical and warning findings")
     if info:
         left.append(f"{info:,} info findings")
-    return serious[:TABLE_ROWS], (" and ".join(left) + " in findings.csv") if left else ""
+    return [row for row, _ in shown], (" and ".join(left) + " in findings.csv") if left else ""
+
+
+def _grouped_warnings(findings: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+    """`findings` as table rows, each with how many findings it stands for: warnings of one
+    detector on one node within one hour (`GROUPED_FROM` or more) as one row, at the first."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for finding in findings:
+        if finding["severity"] == "warning":
+            groups.setdefault(_warning_kind(finding), []).append(finding)
+    rows: list[tuple[dict[str, Any], int]] = []
+    for finding in findings:
+        if finding["severity"] != "warning":
+            rows.append((finding, 1))
+            continue
+        members = groups[_warning_kind(finding)]
+        if len(members) < GROUPED_FROM:
+            rows.append((finding, 1))
+        elif finding is members[0]:
+            last = members[-1]["time"] or _UNDATED
+            said = (
+                f"{len(members):,} warnings like this one to {last} (each in findings.csv); "
+                f"the first: {finding['summary']}"
+            )
+            rows.append(({**finding, "summary": said}, len(members)))
+    return rows
+
+
+def _warning_kind(finding: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes warnings one row: detector, node, hour, and the summary's words with its
+    numbers left out (a physical floor's warning is not a learned floor's)."""
+    shape = re.sub(r"\d[\d,.]*", "#", str(finding.get("summary", "")))
+    return finding.get("detector"), finding.get("node"), (finding["time"] or "")[:13], shape
 
 
 def possibly_hit(summary: dict[str, Any]) -> list[dict[str, Any]]:
