@@ -63,14 +63,19 @@ class ChecksumMismatch(RoomCorruption[ChecksumMismatchConfig]):
     cause: ClassVar[str] = "KV checksum mismatch"
 
     def _init_learned(self) -> None:
+        super()._init_learned()
         # Peer ranks' findings (no hashes) by subject, oldest first, until the line with the
         # hashes for the same room comes or their wait is over.
         self.waiting_: dict[str, Finding] = {}
 
     def _learned_state(self) -> dict[str, Any]:
-        return {"waiting": [f.to_json_dict() for f in self.waiting_.values()]}
+        return {
+            **super()._learned_state(),
+            "waiting": [f.to_json_dict() for f in self.waiting_.values()],
+        }
 
     def _load_learned(self, state: dict[str, Any]) -> None:
+        super()._load_learned(state)
         for raw in state.get("waiting") or []:
             finding = Finding.from_json_dict(raw)
             self.waiting_[finding.dedup_key] = finding
@@ -105,7 +110,7 @@ class ChecksumMismatch(RoomCorruption[ChecksumMismatchConfig]):
         if self.waiting_ and record.bootstrap_room is not None:
             waiting = self.waiting_.pop(f"{self.name}:room:{record.bootstrap_room}", None)
             if waiting is not None:
-                return [waiting]
+                return [waiting, *self._answered_anyway(record)]
         return super()._on_request(record, ctx)
 
     def _on_flush(self, ctx: DetectionContext, now: float) -> list[Finding]:

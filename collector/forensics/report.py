@@ -2108,11 +2108,15 @@ def _prefill_pool_read(summary: dict[str, Any]) -> bool:
 
 
 def _race_exposed(summary: dict[str, Any]) -> bool:
-    """Whether some exposed response came by the abort race (a late write the canary named)."""
+    """Whether some exposed response came by the abort race (a late write the canary named, or
+    a corrupt transfer the engine caught and answered all the same)."""
     return any(
-        "kv_canary_violation" in (request.get("evidence") or ())
+        not _RACE_PATH.isdisjoint(request.get("evidence") or ())
         for request in summary["exposure"].get("requests") or ()
     )
+
+
+_RACE_PATH: Final = frozenset({"kv_canary_violation", "checksum_mismatch", "metadata_corruption"})
 
 
 def exposure_status(summary: dict[str, Any]) -> tuple[str | None, str]:

@@ -147,7 +147,12 @@ class SideRecord:
             # The node's own finish record, where there is one, says what the client got: a span
             # that disagrees must not clear an answer the log shows as given.
             return True
-        return self.rejected or self.checksum_mismatch or self.metadata_corruption
+        if self.checksum_mismatch or self.metadata_corruption:
+            # Caught corrupt: aborted, unless its own finish record says it answered all the
+            # same (blind review 64 D1: a peer rank's mismatch line, then `stop` with 300
+            # tokens, was taken for an abort and the answer judged by nothing).
+            return not (self.finished and self.finish_type in SUCCESS_FINISH)
+        return self.rejected
 
     @property
     def delivered(self) -> bool:
