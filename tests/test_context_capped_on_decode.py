@@ -49,6 +49,12 @@ def test_a_decode_restarted_with_a_context_within_the_pool_closes_the_gap(
         at = f"{DAY} {hour:02d}:30:00"
         prefill.append(finish_line(at, f"p{i}", 7000 + i, 20_000, tokens=1))
         decode.append(finish_line(at.replace(":30:00", ":30:05"), f"p{i}", 7000 + i, 20_000))
+    # At 11:00 an over-length prompt prefill refuses, of which decode logs nothing: with the
+    # cap, its tokenizer refused it (400) before any line; without, its answer is missing.
+    prefill += [
+        refusal_line(f"{DAY} 11:00:00", "late", 900_000, POOL),
+        finish_line(f"{DAY} 11:00:00", "late", 9002, 900_000, tokens=1),
+    ]
     (logs / "prefill-0.log").write_text("".join(prefill))
     (logs / "decode-0.log").write_text("".join(decode))
     summary = run_forensics([str(logs)], tmp_path / "out", write_parquet=False).summary
@@ -56,6 +62,9 @@ def test_a_decode_restarted_with_a_context_within_the_pool_closes_the_gap(
     status = summary["verdict"]["status"]
     capped_info = summary["nodes"]["prefill-0"].get("capped")
     report = (tmp_path / "out" / "report.md").read_text()
+    refused = summary["requests"]["refused_without_decode"]["count"]
+    told = summary["requests"]["refused_over_decode_context"]
+    assert (refused, told) == ((0, 1) if capped else (1, 0))
     if capped:
         assert status == "stopped"
         assert capped_info == {"time": f"{DAY}T10:00:00.000Z", "by": ["decode-0"]}
