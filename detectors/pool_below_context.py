@@ -424,7 +424,8 @@ class PoolBelowContext(Detector[PoolBelowContextConfig]):
         seen = self.capped_.get(config.node)
         if not answering or (seen is not None and seen[0] == config.generation):
             return
-        since = max((c.since for c in answering if c.since is not None), default=None)
+        starts = [c.since for c in (*answering, config) if c.since is not None]
+        since = max(starts, default=None)
         self.capped_[config.node] = (config.generation, since, [c.node for c in answering])
 
     def capped_at(self, node: str, generation: int) -> tuple[float | None, list[str]] | None:

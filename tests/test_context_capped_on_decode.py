@@ -68,7 +68,7 @@ def test_a_decode_restarted_with_a_context_within_the_pool_closes_the_gap(
     if capped:
         assert status == "stopped"
         assert capped_info == {"time": f"{DAY}T10:00:00.000Z", "by": ["decode-0"]}
-        assert "when decode-0, answering its requests, restarted with a context within" in report
+        assert "from then decode-0, answering its requests, ran a context within" in report
     else:
         # Its gap still open, as far as anything read tells.
         assert status in ("not_over", "possibly_not_over") and capped_info is None

@@ -1777,9 +1777,9 @@ class ConfigGap(NamedTuple):
             )
         elif self.capped_by:
             said = (
-                f"from {since} until {self.until}, when {_names(list(self.capped_by))}, "
-                "answering its requests, restarted with a context within that pool: longer "
-                "prompts are refused there, before any KV is read"
+                f"from {since} until {self.until}: from then {_names(list(self.capped_by))}, "
+                "answering its requests, ran a context within that pool, and refuses longer "
+                "prompts before any KV is read"
             )
         else:
             said = f"from {since} until {self.until}"
