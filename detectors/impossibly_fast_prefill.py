@@ -80,6 +80,7 @@ from detectors.engine_version import refuses_for_good
 from detectors.finding import Finding, Severity
 from detectors.pool_in_force import (
     LENIENT_BASIS,
+    PREFILL_HOST_UNREAD,
     hosts_ruled_out,
     pool_in_force,
     ran_by_then,
@@ -787,6 +788,14 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         critical = uncached >= cfg.critical_min_uncached_tokens
         closed = self._leak_path_closed(record, ctx) if critical else None
         critical = critical and closed is None
+        # Prefilled on a node no log read: neither exposed nor cleared, and counted so (blind
+        # review 65 D1: 16 leaks through a prefill whose logs were left out, a warning each, and
+        # the run an all-clear with exit 0).
+        unread = (
+            {"pool_basis": PREFILL_HOST_UNREAD, "bootstrap_host": closed.unread_host}
+            if closed is not None and closed.unread_host is not None
+            else {}
+        )
         severity: Severity = "critical" if critical else "warning"
         prompt = record.prompt_tokens or uncached
         floor = max(physical, learned or 0.0)
@@ -794,7 +803,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         consequence = (
             "the prompt was probably not prefilled; the answer likely came from other requests' KV"
             if critical
-            else f"{closed}: check this node's timing and cache accounting"
+            else f"{closed.said}: check this node's timing and cache accounting"
             if closed is not None
             else "check this node's timing and cache accounting"
         )
@@ -829,15 +838,16 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 "score": round(score, 6),
                 "threshold": cfg.threshold,
                 **({"floor_learned_after": True} if learned_after else {}),
+                **unread,
             },
             exposure=critical,
         )
 
-    def _leak_path_closed(self, record: RequestRecord, ctx: DetectionContext) -> str | None:
-        """Why the incident's path cannot have served this request, as a clause (None when it
-        may have): a leaked answer is a prefill's refusal for length handed to decode, so a
-        release that refuses for good, or a prefill pool known to take the prompt, leaves a
-        too-fast answer a timing or cache-accounting question, not an exposure. Why: blind
+    def _leak_path_closed(self, record: RequestRecord, ctx: DetectionContext) -> _Closed | None:
+        """Why the incident's path cannot have served this request (None when it may have): a
+        leaked answer is a prefill's refusal for length handed to decode, so a release that
+        refuses for good, or a prefill pool known to take the prompt, leaves a too-fast answer
+        a timing or cache-accounting question, not an exposure. Why: blind
         review 47, a healthy 0.5.23 fleet with pools over the context whose agentic turns'
         prefix hits only multi-sequence batch lines stated: 61 honest answers named exposed."""
         when = record.began
@@ -854,9 +864,10 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
                 # saying `cached_tokens: 0`, named exposed against the leaking node's pool).
                 configs = [c for c in configs if c is not None and c.node not in ruled_out]
                 if not configs:
-                    return (
+                    return _Closed(
                         f"it was prefilled on {host}, which no log read announced: its pool "
-                        "is not known"
+                        "is not known",
+                        host,
                     )
             if not configs and record.serving is not None:
                 configs = [ctx.config_at(record.serving.node, when)]
@@ -871,8 +882,12 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
         if fixed and len(fixed) == len(configs):
             if len(fixed) == 1:
                 node, version = fixed[0].node, fixed[0].version
-                return f"{node} ran {version}, which refuses an over-length prompt for good"
-            return "every prefill node ran a release that refuses an over-length prompt for good"
+                return _Closed(
+                    f"{node} ran {version}, which refuses an over-length prompt for good"
+                )
+            return _Closed(
+                "every prefill node ran a release that refuses an over-length prompt for good"
+            )
         prompt = record.prompt_tokens
         if ruled_out:
             pool = strictest_of(configs, "strictest prefill pool it may have met")
@@ -887,7 +902,7 @@ class ImpossiblyFastPrefill(Detector[ImpossiblyFastPrefillConfig]):
             or not ran_by_then(pool.node, pool.generation, when, ctx)
         ):
             return None
-        return (
+        return _Closed(
             f"{pool.node}'s pool took prompts of up to {pool.longest_accepted:,} tokens, so no "
             "refusal for length can have sent it to decode"
         )
@@ -1001,6 +1016,14 @@ def decode_wait(durations: dict[str, float]) -> float | None:
             return None  # a clock that stepped back: no measure
         total += sum(said)
     return total
+
+
+class _Closed(NamedTuple):
+    """Why the leak's path cannot have served a request (`_leak_path_closed`), as a clause; and
+    the prefill host decode named, when it is that no log read announced it."""
+
+    said: str
+    unread_host: str | None = None
 
 
 def _as_array(pairs: tuple[tuple[float, float], ...]) -> np.ndarray:

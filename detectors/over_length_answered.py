@@ -29,6 +29,7 @@ from detectors.engine_version import LEAK_FIXED, refuses_for_good
 from detectors.finding import Finding
 from detectors.pool_in_force import (
     LENIENT_BASIS,
+    PREFILL_HOST_UNREAD,
     PoolInForce,
     first_read_after,
     host_owner_stranger,
@@ -45,8 +46,6 @@ from detectors.pool_in_force import (
 
 # The `pool_basis` of the warning given where no line names the prefill node a prompt met.
 NO_PREFILL_NAMED: Final = "no prefill node named"
-# ... and of the one given where decode names a prefill host whose logs are not here.
-PREFILL_HOST_UNREAD: Final = "prefill host not read"
 # ... and of the one given where the pool was last told of before the decode node restarted.
 PREFILL_UNTOLD_SINCE_RESTART: Final = "prefill not read since decode restart"
 # ... and of the one given where the pool's node, unread from before the answer, was next read

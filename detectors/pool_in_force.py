@@ -37,6 +37,8 @@ from detectors.context import DetectionContext
 _MEMO_KEY: Final = "pool_in_force"
 # The basis of the most lenient choice: no line named the prefill node the request met.
 LENIENT_BASIS: Final = "largest prefill pool in force"
+# The `pool_basis` of a warning given where decode names a prefill host whose logs are not here.
+PREFILL_HOST_UNREAD: Final = "prefill host not read"
 # The basis where another node announced the host decode named: the node its answers met there.
 STRANGER_BASIS: Final = "prefill node its decode met at that host"
 

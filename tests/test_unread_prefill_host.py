@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from collector.forensics.driver import run_forensics
-from detectors.over_length_answered import PREFILL_HOST_UNREAD
+from detectors.pipeline import PipelineConfig
+from detectors.pool_in_force import PREFILL_HOST_UNREAD
 from tests.engine_lines import prefill_start, server_args
 
 DAY = "2026-09-01"
@@ -95,3 +96,42 @@ def test_once_that_node_s_log_is_read_its_own_pool_judges(tmp_path: Path) -> Non
     assert summary["exposure"]["count"] == 0
     # The 874,366-token prompt met a 2,040,000-token pool: nothing to say of it.
     assert not [f for f in summary["findings"] if f["detector"] == "over_length_answered"]
+
+
+def test_a_too_fast_answer_through_an_unread_prefill_host_is_no_all_clear(
+    tmp_path: Path,
+) -> None:
+    """Blind review 65 D1: a leaking prefill's logs left out, the leaks' prompts shorter than
+    the pools read. Each answer came 35x faster than any prefill could, through a host no log
+    read announced: a warning each ("its pool is not known"), and the run "no exposed
+    responses found", exit 0. They are counted with the long ones: not an all-clear."""
+    case = tmp_path / "case"
+    case.mkdir()
+    (case / "prefill-0.log").write_text(
+        server_args(DAY, "prefill")
+        + prefill_start(DAY, READ_HOST, 681_280)
+        + _request("prefill", READ_HOST, HONEST_ROOM, 1, 400_000, 20.0)
+    )
+    fast = _request("decode", UNREAD_HOST, WITHIN_ROOM, 3, 500_000, 6.0).replace(
+        "'e2e_latency': 6.0", "'e2e_latency': 6.0, 'first_token_latency': 0.1"
+    )
+    (case / "decode-0.log").write_text(
+        server_args(DAY, "decode")
+        + _request("decode", READ_HOST, HONEST_ROOM, 1, 400_000, 25.0)
+        + fast
+    )
+    config = PipelineConfig(detectors={"impossibly_fast_prefill": {"model_active_params": 3.2e10}})
+    summary = run_forensics(
+        [str(case)], tmp_path / "out", config=config, write_parquet=False
+    ).summary
+    assert summary["exposure"]["count"] == 0  # a cache hit decode states as none looks alike
+    (warned,) = [
+        f for f in summary["findings"] if f["evidence"].get("pool_basis") == PREFILL_HOST_UNREAD
+    ]
+    assert (warned["detector"], warned["bootstrap_room"]) == (
+        "impossibly_fast_prefill",
+        WITHIN_ROOM,
+    )
+    assert summary["requests"]["prefill_host_unread"] == 1
+    assert summary["verdict"]["outcome"] == "not_judged"
+    assert "came faster than a prefill of their prompt could" in summary["verdict"]["said"]

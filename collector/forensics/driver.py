@@ -108,13 +108,10 @@ from detectors.impossibly_fast_prefill import (
     ImpossiblyFastPrefillConfig,
     decode_wait,
 )
-from detectors.over_length_answered import (
-    NO_PREFILL_NAMED,
-    PREFILL_HOST_UNREAD,
-    OverLengthAnswered,
-)
+from detectors.over_length_answered import NO_PREFILL_NAMED, OverLengthAnswered
 from detectors.pipeline import DetectionPipeline, PipelineConfig
 from detectors.pool_below_context import PoolBelowContext
+from detectors.pool_in_force import PREFILL_HOST_UNREAD
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 from detectors.telemetry_anomaly import TelemetryAnomalyConfig
 from detectors.windows import CounterDeltas
@@ -234,6 +231,7 @@ class _Evidence:
         self.prefill_node_unknown = 0
         # ... and those that met a prefill host no log read announced (`PREFILL_HOST_UNREAD`).
         self.prefill_host_unread = 0
+        self._prefill_host_unread_seen: set[tuple[str | None, str | None, str | None]] = set()
         # PD requests (a room) judged; the nodes of each role; and the requests prefill refused
         # (or ran as one-token stubs) of which no decode side was read, a few rooms named.
         self.pd_requests = 0
@@ -289,7 +287,11 @@ class _Evidence:
         if basis == NO_PREFILL_NAMED:
             self.prefill_node_unknown += 1
         elif basis == PREFILL_HOST_UNREAD:
-            self.prefill_host_unread += 1
+            # Once per request: its answer may be too long and too fast both.
+            answer = (finding.bootstrap_room, finding.node, finding.rid)
+            if answer not in self._prefill_host_unread_seen:
+                self._prefill_host_unread_seen.add(answer)
+                self.prefill_host_unread += 1
         if finding.exposure:
             self._exposed_entry(finding).evidence.append(finding.detector)
             if id(finding) in self._judged_with_record:

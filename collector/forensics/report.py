@@ -32,11 +32,8 @@ from detectors.engine_version import (
     refuses_for_good,
     version_verdict,
 )
-from detectors.over_length_answered import (
-    NO_PREFILL_NAMED,
-    PREFILL_HOST_UNREAD,
-    PREFILL_UNTOLD_SINCE_RESTART,
-)
+from detectors.over_length_answered import NO_PREFILL_NAMED, PREFILL_UNTOLD_SINCE_RESTART
+from detectors.pool_in_force import PREFILL_HOST_UNREAD
 from detectors.rejected_then_served import UNKNOWN_OUTCOME
 
 TABLE_ROWS = 200
@@ -1188,9 +1185,10 @@ def prefill_unknown_line(summary: dict[str, Any]) -> str:
 
 
 def prefill_unread_line(summary: dict[str, Any]) -> str:
-    """Answers of prompts longer than every prefill pool read, prefilled on a host no log read
-    announced: that node's pool is unknown, so nothing judged them, and with its log missing
-    this is all that says they may have been answered from other requests' KV."""
+    """Answers of prompts longer than every prefill pool read, or faster than a prefill of their
+    prompt could be, prefilled on a host no log read announced: that node's pool is unknown, so
+    nothing judged them, and with its log missing this is all that says they may have been
+    answered from other requests' KV."""
     count = summary["requests"].get("prefill_host_unread", 0)
     if not count:
         return ""
@@ -1202,8 +1200,16 @@ def prefill_unread_line(summary: dict[str, Any]) -> str:
     hosts = sorted({str(f["evidence"].get("bootstrap_host")) for f in found})
     rooms = [str(f["bootstrap_room"]) for f in found]
     noun, _ = _request_it(count)
+    why = " or ".join(
+        said
+        for detector, said in (
+            ("over_length_answered", "had prompts longer than every prefill pool read"),
+            ("impossibly_fast_prefill", "came faster than a prefill of their prompt could"),
+        )
+        if any(f["detector"] == detector for f in found)
+    )
     return (
-        f"{count:,} {noun} decode answered had prompts longer than every prefill pool read, "
+        f"{count:,} {noun} decode answered {why}, "
         f"and were prefilled on {_names(hosts)}, which no log read announced "
         f"({_some_rooms(rooms, count)}; warnings in the report): that node's pool is not "
         "known. If it was no larger, they were answered from other requests' KV: add its logs."
