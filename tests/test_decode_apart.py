@@ -213,3 +213,42 @@ def test_a_decode_node_swapped_for_one_that_takes_its_traffic_is_no_cut_log(
         assert [(row["node"], row["last"]) for row in early] == [
             ("decode-0", "2026-09-03T09:30:05.000Z")
         ]
+
+
+@pytest.mark.parametrize("decode_1_read", [True, False])
+def test_a_decode_node_s_logs_left_out_beside_the_others_is_no_all_clear(
+    tmp_path: Path, decode_1_read: bool
+) -> None:
+    """Blind review 65 D4: two decode nodes, one's logs left out: 72 of 99 requests had only
+    their prefill side, the abort race's victims among them, and the run said "no exposed
+    responses found (99 requests judged on 2 nodes)", exit 0. Decode receives every PD request:
+    prefill's requests no decode read logged, that many, say a decode node is missing."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    day = "2026-09-03"
+    minutes = range(60)  # a request a minute, shared by the two decode nodes
+    (folder / "prefill-0.log").write_text(
+        server_args(day, "prefill")
+        + prefill_start(day, "10.1.0.11", 2_040_000)
+        + "".join(
+            finish_line(f"{day} 09:{m:02d}:00", f"p{m}", 7000 + m, 20_000, tokens=1)
+            for m in minutes
+        )
+    )
+    for node in ("decode-0", "decode-1") if decode_1_read else ("decode-0",):
+        mine = [m for m in minutes if m % 2 == int(node[-1])]
+        (folder / f"{node}.log").write_text(
+            server_args(day, "decode")
+            + "".join(finish_line(f"{day} 09:{m:02d}:05", f"p{m}", 7000 + m, 20_000) for m in mine)
+        )
+    summary = run_forensics([str(folder)], tmp_path / "out", write_parquet=False).summary
+    alone = summary["requests"]["prefill_alone"]
+    if decode_1_read:
+        assert alone["count"] == 0 and summary["verdict"]["outcome"] == "none_found"
+        return
+    assert (alone["count"], alone["of"]) == (30, 60)
+    assert summary["verdict"]["outcome"] == "not_judged"
+    assert (
+        "30 requests prefill served (room 7001, room 7003, room 7005 and 27 more) have no "
+        "decode side in the input, of 60 PD requests" in summary["verdict"]["said"]
+    )

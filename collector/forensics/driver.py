@@ -235,6 +235,10 @@ class _Evidence:
         # PD requests (a room) judged; the nodes of each role; and the requests prefill refused
         # (or ran as one-token stubs) of which no decode side was read, a few rooms named.
         self.pd_requests = 0
+        # PD requests prefill served (not refused) of which no decode node read logged anything,
+        # and a few of their rooms (`decode_unread_line`).
+        self.prefill_alone = 0
+        self.prefill_alone_rooms: list[str] = []
         self.pd_nodes: dict[str, set[str]] = {"prefill": set(), "decode": set()}
         # Decode answers of long prompts with no prefill side and no timing (no finish line,
         # no span: decode's time stats alone), a few rids named: with prefill's logs missing,
@@ -397,6 +401,10 @@ class _Evidence:
         )
         if refused and not decode_seen:
             self._refused_without_decode(record, room=room)
+        elif prefill is not None and not decode_seen:
+            self.prefill_alone += 1
+            if len(self.prefill_alone_rooms) < 3:
+                self.prefill_alone_rooms.append(room)
         if refused and decode_seen and prefill is not None:
             at = prefill.first_time if prefill.first_time is not None else record.began
             if at is not None and self._refusals_decoded_kept < MAX_REFUSALS_HELD:
@@ -1547,6 +1555,11 @@ def build_summary(
             },
             "refusals_matched_ambiguously": evidence.refused_matched_ambiguously,
             "refused_over_decode_context": evidence.refused_over_decode_context,
+            "prefill_alone": {
+                "count": evidence.prefill_alone,
+                "of": evidence.pd_requests,
+                "rooms": list(evidence.prefill_alone_rooms),
+            },
             "received_only": pipeline.ledger.stats.received_let_go,
             "judged_at_cap": pipeline.ledger.stats.evicted,
             "parquet": str(evidence.parquet.path) if evidence.parquet is not None else None,

@@ -1184,6 +1184,35 @@ def prefill_unknown_line(summary: dict[str, Any]) -> str:
     )
 
 
+# Prefill-served requests with no decode side that say a decode node's logs are missing: this
+# many, and this share of the PD requests (a decode log cut minutes early leaves a few).
+DECODE_UNREAD_MIN: Final = 20
+DECODE_UNREAD_SHARE: Final = 0.1
+
+
+def decode_unread_line(summary: dict[str, Any]) -> str:
+    """Requests prefill served, not refused, that no decode node read logged, while decode logs
+    hold the others: a decode node's logs are missing, and what it answered is in no verdict.
+
+    Why: blind review 65 D4, one of two decode nodes' logs left out: 72 of 99 requests had
+    only their prefill side, the abort race's two victims among them, and the run said "no
+    exposed responses found (99 requests judged on 2 nodes)", exit 0."""
+    alone = summary["requests"].get("prefill_alone") or {}
+    count, total = alone.get("count", 0), alone.get("of", 0)
+    if summary["requests"].get("pd_role_missing") or count < DECODE_UNREAD_MIN:
+        return ""
+    if count < DECODE_UNREAD_SHARE * total:
+        return ""
+    rooms = [f"room {room}" for room in alone.get("rooms") or []]
+    more = f" and {count - len(rooms):,} more" if count > len(rooms) else ""
+    noun, _ = _request_it(count)
+    return (
+        f"{count:,} {noun} prefill served ({', '.join(rooms)}{more}) have no decode side in the "
+        f"input, of {total:,} PD requests: decode receives every one, so a decode node's logs "
+        "are missing (or were cut), and what it answered is in no verdict. Add its logs."
+    )
+
+
 def prefill_unread_line(summary: dict[str, Any]) -> str:
     """Answers of prompts longer than every prefill pool read, or faster than a prefill of their
     prompt could be, prefilled on a host no log read announced: that node's pool is unknown, so
@@ -1571,6 +1600,7 @@ def not_judged_reason(summary: dict[str, Any]) -> str:
             both_roles_line,
             pd_role_missing_line,
             refused_without_decode_line,
+            decode_unread_line,
             outcome_unknown_line,
             prefill_unknown_line,
             prefill_unread_line,
@@ -2582,6 +2612,7 @@ def _headline(summary: dict[str, Any]) -> list[str]:
         ("Outcome unknown", outcome_unknown_line),
         ("Prefill node unknown", prefill_unknown_line),
         ("Half the deployment missing", pd_role_missing_line),
+        ("Decode logs missing", decode_unread_line),
         ("No decode side", refused_without_decode_line),
     ):
         if exposure["count"] and (line := said(summary)):
