@@ -68,7 +68,7 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     assert "aborted transfers" not in summary["verdict"]["said"]
     # Timing names a leak only while its answer beats every honest prefill: the list is a
     # floor, and says so where a machine reads it (blind review 61 D5).
-    assert "exposures are named by timing alone" in summary["verdict"]["unnamed"]
+    assert "the over-length leak is judged by timing alone" in summary["verdict"]["unnamed"]
     assert summary["requests"]["pd_role_missing"] == {
         "role": "prefill",
         "present": ["decode-0"],
@@ -84,7 +84,7 @@ def test_decode_logs_alone_are_not_an_all_clear(tmp_path: Path) -> None:
     said = "HALF MISSING: no prefill node's logs were found in the input, only decode's (decode-0)"
     assert said in done.stdout
     assert "judged by their timing alone." in done.stdout
-    assert "NOT ALL NAMED: no prefill node was read, so exposures are named" in done.stdout
+    assert "NOT ALL NAMED: no prefill node was read, so the over-length leak" in done.stdout
     # Without decode's time stats, nothing in its log shows the leak: not judged.
     untimed = tmp_path / "untimed"
     untimed.mkdir()

@@ -689,6 +689,16 @@ def test_a_storm_no_canary_watched_is_no_all_clear() -> None:
     assert verdict(unknown)["said"].startswith(
         "a deferred-release timeout storm came with no KV canary read to be on:"
     )
+    # Its mode not read, but decode-0 logged a canary violation: it ran the canary (blind
+    # review 65 D2: "the KV canary off on decode-0" beside two of its violations).
+    seen_on = _unwatched_storm((None,))
+    seen_on["findings"].append(
+        {"detector": "kv_canary_violation", "severity": "critical", "node": "decode-0"}
+    )
+    assert "the KV canary off" not in verdict(seen_on)["said"]
+    stated_off = _unwatched_storm(("none",))
+    stated_off["findings"].append(dict(seen_on["findings"][-1]))
+    assert "the KV canary off on decode-0" in verdict(stated_off)["said"]
     # Timeouts below the storm's floor (no finding above info) keep the verdict.
     lone = _unwatched_storm((None,))
     lone["findings"][0]["severity"] = "info"

@@ -127,6 +127,14 @@ def test_same_second_disorder_of_startup_lines_is_one_generation():
     assert (config.role, config.pool_tokens) == ("prefill", 681_280)
 
 
+def test_server_info_states_the_kv_canary_s_mode():
+    """Blind review 65 D2: a snapshot stating `"kv_canary": "log"` left the mode unknown, and a
+    storm's caveat said the canary was off."""
+    tl = ConfigTimeline()
+    tl.update(ev("server_info", "d0", T, disaggregation_mode="decode", kv_canary="log"))
+    assert tl.config_at("d0", T + 1).kv_canary == "log"
+
+
 def test_server_info_fills_version_and_a_changed_version_is_a_new_generation():
     tl = ConfigTimeline()
     startup(tl, "p0", T, 681_280)

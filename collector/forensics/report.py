@@ -285,13 +285,19 @@ def _canary_off(summary: dict[str, Any]) -> list[tuple[str, float, float]]:
     signed = {
         sign.node for sign in race if (nodes.get(sign.node or "") or {}).get("role") == "decode"
     }
+    # A node that logged a canary violation ran the canary, where nothing read states its mode
+    # (blind review 65 D2: "the KV canary off on decode-0" beside two of its violations).
+    watched = {f.get("node") for f in summary["findings"] if f["detector"] == "kv_canary_violation"}
     off: list[tuple[str, float, float]] = []
     for node, info in sorted(nodes.items()):
         if signed and node not in signed:
             continue
         points = info.get("config") or []
         for at, point in enumerate(points):
-            if str(point.get("kv_canary") or "off").lower() not in _CANARY_OFF:
+            mode = point.get("kv_canary")
+            if mode is None and node in watched:
+                continue
+            if str(mode or "off").lower() not in _CANARY_OFF:
                 continue
             since = -math.inf if at == 0 else _at_or(point.get("time"), -math.inf)
             until = (
@@ -364,9 +370,9 @@ def timing_only_line(summary: dict[str, Any]) -> str:
     if not missing or missing["role"] != "prefill":
         return ""
     return (
-        "no prefill node was read, so exposures are named by timing alone: a leaked answer that "
-        "then waited (a full batch, a retraction, a queue) reads as an honest prefill and is "
-        "not named"
+        "no prefill node was read, so the over-length leak is judged by timing alone: a leaked "
+        "answer that then waited (a full batch, a retraction, a queue) reads as an honest "
+        "prefill and is not named"
     )
 
 

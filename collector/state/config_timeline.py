@@ -1142,7 +1142,9 @@ def _on_server_info(history: _NodeHistory, event: Event) -> bool:
     if role is not None:
         changes["role"] = role
         history.role_strength = _STRONG
-    for field in ("transfer_backend", "model"):
+    # The canary's mode too (blind review 65 D2: a snapshot stating `"kv_canary": "log"` left
+    # it unknown, and a storm's caveat said it was off beside the violations it logged).
+    for field in ("transfer_backend", "model", "kv_canary"):
         value = event.get(field)
         if value is not None:
             changes[field] = deployment_model(value) if field == "model" else str(value)
