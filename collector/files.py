@@ -1960,6 +1960,23 @@ def dated_by_file_time(source: str) -> bool:
     return kind not in ("prom", "json") or _SAVED_AT.search(name) is None
 
 
+def whole_document(source: str) -> bool:
+    """Whether an event came from a snapshot (a `.prom` scrape, its samples sourced by line; a
+    saved `/server_info`), not a log line, a span or a window: it tells a configuration or a
+    counter at its time, not what was served."""
+    path, _, line = source.rpartition(":")
+    if source == "otlp" or not source or source.startswith(WINDOW_SOURCE):
+        return False
+    if not line.isdigit():
+        return True
+    name = Path(path).name
+    for suffix in _COMPRESSED_SUFFIXES:
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return any(name.endswith(ext) and kind == "prom" for ext, kind in _EXTENSIONS)
+
+
 def file_time(path: Path) -> float | None:
     try:
         return os.stat(path).st_mtime

@@ -26,7 +26,7 @@ from typing import Any, Final, TextIO
 from collector import __version__
 from collector.batch_gc import batch_gc_schedule
 from collector.events import Event, iso_time, parse_iso_time
-from collector.files import EXPORT_NAME, dated_by_file_time, regular_files
+from collector.files import EXPORT_NAME, dated_by_file_time, regular_files, whole_document
 from collector.forensics.parquet import RequestParquetWriter
 from collector.forensics.plot_data import LearnedFloor, PlotData, TimingPoint
 from collector.forensics.progress import Progress
@@ -870,6 +870,9 @@ def run_forensics(
     # Per node, the first and last moment of the requests it logged, and how many it logged
     # (`_decode_apart`, `_decode_ended_early`).
     request_spans: dict[str, list[float]] = {}
+    # The span of whole documents' times (snapshots), the cover when no line, span or window was
+    # read.
+    documents: tuple[float, float] | None = None
     # Per node, the requests it logged in each minute (`_decode_ended_early`: traffic shares).
     request_minutes: dict[str, Counter[int]] = defaultdict(Counter)
     finished = False
@@ -910,8 +913,19 @@ def run_forensics(
                 )
                 and not dated_by_file_time(event.source)
             ):
-                first_time = earliest if first_time is None else min(first_time, earliest)
-                last_time = when if last_time is None else max(last_time, when)
+                if whole_document(event.source):
+                    # A snapshot tells a configuration, not what was served: the logs' span
+                    # is what the verdict covers, the snapshots' only without any (blind
+                    # review 65 D3: a snapshot half an hour before the first log line widened
+                    # "the logs cover", over leaks no line read).
+                    documents = (
+                        (earliest, when)
+                        if documents is None
+                        else (min(documents[0], earliest), max(documents[1], when))
+                    )
+                else:
+                    first_time = earliest if first_time is None else min(first_time, earliest)
+                    last_time = when if last_time is None else max(last_time, when)
             if event.kind == "deferred_release":
                 evidence.deferred_release(event, pipeline.context.lost)
             elif event.kind == "metric" and event.get("signal") == "deferred_release_total":
@@ -929,6 +943,8 @@ def run_forensics(
             first, last = stats.line_span
             first_time = first if first_time is None else min(first, first_time)
             last_time = last if last_time is None else max(last, last_time)
+        if first_time is None and documents is not None:
+            first_time, last_time = documents
         finished = True
     finally:
         progress.close()
