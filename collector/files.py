@@ -1945,16 +1945,7 @@ def dated_by_file_time(source: str) -> bool:
     path, _, line = source.rpartition(":")
     if line.isdigit() or source == "otlp" or not source or source.startswith(WINDOW_SOURCE):
         return False
-    name = Path(source).name
-    for suffix in _COMPRESSED_SUFFIXES:
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    kind: FileKind | None = None
-    for ext, ext_kind in _EXTENSIONS:
-        if name.endswith(ext):
-            name, kind = name[: -len(ext)], ext_kind
-            break
+    name, kind = _stem_and_kind(source)
     if _SNAPSHOT_TIME.search(name.split(".", 1)[0]):
         return False
     return kind not in ("prom", "json") or _SAVED_AT.search(name) is None
@@ -1967,14 +1958,20 @@ def whole_document(source: str) -> bool:
     path, _, line = source.rpartition(":")
     if source == "otlp" or not source or source.startswith(WINDOW_SOURCE):
         return False
-    if not line.isdigit():
-        return True
+    return not line.isdigit() or _stem_and_kind(path)[1] == "prom"
+
+
+def _stem_and_kind(path: str) -> tuple[str, FileKind | None]:
+    """A file's name without its compression and kind suffixes, and the kind they say."""
     name = Path(path).name
     for suffix in _COMPRESSED_SUFFIXES:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
             break
-    return any(name.endswith(ext) and kind == "prom" for ext, kind in _EXTENSIONS)
+    for ext, kind in _EXTENSIONS:
+        if name.endswith(ext):
+            return name[: -len(ext)], kind
+    return name, None
 
 
 def file_time(path: Path) -> float | None:

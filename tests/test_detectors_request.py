@@ -1636,6 +1636,26 @@ def test_an_answer_while_its_prefill_was_read_is_judged_by_the_pool_read() -> No
     assert finding.severity == "critical" and finding.exposure
 
 
+def with_host(events: list[Event], host: str) -> list[Event]:
+    """`events` of a decode answer whose `Receive:` names the prefill `host` it met."""
+    for event in events:
+        if event.kind == "request_received":
+            event.fields.update(bootstrap_host=host, bootstrap_port=8998)
+    return events
+
+
+def _prefill_0_met_at_its_host() -> tuple[list[Event], list[Event]]:
+    """prefill-0 announcing 10.0.0.10, and five answers that met it there."""
+    announced = [ev(BOOTSTRAP_SERVER, "prefill-0", T + 50, host="10.0.0.10", port=8998)]
+    met = [
+        event
+        for k in range(5)
+        for event in prefill_ok(100 + k, T + 300 + 60 * k, 20_000)
+        + with_host(decode_answer(100 + k, T + 300 + 60 * k, 20_000, ttft=2.0), "10.0.0.10")
+    ]
+    return announced, met
+
+
 def test_a_fast_answer_decode_names_another_prefill_host_for_is_judged_by_that_nodes_pool():
     """Blind review 53 D2: a leaking prefill-0 (10.0.0.10) and a healthy prefill-1 whose logs
     are missing (its snapshots say a 2.04M pool) share decode-0, which says `cached_tokens: 0`
@@ -1643,24 +1663,12 @@ def test_a_fast_answer_decode_names_another_prefill_host_for_is_judged_by_that_n
     answer that met prefill-0 named 10.0.0.10: the prompt met prefill-1, whose pool took it.
     26 such answers were named exposed against prefill-0's pool."""
 
-    def with_host(events: list[Event], host: str) -> list[Event]:
-        for event in events:
-            if event.kind == "request_received":
-                event.fields.update(bootstrap_host=host, bootstrap_port=8998)
-        return events
-
-    announced = ev(BOOTSTRAP_SERVER, "prefill-0", T + 50, host="10.0.0.10", port=8998)
-    met = [
-        event
-        for k in range(5)
-        for event in prefill_ok(100 + k, T + 300 + 60 * k, 20_000)
-        + with_host(decode_answer(100 + k, T + 300 + 60 * k, 20_000, ttft=2.0), "10.0.0.10")
-    ]
+    announced, met = _prefill_0_met_at_its_host()
     elsewhere = with_host(decode_answer(9, T + 5_000, 800_000, ttft=0.05), "10.0.1.11")
     (finding,) = run(
         ImpossiblyFastPrefill(**GLM),
         LEAKY,
-        [announced],
+        announced,
         boot("prefill-1", "prefill", T, 2_040_000, "0.5.19"),
         met,
         elsewhere,
@@ -1671,7 +1679,7 @@ def test_a_fast_answer_decode_names_another_prefill_host_for_is_judged_by_that_n
     (leaked,) = run(
         ImpossiblyFastPrefill(**GLM),
         LEAKY,
-        [announced],
+        announced,
         boot("prefill-1", "prefill", T, 2_040_000, "0.5.19"),
         met,
         with_host(decode_answer(9, T + 5_000, 800_000, ttft=0.05), "10.0.0.10"),
@@ -1685,26 +1693,14 @@ def test_an_over_length_answer_decode_names_another_prefill_host_for_is_not_warn
     10.0.0.10 whose own answers name it: 14 honest answers of 700k to 1M tokens warned "if it
     went to prefill-0". Decode names the host it met; prefill-0 announced another."""
 
-    def with_host(events: list[Event], host: str) -> list[Event]:
-        for event in events:
-            if event.kind == "request_received":
-                event.fields.update(bootstrap_host=host, bootstrap_port=8998)
-        return events
-
-    announced = ev(BOOTSTRAP_SERVER, "prefill-0", T + 50, host="10.0.0.10", port=8998)
-    met = [
-        event
-        for k in range(5)
-        for event in prefill_ok(100 + k, T + 300 + 60 * k, 20_000)
-        + with_host(decode_answer(100 + k, T + 300 + 60 * k, 20_000, ttft=2.0), "10.0.0.10")
-    ]
+    announced, met = _prefill_0_met_at_its_host()
     healthy = boot("prefill-1", "prefill", T, 2_040_000, "0.5.22")
     for host, warned in (("10.0.1.11", False), (None, True)):
         answer = decode_answer(9, T + 5_000, 800_000, ttft=70.0)
         findings = run(
             OverLengthAnswered(),
             LEAKY,
-            [announced],
+            announced,
             healthy,
             met,
             with_host(answer, host) if host else answer,
