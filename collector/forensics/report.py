@@ -1209,11 +1209,10 @@ def decode_unread_line(summary: dict[str, Any]) -> str:
         return ""
     if count < DECODE_UNREAD_SHARE * total:
         return ""
-    rooms = [f"room {room}" for room in alone.get("rooms") or []]
-    more = f" and {count - len(rooms):,} more" if count > len(rooms) else ""
     noun, _ = _request_it(count)
+    named = _some_rooms(alone.get("rooms") or [], count)
     return (
-        f"{count:,} {noun} prefill served ({', '.join(rooms)}{more}) have no decode side in the "
+        f"{count:,} {noun} prefill served ({named}) have no decode side in the "
         f"input, of {total:,} PD requests: decode receives every one, so a decode node's logs "
         "are missing (or were cut), and what it answered is in no verdict. Add its logs."
     )
